@@ -1,0 +1,32 @@
+"""agentrl.envs — Gymnasium environments where a language-model agent acts in text.
+
+Importing this package registers every environment::
+
+    import gymnasium as gym
+    import agentrl.envs
+
+    gym.register_envs(agentrl.envs)          # the documented idiom; keeps linters from dropping the import
+    env = gym.make("AgentRL/ToolUse-v0")
+
+``gym.make("agentrl.envs:AgentRL/ToolUse-v0")`` works without the import. The environments need no torch.
+The contract they all follow is in :mod:`agentrl.envs.core`.
+"""
+
+from agentrl.envs.core import AnyText, Budgets, Rewards, TextEnv
+from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool
+from gymnasium.envs.registration import register, registry
+
+__all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Rewards", "TextEnv", "Tool",
+           "ToolResult", "ToolSet", "tool"]
+
+#: Every environment of the package: id -> (entry point, one-line description). Registered lazily: the
+#: module behind an entry point is imported only when the env is made.
+ENVS: dict[str, tuple[str, str]] = {
+    "AgentRL/ToolUse-v0": ("agentrl.envs.tool_use:ToolUseEnv",
+                           "answer questions by calling tools (mock arithmetic/inventory/units/dates, or yours)"),
+}
+
+for _id, (_entry, _) in ENVS.items():
+    if _id not in registry:
+        register(id=_id, entry_point=_entry, disable_env_checker=False)

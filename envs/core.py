@@ -1,0 +1,353 @@
+"""The text-env protocol: the contract between every environment and every trainer.
+
+An agent acts in text. ``reset`` returns the user-turn text; ``step`` takes the assistant's whole reply and
+returns what the environment says back. Every environment in :mod:`agentrl.envs` derives from
+:class:`TextEnv`, which owns the bookkeeping (message list, budgets, metrics, the never-raise guarantee) so a
+concrete environment only says what a task is, which tools exist and how an answer is scored.
+
+Contract (DESIGN.md §2)
+-----------------------
+``reset(seed=None, options=None) -> (obs, info)``
+    ``options={"task": {...}}`` pins a task (a trainer or evaluator passes dataset rows); otherwise the env
+    draws one from its own dataset with ``self.np_random`` (never the global ``random``). ``obs`` is the
+    user-turn text. ``info["messages"]`` is the OpenAI-style message list so far (system prompt included),
+    ``info["tools"]`` the tool schemas (OpenAI function format), ``info["task_id"]`` the task's id.
+
+``step(action) -> (obs, reward, terminated, truncated, info)``
+    ``action`` is the assistant's whole reply. It is parsed into exactly one of
+
+    * a **tool call** — the tool runs, ``obs`` is its output (``info["obs_role"] == "tool"``), reward 0;
+    * a **final answer** — ``terminated=True``, reward = the outcome reward;
+    * **invalid** — ``terminated=True``, reward = the format penalty, ``obs`` says what was wrong.
+
+    A call that names an unknown tool or passes bad arguments is not invalid *format*: it returns an
+    ``Error: ...`` observation, counts as an invalid call, and the episode goes on.
+    When a budget runs out (assistant turns, tool calls) the episode ends with ``truncated=True`` and the
+    no-answer reward. ``info`` always holds ``parsed`` (what the reply was read as), ``obs_role``,
+    ``metrics`` (the episode's counters so far); the last step adds ``correct``, ``format_ok``, ``answer``
+    and ``termination`` (``"answered" | "invalid" | "budget" | "error"``).
+
+**No action string ever makes ``step`` raise.** Tool failures become observation text and counted metrics; an
+unexpected bug inside an environment is logged with its traceback and ends the episode with
+``termination="error"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.tools import ToolSet
+from gymnasium import spaces
+
+logger = logging.getLogger(__name__)
+
+#: Upper bound on the length of one observation or action, in characters.
+MAX_TEXT_LENGTH = 200_000
+
+_SAMPLE_CHARSET = string.printable + "äéßøλπ中文…—“”"
+
+
+class AnyText(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` that contains *any* string up to ``max_length`` characters.
+
+    Gymnasium's ``Text`` checks every character against its charset (alphanumeric by default), so a real
+    observation with ``:`` or a newline would be "outside" the space and the passive checker would warn on
+    every step. Here ``contains`` accepts any ``str``; the charset only drives :meth:`sample`, which yields
+    varied printable text (with tags, braces, quotes and some non-ASCII) for fuzzing. Sampled lengths are
+    uniform up to ``sample_max_length`` (default 512) rather than ``max_length``, so fuzzing stays fast.
+    """
+
+    def __init__(self, max_length: int = MAX_TEXT_LENGTH, *, sample_max_length: int = 512, seed=None):
+        super().__init__(max_length=max_length, min_length=0, charset=_SAMPLE_CHARSET, seed=seed)
+        self.sample_max_length = min(sample_max_length, max_length)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def sample(self, mask=None, probability=None) -> str:
+        if mask is not None or probability is not None:
+            return super().sample(mask=mask, probability=probability)
+        length = int(self.np_random.integers(0, self.sample_max_length + 1))
+        idx = self.np_random.integers(0, len(self.character_list), size=length)
+        return "".join(self.character_list[i] for i in idx)
+
+    def __repr__(self) -> str:
+        return f"AnyText(max_length={self.max_length})"
+
+
+@dataclass
+class Budgets:
+    """Per-episode limits. Running out of either ends the episode with ``truncated=True``."""
+
+    max_turns: int = 6
+    """Assistant replies per episode (tool calls and the answer all count)."""
+    max_tool_calls: int = 4
+    """Tool calls per episode; a call beyond this is not executed."""
+    max_obs_chars: int = 4_000
+    """Tool output beyond this is cut from the head (the end, where tracebacks and results are, survives)."""
+
+
+@dataclass
+class Rewards:
+    """The outcome reward levels (Search-R1's three levels by default)."""
+
+    correct: float = 1.0
+    wrong: float = 0.0
+    invalid: float = -0.1
+    """Invalid format, or no answer before a budget ran out."""
+
+
+@dataclass
+class EpisodeMetrics:
+    """Counters of one episode; ``info["metrics"]`` is ``asdict`` of this plus an env's own keys."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    invalid_calls: int = 0
+    tool_latency_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, float]:
+        d = {
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+            "invalid_calls": self.invalid_calls,
+            "tool_latency_s": self.tool_latency_s,
+        }
+        d.update(self.extra)
+        return d
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of every agentrl environment: one task per episode, text in, text out.
+
+    Subclasses implement the task-specific hooks:
+
+    * :meth:`sample_task` — draw a task dict (must hold ``"id"``) with the given generator;
+    * :meth:`system_prompt` and :meth:`user_prompt` — the opening messages for a task;
+    * :meth:`score` — the outcome reward of a final answer;
+    * :meth:`demo_actions` (optional) — the assistant replies of a correct solution, for SFT and tests;
+
+    and pass their :class:`~agentrl.envs.tools.ToolSet` and :class:`~agentrl.envs.parsing.ActionParser`
+    to ``__init__``. Everything else — budgets, metrics, messages, the never-raise guarantee — lives here.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
+    def __init__(
+        self,
+        *,
+        tools: ToolSet,
+        parser: ActionParser,
+        budgets: Budgets | None = None,
+        rewards: Rewards | None = None,
+        tools_in_prompt: bool = True,
+        render_mode: str | None = None,
+    ):
+        """
+        Args:
+            tools: the tools the agent may call.
+            parser: reads an assistant reply as a tool call, an answer, or invalid.
+            budgets: turn, tool-call and observation-length limits.
+            rewards: the outcome reward levels.
+            tools_in_prompt: describe the tools and the call format in the system prompt (set False when the
+                chat template renders ``info["tools"]`` itself).
+            render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        """
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.tools = tools
+        self.parser = parser
+        self.budgets = budgets or Budgets()
+        self.rewards = rewards or Rewards()
+        self.tools_in_prompt = tools_in_prompt
+        self.render_mode = render_mode
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.task: dict[str, Any] | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.metrics = EpisodeMetrics()
+        self._done = True
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Draw a task (a dict with at least ``"id"``) using ``rng``; never the global ``random``."""
+        raise NotImplementedError
+
+    def system_prompt(self, task: dict[str, Any]) -> str:
+        """The system message for ``task``. The default states the answer and tool-call formats."""
+        parts = [self.task_instructions(task), self.parser.format_instructions()]
+        if self.tools_in_prompt and len(self.tools):
+            parts.append(self.parser.describe_tools(self.tools.schemas()))
+        return "\n\n".join(p for p in parts if p)
+
+    def task_instructions(self, task: dict[str, Any]) -> str:
+        """One paragraph on what the agent must do; used by the default :meth:`system_prompt`."""
+        return "You are a helpful assistant that solves tasks by calling tools."
+
+    def user_prompt(self, task: dict[str, Any]) -> str:
+        """The user message that opens the episode."""
+        return str(task["query"])
+
+    def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
+        """``(reward, correct)`` for a final answer; the default compares with ``task["answer"]``."""
+        raise NotImplementedError
+
+    def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
+        """The assistant replies of a known-correct solution of ``task``, or ``None`` if none is known."""
+        return None
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        """Called after a task is chosen, before the prompts are built (per-episode state goes here)."""
+
+    def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
+        """Execute a parsed tool call; returns ``(observation, ok)``. Subclasses may add metrics."""
+        result = self.tools.call(parsed.name or "", parsed.arguments or {})
+        if result.error_kind is not None:
+            self.metrics.tool_errors += 1
+            if result.error_kind in ("unknown_tool", "invalid_arguments"):
+                self.metrics.invalid_calls += 1
+        return result.content, result.ok
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        task = options.get("task")
+        if task is None:
+            task = self.sample_task(self.np_random)
+        elif not isinstance(task, dict):
+            raise TypeError(f"options['task'] must be a dict, got {type(task).__name__}")
+        self.task = task
+        self.metrics = EpisodeMetrics()
+        self._done = False
+        self.on_reset(task)
+        user = self.user_prompt(task)
+        self.messages = [
+            {"role": "system", "content": self.system_prompt(task)},
+            {"role": "user", "content": user},
+        ]
+        info = {"messages": list(self.messages), "tools": self.tools.schemas(), "task_id": str(task.get("id", ""))}
+        return user, info
+
+    def step(self, action: str):
+        if self._done:
+            obs = "The episode has ended; call reset() to start a new one."
+            info = self._info(ParsedAction(kind="invalid", error="step after end of episode"), "user")
+            return obs, 0.0, True, False, info
+        try:
+            return self._step(action)
+        except Exception:  # the last line of defence: an env bug must not kill a training run
+            logger.exception("%s.step raised; ending the episode with termination='error'", type(self).__name__)
+            self.metrics.extra["env_errors"] = self.metrics.extra.get("env_errors", 0) + 1
+            return self._finish(
+                "Internal environment error; the episode has ended.",
+                ParsedAction(kind="invalid", error="environment error"),
+                reward=0.0,
+                termination="error",
+            )
+
+    def _step(self, action: str):
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.metrics.turns += 1
+        self.messages.append({"role": "assistant", "content": action})
+        parsed = self.parser.parse(action)
+
+        if parsed.kind == "answer":
+            reward, correct = self.score(parsed.answer or "", self.task)
+            return self._finish(
+                "", parsed, reward=reward, termination="answered", correct=correct, answer=parsed.answer
+            )
+        if parsed.kind == "invalid":
+            self.metrics.invalid_calls += 1
+            return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
+                                termination="invalid", format_ok=False)
+
+        # A tool call.
+        if self.metrics.tool_calls >= self.budgets.max_tool_calls:
+            return self._finish(
+                f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
+                parsed, reward=self.rewards.invalid, termination="budget", truncated=True,
+            )
+        self.metrics.tool_calls += 1
+        t0 = time.perf_counter()
+        obs, _ok = self.run_tool(parsed)
+        self.metrics.tool_latency_s += time.perf_counter() - t0
+        obs = clip_head(obs, self.budgets.max_obs_chars)
+        self.messages.append({"role": "tool", "name": parsed.name, "content": obs})
+        if self.metrics.turns >= self.budgets.max_turns:
+            return self._finish(obs, parsed, reward=self.rewards.invalid, termination="budget",
+                                truncated=True, obs_role="tool")
+        return obs, 0.0, False, False, self._info(parsed, "tool")
+
+    def _finish(self, obs, parsed, *, reward, termination, truncated=False, correct=False, answer=None,
+                format_ok=None, obs_role="user"):
+        self._done = True
+        info = self._info(parsed, obs_role)
+        info.update(
+            correct=bool(correct),
+            format_ok=(termination == "answered") if format_ok is None else format_ok,
+            answer=answer,
+            termination=termination,
+        )
+        if self.render_mode == "human":
+            print(self.render())
+        return obs, float(reward), not truncated, truncated, info
+
+    def _info(self, parsed: ParsedAction, obs_role: str) -> dict[str, Any]:
+        return {
+            "parsed": parsed.as_dict(),
+            "obs_role": obs_role,
+            "metrics": self.metrics.as_dict(),
+            "messages": list(self.messages),
+            "tools": self.tools.schemas(),
+            "task_id": str(self.task.get("id", "")) if self.task else "",
+        }
+
+    def render(self) -> str | None:
+        text = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in self.messages)
+        if self.render_mode == "ansi":
+            return text
+        if self.render_mode == "human":
+            print(text)
+        return None
+
+    # ------------------------------------------------------------------ demonstrations
+    def demo(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        """Play :meth:`demo_actions` through a fresh episode of ``task``.
+
+        Returns ``{"messages", "tools", "reward", "correct"}`` (the full transcript of a correct solution,
+        ready for SFT) or ``None`` when no solution is known. The episode runs in this env instance, so
+        call it between episodes, not during one.
+        """
+        actions = self.demo_actions(task)
+        if actions is None:
+            return None
+        _, info = self.reset(options={"task": task})
+        reward, done = 0.0, False
+        for a in actions:
+            _, reward, term, trunc, info = self.step(a)
+            done = term or trunc
+            if done:
+                break
+        return {"messages": info["messages"], "tools": info["tools"], "reward": reward,
+                "correct": bool(info.get("correct", False))}
+
+
+def clip_head(text: str, max_chars: int) -> str:
+    """Keep the last ``max_chars`` characters, marking the cut (tracebacks and results live at the end)."""
+    if len(text) <= max_chars:
+        return text
+    marker = "...[truncated]\n"
+    keep = max(0, max_chars - len(marker))
+    return marker + text[len(text) - keep:]

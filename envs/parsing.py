@@ -1,0 +1,312 @@
+"""Reading an assistant reply: tool-call formats, final-answer extractors, answer normalisation.
+
+An :class:`ActionParser` turns a reply into exactly one :class:`ParsedAction` — a tool call, a final answer
+or invalid — with one tool-call format and one answer format:
+
+* tool-call formats: :class:`HermesCalls` (the default; Hermes/Qwen native
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), :class:`TagCalls` (``<search>q</search>``),
+  :class:`FencedCodeCalls` (a fenced ```` ```python ```` block);
+* answer formats: ``"answer_colon"`` (``Answer: ...``), ``"boxed"`` (the last ``\\boxed{}`` in the last 300
+  characters), ``"answer_tag"`` (``<answer>...</answer>``).
+
+Text inside ``<think>...</think>`` is ignored by every format. Parsing is strict: exactly one call, nothing
+but whitespace after it, arguments a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+# ---------------------------------------------------------------------------------------------- result
+
+
+@dataclass
+class ParsedAction:
+    """How a reply was read. ``kind`` decides which other fields are set."""
+
+    kind: Literal["tool_call", "answer", "invalid"]
+    name: str | None = None
+    arguments: dict[str, Any] | None = None
+    answer: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------- think
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>...</think>`` blocks; an unclosed ``<think>`` hides everything after it."""
+    if "<think>" not in text:
+        return text
+    text = _THINK_BLOCK.sub("", text)
+    open_at = text.find("<think>")
+    return text if open_at < 0 else text[:open_at]
+
+
+# ---------------------------------------------------------------------------------------------- tool-call formats
+
+
+class CallFormat:
+    """A tool-call syntax. ``find`` returns ``None`` when the reply holds no call at all."""
+
+    def find(self, text: str) -> ParsedAction | None:
+        raise NotImplementedError
+
+    def instructions(self) -> str:
+        """How to call a tool, for the system prompt."""
+        raise NotImplementedError
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        """The text of a call in this format (for demonstrations)."""
+        raise NotImplementedError
+
+
+class HermesCalls(CallFormat):
+    """``<tool_call>\\n{"name": "...", "arguments": {...}}\\n</tool_call>`` — the Hermes/Qwen native format."""
+
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+    def find(self, text: str) -> ParsedAction | None:
+        start = text.find(self.OPEN)
+        if start < 0:
+            if self.CLOSE in text:
+                return ParsedAction("invalid", error=f"{self.CLOSE} without {self.OPEN}")
+            return None
+        end = text.find(self.CLOSE, start)
+        if end < 0:
+            return ParsedAction("invalid", error=f"{self.OPEN} is not closed with {self.CLOSE}")
+        rest = text[end + len(self.CLOSE):]
+        if self.OPEN in rest:
+            return ParsedAction("invalid", error="more than one tool call in one reply; make exactly one")
+        if rest.strip():
+            return ParsedAction("invalid", error=f"text after {self.CLOSE}; end the reply with the tool call")
+        body = text[start + len(self.OPEN):end].strip()
+        try:
+            obj = json.loads(body)
+        except ValueError as e:
+            return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
+        if not isinstance(obj, dict):
+            return ParsedAction("invalid", error='the tool call must be a JSON object {"name": ..., "arguments": {...}}')
+        name = obj.get("name")
+        if not isinstance(name, str) or not name:
+            return ParsedAction("invalid", error='the tool call needs a string "name"')
+        args = obj.get("arguments", {})
+        if not isinstance(args, dict):
+            return ParsedAction("invalid", name=name, error='"arguments" must be a JSON object')
+        extra = set(obj) - {"name", "arguments"}
+        if extra:
+            return ParsedAction("invalid", name=name, error=f"unexpected keys in the tool call: {sorted(extra)}")
+        return ParsedAction("tool_call", name=name, arguments=args)
+
+    def instructions(self) -> str:
+        return (
+            "To call a tool, end your reply with exactly one call in this format:\n"
+            '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as JSON>}}\n</tool_call>\n'
+            "The result comes back in the next message."
+        )
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        return f"{self.OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{self.CLOSE}"
+
+
+class TagCalls(CallFormat):
+    """``<tag>content</tag>`` calls one tool with one string argument (e.g. Search-R1's ``<search>``)."""
+
+    def __init__(self, tag: str, tool: str, argument: str):
+        self.tag, self.tool, self.argument = tag, tool, argument
+        self.open, self.close = f"<{tag}>", f"</{tag}>"
+
+    def find(self, text: str) -> ParsedAction | None:
+        start = text.find(self.open)
+        if start < 0:
+            return None
+        end = text.find(self.close, start)
+        if end < 0:
+            return ParsedAction("invalid", error=f"{self.open} is not closed with {self.close}")
+        rest = text[end + len(self.close):]
+        if self.open in rest:
+            return ParsedAction("invalid", error=f"more than one {self.open} in one reply")
+        if rest.strip():
+            return ParsedAction("invalid", error=f"text after {self.close}; end the reply with it")
+        content = text[start + len(self.open):end].strip()
+        if not content:
+            return ParsedAction("invalid", error=f"empty {self.open}")
+        return ParsedAction("tool_call", name=self.tool, arguments={self.argument: content})
+
+    def instructions(self) -> str:
+        return f"To call {self.tool}, end your reply with {self.open}your {self.argument}{self.close}."
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        return f"{self.open}{arguments[self.argument]}{self.close}"
+
+
+class FencedCodeCalls(CallFormat):
+    """A reply that ends with a fenced code block (```` ```python ... ``` ````) runs it with one tool."""
+
+    def __init__(self, tool: str = "code_interpreter", argument: str = "code", lang: str = "python"):
+        self.tool, self.argument, self.lang = tool, argument, lang
+        self._block = re.compile(r"```" + re.escape(lang) + r"[ \t]*\n(.*?)```", re.DOTALL)
+
+    def find(self, text: str) -> ParsedAction | None:
+        blocks = list(self._block.finditer(text))
+        if not blocks:
+            return None
+        last = blocks[-1]
+        if text[last.end():].strip():
+            return None  # code shown earlier in a reply that goes on is not a call
+        code = last.group(1)
+        if not code.strip():
+            return ParsedAction("invalid", error="empty code block")
+        return ParsedAction("tool_call", name=self.tool, arguments={self.argument: code})
+
+    def instructions(self) -> str:
+        return f"To run code, end your reply with a fenced block: ```{self.lang}\\n<code>\\n```."
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        return f"```{self.lang}\n{arguments[self.argument].rstrip()}\n```"
+
+
+# ---------------------------------------------------------------------------------------------- answers
+
+_ANSWER_COLON = re.compile(r"(?:^|\n)\s*\**answer\**\s*:\s*\**(.*)", re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def extract_answer_colon(text: str) -> str | None:
+    """The rest of the line after the last ``Answer:`` at a line start (``**Answer:**`` too)."""
+    matches = _ANSWER_COLON.findall(text)
+    if not matches:
+        return None
+    ans = matches[-1].strip().strip("*").strip()
+    return ans or None
+
+
+def extract_boxed(text: str, window: int = 300) -> str | None:
+    """The content of the last ``\\boxed{...}`` (nested braces respected) that starts in the last ``window`` chars."""
+    tail_start = max(0, len(text) - window)
+    pos = text.rfind("\\boxed{")
+    while pos >= tail_start:
+        i, depth = pos + len("\\boxed{"), 1
+        while i < len(text) and depth:
+            depth += (text[i] == "{") - (text[i] == "}")
+            i += 1
+        if depth == 0:
+            return text[pos + len("\\boxed{"): i - 1].strip() or None
+        pos = text.rfind("\\boxed{", 0, pos)
+    return None
+
+
+def extract_answer_tag(text: str) -> str | None:
+    """The content of the last ``<answer>...</answer>``."""
+    matches = _ANSWER_TAG.findall(text)
+    return matches[-1].strip() or None if matches else None
+
+
+ANSWER_FORMATS = {
+    "answer_colon": (extract_answer_colon, "When you know the final answer, reply with a line 'Answer: <answer>'."),
+    "boxed": (extract_boxed, "Put your final answer in \\boxed{} at the end of your reply."),
+    "answer_tag": (extract_answer_tag, "Put your final answer inside <answer></answer>."),
+}
+
+
+# ---------------------------------------------------------------------------------------------- the parser
+
+
+class ActionParser:
+    """Reads one reply as a tool call, a final answer, or invalid.
+
+    A reply that contains a call (or a broken one) is a tool call (or invalid) — any answer text before the
+    call is ignored. Otherwise a found answer is the final answer; otherwise the reply is invalid.
+    """
+
+    def __init__(self, calls: CallFormat | None = None, answer: str = "answer_colon"):
+        if answer not in ANSWER_FORMATS:
+            raise ValueError(f"answer format must be one of {sorted(ANSWER_FORMATS)}, got {answer!r}")
+        self.calls = calls if calls is not None else HermesCalls()
+        self.answer_format = answer
+        self._extract, self._answer_instructions = ANSWER_FORMATS[answer]
+
+    def parse(self, text: str) -> ParsedAction:
+        visible = strip_think(text)
+        call = self.calls.find(visible)
+        if call is not None:
+            return call
+        answer = self._extract(visible)
+        if answer is not None:
+            return ParsedAction("answer", answer=answer)
+        return ParsedAction("invalid", error="no tool call and no final answer found")
+
+    def format_instructions(self) -> str:
+        return f"{self.calls.instructions()}\n{self._answer_instructions}"
+
+    def describe_tools(self, schemas: list[dict[str, Any]]) -> str:
+        lines = "\n".join(json.dumps(s["function"], ensure_ascii=False) for s in schemas)
+        return f"Available tools (JSON schemas):\n{lines}"
+
+    def render_call(self, name: str, arguments: dict[str, Any]) -> str:
+        return self.calls.render(name, arguments)
+
+    def render_answer(self, answer: str) -> str:
+        if self.answer_format == "boxed":
+            return f"\\boxed{{{answer}}}"
+        if self.answer_format == "answer_tag":
+            return f"<answer>{answer}</answer>"
+        return f"Answer: {answer}"
+
+
+# ---------------------------------------------------------------------------------------------- normalisation
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """Search-R1 / SQuAD normalisation: lower-case, drop punctuation and English articles, collapse spaces."""
+    s = s.lower().translate(_PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, golds: str | list[str]) -> bool:
+    """Normalised exact match against one or several reference answers."""
+    golds = [golds] if isinstance(golds, str) else golds
+    p = normalize_answer(prediction)
+    return any(p == normalize_answer(g) for g in golds)
+
+
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+def parse_number(s: str) -> float | None:
+    """A number written plainly (``1,776``, ``$12.50``, ``42.``, ``-3e2``), else ``None``."""
+    t = s.strip().replace(",", "").replace("$", "").rstrip(".").strip()
+    if t.endswith("%"):
+        t = t[:-1]
+    if not _NUMBER.match(t):
+        return None
+    v = float(t)
+    return v if math.isfinite(v) else None
+
+
+def answers_match(prediction: str, gold: Any, rel_tol: float = 1e-4) -> bool:
+    """Numeric equality when both sides are numbers, else normalised exact match (any of several golds)."""
+    golds = gold if isinstance(gold, list) else [gold]
+    p_num = parse_number(prediction)
+    for g in golds:
+        g_num = g if isinstance(g, (int, float)) and not isinstance(g, bool) else parse_number(str(g))
+        if p_num is not None and g_num is not None:
+            if math.isclose(p_num, g_num, rel_tol=rel_tol, abs_tol=1e-9):
+                return True
+        elif normalize_answer(prediction) == normalize_answer(str(g)):
+            return True
+    return False

@@ -1,0 +1,293 @@
+"""Tools: typed Python functions the agent may call, with OpenAI-format JSON schemas.
+
+>>> @tool
+... def multiply(a: int, b: int) -> int:
+...     '''Multiply two integers.
+...
+...     Args:
+...         a: the first factor.
+...         b: the second factor.
+...     '''
+...     return a * b
+>>> multiply.schema()["function"]["parameters"]["required"]
+['a', 'b']
+>>> ToolSet([multiply]).call("multiply", {"a": 6}).content
+"Error: multiply() missing argument 'b'"
+
+A call never raises: unknown tools, bad arguments and exceptions inside the tool come back as a
+:class:`ToolResult` whose ``content`` starts with ``Error:`` and whose ``error_kind`` says which.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
+
+
+@dataclass
+class ToolResult:
+    """What a tool call produced: observation text, and an error kind when it failed."""
+
+    content: str
+    error_kind: str | None = None
+    """``None`` on success; else ``"unknown_tool" | "invalid_arguments" | "exception"`` (envs may add kinds)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+@dataclass
+class Tool:
+    """A callable tool: a function plus its JSON schema. Build one with :func:`tool`."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any]
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema: ``{"type": "function", "function": {...}}``."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def validate(self, arguments: Any) -> tuple[dict[str, Any] | None, str | None]:
+        """Check ``arguments`` against the schema; returns ``(coerced_arguments, None)`` or ``(None, error)``."""
+        if not isinstance(arguments, dict):
+            return None, f"Error: {self.name}() arguments must be a JSON object, got {_json_type(arguments)}"
+        props = self.parameters.get("properties", {})
+        for key in self.parameters.get("required", []):
+            if key not in arguments:
+                return None, f"Error: {self.name}() missing argument '{key}'"
+        out = {}
+        for key, value in arguments.items():
+            if key not in props:
+                return None, f"Error: {self.name}() got an unexpected argument '{key}'"
+            ok, coerced = _check_type(value, props[key])
+            if not ok:
+                want = props[key].get("type") or "one of " + ", ".join(map(json.dumps, props[key].get("enum", [])))
+                return None, f"Error: {self.name}() argument '{key}' must be {want}, got {_json_type(value)}"
+            out[key] = coerced
+        return out, None
+
+    def __call__(self, *args, **kwargs):
+        """Call the underlying function directly (no validation) — tools stay usable as plain functions."""
+        return self.fn(*args, **kwargs)
+
+
+def tool(fn: Callable | None = None, *, name: str | None = None, description: str | None = None):
+    """Turn a typed function with a docstring into a :class:`Tool`.
+
+    Parameter types come from the annotations (``int``, ``float``, ``str``, ``bool``, ``list[...]``,
+    ``dict``, ``Literal[...]``, ``X | None``); a parameter with a default is optional. The description is
+    the docstring's first paragraph; per-parameter descriptions come from a Google-style ``Args:`` section.
+    Use as ``@tool`` or ``@tool(name=..., description=...)``.
+    """
+
+    def build(f: Callable) -> Tool:
+        doc = inspect.getdoc(f) or ""
+        summary, arg_docs = _parse_docstring(doc)
+        hints = typing.get_type_hints(f)
+        props: dict[str, Any] = {}
+        required = []
+        for pname, param in inspect.signature(f).parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {f.__name__}: *args/**kwargs cannot be described by a JSON schema")
+            if pname not in hints:
+                raise TypeError(f"tool {f.__name__}: parameter '{pname}' needs a type annotation")
+            schema = _schema_for(hints[pname], f"{f.__name__}.{pname}")
+            if pname in arg_docs:
+                schema["description"] = arg_docs[pname]
+            props[pname] = schema
+            if param.default is inspect.Parameter.empty:
+                required.append(pname)
+        params = {"type": "object", "properties": props, "required": required}
+        return Tool(name=name or f.__name__, description=description or summary, parameters=params, fn=f)
+
+    return build(fn) if fn is not None else build
+
+
+class ToolSet:
+    """An ordered collection of tools with one entry point, :meth:`call`, that never raises."""
+
+    def __init__(self, tools: Iterable[Tool | Callable] = ()):
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            t = t if isinstance(t, Tool) else tool(t)
+            if t.name in self._tools:
+                raise ValueError(f"two tools are named {t.name!r}")
+            self._tools[t.name] = t
+        self._schemas = [t.schema() for t in self._tools.values()]
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' OpenAI-format schemas (``info["tools"]``). Do not mutate the returned list."""
+        return self._schemas
+
+    def call(self, name: str, arguments: Any) -> ToolResult:
+        """Validate and run one call. Errors come back as ``Error: ...`` text, never as exceptions."""
+        t = self._tools.get(name)
+        if t is None:
+            known = ", ".join(self._tools) or "none"
+            return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}", "unknown_tool")
+        args, err = t.validate(arguments)
+        if err is not None:
+            return ToolResult(err, "invalid_arguments")
+        try:
+            value = t.fn(**args)
+        except Exception as e:  # a tool's failure is an observation, not a crash
+            return ToolResult(f"Error: {name}() raised {type(e).__name__}: {e}", "exception")
+        return ToolResult(format_value(value))
+
+
+def format_value(value: Any) -> str:
+    """Tool output as observation text: strings as they are, everything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _schema_for(hint: Any, where: str) -> dict[str, Any]:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:
+            return _schema_for(non_none[0], where)
+        return {"anyOf": [_schema_for(a, where) for a in non_none]}
+    if origin is Literal:
+        return {"type": _JSON_TYPES[type(args[0])], "enum": list(args)}
+    if origin in (list, tuple, set, frozenset):
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            schema["items"] = _schema_for(args[0], where)
+        return schema
+    if origin is dict or hint is dict:
+        return {"type": "object"}
+    if hint in _JSON_TYPES:
+        return {"type": _JSON_TYPES[hint]}
+    if hint is Any:
+        return {}
+    raise TypeError(f"tool parameter {where}: cannot express {hint!r} in a JSON schema")
+
+
+def _check_type(value: Any, schema: dict[str, Any]) -> tuple[bool, Any]:
+    if "anyOf" in schema:
+        for sub in schema["anyOf"]:
+            ok, v = _check_type(value, sub)
+            if ok:
+                return True, v
+        return False, value
+    if "enum" in schema and value not in schema["enum"]:
+        return False, value
+    kind = schema.get("type")
+    if kind is None:
+        return True, value
+    if kind == "integer":
+        if isinstance(value, bool):
+            return False, value
+        if isinstance(value, int):
+            return True, value
+        if isinstance(value, float) and value.is_integer():  # JSON writers often emit 3.0 for 3
+            return True, int(value)
+        return False, value
+    if kind == "number":
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)), value
+    if kind == "string":
+        return isinstance(value, str), value
+    if kind == "boolean":
+        return isinstance(value, bool), value
+    if kind == "object":
+        return isinstance(value, dict), value
+    if kind == "array":
+        if not isinstance(value, list):
+            return False, value
+        item = schema.get("items")
+        if item is None:
+            return True, value
+        out = []
+        for v in value:
+            ok, c = _check_type(v, item)
+            if not ok:
+                return False, value
+            out.append(c)
+        return True, out
+    return True, value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+_ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into (first paragraph, {arg: description})."""
+    lines = doc.splitlines()
+    summary_lines = []
+    for line in lines:
+        if not line.strip():
+            break
+        summary_lines.append(line.strip())
+    arg_docs: dict[str, str] = {}
+    in_args = False
+    current = None
+    for line in lines:
+        if _ARGS_HEADER.match(line.strip()) and not line.startswith(" "):
+            in_args = True
+            continue
+        if not in_args:
+            continue
+        if line.strip() and not line.startswith((" ", "\t")):  # next section
+            break
+        m = _ARG_LINE.match(line)
+        if m and (current is None or len(line) - len(line.lstrip()) <= indent):
+            current, indent = m.group(1).lstrip("*"), len(line) - len(line.lstrip())
+            arg_docs[current] = m.group(3).strip()
+        elif current and line.strip():
+            arg_docs[current] += " " + line.strip()
+    return " ".join(summary_lines), arg_docs
