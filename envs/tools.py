@@ -275,7 +275,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
         summary_lines.append(line.strip())
     arg_docs: dict[str, str] = {}
     in_args = False
-    current = None
+    current, indent = None, 0
     for line in lines:
         if _ARGS_HEADER.match(line.strip()) and not line.startswith(" "):
             in_args = True
