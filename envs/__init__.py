@@ -12,10 +12,11 @@ Importing this package registers every environment::
 The contract they all follow is in :mod:`agentrl.envs.core`.
 """
 
+from gymnasium.envs.registration import register, registry
+
 from agentrl.envs.core import AnyText, Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool
-from gymnasium.envs.registration import register, registry
 
 __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Rewards", "TextEnv", "Tool",
            "ToolResult", "ToolSet", "tool"]

@@ -42,9 +42,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
+
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import ToolSet
-from gymnasium import spaces
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import load_rows
 from agentrl.envs.parsing import ActionParser, answers_match

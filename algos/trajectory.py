@@ -1,0 +1,89 @@
+"""The trajectory record: what the collector produces and every trainer consumes.
+
+One trajectory is one episode as a single token sequence::
+
+    token_ids = [ prompt (system + user + assistant header) | completion 1 | end-of-turn + tool turn + header | completion 2 | ... ]
+    loss_mask = [ 0 ...                                      | 1 ...        | 0 ...                               | 1 ...        ]
+    logprobs  = [ 0 ...                                      | rollout lp   | 0 ...                               | rollout lp   ]
+
+``loss_mask`` is 1 exactly on the tokens the policy sampled (including an end-of-turn token it sampled);
+tool output, template markup and the prompt are 0. ``logprobs`` are the sampler's log-probabilities of the
+sampled tokens (0 where the mask is 0): the trainer's ``pi_old``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """One assistant turn and what the environment answered."""
+
+    prompt_len: int
+    """Tokens in the sequence before this turn's completion."""
+    completion_len: int
+    """Tokens the policy sampled in this turn."""
+    completion: str
+    """The sampled tokens decoded (for inspection; training uses the ids)."""
+    parsed: dict[str, Any]
+    """How the env read the reply (``info["parsed"]``)."""
+    observation: str = ""
+    """The env's answer to the reply ('' at the end of the episode)."""
+    obs_role: str = "tool"
+    tool_latency_s: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    """One episode, token-exact. See the module docstring for the layout."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    prompt_len: int
+    """Length of the opening prompt (shared by the trajectories of a group)."""
+    reward: float
+    group_id: int
+    task: dict[str, Any]
+    turns: list[Turn] = field(default_factory=list)
+    termination: str = "answered"
+    """``answered | invalid | budget | truncated | error`` (``truncated``: the token budget ran out)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The env's episode metrics (``info["metrics"]``) plus ``correct`` and ``format_ok``."""
+    policy_version: int = 0
+    """Which policy update sampled it (for asynchronous training)."""
+
+    def __post_init__(self):
+        n = len(self.token_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n:
+            raise ValueError(f"token_ids, loss_mask and logprobs must have one length; got "
+                             f"{n}, {len(self.loss_mask)}, {len(self.logprobs)}")
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        return cls(**d)
+
+
+def save_jsonl(trajectories: list[Trajectory], path) -> None:
+    """Write one trajectory per line."""
+    with open(path, "w", encoding="utf-8") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+
+
+def load_jsonl(path) -> list[Trajectory]:
+    """Read trajectories written by :func:`save_jsonl`."""
+    with open(path, encoding="utf-8") as f:
+        return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]

@@ -1,0 +1,87 @@
+"""``agentrl-env``: list the environments, play one by hand, and (with the search env) serve a retriever.
+
+    agentrl-env list
+    agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--kwargs '{"families": ["multiply"]}']
+
+Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import gymnasium as gym
+
+import agentrl.envs
+from agentrl.envs import ENVS
+
+gym.register_envs(agentrl.envs)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    width = max(map(len, ENVS))
+    for env_id, (_, description) in ENVS.items():
+        print(f"{env_id:<{width}}  {description}")
+    return 0
+
+
+def _read_reply(prompt: str) -> str | None:
+    """Read one assistant reply: lines until a line with a single '.', or EOF."""
+    print(prompt, end="", flush=True)
+    lines = []
+    for line in sys.stdin:
+        if line.rstrip("\n") == ".":
+            break
+        lines.append(line)
+    else:
+        if not lines:
+            return None
+    return "".join(lines).rstrip("\n")
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    env = gym.make(args.env_id, **kwargs)
+    obs, info = env.reset(seed=args.seed)
+    print(f"=== {args.env_id} · task {info['task_id']} ===")
+    print(f"--- system ---\n{info['messages'][0]['content']}\n")
+    print(f"--- user ---\n{obs}\n")
+    total = 0.0
+    while True:
+        reply = _read_reply("--- your reply as the assistant (end with a line '.') ---\n")
+        if reply is None:
+            print("\n(no input; episode abandoned)")
+            return 1
+        obs, reward, terminated, truncated, info = env.step(reply)
+        total += reward
+        parsed = info["parsed"]
+        print(f"\n[parsed as {parsed['kind']}" + (f": {parsed['error']}" if parsed.get("error") else "") + "]")
+        if obs:
+            print(f"--- {info['obs_role']} ---\n{obs}\n")
+        if terminated or truncated:
+            print(f"=== episode over: {info['termination']} · reward {total:+.2f} · correct {info['correct']} · "
+                  f"metrics {json.dumps(info['metrics'])} ===")
+            return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
+    play = sub.add_parser("play", help="play an environment by hand, as the assistant")
+    play.add_argument("env_id", choices=list(ENVS))
+    play.add_argument("--seed", type=int, default=None)
+    play.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
+    play.set_defaults(func=cmd_play)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Bundled data files (read with importlib.resources)."""

@@ -1,0 +1,1 @@
+"""Search-R1 style search environment and its backends (AgentRL/Search-v0)."""
