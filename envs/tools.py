@@ -75,8 +75,8 @@ class Tool:
                 return None, f"Error: {self.name}() got an unexpected argument '{key}'"
             ok, coerced = _check_type(value, props[key])
             if not ok:
-                want = props[key].get("type") or "one of " + ", ".join(map(json.dumps, props[key].get("enum", [])))
-                return None, f"Error: {self.name}() argument '{key}' must be {want}, got {_json_type(value)}"
+                got = json.dumps(value) if "enum" in props[key] else _json_type(value)
+                return None, f"Error: {self.name}() argument '{key}' must be {_describe(props[key])}, got {got}"
             out[key] = coerced
         return out, None
 
@@ -241,6 +241,16 @@ def _check_type(value: Any, schema: dict[str, Any]) -> tuple[bool, Any]:
             out.append(c)
         return True, out
     return True, value
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(_describe(s) for s in schema["anyOf"])
+    if schema.get("type") == "array" and "items" in schema:
+        return f"array of {_describe(schema['items'])}"
+    return schema.get("type", "any value")
 
 
 def _json_type(value: Any) -> str:

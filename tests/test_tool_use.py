@@ -1,0 +1,283 @@
+"""AgentRL/ToolUse-v0 and the TextEnv protocol it inherits."""
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentrl.envs
+from agentrl.envs import ENVS, AnyText
+from agentrl.envs.datasets import DatasetError
+from agentrl.envs.tool_use import FAMILIES, INVENTORY, ToolUseEnv, make_task, make_tasks
+
+gym.register_envs(agentrl.envs)
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def play(env, actions):
+    out = []
+    for a in actions:
+        out.append(env.step(a))
+        if out[-1][2] or out[-1][3]:
+            break
+    return out
+
+
+def test_import_does_not_load_torch():
+    code = "import sys, agentrl.envs, gymnasium as g; g.make('AgentRL/ToolUse-v0'); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_module_prefix_make_without_import():
+    code = "import gymnasium as g; e = g.make('agentrl.envs:AgentRL/ToolUse-v0'); print(e.reset(seed=0)[0])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ToolUseEnv().reset(seed=0)[0]
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_check_env_without_warnings(env_id):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gym.make(env_id)
+        check_env(env.unwrapped)
+        env.reset(seed=0)
+        env.step("Answer: 1")  # passive checker on a real observation with ':' and newlines
+        env.close()
+
+
+def test_text_space_contains_any_string_and_samples_varied_text():
+    space = AnyText(max_length=50)
+    assert space.contains("Answer: 5\n<tool_call>{\"a\": 1}</tool_call>"[:50])
+    assert space.contains("ünïcödé 中文")
+    assert not space.contains("x" * 51) and not space.contains(5)
+    space.seed(0)
+    samples = [space.sample() for _ in range(50)]
+    assert len(set(samples)) >= 45
+    assert any(not s.isalnum() for s in samples if s)
+
+
+def test_reset_info_contract():
+    env = gym.make("AgentRL/ToolUse-v0")
+    obs, info = env.reset(seed=3)
+    assert [m["role"] for m in info["messages"]] == ["system", "user"]
+    assert info["messages"][1]["content"] == obs
+    assert {t["function"]["name"] for t in info["tools"]} == {"multiply", "add", "power", "stock", "convert_units",
+                                                             "days_between"}
+    assert info["task_id"]
+    assert "<tool_call>" in info["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("index", range(40))
+def test_oracle_solves_every_family(index):
+    env = ToolUseEnv()
+    task = make_task(index)
+    demo = env.demo(task)
+    assert demo["reward"] == 1.0 and demo["correct"]
+    roles = [m["role"] for m in demo["messages"]]
+    assert roles[:2] == ["system", "user"] and roles[-1] == "assistant"
+    assert roles.count("tool") == len(task["calls"])
+
+
+def test_all_families_have_demos_that_work():
+    env = ToolUseEnv()
+    for fam in FAMILIES:
+        for task in make_tasks(5, "test", families=[fam]):
+            assert task["family"] == fam
+            assert env.demo(task)["reward"] == 1.0, task
+
+
+def test_episode_step_by_step():
+    env = gym.make("AgentRL/ToolUse-v0")
+    task = {"id": "x", "query": "What is 12 times 13?", "answer": "156"}
+    obs, info = env.reset(options={"task": task})
+    assert obs == task["query"] and info["task_id"] == "x"
+    obs, r, term, trunc, info = env.step("Let me use the tool.\n" + call("multiply", a=12, b=13))
+    assert (obs, r, term, trunc) == ("156", 0.0, False, False)
+    assert info["obs_role"] == "tool" and info["parsed"]["kind"] == "tool_call"
+    assert info["messages"][-1] == {"role": "tool", "name": "multiply", "content": "156"}
+    obs, r, term, trunc, info = env.step("Answer: 156")
+    assert (r, term, trunc) == (1.0, True, False)
+    assert info["correct"] and info["format_ok"] and info["answer"] == "156" and info["termination"] == "answered"
+    assert info["metrics"]["tool_calls"] == 1 and info["metrics"]["turns"] == 2
+
+
+def test_wrong_answer_and_invalid_format_rewards():
+    env = ToolUseEnv()
+    task = make_task(1)
+    env.reset(options={"task": task})
+    _, r, term, _, info = env.step("Answer: definitely not it")
+    assert (r, term, info["correct"], info["format_ok"]) == (0.0, True, False, True)
+    env.reset(options={"task": task})
+    obs, r, term, _, info = env.step("I don't know")
+    assert (r, term, info["format_ok"], info["termination"]) == (-0.1, True, False, "invalid")
+    assert obs.startswith("Invalid reply:")
+
+
+def test_bad_tool_calls_are_observations_and_counted():
+    env = ToolUseEnv()
+    env.reset(options={"task": make_task(2)})
+    steps = play(env, [call("multiply", a=1), call("teleport"), call("power", base=2, exponent=50)])
+    assert [s[0] for s in steps] == [
+        "Error: multiply() missing argument 'b'",
+        "Error: unknown tool 'teleport'. Available tools: multiply, add, power, stock, convert_units, days_between",
+        "Error: power() raised ValueError: exponent must be between 0 and 12",
+    ]
+    assert all(not s[2] and not s[3] for s in steps)
+    m = steps[-1][4]["metrics"]
+    assert (m["tool_calls"], m["tool_errors"], m["invalid_calls"]) == (3, 3, 2)
+
+
+def test_tool_call_budget_truncates():
+    env = ToolUseEnv(max_tool_calls=2, max_turns=10)
+    env.reset(options={"task": make_task(0)})
+    steps = play(env, [call("stock", item_id="t1")] * 5)
+    assert len(steps) == 3
+    _, r, term, trunc, info = steps[-1]
+    assert (r, term, trunc, info["termination"]) == (-0.1, False, True, "budget")
+    assert info["metrics"]["tool_calls"] == 2
+
+
+def test_turn_budget_truncates():
+    env = ToolUseEnv(max_turns=2, max_tool_calls=10)
+    env.reset(options={"task": make_task(0)})
+    steps = play(env, [call("stock", item_id="t1")] * 5)
+    assert len(steps) == 2
+    assert steps[-1][3] and steps[-1][4]["termination"] == "budget"
+
+
+def test_step_after_end_does_not_raise():
+    env = ToolUseEnv()
+    env.reset(seed=0)
+    env.step("Answer: 1")
+    obs, r, term, trunc, _ = env.step(call("stock", item_id="t1"))
+    assert term and r == 0.0 and "reset" in obs
+
+
+def test_observation_is_clipped_from_the_head():
+    env = ToolUseEnv(tools=[long_output], dataset=[{"query": "q", "answer": "a"}], max_obs_chars=100)
+    env.reset(seed=0)
+    obs = env.step(call("long_output"))[0]
+    assert len(obs) == 100 and obs.endswith("END") and obs.startswith("...[truncated]")
+
+
+def long_output() -> str:
+    """Prints a lot."""
+    return "x" * 10_000 + "END"
+
+
+def test_seeding_is_reproducible_and_per_env():
+    a, b = ToolUseEnv(), ToolUseEnv()
+    qa = [a.reset(seed=7)[0]] + [a.reset()[0] for _ in range(5)]
+    qb = [b.reset(seed=7)[0]] + [b.reset()[0] for _ in range(5)]
+    assert qa == qb
+    assert len(set(qa)) > 1
+    c = ToolUseEnv()
+    assert c.reset(seed=8)[0] != qa[0] or c.reset()[0] != qa[1]
+
+
+def test_generator_is_pure_and_splits_are_disjoint():
+    assert make_task(123) == make_task(123)
+    train = {t["id"] for t in make_tasks(200, "train")}
+    test = {t["id"] for t in make_tasks(200, "test")}
+    assert not train & test
+    env = ToolUseEnv(split="test")
+    for s in range(20):
+        env.reset(seed=s)
+        assert int(env.task["id"].rsplit("-", 1)[1]) % 2 == 1
+
+
+def test_inventory_example():
+    assert INVENTORY["t99"] == 100
+    env = ToolUseEnv()
+    env.reset(seed=0)
+    assert env.step(call("stock", item_id="t99"))[0] == "100"
+
+
+def test_user_tools_and_dataset(tmp_path):
+    def shout(text: str) -> str:
+        """Upper-case a text.
+
+        Args:
+            text: what to shout.
+        """
+        return text.upper()
+
+    rows = [{"query": "Shout 'hey'.", "answer": "HEY", "calls": [["shout", {"text": "hey"}]]}]
+    env = gym.make("AgentRL/ToolUse-v0", tools=[shout], dataset=rows)
+    obs, info = env.reset(seed=0)
+    assert obs == "Shout 'hey'." and [t["function"]["name"] for t in info["tools"]] == ["shout"]
+    assert env.unwrapped.demo(env.unwrapped.task)["reward"] == 1.0
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps({"query": "x", "answer": "y"}) + "\n")
+    env = ToolUseEnv(tools=[shout], dataset=path)
+    assert len(env.rows) == 2
+
+
+def test_bad_dataset_rows_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"query": "q", "answer": "a"}\n{"query": "no answer"}\n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: missing key\(s\) \['answer'\]"):
+        ToolUseEnv(dataset=path)
+    path.write_text('{"query": "q", "answer": "a"}\nnot json\n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: not valid JSON"):
+        ToolUseEnv(dataset=path)
+    with pytest.raises(DatasetError, match=r"dataset\[1\]: expected a JSON object"):
+        ToolUseEnv(dataset=[{"query": "q", "answer": "a"}, "row"])
+
+
+def test_configuration_errors_say_what_to_do():
+    with pytest.raises(ValueError, match="pass dataset="):
+        ToolUseEnv(tools=[long_output])
+    with pytest.raises(ValueError, match="unknown task families"):
+        ToolUseEnv(families=["juggling"])
+
+
+def test_env_bug_ends_episode_instead_of_raising(caplog):
+    env = ToolUseEnv()
+    env.reset(options={"task": {"id": "x", "query": "q"}})  # no "answer": score() will raise KeyError
+    obs, r, term, trunc, info = env.step("Answer: 3")
+    assert term and info["termination"] == "error" and info["metrics"]["env_errors"] == 1
+    assert "KeyError" in caplog.text
+
+
+def test_render_modes():
+    env = ToolUseEnv(render_mode="ansi")
+    env.reset(seed=0)
+    env.step("Answer: 1")
+    text = env.render()
+    assert "[system]" in text and "[assistant]\nAnswer: 1" in text
+    with pytest.raises(ValueError, match="render_mode"):
+        ToolUseEnv(render_mode="rgb_array")
+
+
+_FUZZ_ENV = ToolUseEnv()
+_pieces = st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", "Answer:", "\\boxed{", "}", "{",
+                           '"name"', '"arguments"', '"multiply"', ":", ",", "[", "]", "\n", " ", "null", "1e999",
+                           '{"name": "power", "arguments": {"base": 9, "exponent": 12}}', '"stock"', '{"a": 1}'])
+_text = st.one_of(st.text(max_size=300), st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=30).map("".join))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(_text, min_size=1, max_size=4), seed=st.integers(0, 2**16))
+def test_fuzz_step_never_raises(actions, seed):
+    env = _FUZZ_ENV
+    env.reset(seed=seed)
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        assert isinstance(obs, str) and isinstance(r, float) and math.isfinite(r)
+        assert r in (-0.1, 0.0, 1.0)
+        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
+        if term or trunc:
+            assert info["termination"] in ("answered", "invalid", "budget")
+            break
