@@ -14,6 +14,7 @@ The contract they all follow is in :mod:`agentrl.envs.core`.
 
 from gymnasium.envs.registration import register, registry
 
+from agentrl.envs import vector as _vector  # noqa: F401  (async vector envs return real text)
 from agentrl.envs.core import AnyText, Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool

@@ -36,7 +36,11 @@ class ParsedAction:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain dict for ``info["parsed"]``; ``arguments`` is always a dict (``{}`` unless a call), so vector
+        envs can batch infos whose kinds differ."""
+        d = asdict(self)
+        d["arguments"] = d["arguments"] or {}
+        return d
 
 
 # ---------------------------------------------------------------------------------------------- think
