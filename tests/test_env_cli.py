@@ -1,0 +1,40 @@
+"""agentrl-env: list the environments and play one from the terminal."""
+
+import subprocess
+import sys
+
+from agentrl.envs import ENVS
+from agentrl.envs.tool_use import ToolUseEnv
+
+
+def run_cli(*args, stdin=""):
+    return subprocess.run([sys.executable, "-m", "agentrl.envs.cli", *args], input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_list_names_every_env():
+    out = run_cli("list")
+    assert out.returncode == 0
+    for env_id in ENVS:
+        assert env_id in out.stdout
+
+
+def test_play_a_whole_episode_from_stdin():
+    env = ToolUseEnv()
+    env.reset(seed=5)
+    task = env.task
+    replies = env.demo_actions(task)
+    stdin = "".join(r + "\n.\n" for r in replies)
+    out = run_cli("play", "AgentRL/ToolUse-v0", "--seed", "5", stdin=stdin)
+    assert out.returncode == 0, out.stderr
+    assert task["query"] in out.stdout and "--- system ---" in out.stdout
+    assert "[parsed as tool_call]" in out.stdout
+    assert "episode over: answered · reward +1.00 · correct True" in out.stdout
+
+
+def test_play_reports_invalid_replies_and_eof():
+    out = run_cli("play", "AgentRL/ToolUse-v0", "--seed", "0", stdin="no idea\n.\n")
+    assert "[parsed as invalid: no tool call and no final answer found]" in out.stdout
+    assert "reward -0.10" in out.stdout
+    out = run_cli("play", "AgentRL/ToolUse-v0", "--seed", "0", stdin="")
+    assert out.returncode == 1 and "episode abandoned" in out.stdout
