@@ -27,6 +27,8 @@ __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Reward
 ENVS: dict[str, tuple[str, str]] = {
     "AgentRL/ToolUse-v0": ("agentrl.envs.tool_use:ToolUseEnv",
                            "answer questions by calling tools (mock arithmetic/inventory/units/dates, or yours)"),
+    "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
+                          "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
 }
 
 for _id, (_entry, _) in ENVS.items():

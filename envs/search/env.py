@@ -1,0 +1,214 @@
+"""``AgentRL/Search-v0``: answer a question, searching as often as you judge useful (Search-R1's task).
+
+The agent may call one tool, ``search(query)``, as a native tool call; the observation lists the evidence::
+
+    [1] Title: Victoria Falls
+    Victoria Falls is a waterfall on the Zambezi River ...
+
+    [2] Title: ...
+
+and the episode ends with a line ``Answer: <short answer>``.
+
+Reward (Search-R1's three levels): 1.0 when the answer matches any reference answer after normalisation
+(lower case, no punctuation or articles, collapsed spaces), 0.0 for a wrong answer, -0.1 for an invalid reply
+or no answer before a budget runs out. Budgets: ``max_searches`` (4), ``max_turns`` assistant replies (6),
+``max_obs_chars`` per observation (each item's text is shortened so all ``topk`` items fit).
+
+Search faults never end the episode: ``Search failed: rate limited (429) ...`` comes back as the observation
+and is counted. Per-episode metrics (``info["metrics"]``): ``search_calls``, ``search_results``,
+``search_errors`` and ``search_error_<kind>`` for every kind in
+:data:`~agentrl.envs.search.backends.ERROR_KINDS`.
+
+``tools_enabled=False`` is the text-only baseline: no tool is offered and the model answers directly.
+
+Usage::
+
+    env = gymnasium.make("AgentRL/Search-v0")                                # offline BM25, bundled questions
+    env = gymnasium.make("AgentRL/Search-v0", backend="wikipedia", split="dev")
+    env = gymnasium.make("AgentRL/Search-v0", backend="local", backend_kwargs={"corpus": "my.jsonl"},
+                         dataset="my_questions.jsonl")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.envs.core import Budgets, Rewards, TextEnv
+from agentrl.envs.parsing import ANSWER_FORMATS, ActionParser, ParsedAction, exact_match
+from agentrl.envs.search.backends import ERROR_KINDS, SearchBackend, SearchResult, make_backend
+from agentrl.envs.search.questions import SPLITS, load_bundled, load_questions
+from agentrl.envs.tools import Tool, ToolSet
+
+#: The tool the agent sees. Its ``fn`` is replaced per env by one bound to that env's backend.
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "what to search for: a few keywords or a question"}},
+    "required": ["query"],
+}
+SEARCH_DESCRIPTION = ("Search the knowledge source and return the top matching passages, numbered, each with its "
+                      "title.")
+
+
+def format_results(result: SearchResult, query: str, max_chars: int) -> str:
+    """The observation text of a search: numbered evidence, ``No results …`` or ``Search failed: …``.
+
+    The items' texts are shortened (from the end, with ``…``) so that the whole observation fits in
+    ``max_chars``; every item keeps its number and title.
+    """
+    if result.error is not None:
+        return f"Search failed: {result.message}. Nothing was found for this query; you may search again or answer."
+    if not result.items:
+        return f'No results for "{query}". Try other words.'
+    heads = [f"[{i}] Title: {it.title}\n" for i, it in enumerate(result.items, 1)]
+    sep = "\n\n"
+    room = max_chars - sum(len(h) for h in heads) - len(sep) * (len(heads) - 1)
+    per_item = max(room // len(heads), 0)
+    parts = []
+    for head, it in zip(heads, result.items, strict=True):
+        text = " ".join(it.text.split())
+        if len(text) > per_item:
+            text = text[: max(per_item - 1, 0)].rstrip() + "…" if per_item > 0 else ""
+        parts.append(head + text)
+    return sep.join(parts)
+
+
+class SearchEnv(TextEnv):
+    """Answer a question with a search tool; see the module docstring."""
+
+    def __init__(
+        self,
+        backend: str | SearchBackend = "local",
+        dataset: str | Path | Iterable[dict[str, Any]] | None = None,
+        *,
+        split: str = "train",
+        backend_kwargs: dict[str, Any] | None = None,
+        topk: int | None = None,
+        max_searches: int = 4,
+        max_turns: int = 6,
+        max_obs_chars: int = 3_000,
+        tools_enabled: bool = True,
+        parser: ActionParser | None = None,
+        tools_in_prompt: bool = True,
+        render_mode: str | None = None,
+    ):
+        """
+        Args:
+            backend: ``"local"`` (default, offline BM25), ``"retriever"``, ``"wikipedia"``, ``"zhihu"``,
+                ``"deepseek"``, or a :class:`SearchBackend` instance.
+            dataset: questions (a JSONL/parquet path or rows; Search-R1 ``{question, golden_answers,
+                data_source}`` or ``{question, answers}``); default: the bundled set.
+            split: the bundled split to sample from when ``dataset`` is None: ``"train"`` or ``"dev"``.
+            backend_kwargs: configuration of a named backend (e.g. ``{"corpus": "docs.jsonl"}``,
+                ``{"url": "http://host:8000/retrieve"}``, ``{"timeout_s": 5}``).
+            topk: results per search (a shortcut for ``backend_kwargs["topk"]``; default 3).
+            max_searches, max_turns, max_obs_chars: the episode budgets.
+            tools_enabled: offer the search tool (False: the text-only baseline, answer directly).
+            parser: the reply format (default: Hermes tool calls, ``Answer: ...``).
+            tools_in_prompt: describe the tool in the system prompt (False when the chat template does it).
+            render_mode: ``"ansi"`` or ``"human"``.
+        """
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        kwargs = dict(backend_kwargs or {})
+        if topk is not None:
+            kwargs["topk"] = topk
+        self.backend = make_backend(backend, **kwargs) if tools_enabled else None
+        self.rows = load_questions(dataset) if dataset is not None else load_bundled(split)
+        self.split = split
+        self.tools_enabled = tools_enabled
+        self._last_search: dict[str, Any] | None = None
+        search_tool = Tool(name="search", description=SEARCH_DESCRIPTION, parameters=SEARCH_SCHEMA,
+                           fn=self.search_text)
+        super().__init__(
+            tools=ToolSet([search_tool] if tools_enabled else []),
+            parser=parser or ActionParser(),
+            budgets=Budgets(max_turns=max_turns, max_tool_calls=max_searches if tools_enabled else 0,
+                            max_obs_chars=max_obs_chars),
+            rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
+            tools_in_prompt=tools_in_prompt,
+            render_mode=render_mode,
+        )
+
+    # ------------------------------------------------------------------ task hooks
+    def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
+        return self.rows[int(rng.integers(len(self.rows)))]
+
+    def task_instructions(self, task: dict[str, Any]) -> str:
+        if not self.tools_enabled:
+            return "Answer the question from your own knowledge. Give a short answer: a name, a number or a few words."
+        return (f"Answer the question. You may call the search tool (at most {self.budgets.max_tool_calls} times, "
+                "one call per reply) to find evidence, reading each result before you decide whether to search "
+                "again. Give a short answer: a name, a number or a few words.")
+
+    def system_prompt(self, task: dict[str, Any]) -> str:
+        if not self.tools_enabled:
+            return f"{self.task_instructions(task)}\n{ANSWER_FORMATS[self.parser.answer_format][1]}"
+        return super().system_prompt(task)
+
+    def user_prompt(self, task: dict[str, Any]) -> str:
+        return f"Question: {task['question']}"
+
+    def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
+        correct = exact_match(answer, list(task["golden_answers"]))
+        return (self.rewards.correct if correct else self.rewards.wrong), correct
+
+    def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
+        """A search with the task's stored ``query`` (when it has one) and the first reference answer."""
+        if not task.get("golden_answers"):
+            return None
+        answer = self.parser.render_answer(str(task["golden_answers"][0]))
+        if not self.tools_enabled:
+            return [answer]
+        if not task.get("query"):
+            return None
+        return [self.parser.render_call("search", {"query": str(task["query"])}), answer]
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        if self.backend is not None:
+            self.backend.prepare()  # loads the index now: a missing corpus raises from reset, not inside step
+        self._last_search = None
+        extra = {"search_calls": 0, "search_results": 0, "search_errors": 0}
+        extra.update({f"search_error_{k}": 0 for k in ERROR_KINDS})
+        self.metrics.extra.update(extra)
+
+    # ------------------------------------------------------------------ the tool
+    def search_text(self, query: str) -> str:
+        """Run one search and return its observation text (the ``search`` tool's function)."""
+        result = self.backend.search(query) if self.backend is not None else SearchResult.failure("bad_request")
+        return format_results(result, query, self.budgets.max_obs_chars)
+
+    def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
+        self._last_search = None
+        if parsed.name != "search" or "search" not in self.tools:
+            return super().run_tool(parsed)
+        args, err = self.tools["search"].validate(parsed.arguments or {})
+        if err is not None:
+            return super().run_tool(parsed)  # counts the invalid call and returns the same error text
+        query = args["query"]
+        result = self.backend.search(query)
+        m = self.metrics.extra
+        m["search_calls"] += 1
+        m["search_results"] += len(result.items)
+        if result.error is not None:
+            m["search_errors"] += 1
+            key = f"search_error_{result.error}"
+            m[key] = m.get(key, 0) + 1
+            self.metrics.tool_errors += 1
+        self._last_search = {"query": query, "results": len(result.items), "error": result.error,
+                             "latency_s": result.latency_s, "urls": [it.url for it in result.items]}
+        return format_results(result, query, self.budgets.max_obs_chars), result.ok
+
+    def _info(self, parsed: ParsedAction, obs_role: str) -> dict[str, Any]:
+        info = super()._info(parsed, obs_role)
+        info["search"], self._last_search = self._last_search, None  # this step's search only
+        if self.task is not None:
+            info["data_source"] = self.task.get("data_source", "")
+        return info
+
+    def close(self) -> None:
+        """Leave shared backends open (other envs use them); nothing else to release."""
+        super().close()
