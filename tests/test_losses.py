@@ -1,0 +1,193 @@
+"""The losses on small tensors against hand computations, and token_logprobs against full logits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentrl.algos.batching import masked_aggregate, token_weights
+from agentrl.algos.dpo import dpo_loss, make_pairs, sequence_logprob
+from agentrl.algos.grpo import GRPOConfig, group_advantages, grpo_loss, k3_kl
+from agentrl.algos.logprobs import token_logprobs
+from agentrl.algos.ppo import PPOConfig, baselined_advantages, clipped_surrogate, ppo_loss
+from agentrl.algos.sft import sft_loss
+
+
+def _lp(ratios, old=-1.0):
+    """Logprobs giving the wanted ratios against old logprobs ``old``."""
+    r = torch.tensor(ratios, dtype=torch.float64)
+    return (torch.log(r) + old).reshape(1, -1).requires_grad_(True), torch.full((1, len(ratios)), old, dtype=torch.float64)
+
+
+def test_clipped_surrogate_both_bounds():
+    # ratio:      1.5   0.5   1.5   0.5   1.1   0.9
+    # advantage:  +1    -1    -1    +1    +1    -1
+    lp, old = _lp([1.5, 0.5, 1.5, 0.5, 1.1, 0.9])
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0, -1.0]], dtype=torch.float64)
+    per_tok, info = clipped_surrogate(lp, old, adv, eps_low=0.2, eps_high=0.28)
+    # by hand: -min(r*A, clip(r, 0.8, 1.28)*A)
+    expected = [-1.28, 0.8, 1.5, -0.5, -1.1, 0.9]
+    assert per_tok.detach().flatten().tolist() == pytest.approx(expected)
+    assert info["clipped_high"].flatten().tolist() == [True, False, False, False, False, False]
+    assert info["clipped_low"].flatten().tolist() == [False, True, False, False, False, False]
+    per_tok.sum().backward()
+    g = lp.grad.flatten()
+    # clipped tokens have zero gradient; the others d(-r*A)/dlogp = -r*A
+    assert g[0] == 0 and g[1] == 0
+    assert g[2:].tolist() == pytest.approx([1.5, -0.5, -1.1, 0.9])
+
+
+def test_ppo_loss_token_mean_and_stats():
+    lp, old = _lp([1.5, 0.5, 1.0, 1.0])
+    adv = torch.tensor([2.0], dtype=torch.float64)  # trajectory-level, broadcast
+    mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.float64)
+    w = torch.tensor(token_weights(mask.tolist()), dtype=torch.float64)
+    loss, stats = ppo_loss(lp, old, adv, w, PPOConfig())
+    # tokens: -min(1.5*2, 1.28*2) = -2.56, -min(0.5*2, 0.8*2) = -1.0, -2.0; the 4th is masked
+    assert loss.item() == pytest.approx((-2.56 - 1.0 - 2.0) / 3)
+    assert stats["clip_frac_high"] == pytest.approx(1 / 3)
+    assert stats["clip_frac_low"] == 0.0  # ratio 0.5 with a positive advantage is not clipped
+    assert stats["ratio_max"] == pytest.approx(1.5)
+    assert stats["ratio_mean"] == pytest.approx(1.0)
+    assert stats["loss_tokens"] == 3
+
+
+def test_k3_kl_hand_values():
+    lp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-2.0, -2.0, -0.1])
+    q = ref - lp
+    assert k3_kl(lp, ref).tolist() == pytest.approx([math.exp(-1) + 1 - 1, 0.0, math.exp(0.4) - 0.4 - 1])
+    assert (k3_kl(lp, ref) >= 0).all() and float(q[1]) == 0
+
+
+def test_grpo_loss_adds_beta_kl():
+    lp, old = _lp([1.0, 1.0])
+    ref = old - 1.0  # q = ref - lp = -1 on both tokens
+    adv = torch.tensor([0.5], dtype=torch.float64)
+    w = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    cfg = GRPOConfig(beta=0.1)
+    loss, stats = grpo_loss(lp, old, adv, w, cfg, ref_logprobs=ref)
+    kl = math.exp(-1) + 1 - 1
+    assert loss.item() == pytest.approx(-0.5 + 0.1 * kl)
+    assert stats["kl"] == pytest.approx(kl)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        grpo_loss(lp, old, adv, w, cfg)
+    loss0, stats0 = grpo_loss(lp, old, adv, w, GRPOConfig(beta=0.0))
+    assert loss0.item() == pytest.approx(-0.5) and "kl" not in stats0
+
+
+def test_group_advantages_by_hand():
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5]
+    groups = [0, 0, 0, 0, 1, 1, 1, 1]
+    std = math.sqrt((4 * 0.25) / 3)
+    adv = group_advantages(rewards, groups, scale_std=True)
+    assert adv[:4] == pytest.approx([0.5 / (std + 1e-6), -0.5 / (std + 1e-6)] * 1 + [-0.5 / (std + 1e-6), 0.5 / (std + 1e-6)])
+    assert adv[4:] == [0.0] * 4  # equal rewards: no signal
+    assert group_advantages(rewards, groups, scale_std=False)[:4] == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    # groups are found by id, not by position
+    assert group_advantages([1.0, 5.0, 0.0, 7.0], [0, 1, 0, 1], scale_std=False) == pytest.approx([0.5, -1, -0.5, 1])
+
+
+def test_ppo_baselines():
+    assert baselined_advantages([1, 0, 0, 1], [0] * 4) == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    # leave-one-out: 1 - mean(0, 0, 1) = 2/3; 0 - mean(1, 0, 1) = -2/3
+    assert baselined_advantages([1, 0, 0, 1], [0] * 4, "leave_one_out") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+
+
+def test_dpo_pairs_and_loss_by_hand():
+    assert make_pairs([0.0, 1.0, 0.5, 1.0], [0] * 4) == [(1, 2), (3, 0)]
+    assert make_pairs([1.0, 1.0, 1.0, 0.0], [0] * 4) == [(1, 3)]  # rank 0 vs rank 2 are equal: dropped
+    assert make_pairs([1.0, 1.0, 1.0, 1.0], [0] * 4) == []
+    assert make_pairs([1, 0, 1, 0], [0, 0, 1, 1]) == [(0, 1), (2, 3)]
+    chosen, rejected = torch.tensor([-3.0], requires_grad=True), torch.tensor([-5.0], requires_grad=True)
+    loss, stats = dpo_loss(chosen, rejected, torch.tensor([-4.0]), torch.tensor([-4.0]), beta=0.1)
+    h = 0.1 * ((-3 + 4) - (-5 + 4))
+    assert loss.item() == pytest.approx(math.log1p(math.exp(-h)))
+    assert stats["dpo/accuracy"] == 1.0 and stats["dpo/margin"] == pytest.approx(2.0)
+    loss.backward()
+    s = 1 / (1 + math.exp(h))  # d(-log sigmoid(h))/dh = -sigmoid(-h)
+    assert float(chosen.grad) == pytest.approx(-0.1 * s) and float(rejected.grad) == pytest.approx(0.1 * s)
+
+
+def test_masked_tokens_get_zero_gradient():
+    torch.manual_seed(0)
+    lp = (-torch.rand(2, 6)).requires_grad_(True)
+    old = lp.detach() + 0.05 * torch.randn(2, 6)
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1], [0, 1, 1, 0, 0, 0]], dtype=torch.float32)
+    w = torch.tensor(token_weights(mask.tolist()))
+    for loss in (
+        grpo_loss(lp, old, torch.tensor([1.0, -1.0]), w, GRPOConfig(beta=0.2), ref_logprobs=old - 0.1)[0],
+        ppo_loss(lp, old, torch.tensor([1.0, -1.0]), w, PPOConfig())[0],
+        sft_loss(lp, w),
+        dpo_loss(sequence_logprob(lp, mask)[:1], sequence_logprob(lp, mask)[1:], torch.zeros(1), torch.zeros(1),
+                 beta=0.1)[0],
+    ):
+        lp.grad = None
+        loss.backward()
+        assert (lp.grad[mask == 0] == 0).all()
+        assert (lp.grad[mask == 1] != 0).all()
+
+
+def test_sft_loss_is_token_mean_nll():
+    lp = torch.log(torch.tensor([[0.5, 0.25, 0.9]]))
+    mask = torch.tensor([[0, 1, 1]])
+    w = torch.tensor(token_weights(mask.tolist()))
+    assert float(sft_loss(lp, w)) == pytest.approx(-(math.log(0.25) + math.log(0.9)) / 2)
+
+
+def test_token_weights_modes():
+    masks = [[0, 1, 1, 1], [0, 0, 1, 0]]
+    tm = token_weights(masks, "token_mean")
+    assert tm == [[0, 0.25, 0.25, 0.25], [0, 0, 0.25, 0]]
+    sm = token_weights(masks, "seq_mean")
+    assert sm[0] == pytest.approx([0, 1 / 6, 1 / 6, 1 / 6]) and sm[1] == pytest.approx([0, 0, 0.5, 0])
+    x = torch.tensor([[9.0, 1.0, 2.0, 3.0], [9.0, 9.0, 4.0, 9.0]])
+    assert float(masked_aggregate(x, torch.tensor(masks), "token_mean")) == pytest.approx(10 / 4)
+    assert float(masked_aggregate(x, torch.tensor(masks), "seq_mean")) == pytest.approx((2 + 4) / 2)
+    with pytest.raises(ValueError, match="aggregation"):
+        token_weights(masks, "sum")
+
+
+def _tiny_llama(vocab=300, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_token_logprobs_matches_full_logits_chunked_with_entropy():
+    model = _tiny_llama()
+    ids = torch.randint(0, 300, (3, 23))
+    am = torch.ones_like(ids)
+    am[1, 17:] = 0
+    with torch.no_grad():
+        full = torch.log_softmax(model(ids, attention_mask=am).logits.float() / 0.7, -1)
+    want = torch.cat([torch.zeros(3, 1), full[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)], 1)
+    want_ent = torch.cat([torch.zeros(3, 1), -(full.exp() * full).sum(-1)[:, :-1]], 1)
+    for chunk in (1, 5, 1024):
+        lp, ent = token_logprobs(model, ids, am, temperature=0.7, chunk_size=chunk, return_entropy=True)
+        assert lp.shape == (3, 23) and (lp[:, 0] == 0).all()
+        torch.testing.assert_close(lp[am.bool()], want[am.bool()], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent[am.bool()], want_ent[am.bool()], atol=1e-5, rtol=0)
+
+
+def test_token_logprobs_differentiable_and_reference_with_adapter_disabled():
+    from peft import LoraConfig, get_peft_model
+
+    base = _tiny_llama()
+    ids = torch.randint(0, 300, (2, 12))
+    with torch.no_grad():
+        base_lp = token_logprobs(base, ids)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    lp = token_logprobs(model, ids, chunk_size=4)
+    assert not torch.allclose(lp, base_lp)  # the (non-zero) adapter changes the policy
+    with torch.no_grad(), model.disable_adapter():
+        ref = token_logprobs(model, ids, chunk_size=4)
+    torch.testing.assert_close(ref, base_lp)
+    lp[:, 1:].sum().backward()
+    grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
