@@ -168,6 +168,20 @@ def test_text_only_kwargs_for_env_with_the_mode():
         gym.registry.pop("TestTextOnly-v0")
 
 
+def test_search_env_text_only_mode_has_no_tools():
+    import gymnasium as gym
+
+    kw = ev.text_only_env_kwargs("AgentRL/Search-v0", {"split": "dev"})
+    assert kw == {"split": "dev", "tools_enabled": False}
+    env = gym.make("AgentRL/Search-v0", **kw)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["tools"] == []
+        assert "search" not in info["messages"][0]["content"].lower()
+    finally:
+        env.close()
+
+
 # ---------------------------------------------------------------------------------------------- evaluate
 
 
