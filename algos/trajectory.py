@@ -34,6 +34,8 @@ class Turn:
     """The env's answer to the reply ('' at the end of the episode)."""
     obs_role: str = "tool"
     tool_latency_s: float = 0.0
+    finish_reason: str = "stop"
+    """``"stop"``: the policy sampled an end-of-turn token; ``"length"``: the reply hit its token budget."""
 
 
 @dataclass

@@ -1,0 +1,355 @@
+"""The episode collector: token-exact, batched, multi-turn rollouts of any text env with any policy backend.
+
+::
+
+    import agentrl.envs
+    from agentrl.algos.collector import collect
+    from agentrl.algos.models import load_model
+    from agentrl.algos.policy import HFPolicy
+    from agentrl.envs.tool_use import make_tasks
+
+    model, tokenizer = load_model()                       # SmolLM2-135M-Instruct, bf16 where supported
+    trajectories = collect("AgentRL/ToolUse-v0", HFPolicy(model, tokenizer), make_tasks(8, "train"), group_size=4)
+
+One round of the loop: every live trajectory asks the policy for its next reply in **one** ``generate`` call
+(the backend batches them; a group's shared prompt is prefilled once; a trajectory's KV cache survives its
+turns), then the env steps of the round run concurrently in a thread pool, then the glue tokens (end of turn,
+observation turn, next assistant header; see :mod:`agentrl.algos.chat`) are appended and the trajectories that
+ended leave the batch. The sampled token ids go into the trajectory as they are; nothing is re-tokenised.
+
+Termination (``Trajectory.termination``): the env's own (``answered``, ``invalid``, ``budget``, ``error``), or the
+collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an end-of-turn token or the trajectory
+reaches ``max_total_tokens`` (the reply is not sent to the env), ``budget`` after ``max_turns`` replies, and
+``error`` when ``env.step`` raises. Collector-ended episodes get the env's no-answer reward
+(``env.unwrapped.rewards.invalid`` when it has one, else 0) with ``correct = format_ok = 0``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentrl.algos.chat import ChatFormat, Conversation, assert_extends
+from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
+from agentrl.algos.trajectory import Trajectory, Turn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorConfig:
+    """Budgets and sampling of a rollout."""
+
+    max_turns: int = 6
+    """Assistant replies per trajectory; after the last the episode ends with ``budget`` (the env may end sooner)."""
+    max_new_tokens: int = 256
+    """Tokens per reply; a reply that reaches it without an end-of-turn token ends the episode ``truncated``."""
+    max_total_tokens: int = 2048
+    """Tokens per trajectory (prompt, replies, observations); reaching it ends the episode ``truncated``."""
+    temperature: float = 1.0
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    seed: int = 0
+    """Seeds sampling and env resets; each trajectory's draws depend only on (seed, task index, sample, turn)."""
+    env_threads: int = 8
+    """Threads that run env resets and steps concurrently (bounds concurrent tool calls)."""
+    reuse_cache: bool = True
+    """Let the backend keep each trajectory's KV cache across turns (False: every turn re-encodes its prompt)."""
+
+    def sampling(self, stop_token_ids) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              stop_token_ids=tuple(stop_token_ids))
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+@dataclass
+class _Episode:
+    index: int
+    group_id: int
+    sample: int
+    task: dict[str, Any]
+    env: Any
+    conv: Conversation | None = None
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_len: int = 0
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    termination: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    tool_latency: float = 0.0
+    env_ended: bool = False
+    """The env ended the episode (its final info holds ``correct`` and ``format_ok``)."""
+
+    @property
+    def done(self) -> bool:
+        return self.termination is not None
+
+
+class Collector:
+    """Runs rollouts for one policy; keeps env instances and the thread pool across calls.
+
+    Args:
+        policy: the backend that samples replies (its ``tokenizer`` renders the chat template).
+        config: budgets and sampling.
+    """
+
+    def __init__(self, policy: Policy, config: CollectorConfig | None = None):
+        import agentrl.envs  # noqa: F401  (registers the env ids)
+
+        self.policy = policy
+        self.config = config or CollectorConfig()
+        if policy.tokenizer is None:
+            raise ValueError(f"{type(policy).__name__} has no tokenizer; the collector renders prompts with it")
+        self.chat = ChatFormat(policy.tokenizer)
+        self._pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
+        self._envs: dict[Any, list[Any]] = {}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for envs in self._envs.values():
+            for e in envs:
+                try:
+                    e.close()
+                except Exception:  # closing is best effort
+                    logger.debug("env close failed", exc_info=True)
+        self._envs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ envs
+    def _make_env(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
+        if not isinstance(env, str):
+            return env()
+        import gymnasium as gym
+
+        kwargs = dict(env_kwargs)
+        if self.chat.supports_tools and "tools_in_prompt" not in kwargs:
+            # The template renders the tool schemas itself: the env must not list them again.
+            try:
+                return gym.make(env, tools_in_prompt=False, **kwargs)
+            except TypeError:
+                logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env)
+        return gym.make(env, **kwargs)
+
+    def _get_envs(self, env, env_kwargs: dict[str, Any], n: int) -> list[Any]:
+        key = (env, repr(sorted(env_kwargs.items()))) if isinstance(env, str) else (id(env), None)
+        pool = self._envs.setdefault(key, [])
+        while len(pool) < n:
+            pool.append(self._make_env(env, env_kwargs))
+        return pool[:n]
+
+    def _template_tools(self, env, info: dict[str, Any]):
+        """Tool schemas for the chat template, or None when the env's own prompt describes them."""
+        if not self.chat.supports_tools:
+            return None
+        if getattr(getattr(env, "unwrapped", env), "tools_in_prompt", False):
+            return None
+        return info.get("tools") or None
+
+    def _no_answer_reward(self, env) -> float:
+        rewards = getattr(getattr(env, "unwrapped", env), "rewards", None)
+        return float(getattr(rewards, "invalid", 0.0))
+
+    # ------------------------------------------------------------------ the loop
+    def collect(self, env: str | Callable[[], Any], tasks: list[dict[str, Any]], group_size: int, *,
+                env_kwargs: dict[str, Any] | None = None, progress: bool = False) -> list[Trajectory]:
+        """Roll out ``group_size`` trajectories per task; see :func:`collect`."""
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        cfg = self.config
+        n = len(tasks) * group_size
+        if n == 0:
+            return []
+        envs = self._get_envs(env, env_kwargs or {}, n)
+        episodes = [_Episode(i, i // group_size, i % group_size, tasks[i // group_size], envs[i]) for i in range(n)]
+
+        def reset(ep: _Episode):
+            return ep.env.reset(seed=_seed(cfg.seed, 1, ep.group_id, ep.sample), options={"task": ep.task})
+
+        for ep, (_obs, info) in zip(episodes, self._pool.map(reset, episodes), strict=True):
+            ep.conv = self.chat.start(info["messages"], self._template_tools(ep.env, info))
+            ep.token_ids = list(ep.conv.prompt_ids)
+            ep.loss_mask = [0] * len(ep.token_ids)
+            ep.logprobs = [0.0] * len(ep.token_ids)
+            ep.prompt_len = len(ep.token_ids)
+            ep.info = info
+
+        sampling = cfg.sampling(self.chat.stop_token_ids)
+        bar = _progress(n, progress)
+        live = list(episodes)
+        keys = {ep.index: ("collect", id(self), time.monotonic_ns(), ep.index) for ep in episodes}
+        try:
+            while live:
+                live = self._round(live, sampling, keys, bar)
+        finally:
+            self.policy.release(keys.values())
+            if bar is not None:
+                bar.close()
+        version = int(getattr(self.policy, "version", 0))
+        return [self._trajectory(ep, version) for ep in episodes]
+
+    def _finish(self, ep: _Episode, termination: str, reward: float | None = None, bar=None) -> None:
+        ep.termination = termination
+        if reward is not None:
+            ep.reward += reward
+        if bar is not None:
+            bar.update(1)
+
+    def _round(self, live: list[_Episode], sampling: SamplingParams, keys, bar) -> list[_Episode]:
+        cfg = self.config
+        asking: list[_Episode] = []
+        requests: list[GenerationRequest] = []
+        for ep in live:
+            budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(ep.token_ids))
+            if budget <= 0:
+                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+                continue
+            asking.append(ep)
+            requests.append(GenerationRequest(list(ep.token_ids), budget,
+                                              seed=_seed(cfg.seed, 2, ep.group_id, ep.sample, len(ep.turns)),
+                                              key=keys[ep.index] if cfg.reuse_cache else None))
+        if not requests:
+            return []
+        results = self.policy.generate(requests, sampling)
+        if len(results) != len(requests):
+            raise RuntimeError(f"{type(self.policy).__name__}.generate returned {len(results)} results for "
+                               f"{len(requests)} requests")
+
+        stepping: list[tuple[_Episode, str, int]] = []
+        stops = set(sampling.stop_token_ids)
+        for ep, req, res in zip(asking, requests, results, strict=True):
+            if not res.token_ids or len(res.token_ids) > req.max_new_tokens or len(res.logprobs) != len(res.token_ids):
+                raise RuntimeError(f"{type(self.policy).__name__} returned {len(res.token_ids)} tokens / "
+                                   f"{len(res.logprobs)} logprobs for a budget of {req.max_new_tokens}")
+            start = len(ep.token_ids)
+            ep.token_ids.extend(res.token_ids)
+            ep.loss_mask.extend([1] * len(res.token_ids))
+            ep.logprobs.extend(float(x) for x in res.logprobs)
+            body = res.token_ids[:-1] if res.token_ids[-1] in stops else res.token_ids
+            text = self.policy.tokenizer.decode(body, skip_special_tokens=False)
+            ep.turns.append(Turn(prompt_len=start, completion_len=len(res.token_ids), completion=text, parsed={},
+                                 finish_reason=res.finish_reason))
+            if res.finish_reason != "stop":
+                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+            else:
+                stepping.append((ep, text, start))
+
+        futures = [self._pool.submit(_safe_step, ep.env, text) for ep, text, _ in stepping]
+        for (ep, _text, _start), fut in zip(stepping, futures, strict=True):
+            obs, reward, terminated, truncated, info, error = fut.result()
+            turn = ep.turns[-1]
+            if error is not None:
+                turn.parsed = {"kind": "error", "error": error}
+                self._finish(ep, "error", 0.0, bar)
+                continue
+            metrics = info.get("metrics") or {}
+            latency = float(metrics.get("tool_latency_s", ep.tool_latency))
+            turn.parsed = dict(info.get("parsed") or {})
+            turn.observation = obs if isinstance(obs, str) else str(obs)
+            turn.obs_role = info.get("obs_role", "tool")
+            turn.tool_latency_s = max(0.0, latency - ep.tool_latency)
+            ep.tool_latency = latency
+            ep.info = info
+            ep.reward += float(reward)
+            if terminated or truncated:
+                ep.env_ended = True
+                self._finish(ep, info.get("termination") or ("budget" if truncated else "answered"), None, bar)
+                continue
+            if len(ep.turns) >= self.config.max_turns:
+                self._finish(ep, "budget", self._no_answer_reward(ep.env), bar)
+                continue
+            glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_message(obs, info))
+            nxt = ep.token_ids + glue
+            assert_extends(ep.token_ids, nxt, self.chat.name)
+            if len(nxt) >= self.config.max_total_tokens:
+                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+                continue
+            ep.token_ids = nxt
+            ep.loss_mask.extend([0] * len(glue))
+            ep.logprobs.extend([0.0] * len(glue))
+        finished = [keys[ep.index] for ep in live if ep.done]
+        if finished:
+            self.policy.release(finished)
+        return [ep for ep in live if not ep.done]
+
+    def _trajectory(self, ep: _Episode, version: int) -> Trajectory:
+        info = ep.info or {}
+        metrics = {k: float(v) for k, v in (info.get("metrics") or {}).items() if isinstance(v, (int, float))}
+        metrics["correct"] = float(bool(info.get("correct", False))) if ep.env_ended else 0.0
+        metrics["format_ok"] = float(bool(info.get("format_ok", False))) if ep.env_ended else 0.0
+        return Trajectory(token_ids=ep.token_ids, loss_mask=ep.loss_mask, logprobs=ep.logprobs,
+                          prompt_len=ep.prompt_len, reward=ep.reward, group_id=ep.group_id, task=ep.task,
+                          turns=ep.turns, termination=ep.termination or "error", metrics=metrics,
+                          policy_version=version)
+
+
+def _observation_message(obs: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """The env's own message for the observation (so the template renders e.g. a tool name), else a plain one."""
+    role = info.get("obs_role", "tool")
+    messages = info.get("messages") or []
+    if messages and messages[-1].get("role") == role and messages[-1].get("content") == obs:
+        return dict(messages[-1])
+    return {"role": role, "content": obs if isinstance(obs, str) else str(obs)}
+
+
+def _safe_step(env, text: str):
+    """``env.step(text)``; an exception becomes an ``error`` record instead of killing the rollout."""
+    try:
+        obs, reward, terminated, truncated, info = env.step(text)
+        return obs, reward, terminated, truncated, info or {}, None
+    except Exception as e:
+        logger.exception("env.step raised; the trajectory ends with termination='error'")
+        return "", 0.0, True, False, {}, f"{type(e).__name__}: {e}"
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="rollout", unit="traj")
+
+
+def collect(env: str | Callable[[], Any], policy: Policy, tasks: list[dict[str, Any]], group_size: int,
+            config: CollectorConfig | None = None, *, env_kwargs: dict[str, Any] | None = None,
+            progress: bool = False) -> list[Trajectory]:
+    """Roll out ``group_size`` trajectories for each task with ``policy``.
+
+    Args:
+        env: an env id (made with ``gymnasium.make(env, **env_kwargs)``) or a zero-argument factory returning a
+            text env (see :mod:`agentrl.envs.core`).
+        policy: the backend (:class:`~agentrl.algos.policy.HFPolicy`, :class:`~agentrl.algos.policy.OpenAIPolicy`
+            or yours).
+        tasks: task dicts, each passed to ``env.reset(options={"task": task})``.
+        group_size: trajectories per task (a GRPO group).
+        config: budgets and sampling (defaults: :class:`CollectorConfig`).
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        progress: show a progress bar.
+
+    Returns:
+        ``len(tasks) * group_size`` trajectories ordered by task then sample; ``group_id`` is the task's index in
+        ``tasks``, ``task`` the task dict, ``metrics`` the env's final ``info["metrics"]`` plus ``correct`` and
+        ``format_ok`` (0/1).
+    """
+    with Collector(policy, config) as c:
+        return c.collect(env, tasks, group_size, env_kwargs=env_kwargs, progress=progress)

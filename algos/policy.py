@@ -1,0 +1,703 @@
+"""Policy backends: one small interface from token prompts to sampled tokens with their log-probabilities.
+
+A backend implements :class:`Policy`::
+
+    class MyPolicy(Policy):
+        tokenizer = ...                                   # the chat template lives here
+        def generate(self, requests, sampling):           # list[GenerationRequest] -> list[GenerationResult]
+            ...
+
+Each :class:`GenerationRequest` carries the *whole* prompt of a turn as token ids (token-in), a per-request
+token budget and seed, and an optional ``key`` naming the trajectory. The result holds the sampled ids
+(token-out, never text), the log-probability of each under ``log_softmax(logits / temperature)`` (the
+distribution before top-p/top-k truncation), and ``finish_reason`` (``"stop"``: a stop token was sampled and
+is included; ``"length"``: the budget ran out). A backend may keep state per ``key`` (the KV cache of the
+trajectory so far) and must drop it on :meth:`Policy.release`; a request whose prompt does not extend what a
+key cached is still answered correctly (the cache is cut back to the common prefix).
+
+Backends here:
+
+* :class:`HFPolicy` — transformers, CPU or GPU: all requests of a call decoded together in one batch, identical
+  prompts prefilled once, each key's KV cache kept across turns so a turn prefills only its new tokens.
+* :class:`OpenAIPolicy` — an OpenAI-compatible ``/v1/completions`` server that takes token-id prompts and returns
+  token ids and log-probabilities (vLLM, SGLang). :func:`serve_policy` serves any :class:`Policy` that way.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SamplingParams:
+    """How to sample; shared by every request of one :meth:`Policy.generate` call."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy (logprobs are then those of temperature 1)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p`` (1 = off)."""
+    top_k: int = 0
+    """Keep the ``top_k`` most likely tokens (0 = off)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Sampling one of these ends the completion (the token is included in the output)."""
+
+
+@dataclass
+class GenerationRequest:
+    """One completion to sample."""
+
+    prompt_ids: list[int]
+    """The whole prompt, as token ids."""
+    max_new_tokens: int
+    """At most this many tokens are sampled (>= 1)."""
+    seed: int | None = None
+    """Seeds this request's sampling (the same request and seed give the same tokens whatever the batch)."""
+    key: Hashable | None = None
+    """Names the trajectory: a backend may keep its KV cache under this key until :meth:`Policy.release`."""
+
+
+@dataclass
+class GenerationResult:
+    """What a backend sampled for one request."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """``log_softmax(logits / temperature)`` at each sampled token (fp32)."""
+    finish_reason: str = "stop"
+    """``"stop"`` (a stop token was sampled; it is the last id) or ``"length"`` (``max_new_tokens`` reached)."""
+
+
+class Policy:
+    """The backend interface. Subclasses set ``tokenizer`` and implement :meth:`generate`."""
+
+    tokenizer: Any = None
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        """Sample one completion per request (in request order)."""
+        raise NotImplementedError
+
+    def release(self, keys: Iterable[Hashable]) -> None:
+        """Forget the state kept for ``keys`` (their trajectories have ended). The default keeps none."""
+
+    def update_weights(self, source_model) -> None:
+        """Sample with ``source_model``'s current weights from now on (called by trainers after each step)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take new weights")
+
+
+# ============================================================================================ sampling
+
+
+def sample_tokens(logits, sampling: SamplingParams, generators: Sequence[Any]):
+    """Pick one token per row of ``logits`` [B, V]; returns ``(tokens [B], logprobs [B])`` (fp32).
+
+    The logprob is ``log_softmax(logits / T)`` at the chosen token (T = 1 when greedy), taken before top-k/top-p
+    truncation. Row ``i`` draws from ``generators[i]``, so a row's draw does not depend on the other rows.
+    """
+    import torch
+
+    logits = logits.float()
+    if sampling.temperature <= 0:
+        tokens = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+    scaled = logits / sampling.temperature
+    logp = torch.log_softmax(scaled, dim=-1)
+    filtered = scaled
+    if sampling.top_k and sampling.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, sampling.top_k, dim=-1).values[:, -1:]
+        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(filtered, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= sampling.top_p  # keeps the first token
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(filtered, dim=-1)
+    tokens = torch.stack([torch.multinomial(probs[i], 1, generator=generators[i])[0]
+                          for i in range(probs.shape[0])])
+    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
+# ============================================================================================ HF backend
+
+
+@dataclass
+class _CacheEntry:
+    tokens: list[int]
+    kv: list[tuple[Any, Any]]  # per layer (keys [1, H, n, D], values [1, H, n, D]); n == len(tokens)
+
+
+@dataclass
+class _Row:
+    request: GenerationRequest
+    kv: list[tuple[Any, Any]] | None
+    cached: int
+    pending: list[int]
+    generator: Any
+    out_ids: list[int] = field(default_factory=list)
+    out_lp: list[float] = field(default_factory=list)
+    done: bool = False
+
+
+class HFPolicy(Policy):
+    """A transformers causal LM as policy, with batched decoding and per-trajectory KV-cache reuse.
+
+    Args:
+        model: a causal LM (a PEFT model too: it is merged into a sampler copy at once, see
+            :meth:`update_weights`).
+        tokenizer: its tokenizer.
+        max_batch_size: decode at most this many requests together (None: all of a call).
+        compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
+            it has finished, then leave together; trades wasted rows against cache copies.
+
+    The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
+    computed), so the next turn prefills only the tokens the collector appended. Caches are stored densely
+    per trajectory and left-padded into a batch for each call; padding is masked, never attended.
+    """
+
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25):
+        import torch
+
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.compact_fraction = compact_fraction
+        self._cache: dict[Hashable, _CacheEntry] = {}
+        self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
+        self.model = model
+        self.model.eval()
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._torch = torch
+        if _is_peft(model):
+            self.update_weights(model)
+
+    # ---------------------------------------------------------------- weights
+    def update_weights(self, source_model) -> None:
+        """Sample with ``source_model``'s current weights from now on, without touching ``source_model``.
+
+        * A PEFT (LoRA) model: its adapters are merged in fp32 into a separate plain copy of the architecture
+          (the *sampler*, created on the first call in this policy's dtype, refreshed in place afterwards), so
+          sampling pays no unmerged-adapter cost and the trainer's base weights are never modified (a
+          merge/unmerge round trip in bf16 is not exact).
+        * A plain model: if it is the model being sampled, nothing to do; otherwise its weights are copied into
+          the sampler.
+        """
+        torch = self._torch
+        if not _is_peft(source_model):
+            if source_model is self.model:
+                return
+            state = source_model.state_dict()
+            if self._sampler is None:
+                self._sampler = _fresh_copy(source_model, self.dtype, self.device)
+            with torch.no_grad():
+                for name, p in self._sampler.state_dict().items():
+                    p.copy_(state[name])
+            self.model = self._sampler
+            self._cache.clear()
+            return
+        merged = merged_state_dict(source_model)
+        if self._sampler is None:
+            self._sampler = _fresh_copy(source_model.get_base_model(), self.dtype, self.device)
+        with torch.no_grad():
+            own = self._sampler.state_dict()
+            missing = set(own) - set(merged)
+            if missing - {k for k in own if k.endswith("lm_head.weight")}:
+                raise RuntimeError(f"merged LoRA weights lack {sorted(missing)[:5]}")
+            for name, p in own.items():
+                if name in merged:
+                    p.copy_(merged[name])
+        self.model = self._sampler
+        self._cache.clear()  # cached keys/values belong to the old weights
+
+    # ---------------------------------------------------------------- cache
+    def release(self, keys: Iterable[Hashable]) -> None:
+        for k in keys:
+            self._cache.pop(k, None)
+
+    def cached_tokens(self, key: Hashable) -> int:
+        """How many tokens of ``key`` are cached (0 if none)."""
+        e = self._cache.get(key)
+        return len(e.tokens) if e else 0
+
+    def _take_cache(self, req: GenerationRequest):
+        """The usable cache of a request: (kv or None, tokens cached) with at least one prompt token pending."""
+        if req.key is None or req.key not in self._cache:
+            return None, 0
+        entry = self._cache.pop(req.key)
+        limit = min(len(entry.tokens), len(req.prompt_ids) - 1)
+        n = 0
+        while n < limit and entry.tokens[n] == req.prompt_ids[n]:
+            n += 1
+        if n < len(entry.tokens):
+            logger.debug("cache of %r cut from %d to %d tokens (prompt diverges)", req.key, len(entry.tokens), n)
+        if n == 0:
+            return None, 0
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], n
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        if not requests:
+            return []
+        for r in requests:
+            if not r.prompt_ids:
+                raise ValueError("a generation request needs a non-empty prompt")
+        size = self.max_batch_size or len(requests)
+        results: list[GenerationResult] = []
+        with self._torch.inference_mode():
+            for lo in range(0, len(requests), size):
+                results.extend(self._generate_batch(list(requests[lo:lo + size]), sampling))
+        return results
+
+    def _forward(self, ids, cache, attention_mask, position_ids):
+        return _model_forward(self.model, ids, cache, attention_mask, position_ids)
+
+    def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams):
+        torch = self._torch
+        dev = self.device
+        rows: list[_Row] = []
+        for req in requests:
+            kv, n = self._take_cache(req)
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+            rows.append(_Row(req, kv, n, list(req.prompt_ids[n:]), gen))
+        stops = set(sampling.stop_token_ids)
+
+        # --- prefill: identical uncached prompts (a group) are computed once, then expanded
+        unique: dict[tuple, int] = {}
+        expand: list[int] = []
+        prefill_rows: list[_Row] = []
+        for i, row in enumerate(rows):
+            sig = ("p", tuple(row.pending)) if row.kv is None else ("r", i)
+            if sig not in unique:
+                unique[sig] = len(prefill_rows)
+                prefill_rows.append(row)
+            expand.append(unique[sig])
+        cache, mask, positions = self._pack(prefill_rows)
+        ids, pos_new, mask = self._pack_pending(prefill_rows, mask, positions)
+        out = self._forward(ids.to(dev), cache, mask.to(dev), pos_new.to(dev))
+        cache = _out_cache(out)
+        logits = out.logits[:, -1, :]
+        if len(prefill_rows) < len(rows):
+            index = torch.tensor(expand, device=dev)
+            cache.batch_select_indices(index)
+            logits = logits.index_select(0, index)
+            mask = mask.index_select(0, index.cpu())
+            positions = positions.index_select(0, index.cpu())
+        positions = torch.tensor([r.cached + len(r.pending) for r in rows])  # next position of each row
+
+        # --- decode
+        active = list(range(len(rows)))  # row index of each batch line
+        while True:
+            tokens, lps = sample_tokens(logits, sampling, [rows[i].generator for i in active])
+            tokens_l, lps_l = tokens.tolist(), lps.tolist()
+            live_lines = []
+            for line, i in enumerate(active):
+                row = rows[i]
+                if row.done:
+                    continue
+                row.out_ids.append(tokens_l[line])
+                row.out_lp.append(lps_l[line])
+                if tokens_l[line] in stops or len(row.out_ids) >= row.request.max_new_tokens:
+                    row.done = True
+                else:
+                    live_lines.append(line)
+            if not live_lines:
+                break
+            done_lines = [line for line, i in enumerate(active) if rows[i].done]
+            if done_lines and len(done_lines) >= max(1, int(self.compact_fraction * len(active))):
+                for line in done_lines:
+                    self._store(rows[active[line]], cache, mask, line)
+                keep = torch.tensor(live_lines)
+                cache.batch_select_indices(keep.to(dev))
+                mask = mask.index_select(0, keep)
+                positions = positions.index_select(0, keep)
+                active = [active[line] for line in live_lines]
+            feed = torch.tensor([[rows[i].out_ids[-1] if not rows[i].done else self._pad_id] for i in active])
+            step_mask = torch.tensor([[0 if rows[i].done else 1] for i in active], dtype=mask.dtype)
+            mask = torch.cat([mask, step_mask], dim=1)
+            out = self._forward(feed.to(dev), cache, mask.to(dev), positions[:, None].to(dev))
+            cache = _out_cache(out)
+            logits = out.logits[:, -1, :]
+            positions = positions + step_mask[:, 0]
+        for line, i in enumerate(active):
+            self._store(rows[i], cache, mask, line)
+
+        return [GenerationResult(r.out_ids, r.out_lp,
+                                 "stop" if r.out_ids and r.out_ids[-1] in stops else "length") for r in rows]
+
+    def _pack(self, rows: list[_Row]):
+        """Left-pad the rows' cached keys/values into one batch cache; returns (cache, mask [B, C], positions)."""
+        torch = self._torch
+        width = max(r.cached for r in rows)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for b, r in enumerate(rows):
+            if r.cached:
+                mask[b, width - r.cached:] = 1
+        positions = torch.tensor([r.cached for r in rows])
+        if width == 0:
+            return _new_cache(), mask, positions
+        ref = next(r.kv for r in rows if r.kv is not None)
+        layers = []
+        for layer, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((len(rows), k0.shape[1], width, k0.shape[3]))
+            v = v0.new_zeros((len(rows), v0.shape[1], width, v0.shape[3]))
+            for b, r in enumerate(rows):
+                if r.cached:
+                    k[b, :, width - r.cached:] = r.kv[layer][0][0]
+                    v[b, :, width - r.cached:] = r.kv[layer][1][0]
+            layers.append((k, v))
+        return _new_cache(layers), mask, positions
+
+    def _pack_pending(self, rows: list[_Row], mask, positions):
+        """Right-align the rows' pending tokens after the cache (padding between is masked)."""
+        torch = self._torch
+        width = max(len(r.pending) for r in rows)
+        ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        new_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            n = len(r.pending)
+            ids[b, width - n:] = torch.tensor(r.pending)
+            pos[b, width - n:] = torch.arange(r.cached, r.cached + n)
+            new_mask[b, width - n:] = 1
+        return ids, pos, torch.cat([mask, new_mask], dim=1)
+
+    def _store(self, row: _Row, cache, mask, line: int) -> None:
+        """Keep a finished row's keys/values densely under its key (all but the last sampled token)."""
+        if row.request.key is None:
+            return
+        keep = mask[line].bool().to(self.device)
+        kv = [(layer.keys[line:line + 1, :, keep].clone(), layer.values[line:line + 1, :, keep].clone())
+              for layer in cache.layers]
+        tokens = list(row.request.prompt_ids) + row.out_ids[:-1]
+        if kv and kv[0][0].shape[2] != len(tokens):
+            raise RuntimeError(f"internal cache error: {kv[0][0].shape[2]} cached positions for {len(tokens)} tokens")
+        self._cache[row.request.key] = _CacheEntry(tokens, kv)
+
+
+def _new_cache(layers=None):
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=layers) if layers else DynamicCache()
+
+
+_CACHE_ARG: dict[type, str] = {}
+
+
+def _model_forward(model, ids, cache, attention_mask, position_ids):
+    """``model(...)`` with the KV cache passed under the name this transformers version uses."""
+    import inspect
+
+    cls = type(model)
+    if cls not in _CACHE_ARG:
+        base = model.get_base_model() if _is_peft(model) else model
+        params = inspect.signature(type(base).forward).parameters
+        _CACHE_ARG[cls] = "cache" if "cache" in params else "past_key_values"
+    return model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                 logits_to_keep=1, **{_CACHE_ARG[cls]: cache})
+
+
+def _out_cache(out):
+    return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+
+
+# ============================================================================================ LoRA merging
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def merged_state_dict(peft_model) -> dict[str, Any]:
+    """The base model's state dict with every active LoRA adapter merged in, computed in fp32.
+
+    Keys are those of the plain (un-wrapped) architecture. ``peft_model`` is not modified.
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    lora = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for name, m in lora.items():
+            layer = m.get_base_layer()
+            w = layer.weight.float()
+            if not getattr(m, "disable_adapters", False) and not getattr(m, "merged", False):
+                for adapter in m.active_adapters:
+                    if adapter not in getattr(m, "lora_A", {}):
+                        continue
+                    if type(layer).__name__ == "Linear" and not getattr(m, "fan_in_fan_out", False) \
+                            and not getattr(m, "use_dora", {}).get(adapter, False):
+                        a = m.lora_A[adapter].weight.float()
+                        b = m.lora_B[adapter].weight.float()
+                        w = w + (b @ a) * m.scaling[adapter]
+                    else:  # other layer kinds: PEFT's own delta (computed in fp32 on CPU)
+                        w = w + m.get_delta_weight(adapter).float()
+            out[f"{name}.weight"] = w
+            if getattr(layer, "bias", None) is not None:
+                out[f"{name}.bias"] = layer.bias
+        prefixes = tuple(f"{n}." for n in lora)
+        for pname, p in base.state_dict().items():
+            if not pname.startswith(prefixes):
+                out[pname] = p
+    return out
+
+
+def _fresh_copy(model, dtype, device):
+    """A new model of ``model``'s architecture (random weights, to be overwritten) in ``dtype`` on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return fresh.to(device).eval()
+
+
+# ============================================================================================ OpenAI backend
+
+
+class OpenAIPolicy(Policy):
+    """A policy served by an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, :func:`serve_policy`).
+
+    Each request is sent as its own HTTP call with the prompt as a list of token ids, concurrently (the server
+    batches them). The server must return the sampled token ids — ``choices[i].token_ids`` (vLLM's
+    ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's ``return_tokens_as_token_ids``)
+    — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
+
+    Args:
+        base_url: e.g. ``"http://127.0.0.1:8000"`` (``/v1`` is added when missing).
+        model: the served model name.
+        tokenizer: the served model's tokenizer (the collector renders the chat template with it).
+        max_concurrency: HTTP requests in flight at once.
+        timeout_s: per-request timeout.
+        api_key: sent as a bearer token when given.
+    """
+
+    def __init__(self, base_url: str, model: str, tokenizer, *, max_concurrency: int = 64, timeout_s: float = 600.0,
+                 api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model_name = model
+        self.tokenizer = tokenizer
+        self.timeout_s = timeout_s
+        self.api_key = api_key
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-policy")
+
+    def _payload(self, req: GenerationRequest, sampling: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": list(req.prompt_ids),
+            "max_tokens": req.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "stop_token_ids": list(sampling.stop_token_ids),
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
+        if req.seed is not None:
+            body["seed"] = int(req.seed) % (2**31)
+        return body
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        r = requests.post(f"{self.base_url}/completions", json=body, headers=headers, timeout=self.timeout_s)
+        if r.status_code != 200:
+            raise RuntimeError(f"{self.base_url}/completions answered HTTP {r.status_code}: {r.text[:500]}")
+        return r.json()
+
+    @staticmethod
+    def parse_choice(choice: dict[str, Any], stop_token_ids: Sequence[int]) -> GenerationResult:
+        """Read token ids and logprobs from one ``choices[i]`` of a completions response."""
+        lp = choice.get("logprobs") or {}
+        ids = choice.get("token_ids")
+        if ids is None:
+            tokens = lp.get("tokens") or []
+            if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+                raise RuntimeError("the server returned no token ids: start vLLM with --return-tokens-as-token-ids "
+                                   "or use a version that honours return_token_ids")
+            ids = [int(t.split(":", 1)[1]) for t in tokens]
+        logprobs = lp.get("token_logprobs")
+        if logprobs is None or len(logprobs) != len(ids):
+            raise RuntimeError(f"the server returned {0 if logprobs is None else len(logprobs)} logprobs for "
+                               f"{len(ids)} tokens; request logprobs")
+        finish = "stop" if ids and ids[-1] in set(stop_token_ids) else "length"
+        if choice.get("finish_reason") == "stop" and finish == "length":
+            finish = "stop"
+        return GenerationResult(list(map(int, ids)), [float(x) for x in logprobs], finish)
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        futures = [self._pool.submit(self._post, self._payload(r, sampling)) for r in requests]
+        return [self.parse_choice(f.result()["choices"][0], sampling.stop_token_ids) for f in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+# ============================================================================================ a tiny server
+
+
+class PolicyServer:
+    """A running :func:`serve_policy` server: ``url``, ``close()``; also a context manager."""
+
+    def __init__(self, httpd, thread, worker):
+        self.httpd = httpd
+        self._thread = thread
+        self._worker = worker
+        host, port = httpd.server_address[:2]
+        self.url = f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._worker.stop()
+        self._thread.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _BatchingWorker:
+    """Collects concurrent HTTP requests for a few milliseconds and answers them with one ``generate`` call."""
+
+    def __init__(self, policy: Policy, window_s: float):
+        self.policy = policy
+        self.window_s = window_s
+        self.queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="policy-server-batcher")
+        self.thread.start()
+
+    def submit(self, req: GenerationRequest, sampling: SamplingParams) -> GenerationResult:
+        done = threading.Event()
+        slot: dict[str, Any] = {}
+        self.queue.put((req, sampling, slot, done))
+        done.wait()
+        if "error" in slot:
+            raise slot["error"]
+        return slot["result"]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            items = [first]
+            deadline = time.monotonic() + self.window_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    items.append(self.queue.get(timeout=left))
+                except queue.Empty:
+                    break
+            by_sampling: dict[str, list] = {}
+            for it in items:
+                by_sampling.setdefault(repr(it[1]), []).append(it)
+            for group in by_sampling.values():
+                try:
+                    results = self.policy.generate([it[0] for it in group], group[0][1])
+                    for it, res in zip(group, results, strict=True):
+                        it[2]["result"] = res
+                except Exception as e:  # answered as HTTP 500
+                    for it in group:
+                        it[2]["error"] = e
+                for it in group:
+                    it[3].set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+
+
+def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "agentrl",
+                 batch_window_s: float = 0.01) -> PolicyServer:
+    """Serve ``policy`` as an OpenAI-compatible ``/v1/completions`` endpoint (token-id prompts) in a thread.
+
+    A small reference server for tests and for sharing one model between processes on a machine; at scale
+    use vLLM or SGLang. Requests arriving within ``batch_window_s`` are decoded together. It answers with
+    ``choices[0].token_ids``, ``logprobs.tokens`` (``"token_id:<id>"``), ``logprobs.token_logprobs`` and
+    ``finish_reason``; ``port=0`` picks a free port (see ``server.url``).
+    """
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    worker = _BatchingWorker(policy, batch_window_s)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *args):  # quiet: logging, not stderr
+            logger.debug("policy server: " + fmt, *args)
+
+        def _send(self, code: int, obj: dict[str, Any]) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self):
+            if self.path.rstrip("/") != "/v1/completions":
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                prompt = body["prompt"]
+                if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+                    raise ValueError("prompt must be a non-empty list of token ids")
+                sampling = SamplingParams(temperature=float(body.get("temperature", 1.0)),
+                                          top_p=float(body.get("top_p", 1.0)), top_k=int(body.get("top_k", 0) or 0),
+                                          stop_token_ids=tuple(body.get("stop_token_ids") or ()))
+                req = GenerationRequest(prompt, int(body.get("max_tokens", 16)), seed=body.get("seed"))
+            except (ValueError, KeyError, TypeError) as e:
+                self._send(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
+                return
+            try:
+                res = worker.submit(req, sampling)
+            except Exception as e:
+                logger.exception("policy server: generation failed")
+                self._send(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
+                return
+            text = policy.tokenizer.decode(res.token_ids) if policy.tokenizer is not None else ""
+            self._send(200, {
+                "id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion", "created": int(time.time()),
+                "model": model_name,
+                "choices": [{"index": 0, "text": text, "token_ids": res.token_ids,
+                             "finish_reason": res.finish_reason,
+                             "logprobs": {"tokens": [f"token_id:{t}" for t in res.token_ids],
+                                          "token_logprobs": res.logprobs}}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
+                          "total_tokens": len(prompt) + len(res.token_ids)},
+            })
+
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="policy-server")
+    thread.start()
+    return PolicyServer(httpd, thread, worker)
