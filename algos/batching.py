@@ -91,6 +91,8 @@ class SeqItem:
     """Per-token loss weights over the whole logical batch (:func:`token_weights`)."""
     advantage: float = 0.0
     """Trajectory-level advantage, broadcast over its action tokens."""
+    seq_weight: float = 0.0
+    """Weight of a sequence-level loss term (a DPO pair's 1/P, on both of its rows)."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -99,7 +101,7 @@ class SeqItem:
 
 def collate(items: Sequence[SeqItem], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Right-pad ``items`` into tensors: ``input_ids``, ``attention_mask``, ``loss_mask``, ``old_logprobs``,
-    ``weights`` (all ``[B, T]``) and ``advantages`` (``[B]``). Padding has mask and weight 0."""
+    ``weights`` (all ``[B, T]``), ``advantages`` and ``seq_weights`` (``[B]``). Padding has mask and weight 0."""
     width = max(len(it) for it in items)
     n = len(items)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -115,6 +117,32 @@ def collate(items: Sequence[SeqItem], pad_id: int, device: str | torch.device = 
         old[r, :k] = torch.tensor(it.old_logprobs, dtype=torch.float32)
         weights[r, :k] = torch.tensor(it.weights, dtype=torch.float32)
     adv = torch.tensor([it.advantage for it in items], dtype=torch.float32)
+    seq_w = torch.tensor([it.seq_weight for it in items], dtype=torch.float32)
     out = {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask,
-           "old_logprobs": old, "weights": weights, "advantages": adv}
+           "old_logprobs": old, "weights": weights, "advantages": adv, "seq_weights": seq_w}
     return {k: v.to(device) for k, v in out.items()}
+
+
+def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[float],
+                          aggregation: str = "token_mean") -> tuple[list[SeqItem], dict[str, float]]:
+    """Training items for GRPO/PPO: one per trajectory, its advantage broadcast over its action tokens.
+
+    Groups (``group_id``) whose advantages are all zero carry no signal and are left out; so are trajectories
+    without action tokens. Token weights (:func:`token_weights`) are computed over the items kept, so the
+    aggregation is a mean over what actually trains. Returns ``(items, stats)`` with ``skipped_groups``.
+    """
+    by_group: dict[int, list[int]] = {}
+    for i, t in enumerate(trajectories):
+        by_group.setdefault(int(t.group_id), []).append(i)
+    keep, skipped = [], 0
+    for members in by_group.values():
+        if all(advantages[i] == 0 for i in members):
+            skipped += 1
+            continue
+        keep.extend(i for i in members if sum(trajectories[i].loss_mask) > 0)
+    keep.sort()
+    weights = token_weights([trajectories[i].loss_mask for i in keep], aggregation) if keep else []
+    items = [SeqItem(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
+                     list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
+             for i, w in zip(keep, weights, strict=True)]
+    return items, {"skipped_groups": skipped, "groups": len(by_group)}

@@ -9,7 +9,7 @@ adapter disabled::
     h     = beta * [ (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l)) ]
     L     = -log sigmoid(h)                 averaged over the P pairs of the batch (weight 1/P each)
 
-Metrics: ``dpo/accuracy`` (fraction of pairs with h > 0) and ``dpo/margin`` (mean h / beta).
+Metrics: ``dpo_accuracy`` (fraction of pairs with h > 0) and ``dpo_margin`` (mean h / beta).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from agentrl.algos.batching import SeqItem
 
 
 @dataclass
@@ -63,6 +65,45 @@ def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Ten
     if pair_weights is None:
         pair_weights = torch.full_like(h, 1.0 / h.numel())
     loss = (-F.logsigmoid(h) * pair_weights).sum()
-    stats = {"dpo/accuracy": float((h > 0).float().mean()), "dpo/margin": float((h / beta).mean()),
+    stats = {"dpo_accuracy": float((h > 0).float().mean()), "dpo_margin": float((h / beta).mean()),
              "pairs": int(h.numel())}
     return loss, stats
+
+
+class DPO:
+    """The online-DPO update as the trainer drives it: pairs from each group, then ``loss`` per micro-batch."""
+
+    name = "dpo"
+    needs_rollouts = True
+    needs_reference = True
+
+    def __init__(self, config: DPOConfig | None = None):
+        self.config = config or DPOConfig()
+        self.epochs = self.config.epochs
+
+    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+        """One unit per pair, ``[chosen, rejected]``, each row carrying the pair weight 1/P."""
+        pairs = [(c, r) for c, r in make_pairs([t.reward for t in trajectories],
+                                               [t.group_id for t in trajectories])
+                 if sum(trajectories[c].loss_mask) and sum(trajectories[r].loss_mask)]
+        units = []
+        for c, r in pairs:
+            unit = []
+            for i in (c, r):
+                t = trajectories[i]
+                unit.append(SeqItem(list(t.token_ids), list(t.loss_mask), list(t.logprobs),
+                                    [float(m) for m in t.loss_mask], seq_weight=1.0 / len(pairs), meta={"index": i}))
+            units.append(unit)
+        groups = len({t.group_id for t in trajectories})
+        return units, {"pairs": len(pairs), "groups": groups,
+                       "skipped_groups": groups - len({trajectories[c].group_id for c, _ in pairs})}
+
+    def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Rows alternate chosen, rejected (as :meth:`prepare` built the units)."""
+        mask = batch["loss_mask"]
+        seq = sequence_logprob(logprobs, mask)
+        ref = sequence_logprob(ref_logprobs, mask)
+        loss, stats = dpo_loss(seq[0::2], seq[1::2], ref[0::2], ref[1::2], self.config.beta,
+                               batch["seq_weights"][0::2])
+        stats["loss_tokens"] = int(mask.sum())
+        return loss, stats

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.algos.batching import SeqItem, policy_gradient_items
 from agentrl.algos.ppo import clipped_surrogate, surrogate_stats
 
 
@@ -90,3 +91,26 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
         stats["kl"] = float(kl.detach()[m].mean()) if m.any() else 0.0
     loss = (per_token * weights).sum()
     return loss, stats
+
+
+class GRPO:
+    """The GRPO update as the trainer drives it: ``prepare`` a rollout batch, then ``loss`` per micro-batch."""
+
+    name = "grpo"
+    needs_rollouts = True
+
+    def __init__(self, config: GRPOConfig | None = None):
+        self.config = config or GRPOConfig()
+        self.epochs = self.config.epochs
+        self.needs_reference = self.config.beta > 0
+
+    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+        """Advantages over whole groups, zero-advantage groups dropped; one unit per trajectory."""
+        adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
+                               self.config.scale_std)
+        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation)
+        return [[it] for it in items], stats
+
+    def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
+        return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,
+                         ref_logprobs)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.algos.batching import SeqItem, policy_gradient_items
+
 
 @dataclass
 class PPOConfig:
@@ -109,3 +111,25 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high)
     loss = (per_token * weights).sum()
     return loss, surrogate_stats(info, weights)
+
+
+class PPO:
+    """The PPO update as the trainer drives it: ``prepare`` a rollout batch, then ``loss`` per micro-batch."""
+
+    name = "ppo"
+    needs_rollouts = True
+    needs_reference = False
+
+    def __init__(self, config: PPOConfig | None = None):
+        self.config = config or PPOConfig()
+        self.epochs = self.config.epochs
+
+    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+        """Group-baselined trajectory advantages, zero-advantage groups dropped; one unit per trajectory."""
+        adv = baselined_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
+                                   self.config.baseline)
+        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation)
+        return [[it] for it in items], stats
+
+    def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
+        return ppo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config)

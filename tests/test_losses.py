@@ -105,7 +105,7 @@ def test_dpo_pairs_and_loss_by_hand():
     loss, stats = dpo_loss(chosen, rejected, torch.tensor([-4.0]), torch.tensor([-4.0]), beta=0.1)
     h = 0.1 * ((-3 + 4) - (-5 + 4))
     assert loss.item() == pytest.approx(math.log1p(math.exp(-h)))
-    assert stats["dpo/accuracy"] == 1.0 and stats["dpo/margin"] == pytest.approx(2.0)
+    assert stats["dpo_accuracy"] == 1.0 and stats["dpo_margin"] == pytest.approx(2.0)
     loss.backward()
     s = 1 / (1 + math.exp(h))  # d(-log sigmoid(h))/dh = -sigmoid(-h)
     assert float(chosen.grad) == pytest.approx(-0.1 * s) and float(rejected.grad) == pytest.approx(0.1 * s)

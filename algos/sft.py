@@ -1,0 +1,129 @@
+"""SFT cold start (ReTool's stage one): cross-entropy on the action tokens of demonstration trajectories.
+
+A 135M model does not produce a valid tool call zero-shot, so RL has nothing to reinforce; a few dozen
+demonstrations teach the format first. Demonstrations come from the environment (``env.demo(task)`` plays a
+known-correct solution and returns its messages) or from a JSONL file of conversations, one per line:
+``{"messages": [...], "tools": [...]}`` or just the message list.
+
+A conversation is rendered to tokens **exactly as the collector renders a rollout** (the same
+:class:`~agentrl.algos.chat.ChatFormat`: the opening prompt, each assistant reply followed by the end-of-turn
+token the policy would sample, then the template's glue up to the next assistant header), so what SFT teaches
+is token for token what the policy later produces. ``loss_mask`` is 1 on the assistant replies and their
+end-of-turn tokens, 0 on everything else::
+
+    loss = -sum_t w_t * log pi(x_t | x_<t)      w_t = 1/N on the N action tokens of the batch (token mean)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.algos.batching import SeqItem, token_weights
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTConfig:
+    """SFT cold-start settings (the optimizer settings are the trainer's)."""
+
+    batch_size: int = 8
+    """Demonstrations per optimizer step."""
+    num_demos: int = 32
+    """Distinct demonstrations; training cycles over them (steps x batch_size / num_demos epochs)."""
+    data: str | None = None
+    """JSONL of conversations to train on instead of env demonstrations (one per line: {"messages", "tools"})."""
+
+
+def sft_loss(logprobs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted negative log-likelihood: ``-sum(weights * logprobs)`` (weights zero off the action tokens)."""
+    return -(logprobs * weights).sum()
+
+
+def render_conversation(fmt, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
+    """``(token_ids, loss_mask)`` of a conversation, rendered as the collector renders a rollout.
+
+    Args:
+        fmt: a :class:`~agentrl.algos.chat.ChatFormat` for the tokenizer.
+        messages: system/user opening messages, then assistant replies, each followed by one observation
+            message (tool or user) except the last.
+        tools: the tool schemas (passed to the template only when it renders tools itself).
+
+    Raises:
+        ValueError: no assistant message, or two assistant/observation messages in a row.
+    """
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None:
+        raise ValueError("a demonstration needs at least one assistant message")
+    conv = fmt.start(messages[:first], tools)
+    ids = list(conv.prompt_ids)
+    mask = [0] * len(ids)
+    stop = fmt.stop_token_ids[0]
+    rest = messages[first:]
+    for k in range(0, len(rest), 2):
+        reply = rest[k]
+        if reply["role"] != "assistant":
+            raise ValueError(f"expected an assistant message at position {first + k}, got {reply['role']!r}")
+        completion = fmt.encode(reply["content"]) + [stop]
+        ids += completion
+        mask += [1] * len(completion)
+        if k + 1 < len(rest):
+            obs = rest[k + 1]
+            if obs["role"] == "assistant":
+                raise ValueError(f"two assistant messages in a row at position {first + k + 1}")
+            glue = conv.glue(completion, obs)
+            ids += glue
+            mask += [0] * len(glue)
+    return ids, mask
+
+
+def load_conversations(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL of conversations: each line ``{"messages": [...], "tools": [...]}`` or a bare message list."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
+            if isinstance(row, list):
+                row = {"messages": row}
+            if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+                raise ValueError(f"{path}:{lineno}: expected a message list or an object with 'messages'")
+            out.append({"messages": row["messages"], "tools": row.get("tools")})
+    if not out:
+        raise ValueError(f"{path}: no conversations")
+    return out
+
+
+class SFT:
+    """The SFT update as the trainer drives it: render conversations, then ``loss`` per micro-batch."""
+
+    name = "sft"
+    needs_rollouts = False
+    needs_reference = False
+
+    def __init__(self, config: SFTConfig | None = None):
+        self.config = config or SFTConfig()
+        self.epochs = 1
+
+    def prepare(self, examples: list[tuple[list[int], list[int]]]) -> tuple[list[list[SeqItem]], dict[str, float]]:
+        """``examples``: ``(token_ids, loss_mask)`` pairs (:func:`render_conversation`); token-mean weights."""
+        examples = [e for e in examples if sum(e[1])]
+        weights = token_weights([m for _, m in examples], "token_mean") if examples else []
+        units = [[SeqItem(list(ids), list(m), [0.0] * len(ids), w)] for (ids, m), w in zip(examples, weights, strict=True)]
+        return units, {"examples": len(units)}
+
+    def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
+        m = batch["weights"] > 0
+        n = int(m.sum())
+        return sft_loss(logprobs, batch["weights"]), {
+            "loss_tokens": n, "nll": float(-logprobs.detach()[m].mean()) if n else 0.0}
