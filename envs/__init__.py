@@ -27,6 +27,10 @@ __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Reward
 ENVS: dict[str, tuple[str, str]] = {
     "AgentRL/ToolUse-v0": ("agentrl.envs.tool_use:ToolUseEnv",
                            "answer questions by calling tools (mock arithmetic/inventory/units/dates, or yours)"),
+    "AgentRL/PythonMath-v0": ("agentrl.envs.python_math:PythonMathEnv",
+                              "solve math problems with a sandboxed Python interpreter (ReTool; +1/-1 reward)"),
+    "AgentRL/Coding-v0": ("agentrl.envs.coding:CodingEnv",
+                          "write a program that passes hidden stdin/stdout tests (reward: fraction passed)"),
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
 }
