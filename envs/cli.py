@@ -66,6 +66,24 @@ def cmd_play(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    import logging
+
+    from agentrl.envs.search.backends import LocalBackend
+    from agentrl.envs.search.server import RetrieverServer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    backend = LocalBackend(args.corpus, cache_dir=args.cache_dir)
+    server = RetrieverServer(backend, host=args.host, port=args.port)
+    print(f"serving {backend.index.num_docs} documents at {server.url} (POST {{queries, topk, return_scores}}); "
+          "Ctrl-C to stop", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments")
     sub = p.add_subparsers(dest="command", required=True)
@@ -75,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int, default=None)
     play.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)
+    serve = sub.add_parser("serve-retriever", help="serve the local BM25 index as a Search-R1 retrieval server")
+    serve.add_argument("--corpus", default=None, help="JSONL of {id, title, text}; default: the Wikipedia summaries")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 to serve other machines)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--cache-dir", default=None, help="where the index is cached (default ~/.cache/agentrl)")
+    serve.set_defaults(func=cmd_serve_retriever)
     return p
 
 

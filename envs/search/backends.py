@@ -246,7 +246,7 @@ class HttpConfig:
     backoff_max_s: float = 30.0
     """Cap on one backoff, and on the ``Retry-After`` we are willing to wait; a longer ask fails the query."""
     requests_per_minute: float | None = None
-    """Limit on request starts per minute (``None``: no limit)."""
+    """Limit on request starts per minute (``None`` or 0: no limit)."""
     user_agent: str = "agentrl-gym/0.1 (https://github.com/agentrl/agentrl-gym) python-requests"
     """Sent with every request (Wikimedia asks for a descriptive one)."""
 
@@ -370,7 +370,7 @@ class HttpBackend(SearchBackend):
                 if "timed out" in str(e).lower() or "timeout" in type(e).__name__.lower():
                     last = SearchError("timeout", f"no answer within {cfg.timeout_s:g} s", retryable=True)
                 else:
-                    last = SearchError("connection", _short(self.redact(str(e))), retryable=True)
+                    last = SearchError("connection", _connection_detail(e), retryable=True)
             except requests.RequestException as e:
                 last = SearchError("connection", _short(self.redact(f"{type(e).__name__}: {e}")), retryable=True)
             if last.kind == "timeout":
@@ -418,6 +418,20 @@ class HttpBackend(SearchBackend):
         c = self.config
         return (f"{type(self).__name__}(topk={self.topk}, concurrency={c.concurrency}, timeout_s={c.timeout_s}, "
                 f"max_retries={c.max_retries})")
+
+
+_CONN_REASONS = ("Connection refused", "Connection reset", "Name or service not known", "nodename nor servname",
+                 "Network is unreachable", "No route to host", "Temporary failure in name resolution",
+                 "Remote end closed connection", "Connection aborted")
+
+
+def _connection_detail(e: Exception) -> str:
+    """A short reason for a connection failure, without the URL (which could carry a key)."""
+    text = str(e)
+    for reason in _CONN_REASONS:
+        if reason.lower() in text.lower():
+            return reason.lower()
+    return type(e).__name__
 
 
 def _short(text: str, n: int = 200) -> str:

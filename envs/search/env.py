@@ -19,7 +19,9 @@ and is counted. Per-episode metrics (``info["metrics"]``): ``search_calls``, ``s
 ``search_errors`` and ``search_error_<kind>`` for every kind in
 :data:`~agentrl.envs.search.backends.ERROR_KINDS`.
 
-``tools_enabled=False`` is the text-only baseline: no tool is offered and the model answers directly.
+``tools_enabled=False`` is the text-only baseline: no tool is offered (none in the prompt or in
+``info["tools"]``), a call is answered with an ``Error: no tools are available`` observation (counted as an
+invalid call, the episode goes on) and the model must answer from its own knowledge.
 
 Usage::
 
@@ -126,8 +128,7 @@ class SearchEnv(TextEnv):
         super().__init__(
             tools=ToolSet([search_tool] if tools_enabled else []),
             parser=parser or ActionParser(),
-            budgets=Budgets(max_turns=max_turns, max_tool_calls=max_searches if tools_enabled else 0,
-                            max_obs_chars=max_obs_chars),
+            budgets=Budgets(max_turns=max_turns, max_tool_calls=max_searches, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
             tools_in_prompt=tools_in_prompt,
             render_mode=render_mode,
@@ -183,7 +184,12 @@ class SearchEnv(TextEnv):
 
     def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
         self._last_search = None
-        if parsed.name != "search" or "search" not in self.tools:
+        if not self.tools_enabled:
+            self.metrics.tool_errors += 1
+            self.metrics.invalid_calls += 1
+            return ("Error: no tools are available in this mode; answer from your own knowledge with a line "
+                    "'Answer: <answer>'."), False
+        if parsed.name != "search":
             return super().run_tool(parsed)
         args, err = self.tools["search"].validate(parsed.arguments or {})
         if err is not None:

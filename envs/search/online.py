@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,13 @@ from agentrl.envs.search.backends import (
 logger = logging.getLogger(__name__)
 
 
-def _config(defaults: HttpConfig, config: HttpConfig | None, overrides: dict[str, Any]) -> HttpConfig:
-    base = config or defaults
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+def _config(defaults: HttpConfig, config: HttpConfig | None, policy: dict[str, Any]) -> HttpConfig:
+    """``config`` (or the backend's ``defaults``) with the ``policy`` keyword overrides applied."""
+    names = {f.name for f in fields(HttpConfig)}
+    unknown = sorted(set(policy) - names)
+    if unknown:
+        raise TypeError(f"unknown request-policy option(s) {unknown}; the options are {sorted(names)}")
+    return replace(config or defaults, **{k: v for k, v in policy.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------- retriever
@@ -49,19 +53,17 @@ class RetrieverBackend(HttpBackend):
     name = "retriever"
 
     def __init__(self, url: str | None = None, *, topk: int = 3, batch_size: int = 64,
-                 config: HttpConfig | None = None, concurrency: int | None = None, timeout_s: float | None = None,
-                 max_retries: int | None = None, backoff_s: float | None = None):
+                 config: HttpConfig | None = None, **policy: Any):
         """
         Args:
             url: the ``/retrieve`` endpoint (default ``$AGENTRL_RETRIEVER_URL`` or
                 ``http://127.0.0.1:8000/retrieve``).
             topk: documents per query.
             batch_size: queries per request in :meth:`search_batch`.
-            config, concurrency, timeout_s, max_retries, backoff_s: the request policy (default: 8 in flight,
-                30 s, 3 retries).
+            config, policy: the request policy: an :class:`HttpConfig`, and/or any of its fields as keywords
+                (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 30 s, 3 retries.
         """
-        cfg = _config(HttpConfig(concurrency=8, timeout_s=30.0), config,
-                      dict(concurrency=concurrency, timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s))
+        cfg = _config(HttpConfig(concurrency=8, timeout_s=30.0), config, policy)
         super().__init__(cfg, topk=topk)
         self.url = url or os.environ.get("AGENTRL_RETRIEVER_URL", "http://127.0.0.1:8000/retrieve")
         self.batch_size = max(1, batch_size)
@@ -125,19 +127,15 @@ class WikipediaBackend(HttpBackend):
     name = "wikipedia"
 
     def __init__(self, base_url: str = "https://en.wikipedia.org/w/api.php", *, topk: int = 3,
-                 config: HttpConfig | None = None, concurrency: int | None = None, timeout_s: float | None = None,
-                 max_retries: int | None = None, backoff_s: float | None = None,
-                 requests_per_minute: float | None = None, user_agent: str | None = None):
+                 config: HttpConfig | None = None, **policy: Any):
         """
         Args:
             base_url: the ``api.php`` endpoint (another language edition, or a mirror).
             topk: pages per query (at most 20).
-            config, concurrency, timeout_s, max_retries, backoff_s, requests_per_minute, user_agent: the
-                request policy (default: 3 in flight, 15 s, ~200 requests/min, a descriptive User-Agent).
+            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+                Default: 3 in flight, 15 s, ~200 requests/min, a descriptive User-Agent.
         """
-        cfg = _config(HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0), config,
-                      dict(concurrency=concurrency, timeout_s=timeout_s, max_retries=max_retries,
-                           backoff_s=backoff_s, requests_per_minute=requests_per_minute, user_agent=user_agent))
+        cfg = _config(HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0), config, policy)
         super().__init__(cfg, topk=min(topk, 20))
         self.base_url = base_url
 
@@ -257,8 +255,7 @@ class ZhihuBackend(HttpBackend):
     def __init__(self, keys: str | Sequence[str] | None = None, *, topk: int = 3,
                  base_url: str = "https://developer.zhihu.com", endpoint: str = "global_search",
                  search_db: str = "all", env_file: str | Path = ".env", config: HttpConfig | None = None,
-                 concurrency: int | None = None, timeout_s: float | None = None, max_retries: int | None = None,
-                 backoff_s: float | None = None):
+                 **policy: Any):
         """
         Args:
             keys: API access secrets (see the class docstring for where else they are read from).
@@ -268,8 +265,8 @@ class ZhihuBackend(HttpBackend):
             search_db: ``global_search``'s ``SearchDB``: ``all``, ``realtime`` or ``static``.
             env_file: a ``.env`` file to read ``ZHIHU_SEARCH_KEYS`` from when neither argument nor environment
                 variable gives keys.
-            config, concurrency, timeout_s, max_retries, backoff_s: the request policy (default: 1 in
-                flight, 15 s).
+            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+                Default: 1 in flight, 15 s.
         """
         if endpoint not in ("global_search", "zhihu_search"):
             raise ValueError(f"endpoint must be 'global_search' or 'zhihu_search', got {endpoint!r}")
@@ -278,9 +275,7 @@ class ZhihuBackend(HttpBackend):
         if not found:
             raise ValueError("the zhihu backend needs API keys: set ZHIHU_SEARCH_KEYS (comma-separated) in the "
                              "environment or a .env file, or pass keys=[...]")
-        cfg = _config(HttpConfig(concurrency=1, timeout_s=15.0), config,
-                      dict(concurrency=concurrency, timeout_s=timeout_s, max_retries=max_retries,
-                           backoff_s=backoff_s))
+        cfg = _config(HttpConfig(concurrency=1, timeout_s=15.0), config, policy)
         super().__init__(cfg, topk=min(topk, 10 if endpoint == "zhihu_search" else 20), secrets=found)
         self.keys = _KeyRing(found)
         self.url = f"{base_url.rstrip('/')}/api/v1/content/{endpoint}"
@@ -309,7 +304,7 @@ class ZhihuBackend(HttpBackend):
                                "refused" if e.kind == "auth" else "spent its quota", self.keys.usable())
                 last = e
         if last is not None and last.kind == "auth" and self.keys.usable() == 0:
-            raise SearchError("auth", f"every key ({len(self.keys.keys)}) was refused or is spent")
+            raise SearchError("auth", f"every key ({len(self.keys.keys)}) was refused or is spent; last: {last.detail}")
         raise SearchError("quota", f"every key ({len(self.keys.keys)}) has spent its daily quota")
 
     @staticmethod
@@ -367,16 +362,17 @@ _DEEPSEEK_ERRORS = {
 
 
 def parse_evidence(text: str, results: list[dict[str, Any]], limit: int = 8) -> list[SearchItem]:
-    """Numbered ``[n] Source: …`` / ``Evidence: …`` items; each url is the search result with that title
-    (else the n-th result's). ``Insufficient evidence`` or no items -> ``[]``."""
+    """Numbered ``[n] Source: …`` / ``Evidence: …`` items; each url is that of the search result whose title
+    matches the source (exactly, else as a prefix), else empty. ``Insufficient evidence`` or no items -> ``[]``."""
     by_title = {str(r.get("title", "")).strip().lower(): str(r.get("url", "")) for r in results}
     items = []
     for m in _EVIDENCE.finditer(text):
-        n, title, fact = int(m.group(1)), m.group(2).strip(), " ".join(m.group(3).split())
+        title, fact = m.group(2).strip(), " ".join(m.group(3).split())
         url = by_title.get(title.lower())
-        if url is None and 1 <= n <= len(results):
-            url = str(results[n - 1].get("url", ""))
-        items.append(SearchItem(title=title, text=fact, url=url or ""))
+        if url is None:  # "Victoria Falls" for a result titled "Victoria Falls - Wikipedia"
+            url = next((u for t, u in by_title.items() if t and (t.startswith(title.lower())
+                                                                  or title.lower().startswith(t))), "")
+        items.append(SearchItem(title=title, text=fact, url=url))
     return items[:limit]
 
 
@@ -391,8 +387,7 @@ class DeepSeekBackend(HttpBackend):
 
     def __init__(self, api_key: str | None = None, *, topk: int = 3,
                  base_url: str = "https://api.deepseek.com/anthropic", model: str = "deepseek-v4-flash",
-                 max_tokens: int = 2048, config: HttpConfig | None = None, concurrency: int | None = None,
-                 timeout_s: float | None = None, max_retries: int | None = None, backoff_s: float | None = None):
+                 max_tokens: int = 2048, config: HttpConfig | None = None, **policy: Any):
         """
         Args:
             api_key: the key (default ``$DEEPSEEK_API_KEY``).
@@ -400,15 +395,13 @@ class DeepSeekBackend(HttpBackend):
             base_url: the Anthropic-compatible API root (``/v1/messages`` is appended).
             model: the model that runs the search.
             max_tokens: the reply limit.
-            config, concurrency, timeout_s, max_retries, backoff_s: the request policy (default: 16 in
-                flight, 60 s).
+            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+                Default: 16 in flight, 60 s.
         """
         key = api_key or os.environ.get("DEEPSEEK_API_KEY")
         if not key:
             raise ValueError("the deepseek backend needs an API key: set DEEPSEEK_API_KEY or pass api_key=...")
-        cfg = _config(HttpConfig(concurrency=16, timeout_s=60.0), config,
-                      dict(concurrency=concurrency, timeout_s=timeout_s, max_retries=max_retries,
-                           backoff_s=backoff_s))
+        cfg = _config(HttpConfig(concurrency=16, timeout_s=60.0), config, policy)
         super().__init__(cfg, topk=topk, secrets=[key])
         self._key = key
         self.url = f"{base_url.rstrip('/')}/v1/messages"
