@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -174,14 +175,12 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0
+    return statistics.fmean(xs) if xs else 0.0
 
 
 def _std(xs: Sequence[float]) -> float:
-    if len(xs) < 2:
-        return 0.0
-    m = _mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+    """Population standard deviation (exactly 0 for equal values, unlike the naive float formula)."""
+    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
 
 
 def tool_call_counts(t: Trajectory) -> tuple[int, int]:

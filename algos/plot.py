@@ -102,16 +102,20 @@ def plot_run(run_dir: str | Path, *, smoothing: float | None = None, dpi: int = 
         dpi: resolution of the PNGs.
 
     Returns:
-        The paths written, in ``<run_dir>/plots/``.
+        The paths written, in ``<run_dir>/plots/``; empty (with a warning) when the directory holds neither
+        ``metrics.jsonl`` nor evaluation summaries.
 
     Raises:
-        FileNotFoundError: the directory has neither ``metrics.jsonl`` nor evaluation summaries.
+        FileNotFoundError: ``run_dir`` is not a directory.
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"no run directory {run_dir}")
     out_dir = run_dir / "plots"
     reports = find_eval_reports(run_dir)
     if not (run_dir / METRICS_FILE).exists() and not reports:
-        raise FileNotFoundError(f"nothing to plot in {run_dir}: no {METRICS_FILE} and no *.summary.json")
+        logger.warning("nothing to plot in %s: no %s and no *.summary.json", run_dir, METRICS_FILE)
+        return []
     written: list[Path] = []
     if (run_dir / METRICS_FILE).exists():
         series = _series(read_metrics(run_dir))

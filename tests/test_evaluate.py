@@ -237,3 +237,38 @@ def test_evaluate_text_only_refused_before_sampling(fake_collect):
 def test_evaluate_needs_tasks(fake_collect):
     with pytest.raises(ValueError):
         ev.evaluate("AgentRL/ToolUse-v0", object(), [], n=1)
+
+
+# ---------------------------------------------------------------------------------------------- real collector
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from agentrl.algos.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+def test_evaluate_tiny_model_on_tool_use(tokenizer, tmp_path):
+    collector = pytest.importorskip("agentrl.algos.collector")
+    from agentrl.algos.models import tiny_model
+    from agentrl.algos.policy import HFPolicy
+    from agentrl.envs.tool_use import make_tasks
+
+    tasks = make_tasks(3, split="test")
+    policy = HFPolicy(tiny_model(tokenizer), tokenizer)
+    config = collector.CollectorConfig(max_turns=2, max_new_tokens=12, max_total_tokens=2048, seed=0)
+    out = tmp_path / "tiny.jsonl"
+    report = ev.evaluate("AgentRL/ToolUse-v0", policy, tasks, n=2, config=config, out=out, progress=False,
+                         source_key="family")
+    saved = load_jsonl(out)
+    assert len(saved) == 6 and sorted({t.group_id for t in saved}) == [0, 1, 2]
+    assert [t.task["id"] for t in saved] == [t["id"] for t in tasks for _ in range(2)]
+    assert report.num_tasks == 3 and report.num_samples == 6 and report.n == 2
+    # the report is exactly the summary of the episodes written
+    again = summarize(saved, 2, source_key="family")
+    again.settings = report.settings
+    assert again == report
+    assert set(report.em_by_source) == {t["family"] for t in tasks}
+    assert report.settings["collector"]["max_new_tokens"] == 12
+    assert load_report(out) == report

@@ -74,9 +74,12 @@ def test_plot_run_includes_eval_summaries(run_dir):
     assert len(set(paths)) == len(paths)
 
 
-def test_plot_run_nothing_to_plot(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing to plot"):
-        plot_run(tmp_path)
+def test_plot_run_nothing_to_plot(tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        assert plot_run(tmp_path) == []
+    assert "nothing to plot" in caplog.text
+    with pytest.raises(FileNotFoundError, match="no run directory"):
+        plot_run(tmp_path / "typo")
 
 
 def test_plot_eval_with_sources(tmp_path):
