@@ -666,6 +666,13 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __copy__(self) -> Sandbox:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Sandbox:
+        # A handle on shared worker processes: copies (gymnasium.make deep-copies its kwargs) share them.
+        return self
+
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.config.isolation!r}, max_concurrency={self.config.max_concurrency})"
 

@@ -211,6 +211,13 @@ class MathVerifier:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __copy__(self) -> MathVerifier:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> MathVerifier:
+        # A handle on shared worker processes: copies (gymnasium.make deep-copies its kwargs) share them.
+        return self
+
 
 _DEFAULT: MathVerifier | None = None
 _DEFAULT_LOCK = threading.Lock()

@@ -1,0 +1,285 @@
+"""AgentRL/PythonMath-v0 (ReTool) and the math-verify worker pool."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentrl.envs
+from agentrl.envs import sandbox as sandbox_mod
+from agentrl.envs.datasets import DatasetError
+from agentrl.envs.python_math import (
+    FAMILIES,
+    PythonMathEnv,
+    load_math_rows,
+    make_task,
+    make_tasks,
+    recovered_from_error,
+    strip_dapo_template,
+)
+from agentrl.envs.sandbox import Sandbox
+from agentrl.envs.verify import MathVerifier, wrap_latex
+
+gym.register_envs(agentrl.envs)
+
+needs_bwrap = pytest.mark.skipif(not sandbox_mod.bwrap_available(), reason="needs bubblewrap")
+
+
+def call(code: str) -> str:
+    return f'<tool_call>\n{json.dumps({"name": "code_interpreter", "arguments": {"code": code}})}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def sb():
+    with Sandbox(max_concurrency=2, timeout_s=5) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with MathVerifier(num_workers=1, timeout_s=5) as v:
+        yield v
+
+
+@pytest.fixture()
+def env(sb, verifier):
+    return PythonMathEnv(sandbox=sb, verifier=verifier, code_timeout_s=2, max_obs_chars=400)
+
+
+# ---------------------------------------------------------------------------------------------- verifier
+
+
+def test_wrap_latex():
+    assert wrap_latex("1+x") == "$1+x$" and wrap_latex("$5$") == "$5$" and wrap_latex("\\boxed{3}") == "\\boxed{3}"
+
+
+def test_verifier_equivalences_and_no_bare_string_false_positive(verifier):
+    assert verifier.equal("0.5", "\\frac{1}{2}")
+    assert verifier.equal("1+x", "x+1")
+    assert verifier.equal("\\sqrt{9}", "3")
+    assert verifier.equal("042", "42")
+    assert not verifier.equal("1+x", "1")  # bare strings would say True here
+    assert not verifier.equal("6", "5")
+    assert not verifier.equal("", "5")
+
+
+def test_verifier_kills_a_hanging_worker_and_carries_on():
+    # math-verify's own timeout set far above the hard limit, so only the hard kill can end the comparison.
+    with MathVerifier(num_workers=1, timeout_s=1.0, internal_timeout_s=60) as v:
+        assert v.equal("\\frac{1}{2}", "0.5")  # positive control: the worker works
+        pid_before = v._procs[0].proc.pid
+        assert v.equal("9^{9^{9^{9}}}", "1") is False
+        assert v.timeouts == 1
+        assert v.equal("\\frac{3}{4}", "0.75")  # a fresh worker answers
+        assert v._procs[0].proc.pid != pid_before
+
+
+def test_verifier_is_usable_from_threads(verifier):
+    pairs = [("\\frac{1}{2}", "0.5", True), ("2", "3", False), ("x^2", "x*x", True), ("\\pi", "3.14", False)] * 3
+    results = [None] * len(pairs)
+
+    def work(i):
+        results[i] = verifier.equal(pairs[i][0], pairs[i][1])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [p[2] for p in pairs]
+
+
+# ---------------------------------------------------------------------------------------------- generator & data
+
+
+def test_generator_is_pure_and_splits_disjoint():
+    assert make_task(7) == make_task(7)
+    train, test = make_tasks(40, "train"), make_tasks(40, "test")
+    assert not {t["id"] for t in train} & {t["id"] for t in test}
+    assert {t["family"] for t in train + test} == set(FAMILIES)
+    with pytest.raises(ValueError, match="unknown problem families"):
+        make_task(0, ["nope"])
+
+
+@needs_bwrap
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_demo_reaches_max_reward(env, family):
+    for index in range(2):
+        task = make_task(index, [family])
+        demo = env.demo(task)
+        assert demo["reward"] == 1.0 and demo["correct"], (task, demo["messages"][-2:])
+        tool_msg = demo["messages"][-2]
+        assert tool_msg["role"] == "tool" and tool_msg["content"].strip() == task["answer"]
+
+
+def test_dapo_and_qa_loaders(tmp_path):
+    content = ("Solve the following math problem step by step. The last line of your response should be of the form "
+               "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+               "What is $1+1$?\n\nRemember to put your answer on its own line after \"Answer:\".")
+    assert strip_dapo_template(content) == "What is $1+1$?"
+    dapo = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": content}],
+            "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": "abc"}}
+    qa = {"question": "What is 2+3?", "answer": 5}
+    path = tmp_path / "mix.jsonl"
+    path.write_text(json.dumps(dapo) + "\n\n" + json.dumps(qa) + "\n")
+    rows = load_math_rows(path)
+    assert rows[0] == {"id": "abc", "question": "What is $1+1$?", "answer": "2", "data_source": "math_dapo"}
+    assert rows[1]["question"] == "What is 2+3?" and rows[1]["answer"] == "5"
+    env = PythonMathEnv(dataset=path)
+    obs, info = env.reset(seed=0)
+    assert obs in ("What is $1+1$?", "What is 2+3?")
+
+
+def test_loaders_name_file_and_line_of_bad_rows(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "ok?", "answer": "1"}) + "\n\n" + json.dumps({"question": "no answer"}) + "\n")
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:3"):
+        load_math_rows(bad)
+    dapo_bad = tmp_path / "dapo.jsonl"
+    dapo_bad.write_text(json.dumps({"prompt": [{"role": "user", "content": "x"}], "reward_model": {}}) + "\n")
+    with pytest.raises(DatasetError, match=r"dapo\.jsonl:1: .*ground_truth"):
+        load_math_rows(dapo_bad)
+    with pytest.raises(DatasetError, match=r"dataset\[0\]"):
+        load_math_rows([{"question": ""}])
+
+
+# ---------------------------------------------------------------------------------------------- protocol
+
+
+def test_check_env_without_warnings(sb, verifier):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gym.make("AgentRL/PythonMath-v0", sandbox=sb, verifier=verifier)
+        check_env(env.unwrapped)
+        env.reset(seed=0)
+        env.step("The answer is \\boxed{3}")
+        env.close()
+
+
+def test_reset_info_and_tool_schema(env):
+    obs, info = env.reset(seed=3)
+    assert obs == info["messages"][1]["content"] and info["messages"][0]["role"] == "system"
+    assert [t["function"]["name"] for t in info["tools"]] == ["code_interpreter"]
+    assert "\\boxed{}" in info["messages"][0]["content"]
+    assert info["task_id"].rsplit("-", 1)[0] in FAMILIES
+
+
+@needs_bwrap
+def test_observation_rules(env):
+    env.reset(options={"task": make_task(0)})
+    obs, r, term, trunc, info = env.step(call("print(6 * 7)"))
+    assert (obs, r, term, trunc, info["obs_role"]) == ("42\n", 0.0, False, False, "tool")
+    obs, *_ = env.step(call("x = 1\nprint('partial')\nraise ValueError('bad value')"))
+    assert obs.rstrip().endswith("ValueError: bad value") and "partial" not in obs  # stderr on error
+    obs, *_ = env.step(call("while True:\n    pass"))
+    assert obs == "Error: the code did not finish within 2 seconds and was stopped."
+    obs, *_ = env.step(call("import sys\nfor i in range(2000):\n    print('frame', i, file=sys.stderr)\n"
+                            "raise KeyError('the end')"))
+    assert len(obs) <= 400 and obs.startswith("...[truncated]") and obs.rstrip().endswith("KeyError: 'the end'")
+    m = info["metrics"] | env.metrics.as_dict()
+    assert (m["code_calls"], m["exec_ok"], m["exec_error"], m["exec_timeout"]) == (4, 1, 2, 1)
+    assert m["exec_latency_s"] > 0 and m["tool_errors"] == 3
+
+
+@needs_bwrap
+def test_rewards_and_self_correction(env):
+    task = {"id": "t", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
+    env.reset(options={"task": task})
+    env.step(call("print(1/2 + 1/4"))  # a syntax error first
+    env.step(call("print(1/2 + 1/4)"))
+    _, r, term, _, info = env.step("So the sum is \\boxed{0.75}")
+    assert (r, term, info["correct"], info["metrics"]["self_correction"]) == (1.0, True, True, 1.0)
+
+    env.reset(options={"task": task})
+    env.step(call("print(1/0)"))
+    env.step(call("print(0.7)"))
+    _, r, _, _, info = env.step("\\boxed{0.7}")
+    assert (r, info["correct"], info["metrics"]["self_correction"]) == (-1.0, False, 0.0)
+
+    env.reset(options={"task": task})
+    _, r, _, _, info = env.step("\\boxed{3/4}")
+    assert (r, info["correct"], info["metrics"]["self_correction"]) == (1.0, True, 0.0)
+
+    env.reset(options={"task": task})
+    _, r, _, _, info = env.step("I think it is three quarters.")  # no boxed answer
+    assert (r, info["termination"]) == (-1.0, "invalid")
+
+    env.reset(options={"task": task})
+    _, r, _, _, info = env.step("\\boxed{3/4}" + " and some more words" * 20)  # boxed not in the last 300 chars
+    assert (r, info["termination"]) == (-1.0, "invalid")
+
+
+@needs_bwrap
+def test_budgets(sb, verifier):
+    env = PythonMathEnv(sandbox=sb, verifier=verifier, max_code_calls=2, max_turns=8)
+    env.reset(seed=0)
+    env.step(call("print(1)"))
+    env.step(call("print(2)"))
+    _, r, term, trunc, info = env.step(call("print(3)"))
+    assert (r, term, trunc, info["termination"]) == (-1.0, False, True, "budget")
+    assert info["metrics"]["code_calls"] == 2
+    env = PythonMathEnv(sandbox=sb, verifier=verifier, max_turns=2)
+    env.reset(seed=0)
+    env.step(call("print(1)"))
+    _, r, term, trunc, info = env.step(call("print(2)"))
+    assert (r, trunc, info["termination"]) == (-1.0, True, "budget")
+
+
+@needs_bwrap
+def test_bad_tool_arguments_and_fenced_format(sb, verifier):
+    env = PythonMathEnv(sandbox=sb, verifier=verifier)
+    env.reset(seed=0)
+    obs, r, term, _, info = env.step('<tool_call>\n{"name": "code_interpreter", "arguments": {"src": "1"}}\n</tool_call>')
+    assert obs.startswith("Error:") and not term and info["metrics"]["invalid_calls"] == 1
+    assert info["metrics"]["code_calls"] == 0
+    env = PythonMathEnv(sandbox=sb, verifier=verifier, call_format="fenced")
+    env.reset(options={"task": make_task(1)})
+    obs, *_ = env.step("Let me compute.\n```python\nprint(2 ** 10)\n```")
+    assert obs == "1024\n"
+    with pytest.raises(ValueError, match="call_format"):
+        PythonMathEnv(call_format="xml")
+
+
+def test_recovered_from_error():
+    assert recovered_from_error(["error", "ok"]) and recovered_from_error(["ok", "timeout", "error", "ok"])
+    assert not recovered_from_error(["ok", "error"]) and not recovered_from_error(["ok"]) and not recovered_from_error([])
+
+
+# ---------------------------------------------------------------------------------------------- fuzz
+
+_fuzz_env: PythonMathEnv | None = None
+_pieces = st.sampled_from([
+    "<tool_call>", "</tool_call>", "<think>", "</think>", "\\boxed{", "}", "{", "\n", " ", '"name"',
+    '"arguments"', '"code_interpreter"', ":", ",", "42", "\\frac{1}{2}", "x^2",
+    call("print(1)"), call("1/0"), call(""), '{"name": "code_interpreter", "arguments": {"code": 5}}',
+    "```python\nprint(3)\n```",
+])
+_text = st.one_of(st.text(max_size=200), st.lists(st.one_of(_pieces, st.text(max_size=6)), max_size=20).map("".join))
+
+
+@needs_bwrap
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(actions=st.lists(_text, min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_fuzz_step_never_raises(sb, verifier, actions, seed):
+    global _fuzz_env
+    if _fuzz_env is None:
+        _fuzz_env = PythonMathEnv(sandbox=sb, verifier=verifier, code_timeout_s=2)
+    env = _fuzz_env
+    env.reset(seed=seed)
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        assert isinstance(obs, str) and isinstance(r, float) and math.isfinite(r)
+        assert r in (-1.0, 0.0, 1.0)
+        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
+        if term or trunc:
+            assert info["termination"] in ("answered", "invalid", "budget")
+            break
