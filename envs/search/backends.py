@@ -587,7 +587,15 @@ class BM25Index:
         q = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),
                           shape=(len(queries), self._matrix.shape[0]))
         scores = (q @ self._matrix).toarray()
-        return [_topk(scores[i], k) for i in range(len(queries))]
+        k = min(k, self.num_docs)
+        if k >= self.num_docs:
+            return [_topk(row, k) for row in scores]
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]  # all rows at once
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        top, top_scores = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
+        return [[(int(i), float(v)) for i, v in zip(ti, tv, strict=True) if v > 0]
+                for ti, tv in zip(top.tolist(), top_scores.tolist(), strict=True)]
 
 
 def _topk(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
