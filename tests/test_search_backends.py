@@ -678,3 +678,17 @@ def test_request_policy_options():
     assert WikipediaBackend().config.concurrency == 3 and WikipediaBackend().config.requests_per_minute == 200
     with pytest.raises(TypeError, match="unknown request-policy option"):
         WikipediaBackend(timeout=3)
+
+
+def test_a_parser_bug_is_a_bad_response_and_the_key_stays_hidden(caplog):
+    class Buggy(B.HttpBackend):
+        name = "buggy"
+
+        def _search(self, query):
+            raise RuntimeError("boom with sk-hidden-777777")
+
+    b = Buggy(secrets=["sk-hidden-777777"])
+    caplog.set_level(logging.DEBUG)
+    r = b.search("q")
+    assert r.error == "bad_response" and "RuntimeError: boom with ***" in r.message
+    assert "sk-hidden-777777" not in caplog.text and "test_search_backends.py" in caplog.text

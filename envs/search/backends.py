@@ -33,6 +33,7 @@ import os
 import re
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -206,8 +207,11 @@ class SearchBackend:
             except SearchError as e:
                 result = SearchResult.failure(e.kind, self.redact(e.detail))
             except Exception as e:  # a bug in a parser must not escape into the env
-                logger.exception("%s backend: unexpected error", self.name)
-                result = SearchResult.failure("bad_response", self.redact(f"{type(e).__name__}: {e}"))
+                where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+                detail = self.redact(f"{type(e).__name__}: {e}")  # no raw traceback: it could hold a key
+                logger.error("%s backend: unexpected %s at %s:%s", self.name, detail,
+                             where.filename if where else "?", where.lineno if where else "?")
+                result = SearchResult.failure("bad_response", detail)
         result.latency_s = time.perf_counter() - t0
         self.stats.record(result)
         if result.error:
