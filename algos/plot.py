@@ -30,10 +30,14 @@ logger = logging.getLogger(__name__)
 
 #: Groups drawn first, in this order; any other group follows alphabetically.
 GROUP_ORDER = ("reward", "rollout", "train", "time", "perf", "eval", "env")
+#: Panels drawn first within a group (by the name after ``/``, suffix stripped); the rest keep log order.
+PANEL_ORDER = ("mean", "correct", "format", "loss", "kl", "entropy", "clip_frac", "ratio", "grad_norm",
+               "logprob_gap", "valid_tool_call_rate", "tool_calls", "turns")
 #: Panels per figure; a larger group is split over several files (``env.png``, ``env_2.png``, …).
 MAX_PANELS = 12
 _SHARED_SUFFIX = re.compile(r"_(low|high|mean|max|min)$")
-_NON_METRIC_KEYS = {"step", "wall_time"}
+#: Bookkeeping values that are logged but not worth a panel.
+_NON_METRIC_KEYS = {"step", "wall_time", "rollout/num_trajectories", "rollout/num_groups", "train/data_position"}
 
 
 def _pyplot():
@@ -49,12 +53,12 @@ def smooth(values: Sequence[float], weight: float | None = None) -> list[float]:
     """Debiased exponential moving average (TensorBoard's smoothing).
 
     ``s_t = w·s_{t-1} + (1-w)·x_t`` divided by ``1 - w^t`` so early points are not pulled towards 0. With
-    ``weight=None`` it is chosen from the number of points: none below 5 points, then ``1 - 4/len`` capped to
-    [0.5, 0.9] (about the last ``4/(1-w)`` points carry the curve).
+    ``weight=None`` it is chosen from the number of points: none below 5 points, then ``1 - 4/len`` clamped to
+    [0.5, 0.8] (a cap that keeps the smoothed curve's lag behind a trend to about ``w/(1-w)`` = 4 steps).
     """
     n = len(values)
     if weight is None:
-        weight = 0.0 if n < 5 else min(0.9, max(0.5, 1.0 - 4.0 / n))
+        weight = 0.0 if n < 5 else min(0.8, max(0.5, 1.0 - 4.0 / n))
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
     out, acc = [], 0.0
@@ -86,6 +90,11 @@ def _group_panels(names: Sequence[str]) -> dict[str, dict[str, list[str]]]:
         group = name.split("/", 1)[0] if "/" in name else "other"
         groups[group][_SHARED_SUFFIX.sub("", name)].append(name)
     return groups
+
+
+def _panel_rank(panel: tuple[str, list[str]]) -> int:
+    short = panel[0].split("/", 1)[-1]
+    return PANEL_ORDER.index(short) if short in PANEL_ORDER else len(PANEL_ORDER)
 
 
 def _ordered(groups) -> list[str]:
@@ -122,7 +131,7 @@ def plot_run(run_dir: str | Path, *, smoothing: float | None = None, dpi: int = 
         groups = _group_panels(list(series))
         plt = _pyplot()
         for group in _ordered(groups):
-            panels = list(groups[group].items())
+            panels = sorted(groups[group].items(), key=_panel_rank)
             for part in range(0, len(panels), MAX_PANELS):
                 chunk = panels[part:part + MAX_PANELS]
                 suffix = "" if part == 0 else f"_{part // MAX_PANELS + 1}"
@@ -139,6 +148,8 @@ def _safe(name: str) -> str:
 
 
 def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing, dpi) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.4 * nrows), squeeze=False)
@@ -155,6 +166,7 @@ def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing
             ax.plot(steps, smooth(vals, smoothing), color=color, linewidth=2.0, label=label)
         ax.set_title(title, fontsize=11)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
         if len(names) > 1:
@@ -162,7 +174,7 @@ def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(f"{run_name} — {group}   (faint: raw, bold: smoothed)", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.4 * nrows)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
