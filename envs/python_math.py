@@ -253,7 +253,7 @@ def _fam_digit_sum(r):
 
 
 def _fam_binomial_condition(r):
-    n, k = int(r.integers(8, 16)), int(r.integers(3, 6))
+    n, k = int(r.integers(10, 20)), int(r.integers(3, 6))
     q = (f"How many {k}-element subsets of $\\{{1, 2, \\ldots, {n}\\}}$ contain no two consecutive "
          f"integers?")
     ans = math.comb(n - k + 1, k)
