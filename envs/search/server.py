@@ -133,7 +133,8 @@ class RetrieverServer:
         return f"http://{host}:{port}/retrieve"
 
     def start(self) -> RetrieverServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="retriever-server", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="retriever-server", daemon=True)
         self._thread.start()
         return self
 
