@@ -248,3 +248,14 @@ def test_fuzz_step_never_raises(actions, seed):
         if term or trunc:
             assert info["termination"] in ("answered", "invalid", "budget")
             break
+
+
+def test_make_with_a_backend_instance_shares_it():
+    backend = Scripted([[SearchItem("Victoria Falls", "On the Zambezi.")]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = gym.make("AgentRL/Search-v0", backend=backend, dataset=[QUESTION])
+        assert env.unwrapped.backend is backend
+        env.reset(seed=0)
+        obs, *_ = env.step(call("falls"))
+    assert obs == "[1] Title: Victoria Falls\nOn the Zambezi." and backend.queries == ["falls"]

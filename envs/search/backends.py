@@ -228,6 +228,14 @@ class SearchBackend:
     def close(self) -> None:
         """Release connections and files."""
 
+    def __deepcopy__(self, memo: dict) -> SearchBackend:
+        """A backend is a shared resource (index, connections, limits): copies are the same object.
+
+        ``gymnasium.make`` deep-copies the env spec's kwargs; without this, ``backend=<instance>`` would fail
+        to copy (locks) and be duplicated, splitting its concurrency limit and stats.
+        """
+        return self
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(topk={self.topk})"
 
