@@ -180,6 +180,10 @@ class HFPolicy(Policy):
         self.device = next(model.parameters()).device
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._torch = torch
+        self.version = 0
+        """How many times :meth:`update_weights` changed the weights (recorded in trajectories)."""
+        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0}
+        """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled."""
         if _is_peft(model):
             self.update_weights(model)
 
@@ -206,6 +210,7 @@ class HFPolicy(Policy):
                     p.copy_(state[name])
             self.model = self._sampler
             self._cache.clear()
+            self.version += 1
             return
         merged = merged_state_dict(source_model)
         if self._sampler is None:
@@ -220,6 +225,7 @@ class HFPolicy(Policy):
                     p.copy_(merged[name])
         self.model = self._sampler
         self._cache.clear()  # cached keys/values belong to the old weights
+        self.version += 1
 
     # ---------------------------------------------------------------- cache
     def release(self, keys: Iterable[Hashable]) -> None:
@@ -287,6 +293,7 @@ class HFPolicy(Policy):
         cache, mask, positions = self._pack(prefill_rows)
         ids, pos_new, mask = self._pack_pending(prefill_rows, mask, positions)
         out = self._forward(ids.to(dev), cache, mask.to(dev), pos_new.to(dev))
+        self.stats["prefill_tokens"] += sum(len(r.pending) for r in prefill_rows)
         cache = _out_cache(out)
         logits = out.logits[:, -1, :]
         if len(prefill_rows) < len(rows):
@@ -328,12 +335,14 @@ class HFPolicy(Policy):
             step_mask = torch.tensor([[0 if rows[i].done else 1] for i in active], dtype=mask.dtype)
             mask = torch.cat([mask, step_mask], dim=1)
             out = self._forward(feed.to(dev), cache, mask.to(dev), positions[:, None].to(dev))
+            self.stats["decode_steps"] += 1
             cache = _out_cache(out)
             logits = out.logits[:, -1, :]
             positions = positions + step_mask[:, 0]
         for line, i in enumerate(active):
             self._store(rows[i], cache, mask, line)
 
+        self.stats["generated_tokens"] += sum(len(r.out_ids) for r in rows)
         return [GenerationResult(r.out_ids, r.out_lp,
                                  "stop" if r.out_ids and r.out_ids[-1] in stops else "length") for r in rows]
 

@@ -1,0 +1,463 @@
+"""The collector: token-exact multi-turn trajectories, batching, cache reuse, budgets, failures, LoRA sampling.
+
+Multi-turn episodes come from two drivers: a scripted policy that replies with the env's demonstration actions
+(real ToolUse-v0 episodes with correct answers), and tiny random models on an env that always asks for another
+turn. The random model's output row of the end-of-turn token is scaled up so replies end after a few tokens.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from test_chat import TEMPLATES, make_template_tokenizer, smol_tokenizer, template_tokenizers  # noqa: F401
+
+import agentrl.envs  # noqa: F401
+from agentrl.algos.chat import ChatFormat
+from agentrl.algos.collector import Collector, CollectorConfig, collect
+from agentrl.algos.logprobs import token_logprobs
+from agentrl.algos.models import tiny_model
+from agentrl.algos.policy import GenerationResult, HFPolicy, Policy, SamplingParams
+from agentrl.envs.core import AnyText
+from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+
+# ---------------------------------------------------------------------------------------------- drivers
+
+
+class ScriptedPolicy(Policy):
+    """Replies with the demonstration actions of the task found in the prompt, one per turn, each + end token.
+
+    Records every request so tests can check what the collector sent.
+    """
+
+    def __init__(self, tokenizer, tasks, *, end_token: bool = True, extra_tokens: int = 0):
+        self.tokenizer = tokenizer
+        self.fmt = ChatFormat(tokenizer)
+        env = ToolUseEnv()
+        self.actions = {t["query"]: env.demo_actions(t) for t in tasks}
+        self.end_token = end_token
+        self.extra_tokens = extra_tokens
+        self.requests = []
+        self.replies = []
+
+    def generate(self, requests, sampling):
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            text = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=False)
+            query = next(q for q in self.actions if q in text)
+            actions, pos, turn = self.actions[query], 0, 0
+            while turn < len(actions) and (k := text.find(actions[turn], pos)) >= 0:
+                pos, turn = k + len(actions[turn]), turn + 1
+            ids = self.tokenizer(actions[turn], add_special_tokens=False)["input_ids"] + [17] * self.extra_tokens
+            if self.end_token:
+                ids = ids + [self.fmt.stop_token_ids[0]]
+            finish = "stop" if self.end_token else "length"
+            if len(ids) > r.max_new_tokens:
+                ids, finish = ids[: r.max_new_tokens], "length"
+            self.replies.append(ids)
+            out.append(GenerationResult(ids, [-1.0] * len(ids), finish))
+        return out
+
+
+class EchoEnv(gym.Env):
+    """A protocol-following env that answers every reply with a short tool message until ``turns`` replies."""
+
+    def __init__(self, turns: int = 3, raise_on_step: int | None = None):
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.turns = turns
+        self.raise_on_step = raise_on_step
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        task = (options or {})["task"]
+        self.n = 0
+        self.messages = [{"role": "system", "content": "Echo game."}, {"role": "user", "content": task["query"]}]
+        return task["query"], {"messages": list(self.messages), "tools": [], "task_id": str(task.get("id", ""))}
+
+    def step(self, action):
+        self.n += 1
+        if self.raise_on_step == self.n:
+            raise RuntimeError("echo env exploded")
+        done = self.n >= self.turns
+        obs = "" if done else f"echo {self.n}: you wrote {len(action)} characters"
+        self.messages.append({"role": "assistant", "content": action})
+        if not done:
+            self.messages.append({"role": "tool", "content": obs})
+        info = {"parsed": {"kind": "tool_call"}, "obs_role": "tool", "metrics": {"turns": self.n},
+                "messages": list(self.messages)}
+        if done:
+            info.update(correct=True, format_ok=True, termination="answered")
+        return obs, (1.0 if done else 0.0), done, False, info
+
+
+def echo_tasks(n):
+    return [{"id": f"e{i}", "query": f"Echo task number {i}: say something."} for i in range(n)]
+
+
+def stop_biased_model(tokenizer, seed=0):
+    """A tiny random model whose replies end after a few tokens now and then, so episodes run several turns.
+
+    Default-init tiny models give near-uniform logits (replies never end); with weights of std 0.2 the logits
+    depend on the context, and pushing the end-of-turn rows along the mean final hidden state makes that token
+    likely in some contexts and not others.
+    """
+    model = tiny_model(tokenizer, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2, generator=g)
+        hidden = model.model(torch.randint(0, len(tokenizer), (1, 200), generator=g)).last_hidden_state[0]
+        u = hidden.mean(0)
+        w = model.get_output_embeddings().weight
+        for stop in ChatFormat(tokenizer).stop_token_ids:
+            w[stop] += 3.5 * u / u.norm()
+    return model
+
+
+@pytest.fixture(scope="module")
+def model(smol_tokenizer):  # noqa: F811
+    return stop_biased_model(smol_tokenizer)
+
+
+def multi_call_tasks(n):
+    """Built-in ToolUse tasks that need two or three tool calls."""
+    return [t for t in make_tasks(60, "train") if len(t["calls"]) >= 2][:n]
+
+
+def check_well_formed(tr):
+    n = len(tr.token_ids)
+    assert len(tr.loss_mask) == n == len(tr.logprobs)
+    assert all(m in (0, 1) for m in tr.loss_mask)
+    assert all(lp == 0.0 for lp, m in zip(tr.logprobs, tr.loss_mask, strict=True) if m == 0)
+    assert tr.loss_mask[: tr.prompt_len] == [0] * tr.prompt_len
+    # The mask is 1 exactly on the turns' completions.
+    expected = [0] * n
+    for turn in tr.turns:
+        expected[turn.prompt_len: turn.prompt_len + turn.completion_len] = [1] * turn.completion_len
+    assert tr.loss_mask == expected
+    assert tr.termination in ("answered", "invalid", "budget", "truncated", "error")
+
+
+# ---------------------------------------------------------------------------------------------- scripted episodes
+
+
+@pytest.mark.parametrize("kind", TEMPLATES)
+def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind):  # noqa: F811
+    tok = template_tokenizers[kind]
+    tasks = multi_call_tasks(3)
+    policy = ScriptedPolicy(tok, tasks)
+    trajs = collect("AgentRL/ToolUse-v0", policy, tasks, group_size=2, config=CollectorConfig(max_total_tokens=4096))
+    assert len(trajs) == 6
+    assert [t.group_id for t in trajs] == [0, 0, 1, 1, 2, 2]
+    fmt = ChatFormat(tok)
+    for tr in trajs:
+        check_well_formed(tr)
+        assert tr.task is tasks[tr.group_id]
+        assert tr.termination == "answered" and tr.reward == 1.0
+        assert tr.metrics["correct"] == 1.0 and tr.metrics["format_ok"] == 1.0
+        assert tr.metrics["tool_calls"] == len(tr.task["calls"]) and len(tr.turns) == len(tr.task["calls"]) + 1
+        assert [t.parsed["kind"] for t in tr.turns] == ["tool_call"] * (len(tr.turns) - 1) + ["answer"]
+        # The whole sequence decodes to the template's own rendering of the episode's conversation.
+        env = gym.make("AgentRL/ToolUse-v0", tools_in_prompt=not fmt.supports_tools)
+        demo = env.unwrapped.demo(tr.task)
+        rendered = fmt.render(demo["messages"], demo["tools"] if fmt.supports_tools else None, False)
+        decoded = tok.decode(tr.token_ids, skip_special_tokens=False)
+        assert rendered.startswith(decoded)
+        assert rendered[len(decoded):] in ("\n", "")  # only the newline after the final end-of-turn token
+        # The tools are described exactly once (by the template or by the env's system prompt, not both).
+        opening = tok.decode(tr.token_ids[: tr.prompt_len])
+        assert opening.count("days_between") == 1
+    # Each request extends the previous request of its trajectory (the prefix invariant, as the policy saw it).
+    by_key = {}
+    for req in policy.requests:
+        prev = by_key.get(req.key)
+        if prev is not None:
+            assert req.prompt_ids[: len(prev)] == prev
+        by_key[req.key] = req.prompt_ids
+    finals = {tuple(tr.token_ids) for tr in trajs}
+    for prompt in by_key.values():
+        assert any(list(f[: len(prompt)]) == prompt for f in finals)
+
+
+def test_masked_tokens_are_the_sampled_replies(smol_tokenizer):  # noqa: F811
+    tasks = multi_call_tasks(2)
+    policy = ScriptedPolicy(smol_tokenizer, tasks)
+    trajs = collect("AgentRL/ToolUse-v0", policy, tasks, group_size=1, config=CollectorConfig(max_total_tokens=4096))
+    # One request per live trajectory per round, in trajectory order: map replies back by request key.
+    replies_by_key: dict = {}
+    for req, reply in zip(policy.requests, policy.replies, strict=True):
+        replies_by_key.setdefault(req.key, []).append(reply)
+    assert len(replies_by_key) == 2
+    for tr, replies in zip(trajs, replies_by_key.values(), strict=True):
+        masked = [t for t, m in zip(tr.token_ids, tr.loss_mask, strict=True) if m]
+        assert masked == [t for r in replies for t in r]
+        assert [tr.token_ids[t.prompt_len: t.prompt_len + t.completion_len] for t in tr.turns] == replies
+        assert all(lp == -1.0 for lp, m in zip(tr.logprobs, tr.loss_mask, strict=True) if m)
+
+
+# ---------------------------------------------------------------------------------------------- HF backend
+
+
+def test_rollout_logprobs_equal_recomputed_logprobs(smol_tokenizer, model):  # noqa: F811
+    for temperature in (1.0, 0.7):
+        cfg = CollectorConfig(max_new_tokens=24, temperature=temperature, seed=3)
+        trajs = collect(lambda: EchoEnv(turns=3), HFPolicy(model, smol_tokenizer), echo_tasks(3), group_size=2,
+                        config=cfg)
+        assert any(len(t.turns) > 1 for t in trajs), "needs multi-turn trajectories to mean anything"
+        assert any(turn.completion_len > 3 for t in trajs for turn in t.turns[:-1])
+        worst = 0.0
+        for tr in trajs:
+            check_well_formed(tr)
+            with torch.no_grad():
+                lp = token_logprobs(model, torch.tensor([tr.token_ids]), temperature=temperature)[0]
+            mask = torch.tensor(tr.loss_mask, dtype=torch.bool)
+            diff = (lp[mask] - torch.tensor(tr.logprobs)[mask]).abs().max().item()
+            worst = max(worst, diff)
+        assert worst <= 1e-4, worst
+
+
+def _collect(model, tok, tasks, group_size, max_batch_size=None, **cfg):
+    return collect(lambda: EchoEnv(turns=3), HFPolicy(model, tok, max_batch_size=max_batch_size), tasks, group_size,
+                   config=CollectorConfig(max_new_tokens=16, **cfg))
+
+
+def _assert_same(a, b):
+    assert a.token_ids == b.token_ids
+    assert a.loss_mask == b.loss_mask
+    assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_equals_unbatched(smol_tokenizer, model, temperature):  # noqa: F811
+    """All live trajectories decoded together == each request decoded alone (max_batch_size=1)."""
+    tasks = echo_tasks(4)
+    batched = _collect(model, smol_tokenizer, tasks, 2, temperature=temperature)
+    one_by_one = _collect(model, smol_tokenizer, tasks, 2, max_batch_size=1, temperature=temperature)
+    assert any(len(t.turns) > 1 for t in batched)
+    assert len({tuple(t.token_ids) for t in batched}) > 1
+    for a, b in zip(batched, one_by_one, strict=True):
+        _assert_same(a, b)
+
+
+def test_greedy_batch_equals_one_collect_per_task(smol_tokenizer, model):  # noqa: F811
+    tasks = echo_tasks(3)
+    batched = _collect(model, smol_tokenizer, tasks, 2, temperature=0.0)
+    for i, task in enumerate(tasks):
+        alone = _collect(model, smol_tokenizer, [task], 1, temperature=0.0)[0]
+        _assert_same(alone, batched[2 * i])
+        _assert_same(alone, batched[2 * i + 1])  # greedy: both samples of a group are the same
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cache_reuse_gives_the_same_tokens_and_prefills_less(smol_tokenizer, model, temperature):  # noqa: F811
+    tasks = echo_tasks(3)
+    runs = {}
+    for reuse in (True, False):
+        policy = HFPolicy(model, smol_tokenizer)
+        trajs = collect(lambda: EchoEnv(turns=3), policy, tasks, 2,
+                        config=CollectorConfig(max_new_tokens=16, temperature=temperature, reuse_cache=reuse))
+        runs[reuse] = (trajs, policy.stats["prefill_tokens"])
+    (with_cache, prefill_with), (without, prefill_without) = runs[True], runs[False]
+    assert any(len(t.turns) > 1 for t in with_cache)
+    for a, b in zip(with_cache, without, strict=True):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    assert prefill_with < prefill_without
+    # With reuse every token is prefilled at most once: opening prompts once per group, then only glue tokens
+    # (plus each turn's last sampled token, which the decode loop never fed).
+    expected = sum(t.prompt_len for t in with_cache[::2])
+    expected += sum(len(t.token_ids[turn.prompt_len + turn.completion_len - 1:nxt.prompt_len])
+                    for t in with_cache for turn, nxt in zip(t.turns, t.turns[1:], strict=False))
+    assert prefill_with == expected
+
+
+def test_group_prompt_is_prefilled_once(smol_tokenizer, model):  # noqa: F811
+    policy = HFPolicy(model, smol_tokenizer)
+    trajs = collect(lambda: EchoEnv(turns=1), policy, echo_tasks(2), group_size=4,
+                    config=CollectorConfig(max_new_tokens=8))
+    assert policy.stats["prefill_tokens"] == trajs[0].prompt_len + trajs[4].prompt_len
+
+
+def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):  # noqa: F811
+    from agentrl.algos.policy import GenerationRequest
+
+    policy = HFPolicy(model, smol_tokenizer)
+    sp = SamplingParams(temperature=0.0)
+    prompt = smol_tokenizer("hello there, how are you today?", add_special_tokens=False)["input_ids"]
+    policy.generate([GenerationRequest(prompt, 5, key="k")], sp)
+    assert policy.cached_tokens("k") == len(prompt) + 4
+    other = prompt[:3] + [42, 43]
+    got = policy.generate([GenerationRequest(other, 6, key="k")], sp)[0]
+    fresh = HFPolicy(model, smol_tokenizer).generate([GenerationRequest(other, 6)], sp)[0]
+    assert got.token_ids == fresh.token_ids
+    policy.release(["k"])
+    assert policy.cached_tokens("k") == 0
+
+
+def test_sampling_respects_top_k_and_seed(smol_tokenizer, model):  # noqa: F811
+    from agentrl.algos.policy import GenerationRequest
+
+    policy = HFPolicy(model, smol_tokenizer)
+    prompt = smol_tokenizer("abc", add_special_tokens=False)["input_ids"]
+    reqs = [GenerationRequest(prompt, 20, seed=7)]
+    a = policy.generate(reqs, SamplingParams(temperature=1.0, top_k=1))[0]
+    greedy = policy.generate(reqs, SamplingParams(temperature=0.0))[0]
+    assert a.token_ids == greedy.token_ids  # top-1 sampling is greedy
+    x = policy.generate(reqs, SamplingParams(temperature=1.0, top_p=0.9))[0]
+    y = policy.generate(reqs, SamplingParams(temperature=1.0, top_p=0.9))[0]
+    assert x.token_ids == y.token_ids  # same seed, same draw
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+def test_max_new_tokens_truncates(smol_tokenizer):  # noqa: F811
+    tasks = multi_call_tasks(1)
+    policy = ScriptedPolicy(smol_tokenizer, tasks)
+    [tr] = collect("AgentRL/ToolUse-v0", policy, tasks, 1, config=CollectorConfig(max_new_tokens=5))
+    check_well_formed(tr)
+    assert tr.termination == "truncated" and len(tr.turns) == 1 and tr.turns[0].finish_reason == "length"
+    assert tr.turns[0].completion_len == 5 and tr.reward == -0.1 and tr.metrics["correct"] == 0.0
+
+
+def test_max_total_tokens_truncates(smol_tokenizer):  # noqa: F811
+    tasks = multi_call_tasks(1)
+    policy = ScriptedPolicy(smol_tokenizer, tasks)
+    probe = collect("AgentRL/ToolUse-v0", ScriptedPolicy(smol_tokenizer, tasks), tasks, 1,
+                    config=CollectorConfig(max_total_tokens=4096))[0]
+    limit = probe.turns[1].prompt_len + 3  # room for 3 tokens of the second reply
+    [tr] = collect("AgentRL/ToolUse-v0", policy, tasks, 1, config=CollectorConfig(max_total_tokens=limit))
+    check_well_formed(tr)
+    assert tr.termination == "truncated" and len(tr.token_ids) <= limit
+    assert tr.turns[-1].completion_len == 3
+
+
+def test_max_turns_ends_with_budget(smol_tokenizer, model):  # noqa: F811
+    trajs = collect(lambda: EchoEnv(turns=10), HFPolicy(model, smol_tokenizer), echo_tasks(2), 1,
+                    config=CollectorConfig(max_turns=2, max_new_tokens=64, temperature=0.0))
+    for tr in trajs:
+        check_well_formed(tr)
+        if tr.termination != "truncated":
+            assert tr.termination == "budget" and len(tr.turns) == 2
+    assert any(tr.termination == "budget" for tr in trajs)
+
+
+def test_reply_without_end_token_is_truncated_not_stepped(smol_tokenizer):  # noqa: F811
+    tasks = multi_call_tasks(1)
+    policy = ScriptedPolicy(smol_tokenizer, tasks, end_token=False)
+    [tr] = collect("AgentRL/ToolUse-v0", policy, tasks, 1)
+    assert tr.termination == "truncated" and tr.turns[0].parsed == {} and tr.turns[0].observation == ""
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def test_tool_that_raises_still_gives_a_well_formed_trajectory(smol_tokenizer):  # noqa: F811
+    from agentrl.envs.tools import tool
+
+    @tool
+    def explode(x: int) -> int:
+        """Always fails.
+
+        Args:
+            x: anything.
+        """
+        raise RuntimeError("kaboom inside the tool")
+
+    task = {"id": "boom", "query": "Call explode with 3.", "answer": "7", "calls": [["explode", {"x": 3}]]}
+    policy = ScriptedPolicy(smol_tokenizer, [task])
+    policy.actions[task["query"]] = [ToolUseEnv().parser.render_call("explode", {"x": 3}), "Answer: 7"]
+    [tr] = collect("AgentRL/ToolUse-v0", policy, [task], 1, env_kwargs={"tools": [explode], "dataset": [task]})
+    check_well_formed(tr)
+    assert tr.termination == "answered" and len(tr.turns) == 2
+    assert "kaboom" in tr.turns[0].observation and tr.metrics["tool_errors"] == 1
+    assert "kaboom" in smol_tokenizer.decode(tr.token_ids)  # the error text reached the model's context
+
+
+def test_env_step_that_raises_ends_the_trajectory_with_error(smol_tokenizer, model):  # noqa: F811
+    trajs = collect(lambda: EchoEnv(turns=5, raise_on_step=2), HFPolicy(model, smol_tokenizer), echo_tasks(2), 1,
+                    config=CollectorConfig(max_new_tokens=64, temperature=0.0))
+    for tr in trajs:
+        check_well_formed(tr)
+        if tr.termination != "truncated":
+            assert tr.termination == "error" and len(tr.turns) == 2 and "echo env exploded" in tr.turns[1].parsed["error"]
+            assert tr.reward == 0.0 and tr.metrics["correct"] == 0.0
+    assert any(tr.termination == "error" for tr in trajs)
+
+
+def test_trajectories_round_trip_through_jsonl(tmp_path, smol_tokenizer):  # noqa: F811
+    from agentrl.algos.trajectory import load_jsonl, save_jsonl
+
+    tasks = multi_call_tasks(1)
+    trajs = collect("AgentRL/ToolUse-v0", ScriptedPolicy(smol_tokenizer, tasks), tasks, 2)
+    save_jsonl(trajs, tmp_path / "t.jsonl")
+    back = load_jsonl(tmp_path / "t.jsonl")
+    assert [b.to_dict() for b in back] == [t.to_dict() for t in trajs]
+
+
+def test_collector_reuses_envs_across_calls(smol_tokenizer):  # noqa: F811
+    tasks = multi_call_tasks(2)
+    made = []
+
+    def factory():
+        made.append(ToolUseEnv())
+        return made[-1]
+
+    with Collector(ScriptedPolicy(smol_tokenizer, tasks)) as c:
+        first = c.collect(factory, tasks, 2)
+        second = c.collect(factory, tasks, 2)
+    assert len(made) == 4
+    assert [t.token_ids for t in first] == [t.token_ids for t in second]
+
+
+# ---------------------------------------------------------------------------------------------- LoRA sampling
+
+
+def test_update_weights_samples_merged_lora_without_touching_the_base(smol_tokenizer):  # noqa: F811
+    from peft import LoraConfig, get_peft_model
+
+    model = stop_biased_model(smol_tokenizer, seed=5)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    base_before = {k: v.clone() for k, v in peft_model.get_base_model().state_dict().items() if "lora" not in k}
+    policy = HFPolicy(peft_model, smol_tokenizer)  # a PEFT model is merged into a plain sampler at once
+    assert not hasattr(policy.model, "peft_config") and policy.version == 1
+    cfg = CollectorConfig(max_new_tokens=16, temperature=1.0, seed=1)
+    trajs = collect(lambda: EchoEnv(turns=2), policy, echo_tasks(2), 2, config=cfg)
+    for tr in trajs:
+        with torch.no_grad():
+            lp = token_logprobs(peft_model, torch.tensor([tr.token_ids]))[0]
+        mask = torch.tensor(tr.loss_mask, dtype=torch.bool)
+        assert (lp[mask] - torch.tensor(tr.logprobs)[mask]).abs().max().item() <= 1e-4
+    # A training step changes the adapter; update_weights makes the sampler follow, the base stays as it was.
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_A" in name:
+                p.add_(0.3)
+    policy.update_weights(peft_model)
+    assert policy.version == 2
+    tr = collect(lambda: EchoEnv(turns=2), policy, echo_tasks(1), 1, config=cfg)[0]
+    with torch.no_grad():
+        lp = token_logprobs(peft_model, torch.tensor([tr.token_ids]))[0]
+    mask = torch.tensor(tr.loss_mask, dtype=torch.bool)
+    assert (lp[mask] - torch.tensor(tr.logprobs)[mask]).abs().max().item() <= 1e-4
+    for k, v in peft_model.get_base_model().state_dict().items():
+        if k in base_before:
+            assert torch.equal(v, base_before[k]), k
+
+
+def test_update_weights_from_a_plain_model_copies_it(smol_tokenizer):  # noqa: F811
+    a, b = stop_biased_model(smol_tokenizer, seed=1), stop_biased_model(smol_tokenizer, seed=2)
+    policy = HFPolicy(a, smol_tokenizer)
+    policy.update_weights(a)
+    assert policy.model is a and policy.version == 0  # the model it samples with: nothing to do
+    policy.update_weights(b)
+    assert policy.model is not b and policy.version == 1
+    for (k, va), vb in zip(policy.model.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(va, vb), k
