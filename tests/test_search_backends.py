@@ -692,3 +692,22 @@ def test_a_parser_bug_is_a_bad_response_and_the_key_stays_hidden(caplog):
     r = b.search("q")
     assert r.error == "bad_response" and "RuntimeError: boom with ***" in r.message
     assert "sk-hidden-777777" not in caplog.text and "test_search_backends.py" in caplog.text
+
+
+def test_retriever_coalesces_concurrent_searches_into_one_request(served):
+    b = RetrieverBackend(url=served.url, batch_wait_s=0.3, **FAST)
+    queries = ["waterfall", "river", "mountain", "Venezuela", "Zambia", "Himalayas"]
+    barrier, out = threading.Barrier(len(queries)), {}
+
+    def worker(q):
+        barrier.wait()
+        out[q] = b.search(q)
+
+    threads = [threading.Thread(target=worker, args=(q,)) for q in queries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(out[q].ok and out[q].items for q in queries)
+    assert out["mountain"].items[0].title == "Mount Everest"
+    assert b.stats.requests <= 2 and b.stats.queries == len(queries)  # one request (two if a thread lagged)

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ class RetrieverBackend(HttpBackend):
 
     name = "retriever"
 
-    def __init__(self, url: str | None = None, *, topk: int = 3, batch_size: int = 64,
+    def __init__(self, url: str | None = None, *, topk: int = 3, batch_size: int = 64, batch_wait_s: float = 0.005,
                  config: HttpConfig | None = None, **policy: Any):
         """
         Args:
@@ -60,6 +61,8 @@ class RetrieverBackend(HttpBackend):
                 ``http://127.0.0.1:8000/retrieve``).
             topk: documents per query.
             batch_size: queries per request in :meth:`search_batch`.
+            batch_wait_s: how long the first of several concurrent :meth:`search` calls (envs stepped in
+                threads by a collector) waits for the others, so they go in one request; 0 turns this off.
             config, policy: the request policy: an :class:`HttpConfig`, and/or any of its fields as keywords
                 (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 30 s, 3 retries.
         """
@@ -67,6 +70,30 @@ class RetrieverBackend(HttpBackend):
         super().__init__(cfg, topk=topk)
         self.url = url or os.environ.get("AGENTRL_RETRIEVER_URL", "http://127.0.0.1:8000/retrieve")
         self.batch_size = max(1, batch_size)
+        self.batch_wait_s = batch_wait_s
+        self._pending: list[tuple[str, Future]] = []
+        self._pending_lock = threading.Lock()
+
+    def search(self, query: str) -> SearchResult:
+        """One query; concurrent calls from several threads are coalesced into one request."""
+        if self.batch_wait_s <= 0:
+            return self.search_batch([query])[0]
+        fut: Future = Future()
+        with self._pending_lock:
+            self._pending.append((query, fut))
+            leader = len(self._pending) == 1
+        if leader:  # the first caller waits briefly, then sends everything that arrived meanwhile
+            time.sleep(self.batch_wait_s)
+            with self._pending_lock:
+                batch, self._pending = self._pending, []
+            try:
+                results = self.search_batch([q for q, _ in batch])
+            except Exception as e:  # never leave the other callers waiting
+                logger.error("retriever: batched search failed unexpectedly: %s", self.redact(str(e)))
+                results = [SearchResult.failure("bad_response", type(e).__name__) for _ in batch]
+            for (_, f), r in zip(batch, results, strict=True):
+                f.set_result(r)
+        return fut.result()
 
     def _post(self, queries: list[str]) -> list[list[SearchItem]]:
         body = {"queries": queries, "topk": self.topk, "return_scores": True}
