@@ -14,7 +14,6 @@ from agentrl.envs.search.questions import (
     DATA_SOURCES,
     build,
     bundled_path,
-    em_by_source,
     load_bundled,
     load_questions,
     split_of,
@@ -91,11 +90,6 @@ def test_parquet(tmp_path):
     table = pa.table({"question": ["who?"], "golden_answers": [["him", "her"]], "data_source": ["nq"]})
     pq.write_table(table, tmp_path / "nq.parquet")
     assert load_questions(tmp_path / "nq.parquet")[0]["golden_answers"] == ["him", "her"]
-
-
-def test_em_by_source():
-    res = em_by_source([("nq", True), ("nq", False), ("hotpotqa", True), ("nq", True)])
-    assert res == {"hotpotqa": 1.0, "nq": pytest.approx(2 / 3), "macro": pytest.approx((1 + 2 / 3) / 2)}
 
 
 def test_title_answers():

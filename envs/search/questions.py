@@ -127,18 +127,6 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def em_by_source(results: Iterable[tuple[str, bool]]) -> dict[str, float]:
-    """EM per ``data_source`` and their unweighted mean ``"macro"`` from ``(data_source, correct)`` pairs."""
-    hits: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    for source, correct in results:
-        total[source] += 1
-        hits[source] += bool(correct)
-    out = {s: hits[s] / total[s] for s in sorted(total)}
-    out["macro"] = sum(out.values()) / len(out) if out else 0.0
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- the builder
 
 
