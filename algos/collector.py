@@ -71,7 +71,8 @@ class CollectorConfig:
 
 
 def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    """A 31-bit seed from ``parts`` (31 bits so every backend, e.g. a vLLM server, takes it as is)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] >> 1)
 
 
 @dataclass

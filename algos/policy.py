@@ -123,9 +123,12 @@ def sample_tokens(logits, sampling: SamplingParams, generators: Sequence[Any]):
         drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= sampling.top_p  # keeps the first token
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         filtered = filtered.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(filtered, dim=-1)
-    tokens = torch.stack([torch.multinomial(probs[i], 1, generator=generators[i])[0]
-                          for i in range(probs.shape[0])])
+    # Inverse-CDF sampling with one uniform draw per row from the row's own generator (torch.multinomial costs
+    # ~8 ms per 49k-token row on CPU; this is a batched cumsum and a binary search).
+    cum = torch.softmax(filtered, dim=-1).double().cumsum(dim=-1)
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators]).to(cum.device)
+    u = u[:, None] * cum[:, -1:]  # scaled by the row total, so rounding can never land past the last token
+    tokens = torch.searchsorted(cum, u, right=True)[:, 0].clamp_(max=cum.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
 
@@ -522,7 +525,7 @@ class OpenAIPolicy(Policy):
         if sampling.top_k:
             body["top_k"] = sampling.top_k
         if req.seed is not None:
-            body["seed"] = int(req.seed) % (2**31)
+            body["seed"] = int(req.seed)
         return body
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:

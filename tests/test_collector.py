@@ -461,3 +461,22 @@ def test_update_weights_from_a_plain_model_copies_it(smol_tokenizer):  # noqa: F
     assert policy.model is not b and policy.version == 1
     for (k, va), vb in zip(policy.model.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(va, vb), k
+
+
+def test_sample_tokens_draws_from_the_truncated_distribution():
+    from agentrl.algos.policy import sample_tokens
+
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).repeat(20000, 1)
+    full = torch.softmax(logits[0], -1)
+    for sp, expected in [
+        (SamplingParams(temperature=1.0), full),
+        (SamplingParams(temperature=1.0, top_k=2), torch.tensor([0, full[1], full[2], 0]) / (full[1] + full[2])),
+        (SamplingParams(temperature=1.0, top_p=0.7), torch.tensor([0, full[1], full[2], 0]) / (full[1] + full[2])),
+        (SamplingParams(temperature=0.5), torch.softmax(logits[0] / 0.5, -1)),
+    ]:
+        tokens, lps = sample_tokens(logits, sp, [torch.Generator().manual_seed(i) for i in range(20000)])
+        freq = torch.bincount(tokens, minlength=4) / len(tokens)
+        assert (freq - expected).abs().max() < 0.02, (sp, freq, expected)
+        # Logprobs are those of the temperature-scaled distribution before truncation.
+        ref = torch.log_softmax(logits[0] / sp.temperature, -1)
+        assert torch.allclose(lps, ref[tokens])
