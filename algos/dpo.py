@@ -65,6 +65,7 @@ def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Ten
     if pair_weights is None:
         pair_weights = torch.full_like(h, 1.0 / h.numel())
     loss = (-F.logsigmoid(h) * pair_weights).sum()
+    h = h.detach()
     stats = {"dpo_accuracy": float((h > 0).float().mean()), "dpo_margin": float((h / beta).mean()),
              "pairs": int(h.numel())}
     return loss, stats

@@ -1,0 +1,234 @@
+"""The training loop with tiny random-init models: updates, skipped groups, resume, SFT rendering, learning."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agentrl.algos.collector import CollectorConfig
+from agentrl.algos.trainer import TrainConfig, Trainer, latest_checkpoint
+from agentrl.envs.core import TextEnv
+from agentrl.envs.parsing import ParsedAction
+from agentrl.envs.tools import ToolSet
+
+
+class _WholeReplyIsTheAnswer:
+    """A parser that reads any reply as a final answer (so a random model gets a graded reward)."""
+
+    def parse(self, text: str) -> ParsedAction:
+        return ParsedAction(kind="answer", answer=text)
+
+    def format_instructions(self) -> str:
+        return "Reply with anything."
+
+    def describe_tools(self, schemas) -> str:
+        return ""
+
+
+class ScoreEnv(TextEnv):
+    """One-turn env with a graded reward: the fraction of the reply's characters that are the letter 'e'.
+
+    Random replies get different rewards, so every group has a non-zero advantage (tests of the update
+    mechanics). ``constant`` makes every reply score the same (zero-advantage groups).
+    """
+
+    def __init__(self, constant: float | None = None):
+        super().__init__(tools=ToolSet([]), parser=_WholeReplyIsTheAnswer())
+        self.constant = constant
+
+    def sample_task(self, rng):
+        return {"id": str(int(rng.integers(1000))), "query": f"Say something ({int(rng.integers(1000))})."}
+
+    def score(self, answer, task):
+        if self.constant is not None:
+            return self.constant, False
+        return (answer.count("e") / max(1, len(answer))), False
+
+
+gym.register("Test/Score-v0", entry_point=ScoreEnv)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from agentrl.algos.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+def _model(tokenizer, seed=0, stop_scale=5.0):
+    """A tiny random Llama whose end-of-turn token is likely enough that replies end on their own.
+
+    (With 49k near-uniform logits a random model would almost never sample ``<|im_end|>``, every reply would
+    hit the token budget and every reward would be the same.) ``stop_scale`` 5 gives replies of varied
+    length; 8 makes every reply end at once.
+    """
+    from agentrl.algos.models import tiny_model
+
+    model = tiny_model(tokenizer, hidden_size=32, seed=seed)
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        direction = torch.randn(emb.shape[1], generator=g)
+        emb[stop] = stop_scale * direction / direction.norm()
+    return model
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
+                save_every=0, progress=False, tensorboard=False, lr=1e-2,
+                collector=CollectorConfig(max_new_tokens=8, max_turns=1))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _trainable(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _frozen(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+
+
+def test_grpo_step_updates_the_adapter_only_and_logs_the_metrics(tokenizer, tmp_path):
+    trainer = Trainer(_cfg(tmp_path, grpo={"beta": 0.05}), model=_model(tokenizer), tokenizer=tokenizer)
+    lora0, frozen0 = _trainable(trainer.model), _frozen(trainer.model)
+    [m] = trainer.train()
+    lora1, frozen1 = _trainable(trainer.model), _frozen(trainer.model)
+    assert any(not torch.equal(lora0[n], lora1[n]) for n in lora0)
+    assert all(torch.equal(frozen0[n], frozen1[n]) for n in frozen0)
+    for key in ("reward/mean", "rollout/turns", "train/loss", "train/kl", "train/entropy", "train/clip_frac_low",
+                "train/clip_frac_high", "train/ratio_mean", "train/ratio_max", "train/grad_norm", "train/loss_tokens",
+                "train/padded_tokens", "train/logprob_gap", "time/rollout", "time/env", "time/train",
+                "perf/tokens_per_s"):
+        assert key in m, key
+    # On-policy first epoch: the trainer's recomputed logprobs are the sampler's (fp32): the correctness alarm.
+    assert m["train/logprob_gap"] < 1e-4
+    assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m["train/kl"] == pytest.approx(0.0, abs=1e-6)  # adapter starts at zero: policy == reference
+    assert m["train/loss_tokens"] == 8 * 8 or m["train/loss_tokens"] <= 8 * 8
+    assert m["train/optimizer_steps"] == 1
+    # the run directory: metrics, config, final PEFT adapter, a checkpoint at the last step
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["step"] == 1
+    assert (tmp_path / "run" / "adapter" / "adapter_config.json").is_file()
+    assert latest_checkpoint(tmp_path / "run").name == "step-000001"
+
+
+def test_zero_advantage_groups_make_no_update(tokenizer, tmp_path):
+    for algo in ("grpo", "ppo", "dpo"):
+        env_id = "Test/ScoreConst-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=ScoreEnv, kwargs={"constant": 0.5})
+        # weight decay would move the weights on a zero-gradient optimizer step: skipped groups must mean no step
+        # every reply ends at once (no token-budget truncation), so every reward is the env's constant
+        trainer = Trainer(_cfg(tmp_path / algo, env=env_id, algo=algo, weight_decay=0.5),
+                          model=_model(tokenizer, stop_scale=8.0), tokenizer=tokenizer)
+        before = _trainable(trainer.model)
+        [m] = trainer.train()
+        after = _trainable(trainer.model)
+        assert all(torch.equal(before[n], after[n]) for n in before), algo
+        assert m["train/skipped_groups"] == 2 and m["train/optimizer_steps"] == 0 and m["train/loss_tokens"] == 0
+        assert m["rollout/degenerate_group_rate"] == 1.0
+
+
+def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
+    trainer = Trainer(_cfg(tmp_path / "dpo", algo="dpo"), model=_model(tokenizer), tokenizer=tokenizer)
+    [m] = trainer.train()
+    assert m["train/pairs"] >= 1
+    # LoRA B = 0 at the start: policy == reference, h = 0, loss = -log sigmoid(0) = log 2
+    assert m["train/loss"] == pytest.approx(math.log(2), abs=1e-5)
+    trainer = Trainer(_cfg(tmp_path / "ppo", algo="ppo", ppo={"epochs": 2}), model=_model(tokenizer),
+                      tokenizer=tokenizer)
+    [m] = trainer.train()
+    assert m["train/optimizer_steps"] == 2
+    assert m["train/ratio_max"] > 1.0  # the second epoch sees the updated policy against pi_old
+
+
+def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_path):
+    cfg = dict(steps=3, save_every=1, lr=5e-2, group_size=8)
+    full = Trainer(_cfg(tmp_path / "full", **cfg), model=_model(tokenizer), tokenizer=tokenizer)
+    full_hist = full.train()
+    assert [h["train/optimizer_steps"] for h in full_hist] == [1, 1, 1]  # every step really updates
+    want = _trainable(full.model)
+
+    killed = Trainer(_cfg(tmp_path / "killed", **cfg), model=_model(tokenizer), tokenizer=tokenizer)
+    real_update = killed.update
+
+    def dies_in_step_3(units, temperature):
+        if killed.step == 2:
+            raise KeyboardInterrupt("simulated kill in the middle of step 3")
+        return real_update(units, temperature)
+
+    killed.update = dies_in_step_3
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    assert latest_checkpoint(tmp_path / "killed" / "run").name == "step-000002"
+
+    resumed = Trainer(_cfg(tmp_path / "killed", **cfg), model=_model(tokenizer), tokenizer=tokenizer,
+                      resume=True)
+    assert resumed.step == 2 and resumed.data_pos == full_hist[1]["train/data_position"]
+    [m3] = resumed.train()
+    for key in ("reward/mean", "train/loss", "train/grad_norm", "train/data_position"):
+        assert m3[key] == pytest.approx(full_hist[2][key], rel=1e-6, abs=1e-7), key
+    got = _trainable(resumed.model)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], rtol=0, atol=1e-7)
+    from agentrl.algos.metrics import read_metrics
+
+    assert [r["step"] for r in read_metrics(tmp_path / "killed" / "run")] == [1, 2, 3]
+
+
+def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
+    from agentrl.algos.chat import ChatFormat
+    from agentrl.algos.sft import render_conversation
+    from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+
+    env = ToolUseEnv()
+    for task in make_tasks(3, split="train", families=["stock_value"]):
+        demo = env.demo(task)
+        ids, mask = render_conversation(ChatFormat(tokenizer), demo["messages"])
+        want = tokenizer.apply_chat_template(demo["messages"], tokenize=True)["input_ids"]
+        assert ids == want[: len(ids)] and len(want) - len(ids) <= 1  # ChatML ends the last turn with a newline
+        replies = [m["content"] for m in demo["messages"] if m["role"] == "assistant"]
+        spans, cur = [], []
+        for t, m in zip(ids, mask, strict=True):
+            if m:
+                cur.append(t)
+            elif cur:
+                spans.append(cur)
+                cur = []
+        if cur:
+            spans.append(cur)
+        assert [tokenizer.decode(s) for s in spans] == [r + "<|im_end|>" for r in replies]
+
+
+def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
+    cfg = _cfg(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", steps=4, lr=5e-3,
+               env_kwargs={"families": ["multiply"], "tools": None}, sft={"batch_size": 2, "num_demos": 2})
+    cfg.env_kwargs.pop("tools")
+    trainer = Trainer(cfg, model=_model(tokenizer), tokenizer=tokenizer)
+    hist = trainer.train()
+    assert hist[0]["train/loss_tokens"] > 0 and trainer.data_pos == 8
+    # the same two demonstrations every other step: compare like with like
+    assert hist[2]["train/loss"] < hist[0]["train/loss"] and hist[3]["train/loss"] < hist[1]["train/loss"]
+
+
+def test_task_source_is_a_pure_function_of_the_position():
+    from agentrl.algos.trainer import TaskSource
+
+    a = TaskSource("AgentRL/ToolUse-v0", {"families": ["add"]}, seed=3)
+    b = TaskSource("AgentRL/ToolUse-v0", {"families": ["add"]}, seed=3)
+    assert a.take(5, 3) == b.take(5, 3) == [b.task(k) for k in (5, 6, 7)]
+    assert all(t["family"] == "add" for t in a.take(0, 5))
+    rows = [{"id": str(i), "query": "q", "answer": str(i)} for i in range(5)]
+    src = TaskSource("AgentRL/ToolUse-v0", seed=0, rows=rows)
+    first_epoch = src.take(0, 5)
+    assert sorted(t["id"] for t in first_epoch) == [str(i) for i in range(5)]
+    assert src.take(5, 5) != first_epoch or np.random.default_rng([0, 1]).permutation(5).tolist() == \
+        np.random.default_rng([0, 0]).permutation(5).tolist()
