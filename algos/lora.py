@@ -111,4 +111,6 @@ def load_adapter(model, path: str | Path, *, trainable: bool = False):
 
     if not (Path(path) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
-    return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)

@@ -1,0 +1,323 @@
+"""``agentrl``: train, evaluate and plot.
+
+::
+
+    agentrl train --env AgentRL/ToolUse-v0                      # the main job: base eval -> SFT -> GRPO -> eval
+    agentrl train --env AgentRL/ToolUse-v0 --algo grpo steps=50 grpo.beta=0.04 lora.r=8 --out runs/g
+    agentrl train --config run.yaml --resume                    # a file of TrainConfig keys, continued
+    agentrl eval --env AgentRL/ToolUse-v0 --adapter runs/g/adapter --n 4 --out results.jsonl [--no-tools]
+    agentrl plot runs/g
+    agentrl config-docs > docs/configuration.md
+
+Overrides are ``key=value`` with dotted keys into the config (``collector.max_new_tokens=128``); values are
+read as JSON when they parse (``env_kwargs.families=["multiply"]``, ``grpo.scale_std=false``), else as text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import logging
+import sys
+import textwrap
+import typing
+from pathlib import Path
+from typing import Any
+
+MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
+
+
+# ---------------------------------------------------------------------------------------------- config helpers
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: JSON if it parses (numbers, true/false/null, lists, objects), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted ``key=value`` overrides in a nested dict (creating sub-dicts as needed)."""
+    d = json.loads(json.dumps(d))
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not key=value (e.g. grpo.beta=0.04)")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = d
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = parse_value(value)
+    return d
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or YAML config file into a dict."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must hold a mapping of config keys")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "env_kwargs" else v
+    return out
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each field of a dataclass (the string literal that follows it in the source)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body
+    docs = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+def config_docs() -> str:
+    """Markdown reference of every config dataclass, generated from the code (fields, defaults, help)."""
+    from agentrl.algos.collector import CollectorConfig
+    from agentrl.algos.dpo import DPOConfig
+    from agentrl.algos.grpo import GRPOConfig
+    from agentrl.algos.lora import LoRAConfig
+    from agentrl.algos.pipeline import PipelineConfig
+    from agentrl.algos.ppo import PPOConfig
+    from agentrl.algos.sft import SFTConfig
+    from agentrl.algos.trainer import TrainConfig
+
+    sections = [
+        (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
+        (LoRAConfig, "lora.", "The LoRA adapter (`lora.r=8`)."),
+        (CollectorConfig, "collector.", "Rollout sampling and budgets (`collector.max_new_tokens=128`)."),
+        (GRPOConfig, "grpo.", "GRPO (`--algo grpo`), see [algorithms/grpo.md](algorithms/grpo.md)."),
+        (PPOConfig, "ppo.", "PPO (`--algo ppo`), see [algorithms/ppo.md](algorithms/ppo.md)."),
+        (DPOConfig, "dpo.", "Online DPO (`--algo dpo`), see [algorithms/dpo.md](algorithms/dpo.md)."),
+        (SFTConfig, "sft.", "SFT (`--algo sft`), see [algorithms/sft.md](algorithms/sft.md)."),
+        (PipelineConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
+                             "or `agentrl train --pipeline key=value ...`)."),
+    ]
+    lines = ["# Configuration reference", "",
+             "Generated from the config dataclasses by `agentrl config-docs` — do not edit by hand.", "",
+             "Set any key on the command line as `key=value` (dotted for nested sections; values parse as JSON "
+             "when they can), or put them in a JSON/YAML file passed with `--config`.", ""]
+    for cls, prefix, intro in sections:
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        defaults = cls()
+        lines += [f"## `{cls.__name__}`", "", intro, "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            value = getattr(defaults, f.name)
+            if dataclasses.is_dataclass(value):
+                doc = f"see `{type(value).__name__}`"
+                shown = "…"
+            else:
+                doc = docs.get(f.name, "")
+                shown = json.dumps(value)
+            type_name = (getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")).replace(" | ", " or ")
+            lines.append(f"| `{prefix}{f.name}` | `{type_name}` | `{shown}` | {doc.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def build_train_config(args) -> Any:
+    from agentrl.algos.trainer import TrainConfig
+
+    d: dict[str, Any] = {}
+    if args.resume and args.out and (Path(args.out) / "config.json").is_file() and not args.config:
+        d = json.loads((Path(args.out) / "config.json").read_text())  # resume what was run
+    if args.config:
+        d = _deep_merge(d, load_config_file(args.config))
+    for key in ("env", "algo", "model", "out", "adapter"):
+        v = getattr(args, key, None)
+        if v is not None:
+            d[key] = v
+    d = apply_overrides(d, args.overrides)
+    d.setdefault("out", f"runs/{d.get('algo', 'grpo')}")
+    return TrainConfig.from_dict(d)
+
+
+def build_pipeline_config(args) -> Any:
+    from agentrl.algos.pipeline import PipelineConfig
+    from agentrl.algos.trainer import config_from_dict
+
+    d: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    for key in ("env", "model", "out"):
+        v = getattr(args, key, None)
+        if v is not None:
+            d[key] = v
+    return config_from_dict(PipelineConfig, apply_overrides(d, args.overrides))
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def cmd_train(args) -> int:
+    env = args.env or MAIN_JOB_ENV
+    main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV)
+    if main_job:
+        from agentrl.algos.pipeline import run_pipeline
+
+        args.env = env
+        cfg = build_pipeline_config(args)
+        print(f"agentrl main job: {cfg.env} with {cfg.model} -> {cfg.out}")
+        print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
+              f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
+        result = run_pipeline(cfg, resume=args.resume)
+        print()
+        print(result["table"])
+        print()
+        print("timings:", ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items()))
+        print(f"results: {result['out'] / 'results.md'}; plots: {result['out'] / 'plots'}")
+        return 0
+    if args.algo is None and not args.config and not (args.resume and args.out):
+        print(f"agentrl train: pass --algo grpo|ppo|dpo|sft for {env} (the no-argument main job is {MAIN_JOB_ENV})",
+              file=sys.stderr)
+        return 2
+    from agentrl.algos.trainer import train
+
+    args.env = args.env if args.env is not None else None
+    cfg = build_train_config(args)
+    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps -> {cfg.out}")
+    trainer = train(cfg, resume=args.resume)
+    last = trainer.history[-1] if trainer.history else {}
+    shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
+    print(f"done at step {trainer.step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from agentrl.algos.collector import CollectorConfig
+    from agentrl.algos.evaluate import evaluate
+    from agentrl.algos.models import load_model
+    from agentrl.algos.pipeline import heldout_tasks
+    from agentrl.algos.policy import HFPolicy
+
+    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    if args.tasks_file:
+        from agentrl.envs.datasets import load_rows
+
+        tasks = load_rows(args.tasks_file, ())[: args.tasks] if args.tasks else load_rows(args.tasks_file, ())
+    else:
+        tasks = heldout_tasks(args.env, args.tasks, env_kwargs, seed=args.seed)
+    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
+    if args.adapter:
+        from agentrl.algos.lora import load_adapter
+
+        model = load_adapter(model, args.adapter)
+    policy = HFPolicy(model, tokenizer)
+    policy.update_weights(model)
+    cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+                          temperature=args.temperature, seed=args.seed)
+    report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
+                      text_only=args.no_tools)
+    from agentrl.algos.evaluate import results_table
+
+    label = ("text-only " if args.no_tools else "") + (Path(args.adapter).name if args.adapter else args.model)
+    print(results_table([(label, report)]))
+    if args.out:
+        print(f"episodes: {args.out}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from agentrl.algos.plot import plot_run
+
+    paths = plot_run(args.run_dir)
+    if not paths:
+        print(f"nothing to plot in {args.run_dir} (no metrics.jsonl or eval summaries)", file=sys.stderr)
+        return 1
+    for p in paths:
+        print(p)
+    return 0
+
+
+def cmd_config_docs(args) -> int:
+    print(config_docs())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a LoRA adapter (no options: the base -> SFT -> GRPO main job)",
+                       description="Train with GRPO, PPO, online DPO or SFT. With only --env "
+                                   f"{MAIN_JOB_ENV} (or nothing), run the main job.")
+    p.add_argument("--env", help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--algo", choices=["grpo", "ppo", "dpo", "sft"], help="algorithm")
+    p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
+    p.add_argument("--adapter", help="start from this PEFT adapter")
+    p.add_argument("--config", help="JSON or YAML file of config keys (see docs/configuration.md)")
+    p.add_argument("--out", help="run directory")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--pipeline", action="store_true", help="run the main job with key=value PipelineConfig overrides")
+    p.add_argument("overrides", nargs="*", help="key=value config overrides (dotted: grpo.beta=0.04)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a model (and adapter) on held-out tasks")
+    p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id")
+    p.add_argument("--env-kwargs", help="JSON object of environment keyword arguments")
+    p.add_argument("--model", default="smollm2-135m", help="model alias, hub id or path")
+    p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
+    p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")
+    p.add_argument("--tasks", type=int, default=32, help="number of held-out tasks")
+    p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's held-out split")
+    p.add_argument("--out", help="write episodes here (JSONL) and the summary beside it")
+    p.add_argument("--no-tools", action="store_true", help="text-only baseline: the env offers no tools")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens per assistant reply")
+    p.add_argument("--max-turns", type=int, default=6, help="assistant turns per episode")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("plot", help="write PNG training curves (and the eval comparison) of a run")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("config-docs", help="print the configuration reference (markdown)")
+    p.set_defaults(func=cmd_config_docs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # key=value overrides may come after options (argparse stops collecting positionals there)
+        if args.command != "train" or any(x.startswith("-") or "=" not in x for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The ``agentrl`` CLI: overrides, config files, generated docs, and train/eval/plot end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from agentrl.algos import cli
+from agentrl.algos.trainer import TrainConfig
+from agentrl.envs.core import TextEnv
+from agentrl.envs.parsing import ParsedAction
+from agentrl.envs.tools import ToolSet
+
+
+class _AnyAnswer:
+    def parse(self, text):
+        return ParsedAction(kind="answer", answer=text)
+
+    def format_instructions(self):
+        return "Reply with anything."
+
+    def describe_tools(self, schemas):
+        return ""
+
+
+class EchoEnv(TextEnv):
+    """One turn; reward 1 if the reply is empty, else 0."""
+
+    def __init__(self):
+        super().__init__(tools=ToolSet([]), parser=_AnyAnswer())
+
+    def sample_task(self, rng):
+        return {"id": str(int(rng.integers(100))), "query": "Say nothing."}
+
+    def score(self, answer, task):
+        return float(answer.strip() == ""), answer.strip() == ""
+
+
+if "Test/Echo-v0" not in gym.registry:
+    gym.register("Test/Echo-v0", entry_point=EchoEnv)
+
+
+def test_overrides_parse_json_values_into_nested_keys():
+    d = cli.apply_overrides({"grpo": {"eps_low": 0.2}}, ["grpo.beta=0.04", "steps=5", "env_kwargs.families=[\"add\"]",
+                                                         "model=my/model", "grpo.scale_std=false", "adapter=null"])
+    assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5, "env_kwargs": {"families": ["add"]},
+                 "model": "my/model", "adapter": None}
+    cfg = TrainConfig.from_dict(d)
+    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
+    with pytest.raises(ValueError, match="key=value"):
+        cli.apply_overrides({}, ["steps"])
+    with pytest.raises(ValueError, match="unknown GRPOConfig keys"):
+        TrainConfig.from_dict({"grpo": {"betta": 1}})
+
+
+def test_config_files_json_and_yaml(tmp_path):
+    (tmp_path / "a.yaml").write_text("algo: dpo\nsteps: 7\ndpo:\n  beta: 0.2\nlora:\n  r: 4\n")
+    (tmp_path / "b.json").write_text(json.dumps({"algo": "ppo", "ppo": {"baseline": "leave_one_out"}}))
+    args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "a.yaml"), "--out", "x", "steps=9"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.algo, cfg.steps, cfg.dpo.beta, cfg.lora.r, cfg.out) == ("dpo", 9, 0.2, 4, "x")
+    args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "b.json")])
+    assert cli.build_train_config(args).ppo.baseline == "leave_one_out"
+
+
+def test_config_docs_cover_every_field_and_the_committed_page_is_current():
+    import dataclasses
+
+    from agentrl.algos.pipeline import PipelineConfig
+
+    text = cli.config_docs()
+    for f in dataclasses.fields(TrainConfig):
+        assert f"`{f.name}`" in text
+    cfg = TrainConfig()
+    for section in ("lora", "collector", "grpo", "ppo", "dpo", "sft"):
+        for f in dataclasses.fields(getattr(cfg, section)):
+            assert f"`{section}.{f.name}`" in text
+    for f in dataclasses.fields(PipelineConfig):
+        assert f"`{f.name}`" in text
+    assert "Upper clip (clip-higher)" in text  # help text comes from the field docstrings
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8").strip() == text.strip(), \
+        "docs/configuration.md is stale: python -m agentrl.algos.cli config-docs > docs/configuration.md"
+
+
+def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, capsys):
+    import agentrl.algos.pipeline as pipeline
+
+    seen = {}
+
+    def fake_pipeline(cfg, resume=False):
+        seen["cfg"] = cfg
+        return {"table": "| table |", "timings": {"total": 1.0}, "out": Path(cfg.out)}
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake_pipeline)
+    assert cli.main(["train", "--env", "AgentRL/ToolUse-v0"]) == 0
+    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == ["multiply"]
+    assert "| table |" in capsys.readouterr().out
+    assert cli.main(["train", "--pipeline", "rl_steps=3", "--out", "r"]) == 0
+    assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
+    assert cli.main(["train", "--env", "Test/Echo-v0"]) == 2
+    assert "--algo" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from agentrl.algos.models import load_tokenizer, tiny_model
+
+    tok = load_tokenizer()
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_model(tok, hidden_size=32).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["--env", "Test/Echo-v0", "--model", str(tiny_dir), "--out", str(run)]
+    assert cli.main(["train", "--algo", "grpo", *common, "steps=1", "tasks_per_step=2", "group_size=2",
+                     "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    assert json.loads((run / "config.json").read_text())["steps"] == 1
+    # --resume reads the run's config.json back; the override extends the run by one step
+    assert cli.main(["train", "--resume", "--out", str(run), "steps=2"]) == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert "done at step 2" in capsys.readouterr().out
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(3)) + "\n")
+    out = tmp_path / "eval" / "results.jsonl"
+    assert cli.main(["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--adapter", str(run / "adapter"),
+                     "--tasks-file", str(tasks), "--n", "2", "--max-new-tokens", "4", "--out", str(out),
+                     "--dtype", "fp32"]) == 0
+    assert len(out.read_text().splitlines()) == 6
+    assert "Average@2" in capsys.readouterr().out
+    assert cli.main(["plot", str(run)]) == 0
+    assert any(Path(p).suffix == ".png" for p in capsys.readouterr().out.split())
