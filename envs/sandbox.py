@@ -14,9 +14,12 @@ Isolation (``isolation="bwrap"``, the default; see ``docs/sandbox-security.md``)
     sympy are there when installed); ``/root``, ``/home``, the project tree and the rest of the host file
     system absent; private size-capped tmpfs at ``/tmp`` and ``/dev/shm``; minimal ``/dev`` and ``/proc``; no
     ``/sys``; a new session; death with the parent; an empty environment (``PATH``, ``HOME=/tmp``, ``LANG``
-    and thread caps of 1 for OpenMP/OpenBLAS/MKL only). Mounts are made as root, then ``setpriv`` drops to
-    an unprivileged uid with no capabilities and ``no_new_privs`` as the very last step (the user namespace is
-    *not* unshared: with it, switching to the unprivileged uid fails).
+    and thread caps of 1 for OpenMP/OpenBLAS/MKL only). As root, mounts are made as root, then ``setpriv``
+    drops to an unprivileged uid with no capabilities and ``no_new_privs`` as the very last step (the user
+    namespace is *not* unshared: with it, switching to the unprivileged uid fails). As an ordinary user,
+    bubblewrap also unshares the user namespace and maps the user to the unprivileged uid inside it (this
+    needs unprivileged user namespaces, on by default in current distributions); nested user namespaces are
+    disabled.
 
 Speed
     Interpreter start-up dominates a call, so the worker starts once, pre-imports ``preload`` modules (numpy,
@@ -301,6 +304,9 @@ def build_bwrap_command(cfg: SandboxConfig, uid: int, python: str, worker_args: 
              "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv"]
     for k, v in _sandbox_env(python).items():
         args += ["--setenv", k, v]
+    if os.geteuid() != 0:
+        # Unprivileged: a user namespace maps us to `uid` inside; no nested namespaces for the code.
+        args += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--disable-userns"]
     args += ["--chdir", "/tmp", "--"]
     if os.geteuid() == 0:
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
@@ -414,7 +420,7 @@ class _Worker:
             self.close()
             raise SandboxError(f"the sandbox worker failed to start ({e}). Its stderr:\n{err}") from None
         self.preloaded = list(hello.get("preloaded", []))
-        if cfg.isolation == "bwrap" and os.geteuid() == 0 and hello.get("uid") != self.uid:
+        if cfg.isolation == "bwrap" and hello.get("uid") != self.uid:
             self.close()
             raise SandboxError(f"the sandbox worker runs as uid {hello.get('uid')}, expected {self.uid}")
 
@@ -541,11 +547,6 @@ class Sandbox:
             if os.geteuid() == 0 and shutil.which("setpriv") is None:
                 raise SandboxUnavailable("setpriv (package util-linux) is needed to drop privileges inside the "
                                          "sandbox; install it with `apt-get install -y util-linux`.")
-            if os.geteuid() != 0:
-                raise SandboxUnavailable(
-                    "isolation='bwrap' currently needs root (bubblewrap mounts as root, then drops to an "
-                    "unprivileged uid). Run the trainer as root (e.g. in its container), or pass "
-                    "isolation='none' to run code unisolated.")
         else:
             logger.warning("Sandbox(isolation='none'): model-written code runs WITHOUT isolation — it can read "
                            "your files, reach the network and see other processes. Use only for trusted code.")

@@ -22,7 +22,7 @@ from agentrl.envs.sandbox import ExecResult, Sandbox, SandboxUnavailable, saniti
 
 needs_bwrap = pytest.mark.skipif(
     not sandbox_mod.bwrap_available() or os.geteuid() != 0,
-    reason="needs bubblewrap and root (apt-get install -y bubblewrap)",
+    reason="needs bubblewrap (apt-get install -y bubblewrap) and root: the checks find host processes by uid",
 )
 
 
