@@ -3,8 +3,17 @@
 Vocabularies are large (SmolLM2: 49,152) and agentic contexts are long, so ``model(input_ids).logits`` for a
 batch of multi-turn trajectories is the memory peak of a training step: 16 x 2048 positions x 49k x 4 bytes is
 6.4 GB in fp32. :func:`token_logprobs` runs the decoder once, then applies the LM head to ``chunk_size``
-positions at a time. With gradients on, each chunk is recomputed in the backward pass (activation
-checkpointing), so neither the forward nor the backward pass ever holds more than one chunk of logits.
+positions at a time. Its backward pass recomputes each chunk's softmax from the saved log-normaliser and writes
+the gradient straight into the hidden states and the head (no autograd graph over the logits), so neither pass
+ever holds more than one chunk of logits.
+
+Only the positions asked for are computed: a trainer passes ``positions=loss_mask`` and skips the LM head on the
+prompt and tool-output tokens — most of an agentic trajectory.
+
+Shared prefix. The trajectories of a batch usually open with the same tokens (the system prompt with the tool
+schemas: ~650 of ~750 tokens per ToolUse episode). The decoder runs that common prefix **once** and the rows
+continue from its KV cache, expanded over the batch (a view: gradients from every row flow back into the one
+prefix computation). Same function, same gradients — only less work (``share_prefix``, on by default).
 
 The reference policy of KL and DPO is the same model with its LoRA adapter switched off::
 
@@ -30,16 +39,117 @@ def _decoder_and_head(model):
     return decoder, head
 
 
-def _chunk_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, want_entropy: bool):
-    logits = head(hidden).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    if not want_entropy:
-        return logp, None
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+class _LinearHeadLogprobs(torch.autograd.Function):
+    """``log_softmax(h @ W.T / T)[target]`` over rows of ``h`` in chunks, with a hand-written backward.
+
+    Forward keeps only the per-row log-normaliser; backward recomputes each chunk's logits once and forms
+    ``d logp / d logits = onehot(target) - softmax`` directly.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk, want_entropy):
+        n = hidden.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        entropy = torch.zeros(n if want_entropy else 0, dtype=torch.float32, device=hidden.device)
+        for s in range(0, n, chunk):
+            logits = (hidden[s:s + chunk] @ weight.t()).float()
+            if temperature != 1.0:
+                logits.div_(temperature)
+            z = torch.logsumexp(logits, dim=-1)
+            lse[s:s + chunk] = z
+            logp[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - z
+            if want_entropy:
+                p = torch.exp(logits - z[:, None])
+                entropy[s:s + chunk] = z - (p * logits).sum(-1)
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        temperature, chunk = ctx.temperature, ctx.chunk
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        for s in range(0, hidden.shape[0], chunk):
+            h = hidden[s:s + chunk]
+            logits = (h @ weight.t()).float()
+            if temperature != 1.0:
+                logits.div_(temperature)
+            g = torch.exp(logits - lse[s:s + chunk, None])  # softmax
+            gl = grad_logp[s:s + chunk]
+            g.mul_(-gl[:, None])
+            g.scatter_add_(-1, targets[s:s + chunk, None], gl[:, None])
+            if temperature != 1.0:
+                g.div_(temperature)
+            g = g.to(hidden.dtype)
+            if need_h:
+                grad_h[s:s + chunk] = g @ weight
+            if need_w:
+                grad_w += (g.t() @ h).float()
+        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None
+
+
+def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entropy):
+    """Any head module (a LoRA-wrapped head, a bias): autograd with per-chunk activation checkpointing."""
+
+    def one(h, y):
+        logits = head(h).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        lp_all = F.log_softmax(logits, dim=-1)
+        lp = lp_all.gather(-1, y[:, None]).squeeze(-1)
+        ent = -(lp_all.exp() * lp_all).sum(-1) if want_entropy else lp.new_zeros(0)
+        return lp, ent.detach()
+
+    lps, ents = [], []
+    for s in range(0, hidden.shape[0], chunk):
+        h, y = hidden[s:s + chunk], targets[s:s + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            lp, ent = checkpoint(one, h, y, use_reentrant=False)
+        else:
+            lp, ent = one(h, y)
+        lps.append(lp)
+        ents.append(ent)
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    return (torch.cat(lps) if lps else empty), (torch.cat(ents) if ents else empty)
+
+
+def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
+    """Length of the token prefix that every row shares (real tokens only)."""
+    same = (input_ids == input_ids[:1]).all(dim=0)
+    if attention_mask is not None:
+        same &= attention_mask.bool().all(dim=0)
+    diff = (~same).nonzero()
+    return int(diff[0, 0]) if diff.numel() else input_ids.shape[1]
+
+
+def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = 32):
+    """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work."""
+    bsz, seq_len = input_ids.shape
+    p = common_prefix_length(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
+    p = min(p, seq_len - 1)
+    if p < min_prefix:
+        return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    from transformers import DynamicCache
+
+    head = decoder(input_ids=input_ids[:1, :p], use_cache=True)
+    cache = getattr(head, "cache", None) or head.past_key_values
+    layers = [(layer.keys.expand(bsz, *layer.keys.shape[1:]), layer.values.expand(bsz, *layer.values.shape[1:]))
+              for layer in cache.layers]
+    shared = DynamicCache(ddp_cache_data=layers)
+    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    positions = torch.arange(p, seq_len, device=input_ids.device).expand(bsz, -1)
+    import inspect
+
+    # transformers renames past_key_values -> cache (deprecated in 5.x); use whichever this version takes
+    key = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    tail = decoder(input_ids=input_ids[:, p:], attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{key: shared}).last_hidden_state
+    return torch.cat([head.last_hidden_state.expand(bsz, -1, -1), tail], dim=1)
 
 
 def token_logprobs(
@@ -50,49 +160,58 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_size: int = 1024,
     return_entropy: bool = False,
+    positions: torch.Tensor | None = None,
+    share_prefix: bool = True,
 ):
     """Log-probability of every token given the tokens before it.
 
     Args:
         model: a transformers causal LM, or a PEFT model wrapping one (inside ``model.disable_adapter()`` this
             gives the reference policy).
-        input_ids: ``[B, T]`` token ids (right padding; padded positions produce values you must mask out).
+        input_ids: ``[B, T]`` token ids (right padding).
         attention_mask: ``[B, T]`` 1 on real tokens, 0 on padding; ``None`` = all real.
         temperature: logits are divided by it before the softmax — use the sampler's temperature so the
             result is the log-probability of the distribution the rollout sampled from.
-        chunk_size: positions per LM-head call; bounds memory at ``B x chunk_size x V`` floats.
+        chunk_size: positions (counted over the whole batch) per LM-head call; bounds the logits memory at
+            ``chunk_size x V`` floats.
         return_entropy: also return the entropy (nats) of each position's predictive distribution. It is
             detached: a metric, not a loss term.
+        positions: optional ``[B, T]`` mask of the tokens whose log-probability is wanted (e.g. the loss
+            mask); the LM head runs only there. Default: every real token.
+        share_prefix: run the rows' common token prefix through the decoder once (see the module docstring).
 
     Returns:
-        ``logprobs [B, T]`` (float32) where ``logprobs[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` and
-        ``logprobs[:, 0] = 0`` — aligned with the tokens, like :class:`~agentrl.algos.trajectory.Trajectory`
-        ``logprobs``; with ``return_entropy`` a tuple ``(logprobs, entropy)``, ``entropy[:, t]`` being the
-        entropy of the distribution token ``t`` was drawn from (0 at ``t = 0``). Differentiable with respect
-        to the model's trainable parameters when grad mode is on.
+        ``logprobs [B, T]`` (float32) where ``logprobs[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` at the
+        computed positions and 0 elsewhere (always at ``t = 0``, at padding, and outside ``positions``) —
+        aligned with the tokens, like :class:`~agentrl.algos.trajectory.Trajectory` ``logprobs``. With
+        ``return_entropy`` a tuple ``(logprobs, entropy)``, ``entropy[:, t]`` being the entropy of the
+        distribution token ``t`` was drawn from (0 where not computed). Differentiable with respect to the
+        model's trainable parameters when grad mode is on.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     decoder, head = _decoder_and_head(model)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    hidden = _hidden_states(decoder, input_ids, attention_mask, share_prefix)
     bsz, seq_len = input_ids.shape
+    want = torch.ones(bsz, seq_len - 1, dtype=torch.bool, device=input_ids.device)
+    if attention_mask is not None:
+        want &= attention_mask[:, 1:].bool()
+    if positions is not None:
+        want &= positions[:, 1:].bool()
     # Position t-1's hidden state predicts token t.
-    hidden, targets = hidden[:, :-1], input_ids[:, 1:]
-    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
-    lps, ents = [], []
-    for s in range(0, seq_len - 1, chunk_size):
-        h, y = hidden[:, s:s + chunk_size], targets[:, s:s + chunk_size]
-        if use_ckpt:
-            lp, ent = checkpoint(_chunk_logprobs, head, h, y, temperature, return_entropy, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logprobs(head, h, y, temperature, return_entropy)
-        lps.append(lp)
-        if return_entropy:
-            ents.append(ent.detach())
-    zeros = torch.zeros(bsz, 1, dtype=torch.float32, device=input_ids.device)
-    logprobs = torch.cat([zeros] + lps, dim=1)
+    h = hidden[:, :-1][want]
+    y = input_ids[:, 1:][want]
+    plain_linear = (type(head) is torch.nn.Linear and head.bias is None)
+    if plain_linear:
+        lp, ent = _LinearHeadLogprobs.apply(h, head.weight, y, float(temperature), chunk_size, return_entropy)
+    else:
+        lp, ent = _generic_head_logprobs(head, h, y, temperature, chunk_size, return_entropy)
+    logprobs = lp.new_zeros(bsz, seq_len)
+    logprobs[:, 1:][want] = lp
     if not return_entropy:
         return logprobs
-    return logprobs, torch.cat([zeros] + ents, dim=1)
+    entropy = torch.zeros(bsz, seq_len, dtype=torch.float32, device=input_ids.device)
+    entropy[:, 1:][want] = ent.detach()
+    return logprobs, entropy

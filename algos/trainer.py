@@ -99,10 +99,11 @@ class TrainConfig:
     """Linear learning-rate warm-up over this many steps (constant afterwards)."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold (global L2 norm)."""
-    micro_batch_tokens: int = 8192
-    """Padded tokens per forward/backward pass (micro-batches packed first-fit-decreasing)."""
-    logprob_chunk: int = 512
-    """Positions per LM-head call when computing logprobs (bounds the logits memory)."""
+    micro_batch_tokens: int = 16384
+    """Padded tokens (rows x longest) per forward/backward pass, packed first-fit-decreasing. The rows' shared
+    prompt prefix is computed once, so the real work per micro-batch is usually far below this."""
+    logprob_chunk: int = 1024
+    """Action-token positions per LM-head call when computing logprobs (bounds the logits memory)."""
     save_every: int = 10
     """Checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -413,12 +414,13 @@ class Trainer:
                     batch = collate(rows, pad_id, self.device)
                     lp, ent = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"],
                                              temperature=temperature, chunk_size=cfg.logprob_chunk,
-                                             return_entropy=True)
+                                             return_entropy=True, positions=batch["loss_mask"])
                     ref = None
                     if self.algo.needs_reference:
                         with torch.no_grad(), self.model.disable_adapter():
                             ref = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"],
-                                                 temperature=temperature, chunk_size=cfg.logprob_chunk)
+                                                 temperature=temperature, chunk_size=cfg.logprob_chunk,
+                                                 positions=batch["loss_mask"])
                     loss, stats = self.algo.loss(lp, ref, batch)
                     loss.backward()
                     epoch_loss += loss.item()
@@ -511,7 +513,7 @@ class Trainer:
             "trainable": trainable_state_dict(self.model),
             "optimizer": self.optimizer.state_dict(),
             "rng": _rng_state(),
-            "config": self.config.to_dict(),
+            "config": json.loads(json.dumps(self.config.to_dict(), default=str)),
         }, tmp / "state.pt")
         if final.exists():
             shutil.rmtree(final)

@@ -150,7 +150,7 @@ def test_token_weights_modes():
         token_weights(masks, "sum")
 
 
-def _tiny_llama(vocab=300, seed=0):
+def _tiny_llama(vocab=300, seed=0, tie=True):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -191,3 +191,56 @@ def test_token_logprobs_differentiable_and_reference_with_adapter_disabled():
     lp[:, 1:].sum().backward()
     grads = [p.grad for n, p in model.named_parameters() if "lora_" in n]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_token_logprobs_gradients_equal_the_full_logits_autograd():
+    """The hand-written LM-head backward matches autograd through full logits (all weights trainable)."""
+    model = _tiny_llama(seed=3).train()
+    ids = torch.randint(0, 300, (2, 17))
+    am = torch.ones_like(ids)
+    am[0, 12:] = 0
+    pos = torch.zeros_like(ids)
+    pos[:, 5:] = 1
+    w = torch.randn(2, 17)
+
+    def naive():
+        logits = model(ids, attention_mask=am).logits.float() / 0.6
+        lp = torch.log_softmax(logits, -1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+        keep = (am[:, 1:] * pos[:, 1:]).bool()
+        return (lp * w[:, 1:] * keep).sum()
+
+    model.zero_grad()
+    naive().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    lp = token_logprobs(model, ids, am, temperature=0.6, chunk_size=3, positions=pos)
+    assert (lp[:, :5] == 0).all() and (lp[0, 12:] == 0).all()
+    (lp * w).sum().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_shared_prefix_gives_the_same_logprobs_and_gradients():
+    from peft import LoraConfig, get_peft_model
+
+    from agentrl.algos.logprobs import common_prefix_length
+
+    model = get_peft_model(_tiny_llama(seed=5), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    prefix = torch.randint(0, 300, (40,))
+    rows = [torch.cat([prefix, torch.randint(0, 300, (n,))]) for n in (9, 14, 5)]
+    ids = torch.zeros(3, 54, dtype=torch.long)
+    am = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r
+        am[i, :len(r)] = 1
+    assert common_prefix_length(ids, am) >= 40
+    w = torch.randn(3, 54)
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        lp = token_logprobs(model, ids, am, share_prefix=share)
+        (lp * w).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
+    for n, g in results[0][1].items():
+        torch.testing.assert_close(results[1][1][n], g, atol=1e-5, rtol=1e-4, msg=n)
