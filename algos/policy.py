@@ -353,13 +353,14 @@ class HFPolicy(Policy):
         """Left-pad the rows' cached keys/values into one batch cache; returns (cache, mask [B, C], positions)."""
         torch = self._torch
         width = max(r.cached for r in rows)
+        reserve = max(len(r.pending) for r in rows) + max(r.request.max_new_tokens for r in rows) + 1
         mask = torch.zeros(len(rows), width, dtype=torch.long)
         for b, r in enumerate(rows):
             if r.cached:
                 mask[b, width - r.cached:] = 1
         positions = torch.tensor([r.cached for r in rows])
         if width == 0:
-            return _new_cache(), mask, positions
+            return _new_cache(reserve=reserve), mask, positions
         ref = next(r.kv for r in rows if r.kv is not None)
         layers = []
         for layer, (k0, v0) in enumerate(ref):
@@ -370,7 +371,7 @@ class HFPolicy(Policy):
                     k[b, :, width - r.cached:] = r.kv[layer][0][0]
                     v[b, :, width - r.cached:] = r.kv[layer][1][0]
             layers.append((k, v))
-        return _new_cache(layers), mask, positions
+        return _new_cache(layers, reserve=reserve), mask, positions
 
     def _pack_pending(self, rows: list[_Row], mask, positions):
         """Right-align the rows' pending tokens after the cache (padding between is masked)."""
@@ -399,10 +400,115 @@ class HFPolicy(Policy):
         self._cache[row.request.key] = _CacheEntry(tokens, kv)
 
 
-def _new_cache(layers=None):
+_GROWING_LAYER = None
+
+
+def _growing_layer_class():
+    """A ``DynamicLayer`` that appends into reserved room instead of re-concatenating the whole cache.
+
+    ``DynamicLayer.update`` does ``torch.cat([cache, new])`` at every decode step, copying the full cache of every
+    layer per token; at a few hundred tokens of context that copy costs more than the model's matmuls on CPU.
+    This layer keeps a buffer with spare positions, writes the new keys/values in place and returns views.
+    """
+    global _GROWING_LAYER
+    if _GROWING_LAYER is not None:
+        return _GROWING_LAYER
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def __init__(self, keys=None, values=None, reserve: int = 64):
+            self._kbuf = self._vbuf = None
+            self._len = 0
+            self.reserve = reserve
+            super().__init__()
+            if keys is not None:
+                self.device = keys.device
+                self.is_initialized = True
+                self._grow(keys, keys.shape[-2] + reserve)
+                self._kbuf[:, :, : keys.shape[-2]] = keys
+                self._vbuf[:, :, : keys.shape[-2]] = values
+                self._len = keys.shape[-2]
+
+        # keys/values are views of the filled part of the buffers
+        @property
+        def keys(self):
+            return None if self._kbuf is None else self._kbuf[:, :, : self._len]
+
+        @keys.setter
+        def keys(self, value):
+            self._kbuf = value
+            self._len = 0 if value is None or value.dim() < 3 else value.shape[-2]
+
+        @property
+        def values(self):
+            return None if self._vbuf is None else self._vbuf[:, :, : self._len]
+
+        @values.setter
+        def values(self, value):
+            self._vbuf = value
+
+        def _grow(self, like, capacity: int) -> None:
+            shape = (like.shape[0], like.shape[1], capacity, like.shape[3])
+            k = like.new_zeros(shape)
+            v = like.new_zeros(shape)
+            if self._kbuf is not None and self._kbuf.dim() == 4 and self._len:
+                k[:, :, : self._len] = self._kbuf[:, :, : self._len]
+                v[:, :, : self._len] = self._vbuf[:, :, : self._len]
+            self._kbuf, self._vbuf = k, v
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            self.device = key_states.device
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = key_states.shape[-2]
+            end = self._len + n
+            if self._kbuf is None or self._kbuf.dim() != 4 or end > self._kbuf.shape[-2]:
+                self._grow(key_states, max(end + self.reserve, int(1.5 * end)))
+            self._kbuf[:, :, self._len:end] = key_states
+            self._vbuf[:, :, self._len:end] = value_states
+            self._len = end
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._len
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._kbuf is not None and self._kbuf.dim() == 4:
+                self._kbuf = self._kbuf[indices]
+                self._vbuf = self._vbuf[indices]
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self._kbuf is not None and self._kbuf.dim() == 4:
+                self._kbuf = self._kbuf.repeat_interleave(repeats, dim=0)
+                self._vbuf = self._vbuf.repeat_interleave(repeats, dim=0)
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:
+                raise ValueError("crop takes a negative number of tokens to remove")
+            self._len = max(0, self._len + tokens_to_remove)
+
+    _GROWING_LAYER = GrowingLayer
+    return GrowingLayer
+
+
+def _new_cache(layers=None, reserve: int = 64):
+    """A ``DynamicCache`` of growing layers, filled with ``layers`` (per layer ``(keys, values)``) if given."""
+    import functools
+
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=layers) if layers else DynamicCache()
+    layer_cls = _growing_layer_class()
+    cache = DynamicCache()
+    if layers:
+        cache.layers = [layer_cls(k, v, reserve=reserve) for k, v in layers]
+        cache.layer_class_to_replicate = None
+    else:
+        cache.layer_class_to_replicate = functools.partial(layer_cls, reserve=reserve)
+    return cache
 
 
 _CACHE_ARG: dict[type, str] = {}
