@@ -160,6 +160,9 @@ class Collector:
     def _template_tools(self, env, info: dict[str, Any]):
         """Tool schemas for the chat template, or None when the env's own prompt describes them."""
         if not self.chat.supports_tools:
+            if info.get("tools") and getattr(getattr(env, "unwrapped", env), "tools_in_prompt", True) is False:
+                logger.warning("the env was made with tools_in_prompt=False but chat template %s has no tools "
+                               "section: the model is not told which tools exist", self.chat.name)
             return None
         if getattr(getattr(env, "unwrapped", env), "tools_in_prompt", False):
             return None

@@ -480,3 +480,10 @@ def test_sample_tokens_draws_from_the_truncated_distribution():
         # Logprobs are those of the temperature-scaled distribution before truncation.
         ref = torch.log_softmax(logits[0] / sp.temperature, -1)
         assert torch.allclose(lps, ref[tokens])
+
+
+def test_tools_nowhere_is_warned(smol_tokenizer, caplog):  # noqa: F811
+    tasks = multi_call_tasks(1)
+    with caplog.at_level("WARNING", logger="agentrl.algos.collector"):
+        collect(lambda: ToolUseEnv(tools_in_prompt=False), ScriptedPolicy(smol_tokenizer, tasks), tasks, 1)
+    assert "not told which tools exist" in caplog.text
