@@ -1,0 +1,179 @@
+"""Ray executor on a local Ray instance: remote envs equal local ones, rollout workers, ray_collect layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import torch  # noqa: E402
+from test_chat import smol_tokenizer  # noqa: E402,F401
+from test_collector import ScriptedPolicy  # noqa: E402
+
+import agentrl.envs  # noqa: E402,F401
+from agentrl.algos.collector import CollectorConfig, collect  # noqa: E402
+from agentrl.algos.lora import LoRAConfig, apply_lora, trainable_state_dict  # noqa: E402
+from agentrl.algos.models import tiny_model  # noqa: E402
+from agentrl.algos.policy import HFPolicy  # noqa: E402
+from agentrl.algos.ray_workers import (  # noqa: E402
+    RayEnvPool,
+    RemoteEnv,
+    RolloutWorker,
+    broadcast_adapter,
+    make_env_factory,
+    ray_collect,
+    shard_bounds,
+    shard_config,
+)
+from agentrl.envs.tool_use import make_tasks  # noqa: E402
+
+ENV = "AgentRL/ToolUse-v0"
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    # workers import the test helpers (ScriptedPolicy) by name, so they get this folder on their path
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+def _comparable(info: dict) -> dict:
+    """``info`` without timings (tool latency differs between runs)."""
+    out = dict(info)
+    out["metrics"] = {k: v for k, v in (info.get("metrics") or {}).items() if "latency" not in k}
+    return out
+
+
+def _play(env, task, actions, seed):
+    obs, info = env.reset(seed=seed, options={"task": task})
+    steps = [(obs, _comparable(info))]
+    for a in actions:
+        obs, reward, term, trunc, info = env.step(a)
+        steps.append((obs, reward, term, trunc, _comparable(info)))
+        if term or trunc:
+            break
+    return steps
+
+
+def test_remote_env_episodes_equal_local_episodes():
+    local = gym.make(ENV)
+    remote = RemoteEnv(ENV)
+    try:
+        assert remote.unwrapped is remote
+        assert remote.tools_in_prompt == local.unwrapped.tools_in_prompt
+        assert remote.rewards == local.unwrapped.rewards
+        for seed, task in enumerate(make_tasks(3, "train")):
+            actions = local.unwrapped.demo_actions(task)
+            wrong = actions[:-1] + ["Answer: 0.5"]
+            for acts in (actions, wrong, ["no tool call, no answer"]):
+                assert _play(remote, task, acts, seed) == _play(local, task, acts, seed)
+        # envs that sample their own task from the seed agree too, and any env method is reachable
+        assert remote.reset(seed=11)[0] == local.reset(seed=11)[0]
+        assert remote.call("demo_actions", make_tasks(1)[0]) == local.unwrapped.demo_actions(make_tasks(1)[0])
+        # a step the env cannot parse never raises through the proxy either
+        obs, reward, term, _, info = remote.step("<tool_call>{not json</tool_call>")
+        assert term and reward == local.unwrapped.rewards.invalid
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_collect_with_remote_envs_equals_local(smol_tokenizer):  # noqa: F811
+    tasks = make_tasks(4, "train")
+    cfg = CollectorConfig(max_new_tokens=128, env_threads=4)
+    local = collect(ENV, ScriptedPolicy(smol_tokenizer, tasks), tasks, 2, cfg)
+    with RayEnvPool(ENV, num_workers=2) as pool:
+        remote = collect(pool, ScriptedPolicy(smol_tokenizer, tasks), tasks, 2, cfg)
+        # the collector closed its envs; the actors stay up for the next call
+        assert ray.get([h.num_envs.remote() for h in pool.hosts]) == [0, 0]
+        again = collect(pool, ScriptedPolicy(smol_tokenizer, tasks[:1]), tasks[:1], 1, cfg)
+    assert len(remote) == len(local) == 8
+    assert all(t.reward == 1.0 for t in remote)
+    for a, b in zip(local, remote, strict=True):
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask and a.logprobs == b.logprobs
+        assert (a.reward, a.group_id, a.termination, a.task) == (b.reward, b.group_id, b.termination, b.task)
+        assert [t.observation for t in a.turns] == [t.observation for t in b.turns]
+        assert {k: v for k, v in a.metrics.items() if "latency" not in k} == \
+            {k: v for k, v in b.metrics.items() if "latency" not in k}
+    assert again[0].token_ids == local[0].token_ids
+
+
+def test_make_env_factory(smol_tokenizer):  # noqa: F811
+    assert make_env_factory("local", ENV, {}) == ENV
+    with pytest.raises(ValueError, match="executor"):
+        make_env_factory("dask", ENV, {})
+    pool = make_env_factory("ray", ENV, {"families": ["multiply"]}, tokenizer=smol_tokenizer, num_workers=1)
+    try:
+        env = pool()
+        _, info = env.reset(seed=0)
+        assert info["task_id"].startswith("multiply")
+        # SmolLM2's ChatML template has no tools section: the env keeps describing its tools in the prompt
+        assert env.tools_in_prompt and "multiply" in info["messages"][0]["content"]
+        env.close()
+    finally:
+        pool.close()
+
+
+def test_shard_bounds():
+    assert shard_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+    assert shard_bounds(0, 3) == []
+    with pytest.raises(ValueError):
+        shard_bounds(3, 0)
+
+
+def test_ray_collect_order_and_group_ids(smol_tokenizer):  # noqa: F811
+    tasks = make_tasks(5, "train")
+    workers = [RolloutWorker.as_actor(lambda: ScriptedPolicy(smol_tokenizer, tasks)) for _ in range(2)]
+    cfg = CollectorConfig(max_new_tokens=128)
+    trajs = ray_collect(workers, ENV, tasks, 2, cfg)
+    local = collect(ENV, ScriptedPolicy(smol_tokenizer, tasks), tasks, 2, cfg)
+    assert len(trajs) == 10
+    assert [t.group_id for t in trajs] == [i // 2 for i in range(10)]
+    assert [t.task for t in trajs] == [tasks[i // 2] for i in range(10)]
+    assert [t.token_ids for t in trajs] == [t.token_ids for t in local]
+    # more workers than tasks: the idle ones get nothing, the layout is unchanged
+    trajs3 = ray_collect(workers + [RolloutWorker.as_actor(lambda: ScriptedPolicy(smol_tokenizer, tasks))],
+                         ENV, tasks[:2], 1, cfg)
+    assert [(t.group_id, t.task["id"]) for t in trajs3] == [(0, tasks[0]["id"]), (1, tasks[1]["id"])]
+    # remote envs inside remote rollout workers
+    with RayEnvPool(ENV, num_workers=1) as pool:
+        nested = ray_collect(workers, pool, tasks, 2, cfg)
+    assert [t.token_ids for t in nested] == [t.token_ids for t in local]
+
+
+def test_rollout_worker_adapter_round_trip(smol_tokenizer):  # noqa: F811
+    """The worker samples exactly what a local sampler with the trainer's adapter samples, before and after an
+    update shipped as a state dict."""
+    lora = LoRAConfig(r=4, alpha=8)
+    trainer_model = apply_lora(tiny_model(smol_tokenizer, seed=3), lora)
+    worker = RolloutWorker.as_actor((tiny_model(smol_tokenizer, seed=3), smol_tokenizer), lora=lora)
+    tasks = make_tasks(2, "train")
+    cfg = CollectorConfig(max_new_tokens=6, max_turns=1, temperature=1.0, seed=5)
+
+    def local_rollout():  # what ray_collect's single shard (start 0) samples
+        return collect(ENV, HFPolicy(trainer_model, smol_tokenizer), tasks, 2, shard_config(cfg, 0))
+
+    before = ray_collect([worker], ENV, tasks, 2, cfg)
+    assert [t.token_ids for t in before] == [t.token_ids for t in local_rollout()]
+
+    with torch.no_grad():  # a training step, in effect: move every LoRA B matrix off zero
+        g = torch.Generator().manual_seed(0)
+        for name, p in trainer_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    assert broadcast_adapter([worker], trainable_state_dict(trainer_model), version=7) == [7]
+    after = ray_collect([worker], ENV, tasks, 2, cfg)
+    expected = local_rollout()
+    assert [t.token_ids for t in after] == [t.token_ids for t in expected]
+    for a, b in zip(after, expected, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert all(t.policy_version == 7 for t in after)
+    assert [t.logprobs for t in after] != [t.logprobs for t in before]  # the new adapter changed the sampler
+    assert ray.get(worker.get_version.remote()) == 7
