@@ -27,7 +27,8 @@ Two independent pieces, usable alone or together:
 The command line selects the environment executor with ``--executor local|ray`` through
 :func:`make_env_factory`. ``ray.init()`` with no address starts a local instance or joins the cluster named by
 ``RAY_ADDRESS``; every node needs agentrl-gym installed (or a ``runtime_env``). Failures stay contained: an actor
-that dies makes ``step`` raise in the driver, which the collector records as an ``error`` trajectory.
+that dies mid-episode makes ``step`` raise in the driver, which the collector records as an ``error`` trajectory
+(a failure while envs are opened or reset raises).
 """
 
 from __future__ import annotations

@@ -177,3 +177,23 @@ def test_rollout_worker_adapter_round_trip(smol_tokenizer):  # noqa: F811
     assert all(t.policy_version == 7 for t in after)
     assert [t.logprobs for t in after] != [t.logprobs for t in before]  # the new adapter changed the sampler
     assert ray.get(worker.get_version.remote()) == 7
+
+
+def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):  # noqa: F811
+    tasks = make_tasks(2, "train")
+    scripted = ScriptedPolicy(smol_tokenizer, tasks)
+    pool = RayEnvPool(ENV, num_workers=2)
+
+    class KillingPolicy(ScriptedPolicy):
+        def generate(self, requests, sampling):
+            if not getattr(self, "killed", False):
+                ray.kill(pool.hosts[1])  # the actor of the 2nd and 4th env dies after reset, before any step
+                self.killed = True
+            return scripted.generate(requests, sampling)
+
+    try:
+        trajs = collect(pool, KillingPolicy(smol_tokenizer, tasks), tasks, 2, CollectorConfig(max_new_tokens=128))
+    finally:
+        pool.close()
+    assert [t.termination for t in trajs] == ["answered", "error", "answered", "error"]
+    assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]
