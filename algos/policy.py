@@ -262,6 +262,8 @@ class HFPolicy(Policy):
         for r in requests:
             if not r.prompt_ids:
                 raise ValueError("a generation request needs a non-empty prompt")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
         size = self.max_batch_size or len(requests)
         results: list[GenerationResult] = []
         with self._torch.inference_mode():
@@ -304,7 +306,6 @@ class HFPolicy(Policy):
             cache.batch_select_indices(index)
             logits = logits.index_select(0, index)
             mask = mask.index_select(0, index.cpu())
-            positions = positions.index_select(0, index.cpu())
         positions = torch.tensor([r.cached + len(r.pending) for r in rows])  # next position of each row
 
         # --- decode
