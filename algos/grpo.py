@@ -58,8 +58,8 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_s
     for members in groups.values():
         rs = [float(rewards[i]) for i in members]
         n = len(rs)
-        if n < 2:
-            continue
+        if n < 2 or max(rs) == min(rs):
+            continue  # no signal (and no 1e-17 rounding residue posing as an advantage)
         mean = sum(rs) / n
         std = math.sqrt(sum((r - mean) ** 2 for r in rs) / (n - 1))
         for i, r in zip(members, rs, strict=True):

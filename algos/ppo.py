@@ -51,9 +51,11 @@ def baselined_advantages(rewards: Sequence[float], group_ids: Sequence[int], bas
     for members in groups.values():
         rs = [float(rewards[i]) for i in members]
         total, n = sum(rs), len(rs)
+        if max(rs) == min(rs):
+            continue  # equal rewards (or a lone sample): no signal, exactly 0 (no rounding residue)
         for i, r in zip(members, rs, strict=True):
             if n == 1:
-                adv[i] = 0.0  # no baseline from a lone sample: no signal
+                adv[i] = 0.0
             elif baseline == "group_mean":
                 adv[i] = r - total / n
             else:

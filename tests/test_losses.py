@@ -85,6 +85,9 @@ def test_group_advantages_by_hand():
     adv = group_advantages(rewards, groups, scale_std=True)
     assert adv[:4] == pytest.approx([0.5 / (std + 1e-6), -0.5 / (std + 1e-6)] * 1 + [-0.5 / (std + 1e-6), 0.5 / (std + 1e-6)])
     assert adv[4:] == [0.0] * 4  # equal rewards: no signal
+    # -0.1 * 3 / 3 != -0.1 in floats: equal rewards must still give exactly 0, not 1e-17 / (0 + 1e-6)
+    assert group_advantages([-0.1] * 3, [0] * 3) == [0.0] * 3
+    assert baselined_advantages([-0.1] * 3, [0] * 3) == [0.0] * 3
     assert group_advantages(rewards, groups, scale_std=False)[:4] == pytest.approx([0.5, -0.5, -0.5, 0.5])
     # groups are found by id, not by position
     assert group_advantages([1.0, 5.0, 0.0, 7.0], [0, 1, 0, 1], scale_std=False) == pytest.approx([0.5, -1, -0.5, 1])
