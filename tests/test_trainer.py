@@ -284,5 +284,25 @@ def test_sft_then_grpo_raise_the_reward_on_a_trivially_learnable_tooluse_task(to
                  model=sft.model, tokenizer=tokenizer)
     rl.train()
     after_rl = mean_reward(rl.model, 1)
-    print("mean sampled reward: base %.3f, after SFT %.3f, after GRPO %.3f" % (base, after_sft, after_rl))
     assert base < after_sft < after_rl, (base, after_sft, after_rl)
+
+
+@pytest.mark.slow
+def test_one_grpo_step_on_the_real_135m_model(tmp_path):
+    """The embedded SmolLM2-135M (bf16 where supported): one SFT step, then one GRPO step, end to end."""
+    from agentrl.algos.models import load_model
+
+    model, tok = load_model()
+    sft = Trainer(_cfg(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=1, lr=5e-4,
+                       env_kwargs={"families": ["multiply"]}, sft={"batch_size": 4, "num_demos": 4}),
+                  model=model, tokenizer=tok)
+    [s] = sft.train()
+    assert 0 < s["train/loss"] < 5
+    rl = Trainer(_cfg(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=1, lr=1e-4, tasks_per_step=2,
+                      group_size=4, collector=CollectorConfig(max_new_tokens=64, max_turns=3)),
+                 model=sft.model, tokenizer=tok)
+    [m] = rl.train()
+    assert m["rollout/num_trajectories"] == 8 and m["train/data_position"] == 2
+    if m["train/loss_tokens"]:
+        assert m["train/logprob_gap"] < 0.1  # bf16 sampler copy vs bf16 trainer: small, never large
+    assert (tmp_path / "grpo" / "run" / "adapter" / "adapter_config.json").is_file()
