@@ -595,25 +595,105 @@ class OpenAIPolicy(Policy):
     ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's ``return_tokens_as_token_ids``)
     — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
 
+    LoRA weight sync (:meth:`update_weights`): a trainer's PEFT adapter is saved to a new versioned folder under
+    ``adapter_dir`` and loaded on the server under a new name (``<model>-lora-v<N>``) through the server's runtime
+    LoRA endpoint; from then on requests name that adapter, and the previous one is unloaded. vLLM must be
+    started with ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; SGLang with
+    ``--enable-lora --max-lora-rank R --lora-target-modules ...`` (see docs/collector.md). The server reads the
+    adapter from ``adapter_dir``, so that folder must be on a file system the server sees.
+
     Args:
         base_url: e.g. ``"http://127.0.0.1:8000"`` (``/v1`` is added when missing).
-        model: the served model name.
+        model: the served (base) model name.
         tokenizer: the served model's tokenizer (the collector renders the chat template with it).
         max_concurrency: HTTP requests in flight at once.
         timeout_s: per-request timeout.
         api_key: sent as a bearer token when given.
+        adapter_dir: where :meth:`update_weights` writes adapter versions (default: a new temporary folder).
+        lora_api: ``"vllm"`` (``POST /v1/load_lora_adapter``; requests name the adapter as ``model``) or
+            ``"sglang"`` (``POST /load_lora_adapter``; requests keep the base ``model`` and name the adapter in
+            ``lora_path``).
+        adapter_prefix: adapter names are ``f"{adapter_prefix}-v{N}"`` (default ``f"{model}-lora"``); give each
+            trainer sharing one server its own prefix.
     """
 
     def __init__(self, base_url: str, model: str, tokenizer, *, max_concurrency: int = 64, timeout_s: float = 600.0,
-                 api_key: str | None = None):
+                 api_key: str | None = None, adapter_dir: str | None = None, lora_api: str = "vllm",
+                 adapter_prefix: str | None = None):
+        if lora_api not in ("vllm", "sglang"):
+            raise ValueError(f"lora_api must be 'vllm' or 'sglang', got {lora_api!r}")
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
         self.model_name = model
+        self.base_model_name = model
         self.tokenizer = tokenizer
         self.timeout_s = timeout_s
         self.api_key = api_key
+        self.lora_api = lora_api
+        self.adapter_dir = adapter_dir
+        self.adapter_prefix = adapter_prefix or f"{model}-lora"
+        self.adapter_name: str | None = None
+        """The adapter requests are sampled with (None: the base model)."""
+        self.version = 0
+        """How many times :meth:`update_weights` changed the weights (recorded in trajectories)."""
+        self._adapter_path: str | None = None
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-policy")
+
+    # ---------------------------------------------------------------- LoRA weight sync
+    def _lora_url(self, action: str) -> str:
+        root = self.base_url if self.lora_api == "vllm" else self.base_url[: -len("/v1")]
+        return f"{root}/{action}_lora_adapter"
+
+    def _lora_call(self, action: str, body: dict[str, Any]):
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return requests.post(self._lora_url(action), json=body, headers=headers, timeout=self.timeout_s)
+
+    def update_weights(self, source_model) -> None:
+        """Sync ``source_model``'s LoRA adapter to the server and sample with it from now on.
+
+        Saves the adapter (PEFT format) to ``adapter_dir/<prefix>-v<N>``, loads it on the server under that name,
+        switches requests to it, then unloads the previous version and deletes its folder. Only the adapter
+        travels (megabytes), never the base weights. Raises ``TypeError`` for a model without a PEFT adapter and
+        ``RuntimeError`` (with the server's answer and the flags it needs) when the server refuses the load.
+        """
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from agentrl.algos.lora import save_adapter
+
+        if not _is_peft(source_model):
+            raise TypeError("OpenAIPolicy syncs LoRA adapters only: pass a PEFT model (full-weight sync to a "
+                            "server is not supported)")
+        if self.adapter_dir is None:
+            self.adapter_dir = tempfile.mkdtemp(prefix="agentrl-lora-")
+        name = f"{self.adapter_prefix}-v{self.version + 1}"
+        path = Path(self.adapter_dir).resolve() / name
+        save_adapter(source_model, path)
+        r = self._lora_call("load", {"lora_name": name, "lora_path": str(path)})
+        if r.status_code != 200:
+            shutil.rmtree(path, ignore_errors=True)
+            hint = ""
+            if r.status_code in (404, 405):
+                hint = (" (no runtime LoRA endpoint: start vLLM with --enable-lora --max-lora-rank R and "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or SGLang with --enable-lora and lora_api='sglang')")
+            raise RuntimeError(f"{self._lora_url('load')} answered HTTP {r.status_code}{hint}: {r.text[:500]}")
+        old_name, old_path = self.adapter_name, self._adapter_path
+        self.adapter_name, self._adapter_path = name, str(path)
+        if self.lora_api == "vllm":
+            self.model_name = name
+        self.version += 1
+        logger.info("server %s samples with adapter %s (%s)", self.base_url, name, path)
+        if old_name is not None:
+            r = self._lora_call("unload", {"lora_name": old_name})
+            if r.status_code != 200:
+                logger.warning("could not unload adapter %s from %s: HTTP %d %s", old_name, self.base_url,
+                               r.status_code, r.text[:200])
+            if old_path:
+                shutil.rmtree(old_path, ignore_errors=True)
 
     def _payload(self, req: GenerationRequest, sampling: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -633,6 +713,8 @@ class OpenAIPolicy(Policy):
             body["top_k"] = sampling.top_k
         if req.seed is not None:
             body["seed"] = int(req.seed)
+        if self.lora_api == "sglang" and self.adapter_name is not None:
+            body["lora_path"] = self.adapter_name
         return body
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -709,9 +791,10 @@ class _BatchingWorker:
         self.thread = threading.Thread(target=self._run, daemon=True, name="policy-server-batcher")
         self.thread.start()
 
-    def submit(self, req: GenerationRequest, sampling: SamplingParams) -> GenerationResult:
+    def submit(self, req: GenerationRequest, sampling: SamplingParams, policy: Policy | None = None) -> GenerationResult:
+        """Answer ``req`` with ``policy`` (default: the worker's), batched with concurrent requests to it."""
         done = threading.Event()
-        slot: dict[str, Any] = {}
+        slot: dict[str, Any] = {"policy": policy or self.policy}
         self.queue.put((req, sampling, slot, done))
         done.wait()
         if "error" in slot:
@@ -731,12 +814,12 @@ class _BatchingWorker:
                     items.append(self.queue.get(timeout=left))
                 except queue.Empty:
                     break
-            by_sampling: dict[str, list] = {}
+            by_sampling: dict[tuple[int, str], list] = {}
             for it in items:
-                by_sampling.setdefault(repr(it[1]), []).append(it)
+                by_sampling.setdefault((id(it[2]["policy"]), repr(it[1])), []).append(it)
             for group in by_sampling.values():
                 try:
-                    results = self.policy.generate([it[0] for it in group], group[0][1])
+                    results = group[0][2]["policy"].generate([it[0] for it in group], group[0][1])
                     for it, res in zip(group, results, strict=True):
                         it[2]["result"] = res
                 except Exception as e:  # answered as HTTP 500
@@ -750,18 +833,43 @@ class _BatchingWorker:
         self.thread.join(timeout=5)
 
 
+def _adapter_policy(base: HFPolicy, path: str) -> HFPolicy:
+    """An :class:`HFPolicy` sampling ``base``'s model with the PEFT adapter at ``path`` merged in (fp32 merge)."""
+    from pathlib import Path
+
+    from agentrl.algos.lora import load_adapter
+
+    if not (Path(path) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no PEFT adapter at {path} (no adapter_config.json)")
+    # load_adapter injects LoRA layers into the model it is given: give it a copy, never the served base.
+    peft_model = load_adapter(copy.deepcopy(base.model), path)
+    return HFPolicy(peft_model, base.tokenizer, max_batch_size=base.max_batch_size,
+                    compact_fraction=base.compact_fraction)
+
+
 def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "agentrl",
-                 batch_window_s: float = 0.01) -> PolicyServer:
+                 batch_window_s: float = 0.01, enable_lora: bool = False) -> PolicyServer:
     """Serve ``policy`` as an OpenAI-compatible ``/v1/completions`` endpoint (token-id prompts) in a thread.
 
     A small reference server for tests and for sharing one model between processes on a machine; at scale
     use vLLM or SGLang. Requests arriving within ``batch_window_s`` are decoded together. It answers with
     ``choices[0].token_ids``, ``logprobs.tokens`` (``"token_id:<id>"``), ``logprobs.token_logprobs`` and
-    ``finish_reason``; ``port=0`` picks a free port (see ``server.url``).
+    ``finish_reason``; ``port=0`` picks a free port (see ``server.url``). A request's ``model`` must be
+    ``model_name`` (or a loaded adapter's name); an unknown name is answered 404, as vLLM does.
+
+    ``enable_lora=True`` (``policy`` must be an :class:`HFPolicy` of a plain model) adds vLLM's runtime LoRA
+    endpoints, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
+    ``{"lora_name"}`` (also under SGLang's paths, without ``/v1``): a loaded PEFT adapter is merged into its own
+    sampler copy of the base model and served under its name, chosen by a request's ``model`` (vLLM) or
+    ``lora_path`` (SGLang). Loading an existing name is a 400; unloading an unknown one a 404.
     """
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    if enable_lora and (not isinstance(policy, HFPolicy) or _is_peft(policy.model)):
+        raise TypeError("serve_policy(enable_lora=True) needs an HFPolicy of a plain (non-PEFT) model")
     worker = _BatchingWorker(policy, batch_window_s)
+    adapters: dict[str, Policy] = {}
+    adapters_lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):  # quiet: logging, not stderr
@@ -775,14 +883,65 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_text(self, code: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self):
             if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
+                with adapters_lock:
+                    names = list(adapters)
+                data = [{"id": model_name, "object": "model"}]
+                data += [{"id": n, "object": "model", "parent": model_name} for n in names]
+                self._send(200, {"object": "list", "data": data})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
+        def _lora(self, action: str) -> None:
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                name = body["lora_name"]
+                if not isinstance(name, str) or not name or name == model_name:
+                    raise ValueError(f"invalid lora_name {name!r}")
+            except (ValueError, KeyError, TypeError) as e:
+                self._send(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
+                return
+            if action == "unload":
+                with adapters_lock:
+                    gone = adapters.pop(name, None)
+                if gone is None:
+                    self._send(404, {"error": {"message": f"The lora adapter '{name}' cannot be found."}})
+                else:
+                    self._send_text(200, f"Success: LoRA adapter '{name}' removed successfully.")
+                return
+            with adapters_lock:
+                exists = name in adapters
+            if exists:
+                self._send(400, {"error": {"message": f"The lora adapter '{name}' has already been loaded."}})
+                return
+            try:
+                loaded = _adapter_policy(policy, str(body.get("lora_path", "")))
+            except Exception as e:
+                logger.exception("policy server: loading adapter %s failed", name)
+                self._send(400, {"error": {"message": f"loading {name} failed: {type(e).__name__}: {e}"}})
+                return
+            with adapters_lock:
+                adapters[name] = loaded
+            self._send_text(200, f"Success: LoRA adapter '{name}' added successfully.")
+
         def do_POST(self):
-            if self.path.rstrip("/") != "/v1/completions":
+            route = self.path.rstrip("/")
+            if enable_lora and route in ("/v1/load_lora_adapter", "/load_lora_adapter"):
+                self._lora("load")
+                return
+            if enable_lora and route in ("/v1/unload_lora_adapter", "/unload_lora_adapter"):
+                self._lora("unload")
+                return
+            if route != "/v1/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
             try:
@@ -797,8 +956,14 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
             except (ValueError, KeyError, TypeError) as e:
                 self._send(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
                 return
+            name = body.get("lora_path") or body.get("model") or model_name
+            with adapters_lock:
+                target = policy if name == model_name else adapters.get(name)
+            if target is None:
+                self._send(404, {"error": {"message": f"The model `{name}` does not exist.", "type": "NotFoundError"}})
+                return
             try:
-                res = worker.submit(req, sampling)
+                res = worker.submit(req, sampling, target)
             except Exception as e:
                 logger.exception("policy server: generation failed")
                 self._send(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
@@ -806,7 +971,7 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
             text = policy.tokenizer.decode(res.token_ids) if policy.tokenizer is not None else ""
             self._send(200, {
                 "id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name,
+                "model": name,
                 "choices": [{"index": 0, "text": text, "token_ids": res.token_ids,
                              "finish_reason": res.finish_reason,
                              "logprobs": {"tokens": [f"token_id:{t}" for t in res.token_ids],
