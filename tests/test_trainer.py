@@ -152,7 +152,7 @@ def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
 
 
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_path):
-    cfg = dict(steps=3, save_every=1, lr=5e-2, group_size=8)
+    cfg = dict(steps=3, save_every=1, lr=1e-4, group_size=8, tasks_per_step=4)
     full = Trainer(_cfg(tmp_path / "full", **cfg), model=_model(tokenizer), tokenizer=tokenizer)
     full_hist = full.train()
     assert [h["train/optimizer_steps"] for h in full_hist] == [1, 1, 1]  # every step really updates
