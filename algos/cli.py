@@ -5,6 +5,7 @@
     agentrl train --env AgentRL/ToolUse-v0                      # the main job: base eval -> SFT -> GRPO -> eval
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo steps=50 grpo.beta=0.04 lora.r=8 --out runs/g
     agentrl train --config run.yaml --resume                    # a file of TrainConfig keys, continued
+    agentrl train --env AgentRL/ToolUse-v0 --algo grpo --async asynchronous.max_staleness=2   # overlap rollouts
     agentrl eval --env AgentRL/ToolUse-v0 --adapter runs/g/adapter --n 4 --out results.jsonl [--no-tools]
     agentrl plot runs/g
     agentrl config-docs > docs/configuration.md
@@ -104,7 +105,7 @@ def config_docs() -> str:
     from agentrl.algos.pipeline import PipelineConfig
     from agentrl.algos.ppo import PPOConfig
     from agentrl.algos.sft import SFTConfig
-    from agentrl.algos.trainer import TrainConfig
+    from agentrl.algos.trainer import AsyncConfig, TrainConfig
 
     sections = [
         (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
@@ -114,6 +115,8 @@ def config_docs() -> str:
         (PPOConfig, "ppo.", "PPO (`--algo ppo`), see [algorithms/ppo.md](algorithms/ppo.md)."),
         (DPOConfig, "dpo.", "Online DPO (`--algo dpo`), see [algorithms/dpo.md](algorithms/dpo.md)."),
         (SFTConfig, "sft.", "SFT (`--algo sft`), see [algorithms/sft.md](algorithms/sft.md)."),
+        (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
+                                       "see [integration.md](integration.md#asynchronous-training)."),
         (PipelineConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
                              "or `agentrl train --pipeline key=value ...`)."),
     ]
@@ -152,6 +155,8 @@ def build_train_config(args) -> Any:
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
+    if getattr(args, "async_", False):
+        d.setdefault("asynchronous", {})["enabled"] = True
     d = apply_overrides(d, args.overrides)
     d.setdefault("out", f"runs/{d.get('algo', 'grpo')}")
     return TrainConfig.from_dict(d)
@@ -174,7 +179,8 @@ def build_pipeline_config(args) -> Any:
 
 def cmd_train(args) -> int:
     env = args.env or MAIN_JOB_ENV
-    main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV)
+    main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
+                                 and not getattr(args, "async_", False))
     if main_job:
         from agentrl.algos.pipeline import run_pipeline
 
@@ -198,7 +204,11 @@ def cmd_train(args) -> int:
 
     args.env = args.env if args.env is not None else None
     cfg = build_train_config(args)
-    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps -> {cfg.out}")
+    mode = ""
+    if cfg.asynchronous.enabled:
+        a = cfg.asynchronous
+        mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
+    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps{mode} -> {cfg.out}")
     trainer = train(cfg, resume=args.resume)
     last = trainer.history[-1] if trainer.history else {}
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
@@ -273,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--pipeline", action="store_true", help="run the main job with key=value PipelineConfig overrides")
+    p.add_argument("--async", dest="async_", action="store_true",
+                   help="decoupled rollout and training: sample the next batches while updating "
+                        "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis, tis_cap)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides (dotted: grpo.beta=0.04)")
     p.set_defaults(func=cmd_train)
 

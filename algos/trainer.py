@@ -66,6 +66,24 @@ LATEST = "latest"
 
 
 @dataclass
+class AsyncConfig:
+    """Decoupled rollout and training (``agentrl train --async``), run by :mod:`agentrl.algos.async_trainer`."""
+
+    enabled: bool = False
+    """Overlap rollouts with training: a producer thread samples the next batches while the trainer updates."""
+    queue_size: int = 1
+    """Rollout batches the producer may hold ahead of the trainer (queued or being collected); 1 = one-step
+    off-policy (each batch is sampled by the weights one update behind those that train on it)."""
+    max_staleness: int = 1
+    """Trajectories sampled more than this many policy versions (weight updates) before the trainer's current
+    weights are dropped ('drop') or importance-corrected ('tis')."""
+    staleness: str = "drop"
+    """'drop' or 'tis' (truncated importance sampling against the current weights, grpo/ppo only)."""
+    tis_cap: float = 2.0
+    """Upper bound of the per-token importance weight pi_current / pi_sampler in 'tis' mode."""
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; ``agentrl train`` builds it from flags and ``key=value`` overrides."""
 
@@ -122,6 +140,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
 
     def __post_init__(self):
         # Nested sections may be given as dicts (TrainConfig(grpo={"beta": 0.04})); make them dataclasses.
@@ -138,6 +157,17 @@ class TrainConfig:
             raise ValueError("steps must be >= 0, tasks_per_step and group_size >= 1")
         if self.algo in ("grpo", "ppo", "dpo") and self.group_size < 2:
             raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= 2")
+        a = self.asynchronous
+        if a.enabled:
+            if self.algo == "sft":
+                raise ValueError("asynchronous training overlaps rollouts with updates; sft has no rollouts")
+            if a.staleness not in ("drop", "tis"):
+                raise ValueError(f"asynchronous.staleness must be 'drop' or 'tis', got {a.staleness!r}")
+            if a.staleness == "tis" and self.algo not in ("grpo", "ppo"):
+                raise ValueError("asynchronous.staleness='tis' corrects per-token policy-gradient losses "
+                                 f"(grpo, ppo); use 'drop' with {self.algo}")
+            if a.queue_size < 1 or a.max_staleness < 0 or a.tis_cap <= 0:
+                raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0, tis_cap > 0")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -349,7 +379,6 @@ class Trainer:
         metrics: dict[str, Any] = {}
         if self.algo.needs_rollouts:
             from agentrl.algos.collector import collect
-            from agentrl.algos.metrics import aggregate_rollout_metrics
 
             tasks = self.tasks.take(self.data_pos, cfg.tasks_per_step)
             collector_cfg = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, self.step))
@@ -357,18 +386,26 @@ class Trainer:
             trajs = collect(cfg.env, self.policy, tasks, cfg.group_size, collector_cfg, env_kwargs=cfg.env_kwargs)
             t_rollout = time.perf_counter() - t0
             self.data_pos += len(tasks)
-            sampled = sum(t.num_action_tokens for t in trajs)
-            metrics.update(aggregate_rollout_metrics(trajs))
-            metrics["time/rollout"] = t_rollout
-            metrics["time/env"] = sum(turn.tool_latency_s for t in trajs for turn in t.turns)
-            metrics["perf/rollout_tokens_per_s"] = sampled / t_rollout if t_rollout > 0 else 0.0
+            metrics.update(rollout_metrics(trajs, t_rollout))
             units, prep_stats = self.algo.prepare(trajs)
-            temperature = cfg.collector.temperature or 1.0  # greedy rollouts record temperature-1 logprobs
+            temperature = self.rollout_temperature
         else:
             examples = [self._sft_example(k) for k in range(self.data_pos, self.data_pos + cfg.sft.batch_size)]
             self.data_pos += cfg.sft.batch_size
             units, prep_stats = self.algo.prepare(examples)
             temperature = 1.0
+        return self.learn(units, prep_stats, temperature, metrics, t_step)
+
+    @property
+    def rollout_temperature(self) -> float:
+        """The temperature rollout logprobs were recorded at (greedy rollouts record temperature-1 logprobs)."""
+        return self.config.collector.temperature or 1.0
+
+    def learn(self, units, prep_stats: dict[str, Any], temperature: float, metrics: dict[str, Any],
+              t_step: float) -> dict[str, Any]:
+        """The update half of a step (shared with the asynchronous trainer): :meth:`update` on prepared
+        ``units``, then the step counter, data position and timings (``t_step``: when the step began) go into
+        ``metrics``, which is returned."""
         metrics.update({f"train/{k}": v for k, v in prep_stats.items()})
         t0 = time.perf_counter()
         metrics.update(self.update(units, temperature))
@@ -536,6 +573,19 @@ class Trainer:
         logger.info("resumed from %s: step %d, data position %d", path, self.step, self.data_pos)
 
 
+def rollout_metrics(trajectories, seconds: float) -> dict[str, Any]:
+    """A rollout batch's metrics: :func:`~agentrl.algos.metrics.aggregate_rollout_metrics` plus ``time/rollout``
+    (``seconds``), ``time/env`` (tool latency summed over turns) and ``perf/rollout_tokens_per_s``."""
+    from agentrl.algos.metrics import aggregate_rollout_metrics
+
+    sampled = sum(t.num_action_tokens for t in trajectories)
+    out = aggregate_rollout_metrics(trajectories)
+    out["time/rollout"] = seconds
+    out["time/env"] = sum(turn.tool_latency_s for t in trajectories for turn in t.turns)
+    out["perf/rollout_tokens_per_s"] = sampled / seconds if seconds > 0 else 0.0
+    return out
+
+
 def _postfix(m: dict[str, Any]) -> dict[str, str]:
     out = {}
     for key, label in (("reward/mean", "reward"), ("reward/correct", "correct"), ("train/loss", "loss"),
@@ -546,7 +596,14 @@ def _postfix(m: dict[str, Any]) -> dict[str, str]:
 
 
 def train(config: TrainConfig, *, resume: bool = False, **kwargs) -> Trainer:
-    """Build a :class:`Trainer` for ``config``, run it to ``config.steps`` and return it."""
+    """Build a :class:`Trainer` for ``config`` (an :class:`~agentrl.algos.async_trainer.AsyncTrainer` when
+    ``config.asynchronous.enabled``), run it to ``config.steps`` and return it."""
+    if config.asynchronous.enabled:
+        from agentrl.algos.async_trainer import AsyncTrainer
+
+        trainer = AsyncTrainer(config, resume=resume, **kwargs)
+        trainer.train()
+        return trainer
     trainer = Trainer(config, resume=resume, **kwargs)
     trainer.train()
     return trainer
