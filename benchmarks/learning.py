@@ -1,0 +1,282 @@
+"""Proof of learning: the main job (base -> SFT cold start -> GRPO -> eval) on held-out tasks, plus controls.
+
+For every environment this runs :func:`agentrl.algos.pipeline.run_pipeline` (read its docstring: base eval, a
+small SFT cold start, GRPO on the environment's full task mixture, eval; held-out tasks throughout, never
+trained on) with a per-environment preset, then adds:
+
+* **ToolUse-v0** — the control the issue asks for: the cold-start adapter trained further with SFT on the same
+  demonstrations for the same wall time as the GRPO stage (``sft_control``). If RL beats the control, the gain
+  is RL's, not "more training".
+* **Search-v0** (offline BM25 backend) — the text-only baseline (the base model without the search tool) and EM
+  per data source / Macro-EM in the table.
+* **PythonMath-v0** — Average@4 / Pass@4 (4 samples per task at temperature 0.7) with the tool-use and
+  self-correction rates.
+
+Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command) and copies the
+training curves and the eval bar chart into ``docs/results/<env>/``. Runs resume: a finished stage (eval report,
+trained adapter) in ``--out`` is read back, not redone, so a killed run continues where it stopped.
+
+    python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (~30-45 min)
+    python benchmarks/learning.py --quick                      # CI-sized budgets (a smoke test, not a result)
+    python benchmarks/learning.py --env AgentRL/Search-v0      # short budgets
+    python benchmarks/learning.py --env AgentRL/PythonMath-v0
+    python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
+    python benchmarks/learning.py key=value ...                # any PipelineConfig override (rl_steps=20)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+
+#: Short names used for the output files.
+NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
+
+#: PipelineConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is.
+PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "AgentRL/ToolUse-v0": (
+        {},
+        {"eval_tasks": 8, "sft_demos": 16, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 2,
+         "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
+    ),
+    "AgentRL/Search-v0": (
+        {"sft_families": [], "eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 8,
+         "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
+        {"sft_families": [], "eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
+         "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 48, "max_turns": 2},
+    ),
+    "AgentRL/PythonMath-v0": (
+        {"sft_families": [], "eval_tasks": 16, "eval_n": 4, "eval_temperature": 0.7, "sft_demos": 32,
+         "sft_steps": 8, "rl_steps": 8, "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 160,
+         "max_turns": 3},
+        {"sft_families": [], "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7, "sft_demos": 8, "sft_steps": 2,
+         "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 96,
+         "max_turns": 2},
+    ),
+}
+
+GOALS = {
+    "AgentRL/ToolUse-v0": "RL >= +20 points of held-out success (Average@N) over its cold-start checkpoint, within "
+                          "30 minutes on 2 cores; and above the SFT control trained for the same wall time.",
+    "AgentRL/Search-v0": "RL above SFT and base in Macro-EM; the tool-using model above the text-only baseline.",
+    "AgentRL/PythonMath-v0": "Average@4 and Pass@4 of the trained model above the base model's.",
+}
+
+logger = logging.getLogger("learning")
+
+
+def _eval_config(cfg):
+    from agentrl.algos.collector import CollectorConfig
+
+    # exactly the pipeline's evaluation settings (pipeline.run_pipeline: eval_cfg)
+    return CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                           temperature=cfg.eval_temperature)
+
+
+def _heldout_tasks(env: str, n: int, env_kwargs: dict, *, seed: int = 0) -> list[dict]:
+    """The pipeline's held-out tasks; Search-v0 calls its held-out split ``dev`` (the pipeline asks for ``test``)."""
+    from agentrl.algos import pipeline
+
+    if env == "AgentRL/Search-v0":
+        from agentrl.algos.trainer import TaskSource
+
+        return TaskSource(env, {**env_kwargs, "split": "dev"}, seed=seed + 10_007).take(0, n)
+    return pipeline.heldout_tasks(env, n, env_kwargs, seed=seed)
+
+
+def grpo_seconds(run_dir: Path) -> float:
+    """Wall time of the GRPO stage: the sum of its steps' ``time/step`` (survives resumes)."""
+    from agentrl.algos.metrics import read_metrics
+
+    return float(sum(r.get("time/step", 0.0) for r in read_metrics(run_dir)))
+
+
+def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
+    """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated."""
+    from agentrl.algos.evaluate import evaluate, load_report
+    from agentrl.algos.lora import save_adapter
+    from agentrl.algos.metrics import MetricsLogger
+    from agentrl.algos.models import load_model
+    from agentrl.algos.plot import plot_run
+    from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.sft import SFTConfig
+    from agentrl.algos.trainer import TrainConfig, Trainer
+
+    eval_path = out / "eval" / "sft_control.jsonl"
+    if eval_path.with_suffix(".summary.json").is_file():
+        return load_report(eval_path), None
+    run_dir = out / "sft_control"
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    env_kwargs = {**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})}
+    tc = TrainConfig(env=cfg.env, env_kwargs=env_kwargs, algo="sft", model=cfg.model, dtype=cfg.dtype,
+                     device=cfg.device, adapter=str(out / "sft" / "adapter"), out=str(run_dir), steps=10**9,
+                     lr=cfg.sft_lr, seed=cfg.seed, progress=False, lora=cfg.lora, save_every=0,
+                     sft=SFTConfig(batch_size=cfg.sft_batch_size, num_demos=cfg.sft_demos))
+    trainer = Trainer(tc, model=model, tokenizer=tokenizer)
+    # The cold start already made sft_steps steps over the same demonstrations: continue the data position.
+    trainer.data_pos = cfg.sft_steps * cfg.sft_batch_size
+    log = MetricsLogger(run_dir, tensorboard=False)
+    t0 = time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < seconds:
+            metrics = trainer.train_step()
+            log.log(cfg.sft_steps + trainer.step, metrics)
+            logger.info("sft control step %d (%.0f of %.0f s): loss %.4f", trainer.step,
+                        time.perf_counter() - t0, seconds, metrics.get("train/loss", float("nan")))
+    finally:
+        log.close()
+    spent = time.perf_counter() - t0
+    save_adapter(trainer.model, run_dir / "adapter")
+    policy = HFPolicy(trainer.model, tokenizer)
+    policy.update_weights(trainer.model)
+    report = evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs,
+                      out=eval_path, progress=cfg.progress)
+    plot_run(run_dir)
+    (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.step}) + "\n")
+    return report, {"seconds": spent, "steps": trainer.step}
+
+
+def run_text_only(cfg, out: Path, tasks: list[dict]):
+    """The base model with the env's tools switched off (``tools_enabled=False``)."""
+    from agentrl.algos.evaluate import evaluate, load_report
+    from agentrl.algos.models import load_model
+    from agentrl.algos.policy import HFPolicy
+
+    path = out / "eval" / "text_only.jsonl"
+    if path.with_suffix(".summary.json").is_file():
+        return load_report(path)
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    return evaluate(cfg.env, HFPolicy(model, tokenizer), tasks, cfg.eval_n, _eval_config(cfg),
+                    env_kwargs=cfg.env_kwargs, out=path, progress=cfg.progress, text_only=True)
+
+
+def extra_table(rows) -> str:
+    """Rates the main table does not show: tool use, valid calls, self-correction, reward, truncation."""
+    has_sc = any("self_correction" in r.env_metrics for _, r in rows)
+    head = ["Model", "Tool use", "Valid tool calls", "Mean reward", "Truncated"] + (["Self-correction"] if has_sc else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for label, r in rows:
+        cells = [label, f"{100 * r.tool_use_rate:.1f}%", f"{100 * r.valid_tool_call_rate:.1f}%",
+                 f"{r.mean_reward:+.3f}", f"{100 * r.truncated_rate:.1f}%"]
+        if has_sc:
+            cells.append(f"{100 * r.env_metrics.get('self_correction', 0.0):.1f}%")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def copy_plots(out: Path, dest: Path) -> list[Path]:
+    """Copy every PNG of the run (stage curves and the eval chart) to ``dest`` as ``<stage>_<name>.png``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    copied = []
+    for png in sorted(out.rglob("*.png")):
+        stage = png.parent.parent.name if png.parent.name == "plots" and png.parent.parent != out else "eval"
+        target = dest / f"{stage}_{png.name}"
+        shutil.copyfile(png, target)
+        copied.append(target)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="AgentRL/ToolUse-v0", choices=sorted(PRESETS), help="environment")
+    ap.add_argument("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner)")
+    ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
+    ap.add_argument("--no-control", action="store_true", help="skip the SFT control (ToolUse-v0)")
+    ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
+    ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
+    ap.add_argument("overrides", nargs="*", help="PipelineConfig key=value overrides (rl_steps=20)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+    import agentrl.algos.pipeline as pipeline
+    from agentrl.algos.cli import apply_overrides
+    from agentrl.algos.evaluate import results_table
+    from agentrl.algos.pipeline import PipelineConfig, run_pipeline
+    from agentrl.algos.plot import plot_eval
+    from agentrl.algos.trainer import config_from_dict
+
+    name = NAMES[args.env]
+    full, quick = PRESETS[args.env]
+    out = Path(args.out or f"runs/learning-{name}{'-quick' if args.quick else ''}")
+    d = apply_overrides({**(quick if args.quick else full), "env": args.env, "out": str(out)}, args.overrides)
+    cfg: PipelineConfig = config_from_dict(PipelineConfig, d)
+    if args.env == "AgentRL/Search-v0":
+        # pipeline.heldout_tasks asks for split='test'; Search-v0's held-out split is 'dev'.
+        pipeline.heldout_tasks = lambda env, n, env_kwargs=None, *, seed=0: _heldout_tasks(env, n, env_kwargs or {},
+                                                                                           seed=seed)
+    started = datetime.datetime.now().astimezone()
+    t0 = time.perf_counter()
+    result = run_pipeline(cfg, resume=True)
+    rows = list(result["rows"])
+    labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
+    rows = [(labels.get(k, k), r) for k, r in rows]
+    rl_s = grpo_seconds(out / "grpo")
+    tasks = _heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+    control = None
+    if args.env == "AgentRL/ToolUse-v0" and not args.no_control:
+        budget = args.minutes * 60 if args.minutes else rl_s
+        report, control = run_sft_control(cfg, out, budget, tasks)
+        if control is None and (out / "sft_control" / "control.json").is_file():
+            control = json.loads((out / "sft_control" / "control.json").read_text())
+        rows.append(("SFT control (same time)", report))
+    if args.env == "AgentRL/Search-v0":
+        rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks)))
+
+    results_dir = Path(args.results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: held-out results")
+    plots = copy_plots(out, results_dir / name)
+    by = dict(rows)
+    sft, rl = by["SFT (cold start)"], by["RL (GRPO)"]
+    n = cfg.eval_n
+    delta = 100 * (rl.average_at_n - sft.average_at_n)
+    lines = [
+        f"# Proof of learning: {cfg.env}{' (quick smoke run)' if args.quick else ''}", "",
+        f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on), "
+        f"N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
+        f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
+        f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}, {cfg.sft_steps} steps of "
+        f"{cfg.sft_batch_size}. RL: GRPO on the full task mixture, {cfg.rl_steps} steps of {cfg.rl_tasks_per_step} "
+        f"tasks x {cfg.rl_group_size} samples, lr {cfg.rl_lr}, beta {cfg.grpo.beta}. Replies of at most "
+        f"{cfg.max_new_tokens} tokens, {cfg.max_turns} turns.", "",
+        results_table(rows), "",
+        extra_table(rows), "",
+        f"RL vs its cold start: {delta:+.1f} points of Average@{n}.",
+    ]
+    if control is not None:
+        c = by["SFT control (same time)"]
+        lines.append(f"RL vs the SFT control ({control['steps']} more SFT steps in {control['seconds'] / 60:.1f} min, "
+                     f"the GRPO stage's {rl_s / 60:.1f} min): {100 * (rl.average_at_n - c.average_at_n):+.1f} points.")
+    timings = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items() if k != "total")
+    lines += [
+        "", f"Goal: {GOALS[cfg.env]}", "",
+        f"Stage times of this invocation (stages read back from an earlier run show ~0): {timings or 'all resumed'}; "
+        f"GRPO stage as recorded: {rl_s / 60:.1f} min; this invocation {(time.perf_counter() - t0) / 60:.1f} min.", "",
+        "Plots: " + ", ".join(f"[{p.name}]({p.relative_to(results_dir).as_posix()})" for p in plots), "",
+        f"![held-out results]({name}/eval_eval_comparison.png)" if (results_dir / name / "eval_eval_comparison.png").is_file() else "",
+        "",
+        f"Produced by `python benchmarks/learning.py {' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip()
+        + f" on {started:%Y-%m-%d %H:%M %Z} (run directory `{out}`).", "",
+    ]
+    path = results_dir / f"learning_{name}{'_quick' if args.quick else ''}.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

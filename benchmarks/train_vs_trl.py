@@ -1,0 +1,236 @@
+"""GRPO step time and training tokens/s: our trainer against TRL's ``GRPOTrainer``, same run, same work.
+
+Both sides get the same model (the embedded SmolLM2-135M via :func:`agentrl.algos.models.load_model`, bf16
+weights), the same LoRA (r=16, alpha=32, every linear layer), the same batch (4 fixed prompts x 4 generations,
+exactly 64 completion tokens each: stop tokens are suppressed on both sides so the token counts are equal),
+temperature 1.0, beta = 0 (no reference model), one optimizer step per batch, and the same reward (the share of
+distinct words in the completion, so every group has reward variance). Single-turn, since that is what both
+support.
+
+* **ours** — :class:`~agentrl.algos.policy.HFPolicy` samples the 16 completions in one batch; the trajectories
+  go through :meth:`GRPO.prepare` and :meth:`Trainer.update` (the trainer's real update: micro-batches, chunked
+  LM-head logprobs over the completion tokens only, shared prompt prefix, clipping, AdamW, and the sampler
+  refresh ``policy.update_weights``, which is counted as training time).
+* **TRL** — ``trl.GRPOTrainer`` with ``peft_config`` (the same LoRA), ``per_device_train_batch_size=16``,
+  ``num_generations=4``, ``max_completion_length=64`` and ``generation_kwargs={"min_new_tokens": 64}``. Its
+  generation time is ``_generate_and_score_completions`` (sampling, rewards, advantages); training is the rest
+  of the step.
+
+The first step of each side is a warm-up and is left out of the medians. Prints a table with the medians, the
+ratio and our training tokens/s (prompt + completion tokens of the batch per second of training, the trainer's
+``perf/tokens_per_s``). Goals (issue 7): our step <= 0.7x TRL's; our training >= 1,000 tokens/s on 2 cores,
+bf16. Never asserts.
+
+    python benchmarks/train_vs_trl.py            # 1 warm-up + 5 measured steps per side
+    python benchmarks/train_vs_trl.py --quick    # 1 warm-up + 2 measured steps per side
+    python benchmarks/train_vs_trl.py --skip-trl # ours only (TRL is in the `bench` extra)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import statistics
+import tempfile
+import time
+import warnings
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Explain in a few sentences why the sky is blue.",
+    "Give three tips for learning a new language.",
+    "Describe your ideal weekend.",
+]
+
+
+def distinct_word_share(text: str) -> float:
+    """The reward of both sides: distinct words / words (0 for an empty completion)."""
+    words = text.lower().split()
+    return len(set(words)) / len(words) if words else 0.0
+
+
+def chat_prompts(tokenizer) -> list[str]:
+    """The prompts rendered with the model's chat template (one user turn, generation header appended)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                          add_generation_prompt=True) for p in PROMPTS]
+
+
+def run_ours(args, lora) -> dict:
+    import torch
+
+    from agentrl.algos.lora import apply_lora
+    from agentrl.algos.models import load_model
+    from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
+    from agentrl.algos.trainer import TrainConfig, Trainer
+    from agentrl.algos.trajectory import Trajectory
+
+    model, tokenizer = load_model(args.model, dtype=args.dtype)
+    model = apply_lora(model, lora)
+    policy = HFPolicy(model, tokenizer)
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in chat_prompts(tokenizer)]
+    with tempfile.TemporaryDirectory() as out:
+        cfg = TrainConfig(algo="grpo", out=out, lr=args.lr, tasks_per_step=len(PROMPTS), group_size=args.group_size,
+                          lora=lora, progress=False, tensorboard=False, seed=0)
+        trainer = Trainer(cfg, model=model, tokenizer=tokenizer, policy=policy)
+        sampling = SamplingParams(temperature=1.0, stop_token_ids=())  # no stop: exactly max_new_tokens each
+        rows = []
+        for step in range(args.steps + 1):
+            t0 = time.perf_counter()
+            requests = [GenerationRequest(ids, args.completion_tokens, seed=(step * 1000 + i * 10 + j))
+                        for i, ids in enumerate(prompt_ids) for j in range(args.group_size)]
+            results = policy.generate(requests, sampling)
+            t_gen = time.perf_counter() - t0
+            trajs = []
+            for k, (req, res) in enumerate(zip(requests, results, strict=True)):
+                n_p, n_c = len(req.prompt_ids), len(res.token_ids)
+                text = tokenizer.decode(res.token_ids, skip_special_tokens=True)
+                trajs.append(Trajectory(token_ids=req.prompt_ids + res.token_ids, loss_mask=[0] * n_p + [1] * n_c,
+                                        logprobs=[0.0] * n_p + list(res.logprobs), prompt_len=n_p,
+                                        reward=distinct_word_share(text), group_id=k // args.group_size, task={}))
+            t1 = time.perf_counter()
+            units, _ = trainer.algo.prepare(trajs)
+            m = trainer.update(units, 1.0)
+            t_train = time.perf_counter() - t1
+            rows.append({"step": time.perf_counter() - t0, "gen": t_gen, "train": t_train,
+                         "tokens": m["train/real_tokens"], "completion": sum(t.num_action_tokens for t in trajs),
+                         "reward": statistics.mean(t.reward for t in trajs)})
+            print(f"  ours step {step}{' (warm-up)' if step == 0 else ''}: {rows[-1]['step']:.2f} s "
+                  f"(generation {t_gen:.2f} s, training {t_train:.2f} s, {m['train/real_tokens']} tokens, "
+                  f"reward {rows[-1]['reward']:.3f})", flush=True)
+    del trainer, policy, model
+    gc.collect()
+    torch.set_grad_enabled(True)
+    return summarize(rows[1:])
+
+
+def run_trl(args, lora) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentrl.algos.models import load_model
+
+    model, tokenizer = load_model(args.model, dtype=args.dtype)  # the loader clears the stale GGUF flag
+    prompts = chat_prompts(tokenizer)
+    n_steps = args.steps + 1
+    # One step = one batch of the 4 prompts; the dataset holds them n_steps times over, in order.
+    data = Dataset.from_dict({"prompt": [p for _ in range(n_steps) for p in prompts]})
+
+    def reward(completions, **kwargs):
+        return [distinct_word_share(c) for c in completions]
+
+    rows: list[dict] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            rows.append({"t0": time.perf_counter(), "gen": 0.0})
+
+        def on_step_end(self, *a, **k):
+            rows[-1]["step"] = time.perf_counter() - rows[-1]["t0"]
+
+    with tempfile.TemporaryDirectory() as out:
+        config = GRPOConfig(
+            output_dir=out, use_cpu=True, bf16=False, report_to=[], save_strategy="no", logging_steps=1,
+            max_steps=n_steps, per_device_train_batch_size=len(PROMPTS) * args.group_size,
+            gradient_accumulation_steps=1, num_generations=args.group_size,
+            max_completion_length=args.completion_tokens,
+            generation_kwargs={"min_new_tokens": args.completion_tokens}, temperature=1.0, beta=0.0,
+            learning_rate=args.lr, max_grad_norm=1.0, seed=0, dataloader_num_workers=0, disable_tqdm=True,
+            shuffle_dataset=False)
+        peft = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                          target_modules=lora.target_modules, task_type="CAUSAL_LM")
+        trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=config,
+                              train_dataset=data, peft_config=peft, callbacks=[Timer()])
+        inner = trainer._generate_and_score_completions
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            result = inner(*a, **k)
+            rows[-1]["gen"] += time.perf_counter() - t0
+            mask = result.get("completion_mask")
+            rows[-1]["completion"] = int(mask.sum()) if mask is not None else None
+            rows[-1]["prompt"] = int(result["prompt_mask"].sum()) if "prompt_mask" in result else None
+            return result
+
+        trainer._generate_and_score_completions = timed
+        trainer.train()
+    for i, r in enumerate(rows):
+        r["train"] = r["step"] - r["gen"]
+        r["tokens"] = (r.get("prompt") or 0) + (r.get("completion") or 0)
+        print(f"  TRL  step {i}{' (warm-up)' if i == 0 else ''}: {r['step']:.2f} s (generation {r['gen']:.2f} s, "
+              f"training {r['train']:.2f} s, {r['tokens']} tokens)", flush=True)
+    del trainer, model
+    gc.collect()
+    torch.set_grad_enabled(True)
+    return summarize(rows[1:])
+
+
+def summarize(rows: list[dict]) -> dict:
+    med = {k: statistics.median(r[k] for r in rows) for k in ("step", "gen", "train")}
+    med["tokens"] = statistics.median(r["tokens"] for r in rows)
+    med["completion"] = statistics.median(r.get("completion") or 0 for r in rows)
+    med["train_tok_s"] = med["tokens"] / med["train"] if med["train"] > 0 else float("nan")
+    med["steps"] = len(rows)
+    return med
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="model alias, hub id or path")
+    ap.add_argument("--dtype", default="bf16", help="bf16 | fp32 | auto (default bf16, as in the goal)")
+    ap.add_argument("--steps", type=int, default=5, help="measured steps per side, after one warm-up (default 5)")
+    ap.add_argument("--group-size", type=int, default=4, help="generations per prompt (default 4)")
+    ap.add_argument("--completion-tokens", type=int, default=64, help="tokens per completion (default 64)")
+    ap.add_argument("--lr", type=float, default=1e-5, help="learning rate of both sides")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--skip-trl", action="store_true", help="measure ours only")
+    ap.add_argument("--quick", action="store_true", help="CI-sized: 2 measured steps per side")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps = 2
+    import torch
+
+    from agentrl.algos.lora import LoRAConfig
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+    warnings.filterwarnings("ignore")
+    lora = LoRAConfig(r=16, alpha=32, target_modules="all-linear")
+    print(f"GRPO step, {args.model} {args.dtype}, LoRA r={lora.r} all-linear, {len(PROMPTS)} prompts x "
+          f"{args.group_size} generations x {args.completion_tokens} tokens, beta=0, torch threads "
+          f"{torch.get_num_threads()}; medians over {args.steps} steps after 1 warm-up", flush=True)
+    ours = run_ours(args, lora)
+    trl = None
+    if not args.skip_trl:
+        try:
+            import trl as _trl  # noqa: F401
+        except ImportError:
+            print("TRL is not installed (pip install 'agentrl-gym[bench]'); showing ours only")
+        else:
+            trl = run_trl(args, lora)
+
+    def cells(r):
+        return (f"{r['step']:.2f}", f"{r['gen']:.2f}", f"{r['train']:.2f}", f"{r['tokens']:.0f}",
+                f"{r['completion']:.0f}", f"{r['train_tok_s']:.0f}")
+
+    print()
+    print("| trainer | step s (median) | generation s | training s | tokens trained | completion tokens | "
+          "training tokens/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| agentrl | " + " | ".join(cells(ours)) + " |")
+    if trl:
+        print("| TRL GRPOTrainer | " + " | ".join(cells(trl)) + " |")
+        print(f"| ratio agentrl / TRL | {ours['step'] / trl['step']:.2f}x | {ours['gen'] / trl['gen']:.2f}x | "
+              f"{ours['train'] / trl['train']:.2f}x | | | {ours['train_tok_s'] / trl['train_tok_s']:.2f}x |")
+    print()
+    print(f"goal: our step <= 0.7x TRL's -> "
+          f"{'%.2fx' % (ours['step'] / trl['step']) if trl else 'TRL not measured'}; "
+          f"our training >= 1,000 tokens/s -> {ours['train_tok_s']:.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()
