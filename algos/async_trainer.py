@@ -186,7 +186,7 @@ class _Producer:
                 ccfg = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, pos // cfg.tasks_per_step))
                 with tr.policy.lock:
                     t0 = time.perf_counter()
-                    trajs = collect(cfg.env, tr.policy, tasks, cfg.group_size, ccfg, env_kwargs=cfg.env_kwargs)
+                    trajs = collect(tr.rollout_env, tr.policy, tasks, cfg.group_size, ccfg, env_kwargs=cfg.env_kwargs)
                     seconds = time.perf_counter() - t0
                 self.position += len(tasks)
                 with self.cond:

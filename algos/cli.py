@@ -151,7 +151,7 @@ def build_train_config(args) -> Any:
         d = json.loads((Path(args.out) / "config.json").read_text())  # resume what was run
     if args.config:
         d = _deep_merge(d, load_config_file(args.config))
-    for key in ("env", "algo", "model", "out", "adapter"):
+    for key in ("env", "algo", "model", "out", "adapter", "executor"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
@@ -283,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--pipeline", action="store_true", help="run the main job with key=value PipelineConfig overrides")
+    p.add_argument("--executor", choices=["local", "ray"],
+                   help="where environments run: threads in this process (local, default) or Ray actors")
     p.add_argument("--async", dest="async_", action="store_true",
                    help="decoupled rollout and training: sample the next batches while updating "
                         "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis, tis_cap)")

@@ -134,6 +134,11 @@ class TrainConfig:
     """Show a progress bar."""
     tensorboard: bool = True
     """Also write TensorBoard scalars (run_dir/tb)."""
+    executor: str = "local"
+    """Where env resets and steps run: 'local' (threads in this process) or 'ray' (Ray actors, so tools and
+    search scale across machines; pip install 'agentrl-gym[ray]')."""
+    env_workers: int | None = None
+    """With executor='ray': the number of env actors (default: the cluster's CPUs, at most 16)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -153,6 +158,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"executor must be 'local' or 'ray', got {self.executor!r}")
         if self.steps < 0 or self.tasks_per_step < 1 or self.group_size < 1:
             raise ValueError("steps must be >= 0, tasks_per_step and group_size >= 1")
         if self.algo in ("grpo", "ppo", "dpo") and self.group_size < 2:
@@ -343,6 +350,11 @@ class Trainer:
 
                 self.policy = HFPolicy(self.model, self.tokenizer)
             self.policy.update_weights(self.model)
+            from agentrl.algos.ray_workers import make_env_factory
+
+            # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors.
+            self.rollout_env = make_env_factory(config.executor, config.env, config.env_kwargs,
+                                                tokenizer=self.tokenizer, num_workers=config.env_workers)
         self._logger = None
         self.history: list[dict[str, Any]] = []
 
@@ -369,6 +381,8 @@ class Trainer:
         finally:
             bar.close()
             self._logger.close()
+            if hasattr(getattr(self, "rollout_env", None), "close"):
+                self.rollout_env.close()  # Ray env actors
         save_adapter(self.model, self.run_dir / "adapter")
         return self.history
 
@@ -383,7 +397,8 @@ class Trainer:
             tasks = self.tasks.take(self.data_pos, cfg.tasks_per_step)
             collector_cfg = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, self.step))
             t0 = time.perf_counter()
-            trajs = collect(cfg.env, self.policy, tasks, cfg.group_size, collector_cfg, env_kwargs=cfg.env_kwargs)
+            trajs = collect(self.rollout_env, self.policy, tasks, cfg.group_size, collector_cfg,
+                            env_kwargs=cfg.env_kwargs)
             t_rollout = time.perf_counter() - t0
             self.data_pos += len(tasks)
             metrics.update(rollout_metrics(trajs, t_rollout))

@@ -197,3 +197,21 @@ def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):  # n
         pool.close()
     assert [t.termination for t in trajs] == ["answered", "error", "answered", "error"]
     assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_trainer_with_ray_executor_matches_local(smol_tokenizer, tmp_path):  # noqa: F811
+    """`agentrl train --executor ray`: the same step as the local executor, with the envs in Ray actors."""
+    from test_trainer import _cfg, _model
+
+    from agentrl.algos.trainer import Trainer
+
+    runs = {}
+    for executor in ("local", "ray"):
+        cfg = _cfg(tmp_path / executor, env=ENV, executor=executor, env_workers=2, group_size=2,
+                   collector=CollectorConfig(max_new_tokens=8, max_turns=2))
+        trainer = Trainer(cfg, model=_model(smol_tokenizer), tokenizer=smol_tokenizer)
+        if executor == "ray":
+            assert isinstance(trainer.rollout_env, RayEnvPool)
+        runs[executor] = trainer.train()[0]
+    keys = [k for k in runs["local"] if k.startswith(("reward/", "rollout/")) and "time" not in k]
+    assert keys and {k: runs["ray"][k] for k in keys} == {k: runs["local"][k] for k in keys}
