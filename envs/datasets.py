@@ -57,3 +57,11 @@ def _check_row(row: Any, required: Sequence[str], where: str) -> None:
     missing = [k for k in required if k not in row]
     if missing:
         raise DatasetError(f"{where}: missing key(s) {missing}; a row needs {list(required)}")
+
+
+def split_index(k: int, split: str) -> int:
+    """The generator index of the ``k``-th task of a split: ``train`` uses even indices, ``test`` odd ones, so
+    the tasks of a seeded generator (``make_task(index)``) never cross between training and evaluation."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    return 2 * k + (split == "test")

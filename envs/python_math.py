@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.datasets import DatasetError, load_rows
+from agentrl.envs.datasets import DatasetError, load_rows, split_index
 from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls, ParsedAction
 from agentrl.envs.sandbox import ExecResult, Sandbox, default_sandbox
 from agentrl.envs.tools import ToolSet, tool
@@ -350,8 +350,7 @@ def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, An
 
 def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0) -> list[dict]:
     """``n`` built-in problems of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    offset = {"train": 0, "test": 1}[split]
-    return [make_task(2 * i + offset, families) for i in range(start, start + n)]
+    return [make_task(split_index(i, split), families) for i in range(start, start + n)]
 
 
 # ---------------------------------------------------------------------------------------------- env
@@ -418,7 +417,7 @@ class PythonMathEnv(CodeToolEnv):
         if self.rows is not None:
             return dict(self.rows[int(rng.integers(len(self.rows)))])
         k = int(rng.integers(0, 2**31 - 1))
-        return make_task(2 * k + (self.split == "test"), self.families)
+        return make_task(split_index(k, self.split), self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return (

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.datasets import load_rows
+from agentrl.envs.datasets import load_rows, split_index
 from agentrl.envs.parsing import ActionParser, answers_match
 from agentrl.envs.tools import Tool, ToolSet, format_value, tool
 
@@ -219,8 +219,7 @@ def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, An
 
 def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0) -> list[dict]:
     """``n`` built-in tasks of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    offset = {"train": 0, "test": 1}[split]
-    return [make_task(2 * i + offset, families) for i in range(start, start + n)]
+    return [make_task(split_index(i, split), families) for i in range(start, start + n)]
 
 
 # ---------------------------------------------------------------------------------------------- env
@@ -278,7 +277,7 @@ class ToolUseEnv(TextEnv):
             i = int(rng.integers(len(self.rows)))
             return {"id": str(i), **self.rows[i]}
         k = int(rng.integers(0, 2**31 - 1))
-        return make_task(2 * k + (self.split == "test"), self.families)
+        return make_task(split_index(k, self.split), self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return ("You are an assistant that answers questions by calling tools. Call one tool per reply and "
