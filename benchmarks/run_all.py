@@ -1,0 +1,204 @@
+"""Run every benchmark and write ``docs/results.md``: the machine, each benchmark's table and command, the date.
+
+Each script runs as its own subprocess (``python benchmarks/<name>.py [args]``) with its output captured; a
+script that fails or runs past ``--timeout`` is reported as such and the others still run. With ``--quick``
+each script gets its CI-sized arguments (its own ``--quick`` flag where it has one, fewer repetitions where it
+has not; see :data:`QUICK_ARGS`). The learning results written by ``benchmarks/learning.py``
+(``docs/results/learning_*.md``) are embedded when present; ``run_all`` does not run the learning job itself
+(30+ minutes on 2 cores): run ``python benchmarks/learning.py`` first.
+
+    python benchmarks/run_all.py                    # full sizes (tens of minutes on 2 cores)
+    python benchmarks/run_all.py --quick            # CI-sized
+    python benchmarks/run_all.py --only memory train_vs_trl --out /tmp/results.md
+
+Never asserts; the exit status is 0 unless writing the results failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+#: Benchmarks in the order they appear in the results, with what each measures.
+BENCHMARKS: dict[str, str] = {
+    "env_throughput": "Env steps/s of ToolUse-v0 driven by its oracle (no model), raw and through gymnasium.make.",
+    "sandbox_latency": "Code sandbox (bubblewrap, warm workers) latency vs a plain subprocess; throughput.",
+    "search_latency": "Offline BM25 search latency vs a plain-Python BM25.",
+    "rollout_throughput": "Rollout tokens/s: the collector vs no KV-cache reuse vs naive per-trajectory generate.",
+    "train_vs_trl": "GRPO step time and training tokens/s vs TRL's GRPOTrainer (same model, LoRA, batch).",
+    "memory": "Peak RSS of one GRPO step at 16 x 512 tokens: chunked logprobs vs full logits.",
+    "ray_env_overhead": "Ray env workers: remote step latency, and throughput with a CPU-bound tool.",
+    "async_vs_sync": "Step time of the synchronous training loop vs the asynchronous one.",
+}
+
+#: Arguments for ``--quick`` (CI-sized) runs.
+QUICK_ARGS: dict[str, list[str]] = {
+    "env_throughput": ["--episodes", "1000"],
+    "sandbox_latency": ["--n", "10", "--compute-n", "2"],
+    "search_latency": ["--queries", "500", "--baseline-queries", "20"],
+    "rollout_throughput": ["--quick"],
+    "train_vs_trl": ["--quick"],
+    "memory": ["--quick"],
+    "ray_env_overhead": ["--steps", "100", "--envs", "8"],
+    "async_vs_sync": ["--quick"],
+}
+
+#: Scripts that are not benchmarks to run here.
+NOT_RUN = {"run_all", "learning"}
+
+_NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
+
+
+def machine() -> list[str]:
+    """Lines describing this machine and the library versions."""
+    cpu, flags = platform.processor() or "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and cpu in ("unknown", "", platform.machine()):
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    ram = "unknown"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    bf16 = ", ".join(sorted({"amx_bf16", "avx512_bf16"} & flags)) or "none"
+    versions = []
+    for mod in ("torch", "transformers", "peft", "trl", "gymnasium", "ray", "bm25s"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:  # noqa: BLE001 - not installed, or broken: say so
+            versions.append(f"{mod} (not installed)")
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "unknown"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    return [f"- CPU: {cpu}, {os.cpu_count()} cores visible, bf16 units: {bf16}",
+            f"- RAM: {ram}",
+            f"- Python {platform.python_version()} on {platform.system()} {platform.release()}",
+            f"- {', '.join(versions)}",
+            f"- load average (1, 5, 15 min) when the run started: {load} — figures measured on a machine shared "
+            f"with other work are slower and noisier than on an idle one",
+            f"- git commit {commit}"]
+
+
+def clean(output: str) -> str:
+    """Drop progress-bar and loader noise (carriage-return updates, weight-loading bars) from captured output."""
+    lines = []
+    for raw in output.splitlines():
+        line = raw.split("\r")[-1].rstrip()
+        if not _NOISE.search(line):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def tables(text: str) -> list[str]:
+    """The markdown tables (runs of lines starting with '|') in a script's output."""
+    found, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            if len(current) >= 2:
+                found.append("\n".join(current))
+            current = []
+    return found
+
+
+def run(name: str, args: list[str], timeout: float) -> dict:
+    cmd = [sys.executable, str(HERE / f"{name}.py"), *args]
+    shown = " ".join(["python", f"benchmarks/{name}.py", *args])
+    print(f"== {shown}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        out, rc = proc.stdout + ("\n" + proc.stderr if proc.returncode else ""), proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc = None
+    wall = time.perf_counter() - t0
+    text = clean(out)
+    print(text[-3000:], flush=True)
+    print(f"   exit {rc if rc is not None else 'timeout'} after {wall:.0f} s", flush=True)
+    return {"name": name, "command": shown, "rc": rc, "wall": wall, "text": text}
+
+
+def learning_sections(results_dir: Path, doc_dir: Path) -> list[str]:
+    out = []
+    for path in sorted(results_dir.glob("learning_*.md")):
+        text = path.read_text(encoding="utf-8")
+        title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("# ")), path.stem)
+        rel = path.relative_to(doc_dir).as_posix()
+        out += [f"### {title}", "", f"Full page with settings, extra rates and plots: [{rel}]({rel})", ""]
+        found = tables(text)
+        if found:
+            out += [found[0], ""]
+        out += [ln for ln in text.splitlines() if ln.startswith(("RL vs", "Produced by"))] + [""]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="CI-sized runs (each script's quick arguments)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per script (default 3600; quick 1200)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results.md"), help="markdown file to write")
+    args = ap.parse_args(argv)
+    scripts = list(BENCHMARKS) + sorted(p.stem for p in HERE.glob("*.py")
+                                        if p.stem not in BENCHMARKS and p.stem not in NOT_RUN)
+    if args.only:
+        unknown = set(args.only) - set(scripts)
+        if unknown:
+            ap.error(f"unknown benchmarks {sorted(unknown)}; choose from {scripts}")
+        scripts = [s for s in scripts if s in args.only]
+    timeout = args.timeout or (1200 if args.quick else 3600)
+    started = datetime.datetime.now().astimezone()
+    header = machine()
+    results = [run(s, QUICK_ARGS.get(s, []) if args.quick else [], timeout) for s in scripts if (HERE / f"{s}.py").is_file()]
+
+    out = Path(args.out)
+    lines = ["# Benchmark results", "",
+             f"Generated by `python benchmarks/run_all.py{' --quick' if args.quick else ''}` on "
+             f"{started:%Y-%m-%d %H:%M %Z}{' (CI-sized runs: fewer steps and repetitions)' if args.quick else ''}. "
+             "Every figure is measured in the same run as its baseline; rerun the command to reproduce on your "
+             "machine. Each script's docstring says exactly what it measures.", "",
+             "## Machine", "", *header, "", "## Benchmarks", ""]
+    for r in results:
+        status = "ok" if r["rc"] == 0 else ("timed out" if r["rc"] is None else f"failed (exit {r['rc']})")
+        lines += [f"### {r['name']}", "", BENCHMARKS.get(r["name"], ""), "",
+                  f"Command: `{r['command']}` — {status}, {r['wall']:.0f} s.", ""]
+        found = tables(r["text"])
+        for t in found:
+            lines += [t, ""]
+        body = ["```text", r["text"].strip() or "(no output)", "```", ""]
+        # Output with a markdown table: the table above, the full output folded; otherwise the output itself.
+        lines += ["<details><summary>full output</summary>", "", *body, "</details>", ""] if found else body
+    learned = learning_sections(out.parent / "results", out.parent)
+    lines += ["## Proof of learning", ""]
+    lines += learned or ["No learning results yet: run `python benchmarks/learning.py` (it writes "
+                         "`docs/results/learning_*.md`), then this script again.", ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
