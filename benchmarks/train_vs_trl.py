@@ -23,7 +23,7 @@ bf16. Never asserts.
 
     python benchmarks/train_vs_trl.py            # 1 warm-up + 5 measured steps per side
     python benchmarks/train_vs_trl.py --quick    # 1 warm-up + 2 measured steps per side
-    python benchmarks/train_vs_trl.py --skip-trl # ours only (TRL is in the `bench` extra)
+    python benchmarks/train_vs_trl.py --skip-trl # ours only (TRL is in the `trl` extra)
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def main(argv=None) -> None:
         try:
             import trl as _trl  # noqa: F401
         except ImportError:
-            print("TRL is not installed (pip install 'agentrl-gym[bench]'); showing ours only")
+            print("TRL is not installed (pip install -e '.[trl]'); showing ours only")
         else:
             trl = run_trl(args, lora)
 
