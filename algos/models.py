@@ -91,13 +91,49 @@ def _as_dtype(dtype: Any, device: str):
     return table[dtype]
 
 
+def _gguf_tokenizer(path: str, gguf: str):
+    """The tokenizer inside a GGUF file, converted once and cached (conversion takes seconds, loading ~0.3 s).
+
+    The cache key is the file's path, size and modification time, so an upgraded package converts anew.
+    """
+    import hashlib
+    import os
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from agentrl.envs.datasets import default_cache_dir
+
+    file = os.path.join(path, gguf)
+    st = os.stat(file)
+    key = hashlib.sha1(f"{os.path.realpath(file)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = default_cache_dir() / "tokenizers" / f"{Path(gguf).stem}-{key}"
+    if (cached / "tokenizer_config.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(cached)
+        except Exception:  # a damaged cache is rebuilt, never fatal
+            logger.warning("cached tokenizer in %s is unreadable; converting the GGUF again", cached)
+            shutil.rmtree(cached, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf)
+    tmp = cached.with_name(f"{cached.name}.tmp{os.getpid()}")
+    try:
+        tok.save_pretrained(tmp)
+        os.replace(tmp, cached)  # atomic; fails harmlessly if another process got there first
+    except OSError:
+        logger.debug("could not cache the tokenizer in %s", cached, exc_info=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
+
+
 def load_tokenizer(name: str = DEFAULT_MODEL):
     """The tokenizer of ``name`` (alias, hub id or local path); a pad token is set if the model has none."""
     from transformers import AutoTokenizer
 
     path, gguf = resolve_model(name)
-    kwargs = {"gguf_file": gguf} if gguf else {}
-    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    if gguf:
+        tok = _gguf_tokenizer(path, gguf)
+    else:
+        tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

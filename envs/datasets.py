@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,12 @@ def split_index(k: int, split: str) -> int:
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     return 2 * k + (split == "test")
+
+
+def default_cache_dir() -> Path:
+    """Where agentrl keeps what it derives from installed data (search indexes, converted tokenizers):
+    ``$AGENTRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentrl``, else ``~/.cache/agentrl``."""
+    if os.environ.get("AGENTRL_CACHE_DIR"):
+        return Path(os.environ["AGENTRL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "agentrl"

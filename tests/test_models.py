@@ -98,3 +98,19 @@ def test_default_model_loads_dense_and_trainable():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 4 or tok.convert_tokens_to_ids("<|im_end|>") in out[0].tolist()
+
+
+def test_gguf_tokenizer_is_converted_once_and_cached(tmp_path, monkeypatch):
+    from agentrl.algos.models import load_tokenizer
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
+    first = load_tokenizer()
+    cached = list((tmp_path / "tokenizers").iterdir())
+    assert len(cached) == 1 and (cached[0] / "tokenizer_config.json").is_file()
+    second = load_tokenizer()  # read back from the cache
+    text = "<|im_start|>user\nHi <tool_call>{\"a\": 1}</tool_call> ünï 中文<|im_end|>"
+    assert second(text).input_ids == first(text).input_ids
+    assert (second.chat_template, second.eos_token, second.pad_token) == (first.chat_template, first.eos_token,
+                                                                          first.pad_token)
+    (cached[0] / "tokenizer_config.json").write_text("{broken")  # a damaged cache is rebuilt
+    assert load_tokenizer()(text).input_ids == first(text).input_ids

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.envs.datasets import default_cache_dir
+
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------- results
@@ -454,14 +456,6 @@ def _short(text: str, n: int = 200) -> str:
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 _INDEX_VERSION = "1"  # bump when the tokenizer or the stored layout changes
-
-
-def default_cache_dir() -> Path:
-    """``$AGENTRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentrl``, else ``~/.cache/agentrl``."""
-    if os.environ.get("AGENTRL_CACHE_DIR"):
-        return Path(os.environ["AGENTRL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentrl"
 
 
 def default_corpus_path() -> Path:
