@@ -94,8 +94,8 @@ def _heldout_tasks(env: str, n: int, env_kwargs: dict, *, seed: int = 0) -> list
     return pipeline.heldout_tasks(env, n, env_kwargs, seed=seed)
 
 
-def grpo_seconds(run_dir: Path) -> float:
-    """Wall time of the GRPO stage: the sum of its steps' ``time/step`` (survives resumes)."""
+def stage_seconds(run_dir: Path) -> float:
+    """Wall time of a training stage: the sum of its steps' ``time/step`` (survives resumes)."""
     from agentrl.algos.metrics import read_metrics
 
     return float(sum(r.get("time/step", 0.0) for r in read_metrics(run_dir)))
@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.plot import plot_eval
     from agentrl.algos.trainer import config_from_dict
 
-    name = NAMES[args.env]
+    name = NAMES[args.env] + ("_quick" if args.quick else "")
     full, quick = PRESETS[args.env]
-    out = Path(args.out or f"runs/learning-{name}{'-quick' if args.quick else ''}")
+    out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
     d = apply_overrides({**(quick if args.quick else full), "env": args.env, "out": str(out)}, args.overrides)
     cfg: PipelineConfig = config_from_dict(PipelineConfig, d)
     if args.env == "AgentRL/Search-v0":
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = list(result["rows"])
     labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
     rows = [(labels.get(k, k), r) for k, r in rows]
-    rl_s = grpo_seconds(out / "grpo")
+    rl_s = stage_seconds(out / "grpo")
     tasks = _heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
     control = None
     if args.env == "AgentRL/ToolUse-v0" and not args.no_control:
@@ -264,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "", f"Goal: {GOALS[cfg.env]}", "",
         f"Stage times of this invocation (stages read back from an earlier run show ~0): {timings or 'all resumed'}; "
-        f"GRPO stage as recorded: {rl_s / 60:.1f} min; this invocation {(time.perf_counter() - t0) / 60:.1f} min.", "",
+        f"as recorded in the run's metrics: SFT stage {stage_seconds(out / 'sft') / 60:.1f} min, GRPO stage "
+        f"{rl_s / 60:.1f} min; this invocation {(time.perf_counter() - t0) / 60:.1f} min.", "",
         "Plots: " + ", ".join(f"[{p.name}]({p.relative_to(results_dir).as_posix()})" for p in plots), "",
         f"![held-out results]({name}/eval_eval_comparison.png)" if (results_dir / name / "eval_eval_comparison.png").is_file() else "",
         "",
         f"Produced by `python benchmarks/learning.py {' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip()
         + f" on {started:%Y-%m-%d %H:%M %Z} (run directory `{out}`).", "",
     ]
-    path = results_dir / f"learning_{name}{'_quick' if args.quick else ''}.md"
+    path = results_dir / f"learning_{name}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     print(f"written: {path}")

@@ -73,6 +73,15 @@ def run_ours(args, lora) -> dict:
         cfg = TrainConfig(algo="grpo", out=out, lr=args.lr, tasks_per_step=len(PROMPTS), group_size=args.group_size,
                           lora=lora, progress=False, tensorboard=False, seed=0)
         trainer = Trainer(cfg, model=model, tokenizer=tokenizer, policy=policy)
+        refresh = {"s": 0.0}
+        inner_refresh = policy.update_weights
+
+        def timed_refresh(source):  # the sampler refresh inside Trainer.update, reported separately
+            t = time.perf_counter()
+            inner_refresh(source)
+            refresh["s"] += time.perf_counter() - t
+
+        policy.update_weights = timed_refresh
         sampling = SamplingParams(temperature=1.0, stop_token_ids=())  # no stop: exactly max_new_tokens each
         rows = []
         for step in range(args.steps + 1):
@@ -89,14 +98,16 @@ def run_ours(args, lora) -> dict:
                                         logprobs=[0.0] * n_p + list(res.logprobs), prompt_len=n_p,
                                         reward=distinct_word_share(text), group_id=k // args.group_size, task={}))
             t1 = time.perf_counter()
+            refresh["s"] = 0.0
             units, _ = trainer.algo.prepare(trajs)
             m = trainer.update(units, 1.0)
             t_train = time.perf_counter() - t1
-            rows.append({"step": time.perf_counter() - t0, "gen": t_gen, "train": t_train,
+            rows.append({"step": time.perf_counter() - t0, "gen": t_gen, "train": t_train, "refresh": refresh["s"],
                          "tokens": m["train/real_tokens"], "completion": sum(t.num_action_tokens for t in trajs),
                          "reward": statistics.mean(t.reward for t in trajs)})
             print(f"  ours step {step}{' (warm-up)' if step == 0 else ''}: {rows[-1]['step']:.2f} s "
-                  f"(generation {t_gen:.2f} s, training {t_train:.2f} s, {m['train/real_tokens']} tokens, "
+                  f"(generation {t_gen:.2f} s, training {t_train:.2f} s of which sampler refresh {refresh['s']:.2f} s, "
+                  f"{m['train/real_tokens']} tokens, "
                   f"reward {rows[-1]['reward']:.3f})", flush=True)
     del trainer, policy, model
     gc.collect()
@@ -173,6 +184,7 @@ def summarize(rows: list[dict]) -> dict:
     med["tokens"] = statistics.median(r["tokens"] for r in rows)
     med["completion"] = statistics.median(r.get("completion") or 0 for r in rows)
     med["train_tok_s"] = med["tokens"] / med["train"] if med["train"] > 0 else float("nan")
+    med["refresh"] = statistics.median(r.get("refresh", 0.0) for r in rows)
     med["steps"] = len(rows)
     return med
 
@@ -227,6 +239,8 @@ def main(argv=None) -> None:
         print(f"| ratio agentrl / TRL | {ours['step'] / trl['step']:.2f}x | {ours['gen'] / trl['gen']:.2f}x | "
               f"{ours['train'] / trl['train']:.2f}x | | | {ours['train_tok_s'] / trl['train_tok_s']:.2f}x |")
     print()
+    print(f"our training time includes the sampler refresh (LoRA merged into the sampling copy): median "
+          f"{ours['refresh']:.2f} s; TRL samples with the unmerged PEFT model and has no such cost")
     print(f"goal: our step <= 0.7x TRL's -> "
           f"{'%.2fx' % (ours['step'] / trl['step']) if trl else 'TRL not measured'}; "
           f"our training >= 1,000 tokens/s -> {ours['train_tok_s']:.0f} tokens/s")
