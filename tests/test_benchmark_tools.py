@@ -1,0 +1,98 @@
+"""The pure parts of the benchmark scripts: output parsing (run_all), the naive baseline (memory), tables (learning).
+
+The benchmarks themselves print figures and never assert; these tests check that what they compute and report
+is right.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run_all():
+    return _load("run_all")
+
+
+def test_tables_finds_each_markdown_table(run_all):
+    text = "intro\n| a | b |\n|---|---:|\n| 1 | 2 |\nbetween\n| x |\n|---|\n\n| lone row |\ntail"
+    found = run_all.tables(text)
+    assert found == ["| a | b |\n|---|---:|\n| 1 | 2 |", "| x |\n|---|"]  # a single '|' line is not a table
+
+
+def test_clean_drops_progress_bars_and_loader_noise(run_all):
+    raw = ("model ready\n"
+           "rollout:  10%|#         | 1/10 [00:01<00:09,  1.00it/s]\rrollout: 100%|##########| 10/10 [00:10<00:00,"
+           "  1.00it/s]\n"
+           "Converting and de-quantizing GGUF tensors...: 100%\n"
+           "\n"
+           "| a |\n")
+    assert run_all.clean(raw) == "model ready\n| a |"
+
+
+def test_quick_arguments_name_real_options(run_all):
+    """Every --quick argument list only uses flags the script's parser defines."""
+    for name, args in run_all.QUICK_ARGS.items():
+        source = (BENCH / f"{name}.py").read_text()
+        for flag in (a for a in args if a.startswith("--")):
+            assert f'"{flag}"' in source, f"{name}.py has no {flag} option"
+
+
+def test_machine_description_names_cpu_ram_and_versions(run_all):
+    text = "\n".join(run_all.machine())
+    for needle in ("CPU:", "RAM:", "torch", "transformers", "load average"):
+        assert needle in text
+
+
+def test_naive_baseline_matches_chunked_logprobs():
+    """The memory benchmark compares two ways of computing the same numbers."""
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentrl.algos.logprobs import token_logprobs
+
+    memory = _load("memory")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2)).eval()
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones_like(ids)
+    naive = memory.naive_logprobs(model, ids, mask)
+    chunked = token_logprobs(model, ids, mask, chunk_size=4)
+    assert naive.shape == chunked.shape == ids.shape
+    assert torch.allclose(naive, chunked, atol=1e-5)
+    assert torch.all(naive[:, 0] == 0)
+
+
+def test_reward_of_the_trl_comparison():
+    trl_bench = _load("train_vs_trl")
+    assert trl_bench.distinct_word_share("") == 0.0
+    assert trl_bench.distinct_word_share("a b a b") == 0.5
+    assert trl_bench.distinct_word_share("The the THE") == 1 / 3
+
+
+def test_learning_extra_table_reports_rates():
+    from agentrl.algos.evaluate import EvalReport
+
+    learning = _load("learning")
+    rows = [("base", EvalReport(n=4, num_tasks=2, tool_use_rate=0.25, valid_tool_call_rate=0.5, mean_reward=-0.1,
+                                env_metrics={"self_correction": 0.125})),
+            ("RL", EvalReport(n=4, num_tasks=2, tool_use_rate=1.0, valid_tool_call_rate=1.0, mean_reward=0.75))]
+    table = learning.extra_table(rows).splitlines()
+    assert table[0].endswith("| Self-correction |")
+    assert table[2] == "| base | 25.0% | 50.0% | -0.100 | 0.0% | 12.5% |"
+    assert table[3] == "| RL | 100.0% | 100.0% | +0.750 | 0.0% | 0.0% |"
