@@ -174,6 +174,25 @@ def extra_table(rows) -> str:
     return "\n".join(lines)
 
 
+def family_table(out: Path, stages: list[tuple[str, str]], n: int) -> str | None:
+    """Average@N per task ``family`` of each stage's saved eval episodes (None when tasks have no family)."""
+    from agentrl.algos.evaluate import summarize
+    from agentrl.algos.trajectory import load_jsonl
+
+    reports = {}
+    for label, stem in stages:
+        path = out / "eval" / f"{stem}.jsonl"
+        if path.is_file():
+            reports[label] = summarize(load_jsonl(path), n, source_key="family")
+    fams = sorted({f for r in reports.values() for f in r.em_by_source})
+    if not fams:
+        return None
+    lines = ["| Model | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams)]
+    for label, r in reports.items():
+        lines.append(f"| {label} | " + " | ".join(f"{100 * r.em_by_source.get(f, 0.0):.0f}%" for f in fams) + " |")
+    return "\n".join(lines)
+
+
 def copy_plots(out: Path, dest: Path) -> list[Path]:
     """Copy every PNG of the run (stage curves and the eval chart) to ``dest`` as ``<stage>_<name>.png``."""
     if dest.exists():
@@ -188,6 +207,22 @@ def copy_plots(out: Path, dest: Path) -> list[Path]:
     return copied
 
 
+def _shown_args(argv: list[str]) -> list[str]:
+    """The command-line arguments without ``--note``'s text (it is shown in the page itself)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--note":
+            skip = True
+            out.append('--note "..."')
+        elif a.startswith("--note="):
+            out.append('--note "..."')
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="AgentRL/ToolUse-v0", choices=sorted(PRESETS), help="environment")
@@ -196,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-control", action="store_true", help="skip the SFT control (ToolUse-v0)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
+    ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
     ap.add_argument("overrides", nargs="*", help="PipelineConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -256,10 +292,17 @@ def main(argv: list[str] | None = None) -> int:
         extra_table(rows), "",
         f"RL vs its cold start: {delta:+.1f} points of Average@{n}.",
     ]
+    families = family_table(out, [("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
+                                  ("SFT control (same time)", "sft_control")], n)
+    if families:
+        lines[-1:-1] = ["Per task family (Average@N on the held-out tasks of each family; the cold start saw only "
+                        f"{', '.join(cfg.sft_families) or 'all families'}):", "", families, ""]
     if control is not None:
         c = by["SFT control (same time)"]
         lines.append(f"RL vs the SFT control ({control['steps']} more SFT steps in {control['seconds'] / 60:.1f} min, "
                      f"the GRPO stage's {rl_s / 60:.1f} min): {100 * (rl.average_at_n - c.average_at_n):+.1f} points.")
+    if args.note:
+        lines += ["", args.note]
     timings = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items() if k != "total")
     lines += [
         "", f"Goal: {GOALS[cfg.env]}", "",
@@ -269,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         "Plots: " + ", ".join(f"[{p.name}]({p.relative_to(results_dir).as_posix()})" for p in plots), "",
         f"![held-out results]({name}/eval_eval_comparison.png)" if (results_dir / name / "eval_eval_comparison.png").is_file() else "",
         "",
-        f"Produced by `python benchmarks/learning.py {' '.join(sys.argv[1:] if argv is None else argv)}`".rstrip()
+        "Produced by `" + " ".join(["python benchmarks/learning.py", *_shown_args(sys.argv[1:] if argv is None else argv)])
+        + "`"
         + f" on {started:%Y-%m-%d %H:%M %Z} (run directory `{out}`).", "",
     ]
     path = results_dir / f"learning_{name}.md"
