@@ -94,7 +94,8 @@ class PipelineConfig:
 
 def heldout_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
     """``n`` held-out tasks of ``env``: its module's ``make_tasks(n, split="test")`` when it has one (the
-    ToolUse generator, honouring ``env_kwargs["families"]``), else the env's sampler with ``split="test"``."""
+    ToolUse generator, honouring ``env_kwargs["families"]``), else the env's sampler with ``split="test"`` or,
+    failing that, ``split="dev"``."""
     import importlib
 
     import gymnasium as gym
@@ -109,12 +110,14 @@ def heldout_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *,
     if make_tasks is not None:
         kwargs = {"families": env_kwargs["families"]} if env_kwargs.get("families") else {}
         return make_tasks(n, split="test", **kwargs)
-    try:
-        source = TaskSource(env, {**env_kwargs, "split": "test"}, seed=seed + 10_007)
-    except TypeError as e:
-        raise ValueError(f"{env} has no held-out split (no make_tasks, no split='test'); evaluate it with "
-                         f"`agentrl eval --tasks file.jsonl`") from e
-    return source.take(0, n)
+    for split in ("test", "dev"):  # generators call it 'test'; question sets (Search-v0) call it 'dev'
+        try:
+            source = TaskSource(env, {**env_kwargs, "split": split}, seed=seed + 10_007)
+        except (TypeError, ValueError):
+            continue
+        return source.take(0, n)
+    raise ValueError(f"{env} has no held-out split (no make_tasks, no split='test' or 'dev'); evaluate it with "
+                     f"`agentrl eval --tasks-file file.jsonl`")
 
 
 def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False) -> dict[str, Any]:

@@ -139,3 +139,20 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     assert "Average@2" in capsys.readouterr().out
     assert cli.main(["plot", str(run)]) == 0
     assert any(Path(p).suffix == ".png" for p in capsys.readouterr().out.split())
+
+
+def test_heldout_tasks_use_the_dev_split_of_question_sets():
+    from agentrl.algos.pipeline import heldout_tasks
+
+    tasks = heldout_tasks("AgentRL/Search-v0", 3)
+    assert len(tasks) == 3 and all(t["question"] and t["golden_answers"] for t in tasks)
+    dev_ids = {r["id"] for r in _bundled("search_dev.jsonl")}
+    assert {t["id"] for t in tasks} <= dev_ids
+
+
+def _bundled(name):
+    import json
+    from importlib.resources import files
+
+    text = files("agentrl.envs.data").joinpath(name).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
