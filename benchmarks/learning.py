@@ -83,17 +83,6 @@ def _eval_config(cfg):
                            temperature=cfg.eval_temperature)
 
 
-def _heldout_tasks(env: str, n: int, env_kwargs: dict, *, seed: int = 0) -> list[dict]:
-    """The pipeline's held-out tasks; Search-v0 calls its held-out split ``dev`` (the pipeline asks for ``test``)."""
-    from agentrl.algos import pipeline
-
-    if env == "AgentRL/Search-v0":
-        from agentrl.algos.trainer import TaskSource
-
-        return TaskSource(env, {**env_kwargs, "split": "dev"}, seed=seed + 10_007).take(0, n)
-    return pipeline.heldout_tasks(env, n, env_kwargs, seed=seed)
-
-
 def stage_seconds(run_dir: Path) -> float:
     """Wall time of a training stage: the sum of its steps' ``time/step`` (survives resumes)."""
     from agentrl.algos.metrics import read_metrics
@@ -249,10 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
     d = apply_overrides({**(quick if args.quick else full), "env": args.env, "out": str(out)}, args.overrides)
     cfg: PipelineConfig = config_from_dict(PipelineConfig, d)
-    if args.env == "AgentRL/Search-v0":
-        # pipeline.heldout_tasks asks for split='test'; Search-v0's held-out split is 'dev'.
-        pipeline.heldout_tasks = lambda env, n, env_kwargs=None, *, seed=0: _heldout_tasks(env, n, env_kwargs or {},
-                                                                                           seed=seed)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
     result = run_pipeline(cfg, resume=True)
@@ -260,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
     rows = [(labels.get(k, k), r) for k, r in rows]
     rl_s = stage_seconds(out / "grpo")
-    tasks = _heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+    tasks = pipeline.heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
     control = None
     if args.env == "AgentRL/ToolUse-v0" and not args.no_control:
         budget = args.minutes * 60 if args.minutes else rl_s
