@@ -381,6 +381,9 @@ class Trainer:
         finally:
             bar.close()
             self._logger.close()
+            if getattr(self, "_collector", None) is not None:
+                self._collector.close()
+                self._collector = None
             if hasattr(getattr(self, "rollout_env", None), "close"):
                 self.rollout_env.close()  # Ray env actors
         save_adapter(self.model, self.run_dir / "adapter")
@@ -392,13 +395,15 @@ class Trainer:
         t_step = time.perf_counter()
         metrics: dict[str, Any] = {}
         if self.algo.needs_rollouts:
-            from agentrl.algos.collector import collect
+            from agentrl.algos.collector import Collector
 
             tasks = self.tasks.take(self.data_pos, cfg.tasks_per_step)
             collector_cfg = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, self.step))
+            if getattr(self, "_collector", None) is None:  # envs and env threads live for the whole run
+                self._collector = Collector(self.policy, collector_cfg)
+            self._collector.config = collector_cfg  # this step's rollout seed
             t0 = time.perf_counter()
-            trajs = collect(self.rollout_env, self.policy, tasks, cfg.group_size, collector_cfg,
-                            env_kwargs=cfg.env_kwargs)
+            trajs = self._collector.collect(self.rollout_env, tasks, cfg.group_size, env_kwargs=cfg.env_kwargs)
             t_rollout = time.perf_counter() - t0
             self.data_pos += len(tasks)
             metrics.update(rollout_metrics(trajs, t_rollout))
