@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from test_trainer import _cfg, _model, tokenizer  # noqa: F401  (registers Test/Score-v0)
+from helpers import tiny_train_config, tiny_train_model  # (importing helpers registers Test/Score-v0)
 
 from agentrl.algos.async_trainer import AsyncTrainer, VersionedPolicy, split_stale, tis_correct, tis_weights
 from agentrl.algos.batching import SeqItem
@@ -26,7 +26,7 @@ def _traj(group, version, n=3):
 
 
 def _acfg(tmp_path, **async_kw):
-    cfg = _cfg(tmp_path, steps=3, tasks_per_step=2, group_size=8)
+    cfg = tiny_train_config(tmp_path, steps=3, tasks_per_step=2, group_size=8)
     cfg.asynchronous = dataclasses.replace(cfg.asynchronous, enabled=True, **async_kw)
     return cfg
 
@@ -122,8 +122,8 @@ def test_cli_async_flag_sets_the_section():
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path):  # noqa: F811
-    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1), model=_model(tokenizer),
+def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path):
+    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1), model=tiny_train_model(tokenizer),
                            tokenizer=tokenizer)
     seen = _record_versions(trainer)
     real = trainer.update
@@ -149,8 +149,8 @@ def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path): 
     assert all(h["async/dropped_trajectories"] == 0 for h in hist)
 
 
-def test_the_producer_never_runs_more_than_queue_size_ahead(tokenizer, tmp_path):  # noqa: F811
-    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=2, max_staleness=2), model=_model(tokenizer),
+def test_the_producer_never_runs_more_than_queue_size_ahead(tokenizer, tmp_path):
+    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=2, max_staleness=2), model=tiny_train_model(tokenizer),
                            tokenizer=tokenizer)
     seen = _record_versions(trainer)
     real = trainer.update
@@ -166,9 +166,9 @@ def test_the_producer_never_runs_more_than_queue_size_ahead(tokenizer, tmp_path)
     assert all(h["async/queue_depth"] <= 2 for h in hist)
 
 
-def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_path):  # noqa: F811
+def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_path):
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=2, max_staleness=0, staleness="drop"),
-                           model=_model(tokenizer), tokenizer=tokenizer)
+                           model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
     real = trainer.update
 
@@ -186,9 +186,9 @@ def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_pa
     assert trainer.data_pos == 6 + 2 * (dropped // 16)
 
 
-def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tmp_path):  # noqa: F811
+def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tmp_path):
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis", tis_cap=2.0),
-                           model=_model(tokenizer), tokenizer=tokenizer)
+                           model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
     real = trainer.update
 
@@ -210,10 +210,10 @@ def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tm
     assert all(h["async/dropped_trajectories"] == 0 for h in hist)
 
 
-def test_without_correction_a_stale_batch_shows_the_policy_change(tokenizer, tmp_path):  # noqa: F811
+def test_without_correction_a_stale_batch_shows_the_policy_change(tokenizer, tmp_path):
     """Control for the TIS test: the same stale batches trained as they are keep a nonzero logprob gap."""
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1, staleness="drop"),
-                           model=_model(tokenizer), tokenizer=tokenizer)
+                           model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
     real = trainer.update
 
@@ -227,10 +227,10 @@ def test_without_correction_a_stale_batch_shows_the_policy_change(tokenizer, tmp
     assert stale and all(h["train/logprob_gap"] > 1e-4 for h in stale)
 
 
-def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer, tmp_path):  # noqa: F811
+def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer, tmp_path):
     cfg = _acfg(tmp_path, queue_size=1, max_staleness=1)
     cfg.save_every = 1
-    killed = AsyncTrainer(cfg, model=_model(tokenizer), tokenizer=tokenizer)
+    killed = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     real = killed.update
 
     def dies_in_step_3(units, temperature):
@@ -245,7 +245,7 @@ def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer,
     assert latest_checkpoint(tmp_path / "run").name == "step-000002"
     want = {n: p.detach().clone() for n, p in killed.model.named_parameters() if p.requires_grad}
 
-    resumed = AsyncTrainer(cfg, model=_model(tokenizer), tokenizer=tokenizer, resume=True)
+    resumed = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer, resume=True)
     assert resumed.step == 2 and resumed.data_pos == 4  # the batch queued at the kill is collected again
     got = {n: p.detach().clone() for n, p in resumed.model.named_parameters() if p.requires_grad}
     for n in want:  # the adapter after two steps (the kill came before step 3's optimizer step)
@@ -260,7 +260,7 @@ def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer,
 # ---------------------------------------------------------------------------------------------- learning
 
 
-def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(tokenizer, tmp_path):  # noqa: F811
+def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(tokenizer, tmp_path):
     """The learning check of the synchronous trainer's test, with the GRPO phase run asynchronously.
 
     One fixed ToolUse task answered directly, a tiny random model: a short SFT cold start (synchronous), then
@@ -292,13 +292,13 @@ def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(toke
                         env_kwargs=env_kwargs)
         return float(np.mean([t.reward for t in trajs]))
 
-    sft = Trainer(_cfg(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=5, lr=1e-2,
-                       env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
+    sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=5, lr=1e-2,
+                                    env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
                   model=model, tokenizer=tokenizer)
     sft.train()
     after_sft = mean_reward(sft.model, 1)
-    cfg = _cfg(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=8, lr=1e-3, tasks_per_step=1,
-               group_size=16, env_kwargs=env_kwargs, collector=col)
+    cfg = tiny_train_config(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=8, lr=1e-3,
+                            tasks_per_step=1, group_size=16, env_kwargs=env_kwargs, collector=col)
     cfg.asynchronous.enabled = True
     rl = train(cfg, model=sft.model, tokenizer=tokenizer)
     assert isinstance(rl, AsyncTrainer)

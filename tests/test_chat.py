@@ -2,7 +2,8 @@
 
 The Llama-3-style and Qwen-style templates below are written here (Jinja) and set on copies of the real SmolLM2
 tokenizer; the Llama-3 one also gets its header/end tokens as new special tokens, as a real tokenizer would.
-The helpers at the top are shared with the collector tests.
+The templates, ``TEMPLATES`` and ``make_template_tokenizer`` are in helpers.py, the tokenizer
+fixtures in conftest.py.
 """
 
 from __future__ import annotations
@@ -10,70 +11,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+from helpers import TEMPLATES
 
 from agentrl.algos.chat import PLACEHOLDER, ChatFormat, TemplateError, assert_extends, template_supports_tools
-
-# A Llama-3-style template: header tokens, <|eot_id|>, tool output in the "ipython" role, tools in the system turn.
-LLAMA3_TEMPLATE = (
-    r"{{ bos_token }}"
-    r"{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% else %}{% set sys = '' %}{% endif %}"
-    r"{{ '<|start_header_id|>system<|end_header_id|>\n\n' }}"
-    r"{% if tools %}{{ 'Environment: ipython\nYou can call these functions (JSON schemas):\n' }}"
-    r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}{{ '\n' }}{% endif %}"
-    r"{{ sys | trim }}{{ '<|eot_id|>' }}"
-    r"{% for m in messages %}{% if m['role'] != 'system' %}"
-    r"{% if m['role'] == 'tool' %}{% set role = 'ipython' %}{% else %}{% set role = m['role'] %}{% endif %}"
-    r"{{ '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + (m['content'] | trim) + '<|eot_id|>' }}"
-    r"{% endif %}{% endfor %}"
-    r"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-
-# A Qwen-style template: ChatML markup, tools in a <tools> block of the system turn, tool output as a user turn.
-QWEN_TEMPLATE = (
-    r"{% if tools %}{{ '<|im_start|>system\n' }}"
-    r"{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% else %}{{ 'You are a helpful assistant.' }}{% endif %}"
-    r"{{ '\n\n# Tools\n\nYou may call one of these functions:\n<tools>\n' }}"
-    r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}"
-    r"{{ '</tools>\n\nReturn each call as a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n' }}"
-    r"{% elif messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{% endif %}"
-    r"{% for m in messages %}"
-    r"{% if m['role'] == 'tool' %}{{ '<|im_start|>user\n<tool_response>\n' + m['content'] + '\n</tool_response><|im_end|>\n' }}"
-    r"{% elif m['role'] != 'system' %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
-    r"{% endfor %}"
-    r"{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-TEMPLATES = ["chatml", "llama3", "qwen"]
-
-
-def make_template_tokenizer(base, kind: str):
-    """A copy of the SmolLM2 tokenizer carrying the named chat template (``chatml`` is SmolLM2's own)."""
-    if kind == "chatml":
-        return base
-    tok = copy.deepcopy(base)
-    if kind == "llama3":
-        tok.add_special_tokens({"bos_token": "<|begin_of_text|>",
-                                "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>",
-                                                              "<|eot_id|>"]})
-        tok.chat_template = LLAMA3_TEMPLATE
-    elif kind == "qwen":
-        tok.chat_template = QWEN_TEMPLATE
-    else:
-        raise ValueError(kind)
-    return tok
-
-
-@pytest.fixture(scope="session")
-def smol_tokenizer():
-    from agentrl.algos.models import load_tokenizer
-
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def template_tokenizers(smol_tokenizer):
-    return {kind: make_template_tokenizer(smol_tokenizer, kind) for kind in TEMPLATES}
-
 
 TOOLS = [{"type": "function", "function": {"name": "multiply", "description": "Multiply two integers.",
                                            "parameters": {"type": "object",

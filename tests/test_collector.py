@@ -10,115 +10,18 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
-from test_chat import TEMPLATES, make_template_tokenizer, smol_tokenizer, template_tokenizers  # noqa: F401
+from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, stop_biased_model
 
 import agentrl.envs  # noqa: F401
 from agentrl.algos.chat import ChatFormat
 from agentrl.algos.collector import Collector, CollectorConfig, collect
 from agentrl.algos.logprobs import token_logprobs
-from agentrl.algos.models import tiny_model
-from agentrl.algos.policy import GenerationResult, HFPolicy, Policy, SamplingParams
-from agentrl.envs.core import AnyText
+from agentrl.algos.policy import HFPolicy, SamplingParams
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
-
-# ---------------------------------------------------------------------------------------------- drivers
-
-
-class ScriptedPolicy(Policy):
-    """Replies with the demonstration actions of the task found in the prompt, one per turn, each + end token.
-
-    Records every request so tests can check what the collector sent.
-    """
-
-    def __init__(self, tokenizer, tasks, *, end_token: bool = True, extra_tokens: int = 0):
-        self.tokenizer = tokenizer
-        self.fmt = ChatFormat(tokenizer)
-        env = ToolUseEnv()
-        self.actions = {t["query"]: env.demo_actions(t) for t in tasks}
-        self.end_token = end_token
-        self.extra_tokens = extra_tokens
-        self.requests = []
-        self.replies = []
-
-    def generate(self, requests, sampling):
-        out = []
-        for r in requests:
-            self.requests.append(r)
-            text = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=False)
-            query = next(q for q in self.actions if q in text)
-            actions, pos, turn = self.actions[query], 0, 0
-            while turn < len(actions) and (k := text.find(actions[turn], pos)) >= 0:
-                pos, turn = k + len(actions[turn]), turn + 1
-            ids = self.tokenizer(actions[turn], add_special_tokens=False)["input_ids"] + [17] * self.extra_tokens
-            if self.end_token:
-                ids = ids + [self.fmt.stop_token_ids[0]]
-            finish = "stop" if self.end_token else "length"
-            if len(ids) > r.max_new_tokens:
-                ids, finish = ids[: r.max_new_tokens], "length"
-            self.replies.append(ids)
-            out.append(GenerationResult(ids, [-1.0] * len(ids), finish))
-        return out
-
-
-class EchoEnv(gym.Env):
-    """A protocol-following env that answers every reply with a short tool message until ``turns`` replies."""
-
-    def __init__(self, turns: int = 3, raise_on_step: int | None = None):
-        self.observation_space = AnyText()
-        self.action_space = AnyText()
-        self.turns = turns
-        self.raise_on_step = raise_on_step
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        task = (options or {})["task"]
-        self.n = 0
-        self.messages = [{"role": "system", "content": "Echo game."}, {"role": "user", "content": task["query"]}]
-        return task["query"], {"messages": list(self.messages), "tools": [], "task_id": str(task.get("id", ""))}
-
-    def step(self, action):
-        self.n += 1
-        if self.raise_on_step == self.n:
-            raise RuntimeError("echo env exploded")
-        done = self.n >= self.turns
-        obs = "" if done else f"echo {self.n}: you wrote {len(action)} characters"
-        self.messages.append({"role": "assistant", "content": action})
-        if not done:
-            self.messages.append({"role": "tool", "content": obs})
-        info = {"parsed": {"kind": "tool_call"}, "obs_role": "tool", "metrics": {"turns": self.n},
-                "messages": list(self.messages)}
-        if done:
-            info.update(correct=True, format_ok=True, termination="answered")
-        return obs, (1.0 if done else 0.0), done, False, info
-
-
-def echo_tasks(n):
-    return [{"id": f"e{i}", "query": f"Echo task number {i}: say something."} for i in range(n)]
-
-
-def stop_biased_model(tokenizer, seed=0):
-    """A tiny random model whose replies end after a few tokens now and then, so episodes run several turns.
-
-    Default-init tiny models give near-uniform logits (replies never end); with weights of std 0.2 the logits
-    depend on the context, and pushing the end-of-turn rows along the mean final hidden state makes that token
-    likely in some contexts and not others.
-    """
-    model = tiny_model(tokenizer, seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.2, generator=g)
-        hidden = model.model(torch.randint(0, len(tokenizer), (1, 200), generator=g)).last_hidden_state[0]
-        u = hidden.mean(0)
-        w = model.get_output_embeddings().weight
-        for stop in ChatFormat(tokenizer).stop_token_ids:
-            w[stop] += 3.5 * u / u.norm()
-    return model
 
 
 @pytest.fixture(scope="module")
-def model(smol_tokenizer):  # noqa: F811
+def model(smol_tokenizer):
     return stop_biased_model(smol_tokenizer)
 
 
@@ -145,7 +48,7 @@ def check_well_formed(tr):
 
 
 @pytest.mark.parametrize("kind", TEMPLATES)
-def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind):  # noqa: F811
+def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind):
     tok = template_tokenizers[kind]
     tasks = multi_call_tasks(3)
     policy = ScriptedPolicy(tok, tasks)
@@ -182,7 +85,7 @@ def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind): 
         assert any(list(f[: len(prompt)]) == prompt for f in finals)
 
 
-def test_masked_tokens_are_the_sampled_replies(smol_tokenizer):  # noqa: F811
+def test_masked_tokens_are_the_sampled_replies(smol_tokenizer):
     tasks = multi_call_tasks(2)
     policy = ScriptedPolicy(smol_tokenizer, tasks)
     trajs = collect("AgentRL/ToolUse-v0", policy, tasks, group_size=1, config=CollectorConfig(max_total_tokens=4096))
@@ -201,7 +104,7 @@ def test_masked_tokens_are_the_sampled_replies(smol_tokenizer):  # noqa: F811
 # ---------------------------------------------------------------------------------------------- HF backend
 
 
-def test_rollout_logprobs_equal_recomputed_logprobs(smol_tokenizer, model):  # noqa: F811
+def test_rollout_logprobs_equal_recomputed_logprobs(smol_tokenizer, model):
     for temperature in (1.0, 0.7):
         cfg = CollectorConfig(max_new_tokens=24, temperature=temperature, seed=3)
         trajs = collect(lambda: EchoEnv(turns=3), HFPolicy(model, smol_tokenizer), echo_tasks(3), group_size=2,
@@ -231,7 +134,7 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_batched_equals_unbatched(smol_tokenizer, model, temperature):  # noqa: F811
+def test_batched_equals_unbatched(smol_tokenizer, model, temperature):
     """All live trajectories decoded together == each request decoded alone (max_batch_size=1)."""
     tasks = echo_tasks(4)
     batched = _collect(model, smol_tokenizer, tasks, 2, temperature=temperature)
@@ -242,7 +145,7 @@ def test_batched_equals_unbatched(smol_tokenizer, model, temperature):  # noqa: 
         _assert_same(a, b)
 
 
-def test_greedy_batch_equals_one_collect_per_task(smol_tokenizer, model):  # noqa: F811
+def test_greedy_batch_equals_one_collect_per_task(smol_tokenizer, model):
     tasks = echo_tasks(3)
     batched = _collect(model, smol_tokenizer, tasks, 2, temperature=0.0)
     for i, task in enumerate(tasks):
@@ -252,7 +155,7 @@ def test_greedy_batch_equals_one_collect_per_task(smol_tokenizer, model):  # noq
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_cache_reuse_gives_the_same_tokens_and_prefills_less(smol_tokenizer, model, temperature):  # noqa: F811
+def test_cache_reuse_gives_the_same_tokens_and_prefills_less(smol_tokenizer, model, temperature):
     tasks = echo_tasks(3)
     runs = {}
     for reuse in (True, False):
@@ -274,14 +177,14 @@ def test_cache_reuse_gives_the_same_tokens_and_prefills_less(smol_tokenizer, mod
     assert prefill_with == expected
 
 
-def test_group_prompt_is_prefilled_once(smol_tokenizer, model):  # noqa: F811
+def test_group_prompt_is_prefilled_once(smol_tokenizer, model):
     policy = HFPolicy(model, smol_tokenizer)
     trajs = collect(lambda: EchoEnv(turns=1), policy, echo_tasks(2), group_size=4,
                     config=CollectorConfig(max_new_tokens=8))
     assert policy.stats["prefill_tokens"] == trajs[0].prompt_len + trajs[4].prompt_len
 
 
-def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):  # noqa: F811
+def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):
     from agentrl.algos.policy import GenerationRequest
 
     policy = HFPolicy(model, smol_tokenizer)
@@ -297,7 +200,7 @@ def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):  # noq
     assert policy.cached_tokens("k") == 0
 
 
-def test_sampling_respects_top_k_and_seed(smol_tokenizer, model):  # noqa: F811
+def test_sampling_respects_top_k_and_seed(smol_tokenizer, model):
     from agentrl.algos.policy import GenerationRequest
 
     policy = HFPolicy(model, smol_tokenizer)
@@ -314,7 +217,7 @@ def test_sampling_respects_top_k_and_seed(smol_tokenizer, model):  # noqa: F811
 # ---------------------------------------------------------------------------------------------- budgets
 
 
-def test_max_new_tokens_truncates(smol_tokenizer):  # noqa: F811
+def test_max_new_tokens_truncates(smol_tokenizer):
     tasks = multi_call_tasks(1)
     policy = ScriptedPolicy(smol_tokenizer, tasks)
     [tr] = collect("AgentRL/ToolUse-v0", policy, tasks, 1, config=CollectorConfig(max_new_tokens=5))
@@ -323,7 +226,7 @@ def test_max_new_tokens_truncates(smol_tokenizer):  # noqa: F811
     assert tr.turns[0].completion_len == 5 and tr.reward == -0.1 and tr.metrics["correct"] == 0.0
 
 
-def test_max_total_tokens_truncates(smol_tokenizer):  # noqa: F811
+def test_max_total_tokens_truncates(smol_tokenizer):
     tasks = multi_call_tasks(1)
     policy = ScriptedPolicy(smol_tokenizer, tasks)
     probe = collect("AgentRL/ToolUse-v0", ScriptedPolicy(smol_tokenizer, tasks), tasks, 1,
@@ -335,7 +238,7 @@ def test_max_total_tokens_truncates(smol_tokenizer):  # noqa: F811
     assert tr.turns[-1].completion_len == 3
 
 
-def test_max_turns_ends_with_budget(smol_tokenizer, model):  # noqa: F811
+def test_max_turns_ends_with_budget(smol_tokenizer, model):
     trajs = collect(lambda: EchoEnv(turns=10), HFPolicy(model, smol_tokenizer), echo_tasks(2), 1,
                     config=CollectorConfig(max_turns=2, max_new_tokens=64, temperature=0.0))
     for tr in trajs:
@@ -345,7 +248,7 @@ def test_max_turns_ends_with_budget(smol_tokenizer, model):  # noqa: F811
     assert any(tr.termination == "budget" for tr in trajs)
 
 
-def test_reply_without_end_token_is_truncated_not_stepped(smol_tokenizer):  # noqa: F811
+def test_reply_without_end_token_is_truncated_not_stepped(smol_tokenizer):
     tasks = multi_call_tasks(1)
     policy = ScriptedPolicy(smol_tokenizer, tasks, end_token=False)
     [tr] = collect("AgentRL/ToolUse-v0", policy, tasks, 1)
@@ -355,7 +258,7 @@ def test_reply_without_end_token_is_truncated_not_stepped(smol_tokenizer):  # no
 # ---------------------------------------------------------------------------------------------- failures
 
 
-def test_tool_that_raises_still_gives_a_well_formed_trajectory(smol_tokenizer):  # noqa: F811
+def test_tool_that_raises_still_gives_a_well_formed_trajectory(smol_tokenizer):
     from agentrl.envs.tools import tool
 
     @tool
@@ -377,7 +280,7 @@ def test_tool_that_raises_still_gives_a_well_formed_trajectory(smol_tokenizer): 
     assert "kaboom" in smol_tokenizer.decode(tr.token_ids)  # the error text reached the model's context
 
 
-def test_env_step_that_raises_ends_the_trajectory_with_error(smol_tokenizer, model):  # noqa: F811
+def test_env_step_that_raises_ends_the_trajectory_with_error(smol_tokenizer, model):
     trajs = collect(lambda: EchoEnv(turns=5, raise_on_step=2), HFPolicy(model, smol_tokenizer), echo_tasks(2), 1,
                     config=CollectorConfig(max_new_tokens=64, temperature=0.0))
     for tr in trajs:
@@ -388,7 +291,7 @@ def test_env_step_that_raises_ends_the_trajectory_with_error(smol_tokenizer, mod
     assert any(tr.termination == "error" for tr in trajs)
 
 
-def test_trajectories_round_trip_through_jsonl(tmp_path, smol_tokenizer):  # noqa: F811
+def test_trajectories_round_trip_through_jsonl(tmp_path, smol_tokenizer):
     from agentrl.algos.trajectory import load_jsonl, save_jsonl
 
     tasks = multi_call_tasks(1)
@@ -398,7 +301,7 @@ def test_trajectories_round_trip_through_jsonl(tmp_path, smol_tokenizer):  # noq
     assert [b.to_dict() for b in back] == [t.to_dict() for t in trajs]
 
 
-def test_collector_reuses_envs_across_calls(smol_tokenizer):  # noqa: F811
+def test_collector_reuses_envs_across_calls(smol_tokenizer):
     tasks = multi_call_tasks(2)
     made = []
 
@@ -416,7 +319,7 @@ def test_collector_reuses_envs_across_calls(smol_tokenizer):  # noqa: F811
 # ---------------------------------------------------------------------------------------------- LoRA sampling
 
 
-def test_update_weights_samples_merged_lora_without_touching_the_base(smol_tokenizer):  # noqa: F811
+def test_update_weights_samples_merged_lora_without_touching_the_base(smol_tokenizer):
     from peft import LoraConfig, get_peft_model
 
     model = stop_biased_model(smol_tokenizer, seed=5)
@@ -452,7 +355,7 @@ def test_update_weights_samples_merged_lora_without_touching_the_base(smol_token
             assert torch.equal(v, base_before[k]), k
 
 
-def test_update_weights_from_a_plain_model_copies_it(smol_tokenizer):  # noqa: F811
+def test_update_weights_from_a_plain_model_copies_it(smol_tokenizer):
     a, b = stop_biased_model(smol_tokenizer, seed=1), stop_biased_model(smol_tokenizer, seed=2)
     policy = HFPolicy(a, smol_tokenizer)
     policy.update_weights(a)
@@ -482,7 +385,7 @@ def test_sample_tokens_draws_from_the_truncated_distribution():
         assert torch.allclose(lps, ref[tokens])
 
 
-def test_tools_nowhere_is_warned(smol_tokenizer, caplog):  # noqa: F811
+def test_tools_nowhere_is_warned(smol_tokenizer, caplog):
     tasks = multi_call_tasks(1)
     with caplog.at_level("WARNING", logger="agentrl.algos.collector"):
         collect(lambda: ToolUseEnv(tools_in_prompt=False), ScriptedPolicy(smol_tokenizer, tasks), tasks, 1)

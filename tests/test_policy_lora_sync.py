@@ -8,20 +8,19 @@ import copy
 import pytest
 import requests
 import torch
-from test_chat import smol_tokenizer  # noqa: F401
-from test_collector import stop_biased_model
+from helpers import stop_biased_model
 
 from agentrl.algos.lora import LoRAConfig, apply_lora
 from agentrl.algos.policy import GenerationRequest, HFPolicy, OpenAIPolicy, SamplingParams, serve_policy
 
 
 @pytest.fixture(scope="module")
-def base(smol_tokenizer):  # noqa: F811
+def base(smol_tokenizer):
     return stop_biased_model(smol_tokenizer, seed=0)
 
 
 @pytest.fixture
-def server(base, smol_tokenizer):  # noqa: F811
+def server(base, smol_tokenizer):
     with serve_policy(HFPolicy(base, smol_tokenizer), model_name="tiny", enable_lora=True) as srv:
         yield srv
 
@@ -59,7 +58,7 @@ SAMPLINGS = (SamplingParams(temperature=0.0, stop_token_ids=(2,)), SamplingParam
 
 
 @pytest.mark.parametrize("lora_api", ["vllm", "sglang"])
-def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, base, smol_tokenizer, tmp_path,  # noqa: F811
+def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, base, smol_tokenizer, tmp_path,
                                                                      lora_api):
     remote = OpenAIPolicy(server.url, "tiny", smol_tokenizer, adapter_dir=str(tmp_path), lora_api=lora_api)
     prompts = _prompts(smol_tokenizer)
@@ -111,7 +110,7 @@ def test_lora_endpoints_answer_like_vllm(server, base, tmp_path):
     assert r.status_code == 404
 
 
-def test_a_server_without_runtime_lora_gets_a_clear_error(base, smol_tokenizer, tmp_path):  # noqa: F811
+def test_a_server_without_runtime_lora_gets_a_clear_error(base, smol_tokenizer, tmp_path):
     with serve_policy(HFPolicy(base, smol_tokenizer), model_name="tiny") as srv:
         remote = OpenAIPolicy(srv.url, "tiny", smol_tokenizer, adapter_dir=str(tmp_path))
         with pytest.raises(RuntimeError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING"):

@@ -5,26 +5,25 @@ from __future__ import annotations
 import pytest
 import requests
 import torch
-from test_chat import smol_tokenizer  # noqa: F401
-from test_collector import EchoEnv, echo_tasks, stop_biased_model
+from helpers import EchoEnv, echo_tasks, stop_biased_model
 
 from agentrl.algos.collector import CollectorConfig, collect
 from agentrl.algos.policy import GenerationRequest, HFPolicy, OpenAIPolicy, SamplingParams, serve_policy
 
 
 @pytest.fixture(scope="module")
-def model(smol_tokenizer):  # noqa: F811
+def model(smol_tokenizer):
     return stop_biased_model(smol_tokenizer, seed=0)
 
 
 @pytest.fixture
-def server(model, smol_tokenizer):  # noqa: F811
+def server(model, smol_tokenizer):
     with serve_policy(HFPolicy(model, smol_tokenizer), model_name="tiny") as srv:
         assert srv.url.startswith("http://127.0.0.1:")
         yield srv
 
 
-def test_remote_generation_equals_local(server, model, smol_tokenizer):  # noqa: F811
+def test_remote_generation_equals_local(server, model, smol_tokenizer):
     remote = OpenAIPolicy(server.url, "tiny", smol_tokenizer)
     local = HFPolicy(model, smol_tokenizer)
     prompts = [smol_tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("one two", "three four five")]
@@ -37,7 +36,7 @@ def test_remote_generation_equals_local(server, model, smol_tokenizer):  # noqa:
     remote.close()
 
 
-def test_collect_through_the_server_matches_the_local_backend(server, model, smol_tokenizer):  # noqa: F811
+def test_collect_through_the_server_matches_the_local_backend(server, model, smol_tokenizer):
     cfg = CollectorConfig(max_new_tokens=16, temperature=1.0, seed=4)
     remote = collect(lambda: EchoEnv(turns=3), OpenAIPolicy(server.url, "tiny", smol_tokenizer), echo_tasks(2), 2,
                      config=cfg)
@@ -48,7 +47,7 @@ def test_collect_through_the_server_matches_the_local_backend(server, model, smo
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
 
 
-def test_server_speaks_the_completions_protocol(server, smol_tokenizer):  # noqa: F811
+def test_server_speaks_the_completions_protocol(server, smol_tokenizer):
     r = requests.get(f"{server.url}/v1/models", timeout=10)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == "tiny"
     body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0, "logprobs": 0}
@@ -60,7 +59,7 @@ def test_server_speaks_the_completions_protocol(server, smol_tokenizer):  # noqa
     assert bad.status_code == 400 and "token ids" in bad.json()["error"]["message"]
 
 
-def test_http_errors_surface_with_the_status(server, smol_tokenizer):  # noqa: F811
+def test_http_errors_surface_with_the_status(server, smol_tokenizer):
     policy = OpenAIPolicy(server.url + "/nowhere", "tiny", smol_tokenizer)
     with pytest.raises(RuntimeError, match="HTTP 404"):
         policy.generate([GenerationRequest([5, 6], 2)], SamplingParams())

@@ -10,8 +10,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import torch  # noqa: E402
-from test_chat import smol_tokenizer  # noqa: E402,F401
-from test_collector import ScriptedPolicy  # noqa: E402
+from helpers import ScriptedPolicy, tiny_train_config, tiny_train_model  # noqa: E402
 
 import agentrl.envs  # noqa: E402,F401
 from agentrl.algos.collector import CollectorConfig, collect  # noqa: E402
@@ -36,7 +35,7 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    # workers import the test helpers (ScriptedPolicy) by name, so they get this folder on their path
+    # workers import the test helpers (helpers.ScriptedPolicy) by name, so they get this folder on their path
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}})
     yield
@@ -84,7 +83,7 @@ def test_remote_env_episodes_equal_local_episodes():
         local.close()
 
 
-def test_collect_with_remote_envs_equals_local(smol_tokenizer):  # noqa: F811
+def test_collect_with_remote_envs_equals_local(smol_tokenizer):
     tasks = make_tasks(4, "train")
     cfg = CollectorConfig(max_new_tokens=128, env_threads=4)
     local = collect(ENV, ScriptedPolicy(smol_tokenizer, tasks), tasks, 2, cfg)
@@ -104,7 +103,7 @@ def test_collect_with_remote_envs_equals_local(smol_tokenizer):  # noqa: F811
     assert again[0].token_ids == local[0].token_ids
 
 
-def test_make_env_factory(smol_tokenizer):  # noqa: F811
+def test_make_env_factory(smol_tokenizer):
     assert make_env_factory("local", ENV, {}) == ENV
     with pytest.raises(ValueError, match="executor"):
         make_env_factory("dask", ENV, {})
@@ -128,7 +127,7 @@ def test_shard_bounds():
         shard_bounds(3, 0)
 
 
-def test_ray_collect_order_and_group_ids(smol_tokenizer):  # noqa: F811
+def test_ray_collect_order_and_group_ids(smol_tokenizer):
     tasks = make_tasks(5, "train")
     workers = [RolloutWorker.as_actor(lambda: ScriptedPolicy(smol_tokenizer, tasks)) for _ in range(2)]
     cfg = CollectorConfig(max_new_tokens=128)
@@ -148,7 +147,7 @@ def test_ray_collect_order_and_group_ids(smol_tokenizer):  # noqa: F811
     assert [t.token_ids for t in nested] == [t.token_ids for t in local]
 
 
-def test_rollout_worker_adapter_round_trip(smol_tokenizer):  # noqa: F811
+def test_rollout_worker_adapter_round_trip(smol_tokenizer):
     """The worker samples exactly what a local sampler with the trainer's adapter samples, before and after an
     update shipped as a state dict."""
     lora = LoRAConfig(r=4, alpha=8)
@@ -179,7 +178,7 @@ def test_rollout_worker_adapter_round_trip(smol_tokenizer):  # noqa: F811
     assert ray.get(worker.get_version.remote()) == 7
 
 
-def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):  # noqa: F811
+def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):
     tasks = make_tasks(2, "train")
     scripted = ScriptedPolicy(smol_tokenizer, tasks)
     pool = RayEnvPool(ENV, num_workers=2)
@@ -199,17 +198,15 @@ def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):  # n
     assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]
 
 
-def test_trainer_with_ray_executor_matches_local(smol_tokenizer, tmp_path):  # noqa: F811
+def test_trainer_with_ray_executor_matches_local(smol_tokenizer, tmp_path):
     """`agentrl train --executor ray`: the same step as the local executor, with the envs in Ray actors."""
-    from test_trainer import _cfg, _model
-
     from agentrl.algos.trainer import Trainer
 
     runs = {}
     for executor in ("local", "ray"):
-        cfg = _cfg(tmp_path / executor, env=ENV, executor=executor, env_workers=2, group_size=2,
-                   collector=CollectorConfig(max_new_tokens=8, max_turns=2))
-        trainer = Trainer(cfg, model=_model(smol_tokenizer), tokenizer=smol_tokenizer)
+        cfg = tiny_train_config(tmp_path / executor, env=ENV, executor=executor, env_workers=2, group_size=2,
+                                collector=CollectorConfig(max_new_tokens=8, max_turns=2))
+        trainer = Trainer(cfg, model=tiny_train_model(smol_tokenizer), tokenizer=smol_tokenizer)
         if executor == "ray":
             assert isinstance(trainer.rollout_env, RayEnvPool)
         runs[executor] = trainer.train()[0]

@@ -10,82 +10,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import ScoreEnv, tiny_train_config, tiny_train_model
 
 from agentrl.algos.collector import CollectorConfig
-from agentrl.algos.trainer import TrainConfig, Trainer, latest_checkpoint
-from agentrl.envs.core import TextEnv
-from agentrl.envs.parsing import ParsedAction
-from agentrl.envs.tools import ToolSet
-
-
-class _WholeReplyIsTheAnswer:
-    """A parser that reads any reply as a final answer (so a random model gets a graded reward)."""
-
-    def parse(self, text: str) -> ParsedAction:
-        return ParsedAction(kind="answer", answer=text)
-
-    def format_instructions(self) -> str:
-        return "Reply with anything."
-
-    def describe_tools(self, schemas) -> str:
-        return ""
-
-
-class ScoreEnv(TextEnv):
-    """One-turn env with a graded reward: the fraction of the reply's characters that are the letter 'e'.
-
-    Random replies get different rewards, so every group has a non-zero advantage (tests of the update
-    mechanics). ``constant`` makes every reply score the same (zero-advantage groups).
-    """
-
-    def __init__(self, constant: float | None = None):
-        super().__init__(tools=ToolSet([]), parser=_WholeReplyIsTheAnswer())
-        self.constant = constant
-
-    def sample_task(self, rng):
-        return {"id": str(int(rng.integers(1000))), "query": f"Say something ({int(rng.integers(1000))})."}
-
-    def score(self, answer, task):
-        if self.constant is not None:
-            return self.constant, False
-        return (answer.count("e") / max(1, len(answer))), False
-
-
-gym.register("Test/Score-v0", entry_point=ScoreEnv)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from agentrl.algos.models import load_tokenizer
-
-    return load_tokenizer()
-
-
-def _model(tokenizer, seed=0, stop_scale=5.0):
-    """A tiny random Llama whose end-of-turn token is likely enough that replies end on their own.
-
-    (With 49k near-uniform logits a random model would almost never sample ``<|im_end|>``, every reply would
-    hit the token budget and every reward would be the same.) ``stop_scale`` 5 gives replies of varied
-    length; 8 makes every reply end at once.
-    """
-    from agentrl.algos.models import tiny_model
-
-    model = tiny_model(tokenizer, hidden_size=32, seed=seed)
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        direction = torch.randn(emb.shape[1], generator=g)
-        emb[stop] = stop_scale * direction / direction.norm()
-    return model
-
-
-def _cfg(tmp_path, **kw) -> TrainConfig:
-    base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
-                save_every=0, progress=False, tensorboard=False, lr=1e-2,
-                collector=CollectorConfig(max_new_tokens=8, max_turns=1))
-    base.update(kw)
-    return TrainConfig(**base)
+from agentrl.algos.trainer import Trainer, latest_checkpoint
 
 
 def _trainable(model):
@@ -97,7 +25,8 @@ def _frozen(model):
 
 
 def test_grpo_step_updates_the_adapter_only_and_logs_the_metrics(tokenizer, tmp_path):
-    trainer = Trainer(_cfg(tmp_path, grpo={"beta": 0.05}), model=_model(tokenizer), tokenizer=tokenizer)
+    trainer = Trainer(tiny_train_config(tmp_path, grpo={"beta": 0.05}), model=tiny_train_model(tokenizer),
+                      tokenizer=tokenizer)
     lora0, frozen0 = _trainable(trainer.model), _frozen(trainer.model)
     [m] = trainer.train()
     lora1, frozen1 = _trainable(trainer.model), _frozen(trainer.model)
@@ -128,8 +57,8 @@ def test_zero_advantage_groups_make_no_update(tokenizer, tmp_path):
             gym.register(env_id, entry_point=ScoreEnv, kwargs={"constant": 0.5})
         # weight decay would move the weights on a zero-gradient optimizer step: skipped groups must mean no step
         # every reply ends at once (no token-budget truncation), so every reward is the env's constant
-        trainer = Trainer(_cfg(tmp_path / algo, env=env_id, algo=algo, weight_decay=0.5),
-                          model=_model(tokenizer, stop_scale=8.0), tokenizer=tokenizer)
+        trainer = Trainer(tiny_train_config(tmp_path / algo, env=env_id, algo=algo, weight_decay=0.5),
+                          model=tiny_train_model(tokenizer, stop_scale=8.0), tokenizer=tokenizer)
         before = _trainable(trainer.model)
         [m] = trainer.train()
         after = _trainable(trainer.model)
@@ -139,13 +68,14 @@ def test_zero_advantage_groups_make_no_update(tokenizer, tmp_path):
 
 
 def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
-    trainer = Trainer(_cfg(tmp_path / "dpo", algo="dpo"), model=_model(tokenizer), tokenizer=tokenizer)
+    trainer = Trainer(tiny_train_config(tmp_path / "dpo", algo="dpo"), model=tiny_train_model(tokenizer),
+                      tokenizer=tokenizer)
     [m] = trainer.train()
     assert m["train/pairs"] >= 1
     # LoRA B = 0 at the start: policy == reference, h = 0, loss = -log sigmoid(0) = log 2
     assert m["train/loss"] == pytest.approx(math.log(2), abs=1e-5)
-    trainer = Trainer(_cfg(tmp_path / "ppo", algo="ppo", ppo={"epochs": 2}), model=_model(tokenizer),
-                      tokenizer=tokenizer)
+    trainer = Trainer(tiny_train_config(tmp_path / "ppo", algo="ppo", ppo={"epochs": 2}),
+                      model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     [m] = trainer.train()
     assert m["train/optimizer_steps"] == 2
     assert m["train/ratio_max"] > 1.0  # the second epoch sees the updated policy against pi_old
@@ -153,12 +83,14 @@ def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
 
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_path):
     cfg = dict(steps=3, save_every=1, lr=1e-4, group_size=8, tasks_per_step=4)
-    full = Trainer(_cfg(tmp_path / "full", **cfg), model=_model(tokenizer), tokenizer=tokenizer)
+    full = Trainer(tiny_train_config(tmp_path / "full", **cfg), model=tiny_train_model(tokenizer),
+                   tokenizer=tokenizer)
     full_hist = full.train()
     assert [h["train/optimizer_steps"] for h in full_hist] == [1, 1, 1]  # every step really updates
     want = _trainable(full.model)
 
-    killed = Trainer(_cfg(tmp_path / "killed", **cfg), model=_model(tokenizer), tokenizer=tokenizer)
+    killed = Trainer(tiny_train_config(tmp_path / "killed", **cfg), model=tiny_train_model(tokenizer),
+                     tokenizer=tokenizer)
     real_update = killed.update
 
     def dies_in_step_3(units, temperature):
@@ -171,8 +103,8 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
         killed.train()
     assert latest_checkpoint(tmp_path / "killed" / "run").name == "step-000002"
 
-    resumed = Trainer(_cfg(tmp_path / "killed", **cfg), model=_model(tokenizer), tokenizer=tokenizer,
-                      resume=True)
+    resumed = Trainer(tiny_train_config(tmp_path / "killed", **cfg), model=tiny_train_model(tokenizer),
+                      tokenizer=tokenizer, resume=True)
     assert resumed.step == 2 and resumed.data_pos == full_hist[1]["train/data_position"]
     [m3] = resumed.train()
     for key in ("reward/mean", "train/loss", "train/grad_norm", "train/data_position"):
@@ -210,10 +142,10 @@ def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
 
 
 def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
-    cfg = _cfg(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", steps=4, lr=5e-3,
-               env_kwargs={"families": ["multiply"], "tools": None}, sft={"batch_size": 2, "num_demos": 2})
+    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", steps=4, lr=5e-3,
+                            env_kwargs={"families": ["multiply"], "tools": None}, sft={"batch_size": 2, "num_demos": 2})
     cfg.env_kwargs.pop("tools")
-    trainer = Trainer(cfg, model=_model(tokenizer), tokenizer=tokenizer)
+    trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     hist = trainer.train()
     assert hist[0]["train/loss_tokens"] > 0 and trainer.data_pos == 8
     # the same two demonstrations every other step: compare like with like
@@ -274,13 +206,13 @@ def test_sft_then_grpo_raise_the_reward_on_a_trivially_learnable_tooluse_task(to
         return float(np.mean([t.reward for t in trajs]))
 
     base = mean_reward(model, 1)
-    sft = Trainer(_cfg(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=SFT_STEPS, lr=1e-2,
-                       env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
+    sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=SFT_STEPS,
+                                    lr=1e-2, env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
                   model=model, tokenizer=tokenizer)
     sft.train()
     after_sft = mean_reward(sft.model, 1)
-    rl = Trainer(_cfg(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=RL_STEPS, lr=1e-3, tasks_per_step=1,
-                      group_size=16, env_kwargs=env_kwargs, collector=col),
+    rl = Trainer(tiny_train_config(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=RL_STEPS, lr=1e-3,
+                                   tasks_per_step=1, group_size=16, env_kwargs=env_kwargs, collector=col),
                  model=sft.model, tokenizer=tokenizer)
     rl.train()
     after_rl = mean_reward(rl.model, 1)
@@ -293,13 +225,14 @@ def test_one_grpo_step_on_the_real_135m_model(tmp_path):
     from agentrl.algos.models import load_model
 
     model, tok = load_model()
-    sft = Trainer(_cfg(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=1, lr=5e-4,
-                       env_kwargs={"families": ["multiply"]}, sft={"batch_size": 4, "num_demos": 4}),
+    sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=1, lr=5e-4,
+                                    env_kwargs={"families": ["multiply"]}, sft={"batch_size": 4, "num_demos": 4}),
                   model=model, tokenizer=tok)
     [s] = sft.train()
     assert 0 < s["train/loss"] < 5
-    rl = Trainer(_cfg(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=1, lr=1e-4, tasks_per_step=2,
-                      group_size=4, collector=CollectorConfig(max_new_tokens=64, max_turns=3)),
+    rl = Trainer(tiny_train_config(tmp_path / "grpo", env="AgentRL/ToolUse-v0", algo="grpo", steps=1, lr=1e-4,
+                                   tasks_per_step=2, group_size=4,
+                                   collector=CollectorConfig(max_new_tokens=64, max_turns=3)),
                  model=sft.model, tokenizer=tok)
     [m] = rl.train()
     assert m["rollout/num_trajectories"] == 8 and m["train/data_position"] == 2

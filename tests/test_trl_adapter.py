@@ -11,7 +11,6 @@ pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
 import torch  # noqa: E402
-from test_chat import smol_tokenizer  # noqa: E402,F401
 
 import agentrl.envs  # noqa: E402,F401
 from agentrl.algos.chat import ChatFormat  # noqa: E402
@@ -131,7 +130,7 @@ def _changed(model, before) -> float:
     return sum((p.detach() - before[n]).abs().sum().item() for n, p in model.named_parameters())
 
 
-def test_grpo_step_with_the_default_policy(smol_tokenizer, tmp_path):  # noqa: F811
+def test_grpo_step_with_the_default_policy(smol_tokenizer, tmp_path):
     """TRL samples through our collector with an HFPolicy over its own model; one step updates the weights."""
     model = tiny_model(smol_tokenizer)
     tasks = make_tasks(2, "train")
@@ -165,7 +164,7 @@ def test_grpo_step_with_the_default_policy(smol_tokenizer, tmp_path):  # noqa: F
     assert model.training  # the rollout restored the trainer's mode
 
 
-def test_grpo_step_masks_env_tokens_in_the_loss(smol_tokenizer, tmp_path):  # noqa: F811
+def test_grpo_step_masks_env_tokens_in_the_loss(smol_tokenizer, tmp_path):
     """Multi-turn completions: the tool turns reach TRL as env_mask zeros, and TRL's loss mask holds them."""
     model = tiny_model(smol_tokenizer, seed=1)
     tasks = make_tasks(2, "train", families=["multiply"])

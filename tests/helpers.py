@@ -1,0 +1,245 @@
+"""Plain helpers shared by several test modules (no fixtures: those are in conftest.py).
+
+Test modules import these with ``from helpers import ...`` (pytest puts tests/ on ``sys.path``, as the folder of
+the rootdir conftest.py; Ray workers get it through ``PYTHONPATH``, see test_ray_workers.py).
+
+- chat templates: ``TEMPLATES`` and ``make_template_tokenizer`` (ChatML, Llama-3-style, Qwen-style);
+- collector drivers: ``ScriptedPolicy``, ``EchoEnv``, ``echo_tasks``, ``stop_biased_model``;
+- trainer: ``ScoreEnv`` (registered as "Test/Score-v0" on import), ``tiny_train_model``, ``tiny_train_config``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import torch
+
+from agentrl.algos.chat import ChatFormat
+from agentrl.algos.collector import CollectorConfig
+from agentrl.algos.models import tiny_model
+from agentrl.algos.policy import GenerationResult, Policy
+from agentrl.envs.core import AnyText, TextEnv
+from agentrl.envs.parsing import ParsedAction
+from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tools import ToolSet
+
+if TYPE_CHECKING:
+    from agentrl.algos.trainer import TrainConfig
+
+# ---------------------------------------------------------------------------------------------- chat templates
+
+# A Llama-3-style template: header tokens, <|eot_id|>, tool output in the "ipython" role, tools in the system turn.
+LLAMA3_TEMPLATE = (
+    r"{{ bos_token }}"
+    r"{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% else %}{% set sys = '' %}{% endif %}"
+    r"{{ '<|start_header_id|>system<|end_header_id|>\n\n' }}"
+    r"{% if tools %}{{ 'Environment: ipython\nYou can call these functions (JSON schemas):\n' }}"
+    r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}{{ '\n' }}{% endif %}"
+    r"{{ sys | trim }}{{ '<|eot_id|>' }}"
+    r"{% for m in messages %}{% if m['role'] != 'system' %}"
+    r"{% if m['role'] == 'tool' %}{% set role = 'ipython' %}{% else %}{% set role = m['role'] %}{% endif %}"
+    r"{{ '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + (m['content'] | trim) + '<|eot_id|>' }}"
+    r"{% endif %}{% endfor %}"
+    r"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+# A Qwen-style template: ChatML markup, tools in a <tools> block of the system turn, tool output as a user turn.
+QWEN_TEMPLATE = (
+    r"{% if tools %}{{ '<|im_start|>system\n' }}"
+    r"{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% else %}{{ 'You are a helpful assistant.' }}{% endif %}"
+    r"{{ '\n\n# Tools\n\nYou may call one of these functions:\n<tools>\n' }}"
+    r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}"
+    r"{{ '</tools>\n\nReturn each call as a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n' }}"
+    r"{% elif messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{% endif %}"
+    r"{% for m in messages %}"
+    r"{% if m['role'] == 'tool' %}{{ '<|im_start|>user\n<tool_response>\n' + m['content'] + '\n</tool_response><|im_end|>\n' }}"
+    r"{% elif m['role'] != 'system' %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
+    r"{% endfor %}"
+    r"{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+TEMPLATES = ["chatml", "llama3", "qwen"]
+
+
+def make_template_tokenizer(base, kind: str):
+    """A copy of the SmolLM2 tokenizer carrying the named chat template (``chatml`` is SmolLM2's own)."""
+    if kind == "chatml":
+        return base
+    tok = copy.deepcopy(base)
+    if kind == "llama3":
+        tok.add_special_tokens({"bos_token": "<|begin_of_text|>",
+                                "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>",
+                                                              "<|eot_id|>"]})
+        tok.chat_template = LLAMA3_TEMPLATE
+    elif kind == "qwen":
+        tok.chat_template = QWEN_TEMPLATE
+    else:
+        raise ValueError(kind)
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------- collector drivers
+
+
+class ScriptedPolicy(Policy):
+    """Replies with the demonstration actions of the task found in the prompt, one per turn, each + end token.
+
+    Records every request so tests can check what the collector sent.
+    """
+
+    def __init__(self, tokenizer, tasks, *, end_token: bool = True, extra_tokens: int = 0):
+        self.tokenizer = tokenizer
+        self.fmt = ChatFormat(tokenizer)
+        env = ToolUseEnv()
+        self.actions = {t["query"]: env.demo_actions(t) for t in tasks}
+        self.end_token = end_token
+        self.extra_tokens = extra_tokens
+        self.requests = []
+        self.replies = []
+
+    def generate(self, requests, sampling):
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            text = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=False)
+            query = next(q for q in self.actions if q in text)
+            actions, pos, turn = self.actions[query], 0, 0
+            while turn < len(actions) and (k := text.find(actions[turn], pos)) >= 0:
+                pos, turn = k + len(actions[turn]), turn + 1
+            ids = self.tokenizer(actions[turn], add_special_tokens=False)["input_ids"] + [17] * self.extra_tokens
+            if self.end_token:
+                ids = ids + [self.fmt.stop_token_ids[0]]
+            finish = "stop" if self.end_token else "length"
+            if len(ids) > r.max_new_tokens:
+                ids, finish = ids[: r.max_new_tokens], "length"
+            self.replies.append(ids)
+            out.append(GenerationResult(ids, [-1.0] * len(ids), finish))
+        return out
+
+
+class EchoEnv(gym.Env):
+    """A protocol-following env that answers every reply with a short tool message until ``turns`` replies."""
+
+    def __init__(self, turns: int = 3, raise_on_step: int | None = None):
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.turns = turns
+        self.raise_on_step = raise_on_step
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        task = (options or {})["task"]
+        self.n = 0
+        self.messages = [{"role": "system", "content": "Echo game."}, {"role": "user", "content": task["query"]}]
+        return task["query"], {"messages": list(self.messages), "tools": [], "task_id": str(task.get("id", ""))}
+
+    def step(self, action):
+        self.n += 1
+        if self.raise_on_step == self.n:
+            raise RuntimeError("echo env exploded")
+        done = self.n >= self.turns
+        obs = "" if done else f"echo {self.n}: you wrote {len(action)} characters"
+        self.messages.append({"role": "assistant", "content": action})
+        if not done:
+            self.messages.append({"role": "tool", "content": obs})
+        info = {"parsed": {"kind": "tool_call"}, "obs_role": "tool", "metrics": {"turns": self.n},
+                "messages": list(self.messages)}
+        if done:
+            info.update(correct=True, format_ok=True, termination="answered")
+        return obs, (1.0 if done else 0.0), done, False, info
+
+
+def echo_tasks(n):
+    return [{"id": f"e{i}", "query": f"Echo task number {i}: say something."} for i in range(n)]
+
+
+def stop_biased_model(tokenizer, seed=0):
+    """A tiny random model whose replies end after a few tokens now and then, so episodes run several turns.
+
+    Default-init tiny models give near-uniform logits (replies never end); with weights of std 0.2 the logits
+    depend on the context, and pushing the end-of-turn rows along the mean final hidden state makes that token
+    likely in some contexts and not others.
+    """
+    model = tiny_model(tokenizer, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2, generator=g)
+        hidden = model.model(torch.randint(0, len(tokenizer), (1, 200), generator=g)).last_hidden_state[0]
+        u = hidden.mean(0)
+        w = model.get_output_embeddings().weight
+        for stop in ChatFormat(tokenizer).stop_token_ids:
+            w[stop] += 3.5 * u / u.norm()
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+
+
+class _WholeReplyIsTheAnswer:
+    """A parser that reads any reply as a final answer (so a random model gets a graded reward)."""
+
+    def parse(self, text: str) -> ParsedAction:
+        return ParsedAction(kind="answer", answer=text)
+
+    def format_instructions(self) -> str:
+        return "Reply with anything."
+
+    def describe_tools(self, schemas) -> str:
+        return ""
+
+
+class ScoreEnv(TextEnv):
+    """One-turn env with a graded reward: the fraction of the reply's characters that are the letter 'e'.
+
+    Random replies get different rewards, so every group has a non-zero advantage (tests of the update
+    mechanics). ``constant`` makes every reply score the same (zero-advantage groups).
+    """
+
+    def __init__(self, constant: float | None = None):
+        super().__init__(tools=ToolSet([]), parser=_WholeReplyIsTheAnswer())
+        self.constant = constant
+
+    def sample_task(self, rng):
+        return {"id": str(int(rng.integers(1000))), "query": f"Say something ({int(rng.integers(1000))})."}
+
+    def score(self, answer, task):
+        if self.constant is not None:
+            return self.constant, False
+        return (answer.count("e") / max(1, len(answer))), False
+
+
+# Registered on import: every test module that trains on "Test/Score-v0" imports from this module.
+if "Test/Score-v0" not in gym.registry:
+    gym.register("Test/Score-v0", entry_point=ScoreEnv)
+
+
+def tiny_train_model(tokenizer, seed=0, stop_scale=5.0):
+    """A tiny random Llama whose end-of-turn token is likely enough that replies end on their own.
+
+    (With 49k near-uniform logits a random model would almost never sample ``<|im_end|>``, every reply would
+    hit the token budget and every reward would be the same.) ``stop_scale`` 5 gives replies of varied
+    length; 8 makes every reply end at once.
+    """
+    model = tiny_model(tokenizer, hidden_size=32, seed=seed)
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        direction = torch.randn(emb.shape[1], generator=g)
+        emb[stop] = stop_scale * direction / direction.norm()
+    return model
+
+
+def tiny_train_config(tmp_path, **kw) -> TrainConfig:
+    """A one-step GRPO config on "Test/Score-v0" with tiny groups and replies; ``kw`` overrides any field."""
+    from agentrl.algos.trainer import TrainConfig  # (imported here: Ray workers import this module too)
+
+    base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
+                save_every=0, progress=False, tensorboard=False, lr=1e-2,
+                collector=CollectorConfig(max_new_tokens=8, max_turns=1))
+    base.update(kw)
+    return TrainConfig(**base)
