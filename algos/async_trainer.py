@@ -169,8 +169,9 @@ class _Producer:
     def _run(self) -> None:
         tr = self.trainer
         cfg = tr.config
-        from agentrl.algos.collector import collect
+        from agentrl.algos.collector import Collector
 
+        collector = Collector(tr.policy, cfg.collector)  # envs and env threads live for the whole run
         try:
             while True:
                 with self.cond:
@@ -183,10 +184,10 @@ class _Producer:
                     self.max_ahead = max(self.max_ahead, len(self.ready) + self.in_flight)
                 pos = self.position
                 tasks = tr.tasks.take(pos, cfg.tasks_per_step)
-                ccfg = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, pos // cfg.tasks_per_step))
+                collector.config = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, pos // cfg.tasks_per_step))
                 with tr.policy.lock:
                     t0 = time.perf_counter()
-                    trajs = collect(tr.rollout_env, tr.policy, tasks, cfg.group_size, ccfg, env_kwargs=cfg.env_kwargs)
+                    trajs = collector.collect(tr.rollout_env, tasks, cfg.group_size, env_kwargs=cfg.env_kwargs)
                     seconds = time.perf_counter() - t0
                 self.position += len(tasks)
                 with self.cond:
@@ -199,6 +200,8 @@ class _Producer:
                 self.error = e
                 self.in_flight = max(0, self.in_flight - 1)
                 self.cond.notify_all()
+        finally:
+            collector.close()
 
     def take(self) -> _Batch:
         """The next batch (blocks until there is one); frees its slot. Raises the producer's error."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -172,6 +173,23 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- aggregates
+
+
+def process_memory() -> dict[str, float]:
+    """This process's memory: ``perf/rss_gib`` (resident now, Linux) and ``perf/peak_rss_gib`` (the high-water
+    mark since the process started)."""
+    import resource
+    import sys
+
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/statm") as f:
+            out["perf/rss_gib"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except OSError:  # not Linux
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    out["perf/peak_rss_gib"] = peak / (2**30 if sys.platform == "darwin" else 2**20)
+    return out
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -54,6 +54,7 @@ from agentrl.algos.lora import (
     save_adapter,
     trainable_state_dict,
 )
+from agentrl.algos.metrics import process_memory
 from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.ppo import PPO, PPOConfig
 from agentrl.algos.sft import SFT, SFTConfig, load_conversations, render_conversation
@@ -434,6 +435,7 @@ class Trainer:
         self.step += 1
         metrics["train/data_position"] = self.data_pos
         metrics["time/step"] = time.perf_counter() - t_step
+        metrics.update(process_memory())
         return metrics
 
     def _lr(self) -> float:
