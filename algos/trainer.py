@@ -185,18 +185,22 @@ class TrainConfig:
         return config_from_dict(cls, d)
 
 
-def config_from_dict(cls, d: dict[str, Any]):
-    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error naming the valid ones."""
+def config_from_dict(cls, d: dict[str, Any], base=None):
+    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error naming the valid ones.
+
+    Keys not in ``d`` keep their values in ``base`` (default ``cls()``), nested configs included: a partial
+    ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``."""
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(d) - set(names)
     if unknown:
         raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}; valid: {sorted(names)}")
+    base = cls() if base is None else base
     kwargs = {}
-    defaults = cls()
     for k, v in d.items():
-        current = getattr(defaults, k)
-        kwargs[k] = config_from_dict(type(current), v) if dataclasses.is_dataclass(current) and isinstance(v, dict) else v
-    return cls(**kwargs)
+        current = getattr(base, k)
+        nested = dataclasses.is_dataclass(current) and isinstance(v, dict)
+        kwargs[k] = config_from_dict(type(current), v, base=current) if nested else v
+    return dataclasses.replace(base, **kwargs)
 
 
 def make_algorithm(config: TrainConfig):

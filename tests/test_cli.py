@@ -56,6 +56,16 @@ def test_overrides_parse_json_values_into_nested_keys():
         TrainConfig.from_dict({"grpo": {"betta": 1}})
 
 
+def test_partial_nested_override_keeps_the_parents_own_nested_defaults():
+    from agentrl.algos.pipeline import PipelineConfig
+    from agentrl.algos.trainer import config_from_dict
+
+    assert PipelineConfig().grpo.scale_std is False  # the main job's GRPO differs from GRPOConfig()
+    cfg = config_from_dict(PipelineConfig, {"grpo": {"beta": 0.04}, "rl_steps": 3})
+    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.rl_steps == 3
+    assert cfg.sft_families == PipelineConfig().sft_families
+
+
 def test_config_files_json_and_yaml(tmp_path):
     (tmp_path / "a.yaml").write_text("algo: dpo\nsteps: 7\ndpo:\n  beta: 0.2\nlora:\n  r: 4\n")
     (tmp_path / "b.json").write_text(json.dumps({"algo": "ppo", "ppo": {"baseline": "leave_one_out"}}))
@@ -97,7 +107,8 @@ def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, caps
 
     monkeypatch.setattr(pipeline, "run_pipeline", fake_pipeline)
     assert cli.main(["train", "--env", "AgentRL/ToolUse-v0"]) == 0
-    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == ["multiply"]
+    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == ["add_multiply"]
+    assert seen["cfg"].grpo.scale_std is False  # the main job runs Dr. GRPO
     assert "| table |" in capsys.readouterr().out
     assert cli.main(["train", "--pipeline", "rl_steps=3", "--out", "r"]) == 0
     assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
