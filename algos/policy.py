@@ -163,6 +163,7 @@ class HFPolicy(Policy):
         max_batch_size: decode at most this many requests together (None: all of a call).
         compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
             it has finished, then leave together; trades wasted rows against cache copies.
+        fast_decode: on CPU, decode with :func:`decode_attention` (False: keep the model's own attention).
 
     On CPU the sampled model decodes with :func:`decode_attention` (same results as SDPA, several times
     faster at batch decoding). The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
@@ -170,7 +171,8 @@ class HFPolicy(Policy):
     per trajectory and left-padded into a batch for each call; padding is masked, never attended.
     """
 
-    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25):
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25,
+                 fast_decode: bool = True):
         import torch
 
         self.tokenizer = tokenizer
@@ -178,6 +180,7 @@ class HFPolicy(Policy):
         self.compact_fraction = compact_fraction
         self._cache: dict[Hashable, _CacheEntry] = {}
         self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
+        self.fast_decode = fast_decode
         self.model = model
         self.model.eval()
         self.dtype = next(model.parameters()).dtype
@@ -190,7 +193,7 @@ class HFPolicy(Policy):
         """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled."""
         if _is_peft(model):
             self.update_weights(model)
-        else:
+        elif fast_decode:
             use_decode_attention(model)  # the same function, faster decoding on CPU
 
     # ---------------------------------------------------------------- weights
@@ -211,6 +214,8 @@ class HFPolicy(Policy):
             state = source_model.state_dict()
             if self._sampler is None:
                 self._sampler = _fresh_copy(source_model, self.dtype, self.device)
+                if self.fast_decode:
+                    use_decode_attention(self._sampler)
             with torch.no_grad():
                 for name, p in self._sampler.state_dict().items():
                     p.copy_(state[name])
@@ -221,6 +226,8 @@ class HFPolicy(Policy):
         merged = merged_state_dict(source_model)
         if self._sampler is None:
             self._sampler = _fresh_copy(source_model.get_base_model(), self.dtype, self.device)
+            if self.fast_decode:
+                use_decode_attention(self._sampler)
         with torch.no_grad():
             own = self._sampler.state_dict()
             missing = set(own) - set(merged)
@@ -642,9 +649,7 @@ def _fresh_copy(model, dtype, device):
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(model.config)
-    fresh = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
-    use_decode_attention(fresh)
-    return fresh
+    return AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
 
 
 # ============================================================================================ OpenAI backend
