@@ -7,8 +7,14 @@ that same adapter, and every evaluation samples through one :class:`~agentrl.alg
 with the current weights.
 
 Why a cold start: the 135M model's zero-shot valid tool-call rate is about 0, so every GRPO group would have
-equal (invalid) rewards and nothing to learn from. A few dozen demonstrations of ONE task family teach the
-call format; GRPO on the full mixture then has to transfer it to the other tools and families.
+equal (invalid) rewards and nothing to learn from. Thirty-two demonstrations of ONE task family, the two-call chain
+``add_multiply`` ((a + b) x c: call add, read the result, call multiply, answer), teach the call format and
+the multi-turn loop; GRPO on the full mixture then has to learn when to use which tool (e.g. multiply alone for
+"a multiplied by b", which the cold start answers by calling add first). The family was chosen on the train
+split: after this cold start, the log-probability of the correct demonstrations of *other* families is highest
+(probe in docs/results/learning_tooluse.md). Rewards of wrong answers (0) and format errors (-0.1) differ by
+little, so GRPO runs without dividing by the group's reward std (Dr. GRPO): a group's format-only differences
+do not get the same weight as a correct answer.
 
 Run directory::
 
@@ -64,7 +70,7 @@ class PipelineConfig:
     """Samples per held-out task (the N of Average@N / Pass@N)."""
     eval_temperature: float = 0.0
     """Sampling temperature of the evaluations (0 = greedy: the table is deterministic)."""
-    sft_families: list[str] = field(default_factory=lambda: ["multiply"])
+    sft_families: list[str] = field(default_factory=lambda: ["add_multiply"])
     """Task families of the cold-start demonstrations (ToolUse-v0 families; [] = all)."""
     sft_demos: int = 32
     """Distinct demonstrations of the cold start."""
@@ -74,20 +80,21 @@ class PipelineConfig:
     """Demonstrations per SFT step."""
     sft_lr: float = 5e-4
     """SFT learning rate."""
-    rl_steps: int = 12
+    rl_steps: int = 16
     """GRPO optimizer steps on the full task mixture."""
-    rl_tasks_per_step: int = 4
+    rl_tasks_per_step: int = 8
     """Tasks per GRPO step."""
-    rl_group_size: int = 6
+    rl_group_size: int = 8
     """Samples per task (the GRPO group)."""
-    rl_lr: float = 1e-4
+    rl_lr: float = 2e-4
     """GRPO learning rate."""
     max_new_tokens: int = 96
     """Token budget of one assistant reply (rollouts and evaluations)."""
     max_turns: int = 4
     """Assistant turns per episode (rollouts and evaluations)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
+    """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True
     """Show progress bars."""
 

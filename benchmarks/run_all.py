@@ -54,7 +54,7 @@ QUICK_ARGS: dict[str, list[str]] = {
 }
 
 #: Scripts that are not benchmarks to run here.
-NOT_RUN = {"run_all", "learning"}
+NOT_RUN = {"run_all", "learning", "coldstart_probe"}
 
 _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
 
