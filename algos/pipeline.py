@@ -10,11 +10,12 @@ Why a cold start: the 135M model's zero-shot valid tool-call rate is about 0, so
 equal (invalid) rewards and nothing to learn from. Thirty-two demonstrations of ONE task family, the two-call chain
 ``add_multiply`` ((a + b) x c: call add, read the result, call multiply, answer), teach the call format and
 the multi-turn loop; GRPO on the full mixture then has to learn when to use which tool (e.g. multiply alone for
-"a multiplied by b", which the cold start answers by calling add first). The family was chosen on the train
-split: after this cold start, the log-probability of the correct demonstrations of *other* families is highest
-(probe in docs/results/learning_tooluse.md). Rewards of wrong answers (0) and format errors (-0.1) differ by
-little, so GRPO runs without dividing by the group's reward std (Dr. GRPO): a group's format-only differences
-do not get the same weight as a correct answer.
+"a multiplied by b", which the cold start answers by calling add first). The family was chosen on the train split
+with ``benchmarks/coldstart_probe.py``: after a cold start on a single-call family (multiply) a temperature-1
+sample reproduces a correct solution of another family with probability ~1e-4, after a two-tool chain
+(add_multiply, stock_value) 0.15-0.2 summed over the other families (docs/results/tooluse_coldstart.md).
+Rewards of wrong answers (0) and format errors (-0.1) differ by little, so GRPO runs without dividing by the
+group's reward std (Dr. GRPO): a group's format-only differences do not get the same weight as a correct answer.
 
 Run directory::
 
