@@ -163,16 +163,13 @@ class HFPolicy(Policy):
         max_batch_size: decode at most this many requests together (None: all of a call).
         compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
             it has finished, then leave together; trades wasted rows against cache copies.
-        fast_decode: on CPU, decode with :func:`decode_attention` (False: keep the model's own attention).
 
-    On CPU the sampled model decodes with :func:`decode_attention` (same results as SDPA, several times
-    faster at batch decoding). The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
+    The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
     computed), so the next turn prefills only the tokens the collector appended. Caches are stored densely
     per trajectory and left-padded into a batch for each call; padding is masked, never attended.
     """
 
-    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25,
-                 fast_decode: bool = True):
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25):
         import torch
 
         self.tokenizer = tokenizer
@@ -180,7 +177,6 @@ class HFPolicy(Policy):
         self.compact_fraction = compact_fraction
         self._cache: dict[Hashable, _CacheEntry] = {}
         self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
-        self.fast_decode = fast_decode
         self.model = model
         self.model.eval()
         self.dtype = next(model.parameters()).dtype
@@ -193,8 +189,6 @@ class HFPolicy(Policy):
         """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled."""
         if _is_peft(model):
             self.update_weights(model)
-        elif fast_decode:
-            use_decode_attention(model)  # the same function, faster decoding on CPU
 
     # ---------------------------------------------------------------- weights
     def update_weights(self, source_model) -> None:
@@ -214,8 +208,6 @@ class HFPolicy(Policy):
             state = source_model.state_dict()
             if self._sampler is None:
                 self._sampler = _fresh_copy(source_model, self.dtype, self.device)
-                if self.fast_decode:
-                    use_decode_attention(self._sampler)
             with torch.no_grad():
                 for name, p in self._sampler.state_dict().items():
                     p.copy_(state[name])
@@ -226,8 +218,6 @@ class HFPolicy(Policy):
         merged = merged_state_dict(source_model)
         if self._sampler is None:
             self._sampler = _fresh_copy(source_model.get_base_model(), self.dtype, self.device)
-            if self.fast_decode:
-                use_decode_attention(self._sampler)
         with torch.no_grad():
             own = self._sampler.state_dict()
             missing = set(own) - set(merged)
@@ -411,65 +401,6 @@ class HFPolicy(Policy):
         self._cache[row.request.key] = _CacheEntry(tokens, kv)
 
 
-DECODE_ATTENTION = "agentrl_decode"
-"""Name under which :func:`decode_attention` is registered with transformers' ``AttentionInterface``."""
-
-
-def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """Attention of one new token per row against its KV cache, as two batched matmuls over the KV heads.
-
-    Decoding on CPU spends most of its time in attention otherwise: for ``q_len == 1`` with a padding mask,
-    PyTorch's bf16 ``scaled_dot_product_attention`` kernel runs ~8x slower than ``q @ K^T -> softmax -> @ V``
-    with the query heads grouped onto their shared key/value head (GQA; measured for SmolLM2-135M at 64 rows x
-    750 cached tokens: 25 ms vs 3 ms per layer). Everything else (prefill, training, autograd) goes to
-    transformers' own SDPA function unchanged. Returns ``(output [B, 1, H, D], None)`` like every
-    ``AttentionInterface`` function.
-    """
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if query.shape[2] != 1 or torch.is_grad_enabled() or kwargs.get("output_attentions") or dropout:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
-    bsz, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    q = query.reshape(bsz, kv_heads, heads // kv_heads, dim)  # query head h reads key/value head h // group
-    # The cache hands views into buffers with spare room; batched matmuls on such views are several times
-    # slower than a copy to dense memory followed by the matmul.
-    key, value = key.contiguous(), value.contiguous()
-    scores = torch.matmul(q, key.transpose(-1, -2)).float()
-    scores *= scaling if scaling is not None else dim**-0.5
-    if attention_mask is not None:  # [B, 1, 1, T]: bool (True = attend) or additive
-        mask = attention_mask[..., -key.shape[2]:]
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, KV, group, D]
-    return out.reshape(bsz, heads, 1, dim).transpose(1, 2).contiguous(), None
-
-
-def use_decode_attention(model) -> bool:
-    """Make a transformers model decode with :func:`decode_attention` (CPU models only; prefill and training
-    keep SDPA). Returns whether it was switched (models outside transformers' attention interface are not)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    if next(model.parameters()).device.type != "cpu" or not hasattr(model, "set_attn_implementation"):
-        return False
-    if getattr(model.config, "_attn_implementation", None) not in ("sdpa", DECODE_ATTENTION):
-        return False  # eager / flash / a user's own choice: leave it
-    AttentionInterface.register(DECODE_ATTENTION, decode_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(DECODE_ATTENTION, sdpa_mask)  # the same masks SDPA gets
-    try:
-        model.set_attn_implementation(DECODE_ATTENTION)
-    except (ValueError, KeyError, NotImplementedError) as e:
-        logger.debug("decode attention not used: %s", e)
-        return False
-    return model.config._attn_implementation == DECODE_ATTENTION
-
-
 _GROWING_LAYER = None
 
 
@@ -649,7 +580,8 @@ def _fresh_copy(model, dtype, device):
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(model.config)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
+    fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return fresh.to(device).eval()
 
 
 # ============================================================================================ OpenAI backend

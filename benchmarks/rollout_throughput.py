@@ -4,10 +4,8 @@ Three ways to roll out the same tasks (``--tasks`` x ``--group-size`` concurrent
 
 * ``collector``          — :func:`agentrl.algos.collector.collect` with :class:`HFPolicy`: one batch for all live
   trajectories, the group prompt prefilled once, each trajectory's KV cache kept across turns;
-* ``collector, SDPA decode`` — the same with the model's own attention (PyTorch SDPA) at decode instead of
-  :func:`agentrl.algos.policy.decode_attention` (CPU only; elsewhere the two rows are the same);
-* ``collector, no reuse`` — the collector with ``reuse_cache=False`` (every turn re-encodes its whole prompt,
-  still batched);
+* ``collector, no reuse`` — the same with ``reuse_cache=False`` (every turn re-encodes its whole prompt, still
+  batched);
 * ``naive``              — one ``model.generate`` per trajectory per turn with the whole context re-encoded (the
   from-scratch loop of ``seeds/000`` and ToolBrain), driven by the same collector so only generation differs.
 
@@ -133,10 +131,6 @@ def main(argv=None):
     no_reuse = run("collector, no reuse", HFPolicy(model, tokenizer), tasks, args.group_size,
                    CollectorConfig(**{**cfg.__dict__, "reuse_cache": False}))
     print(f"cache reuse: {ours['tok_s'] / no_reuse['tok_s']:.2f}x the tokens/s of no reuse")
-    model.set_attn_implementation("sdpa")  # HFPolicy switched the model to decode_attention; the rest use SDPA
-    sdpa = run("collector, SDPA decode", HFPolicy(model, tokenizer, fast_decode=False), tasks, args.group_size, cfg)
-    print(f"decode_attention: {ours['tok_s'] / sdpa['tok_s']:.2f}x the tokens/s of SDPA decoding "
-          f"(same seeds; sampled lengths can differ slightly with the rounding)")
     if not args.skip_naive:
         naive = run("naive generate", NaiveGeneratePolicy(model, tokenizer), tasks, args.group_size, cfg)
         print(f"collector vs naive: {ours['tok_s'] / naive['tok_s']:.1f}x tokens/s "
