@@ -178,7 +178,6 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 def process_memory() -> dict[str, float]:
     """This process's memory: ``perf/rss_gib`` (resident now, Linux) and ``perf/peak_rss_gib`` (the high-water
     mark since the process started)."""
-    import resource
     import sys
 
     out: dict[str, float] = {}
@@ -187,6 +186,10 @@ def process_memory() -> dict[str, float]:
             out["perf/rss_gib"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
     except OSError:  # not Linux
         pass
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return out
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     out["perf/peak_rss_gib"] = peak / (2**30 if sys.platform == "darwin" else 2**20)
     return out

@@ -280,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     families = family_table(out, [("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
                                   ("SFT control (same time)", "sft_control")], n)
     if families:
-        lines[-1:-1] = ["Per task family (Average@N on the held-out tasks of each family; the cold start saw only "
-                        f"{', '.join(cfg.sft_families) or 'all families'}):", "", families, ""]
+        saw = f"only {', '.join(cfg.sft_families)}" if cfg.sft_families else "all families"
+        lines[-1:-1] = ["Per task family (Average@N on the held-out tasks of each family; the cold start saw "
+                        f"{saw}):", "", families, ""]
     if control is not None:
         c = by["SFT control (same time)"]
         lines.append(f"RL vs the SFT control ({control['steps']} more SFT steps in {control['seconds'] / 60:.1f} min, "

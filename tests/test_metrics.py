@@ -172,3 +172,20 @@ def test_no_attempts_gives_zero_rate_not_error():
     m = aggregate_rollout_metrics([traj(0, 1.0, correct=1, format_ok=1)])
     assert m["rollout/valid_tool_call_rate"] == 0.0
     assert m["rollout/degenerate_group_rate"] == 1.0  # a lone trajectory's group has no contrast
+
+
+def test_process_memory_reports_resident_and_peak_memory_that_follow_an_allocation():
+    import sys
+
+    from agentrl.algos.metrics import process_memory
+
+    before = process_memory()
+    assert before["perf/peak_rss_gib"] > 0.01  # a Python process with numpy loaded holds more than 10 MiB
+    block = bytearray(256 * 2**20)  # 256 MiB, touched
+    block[:: 4096] = b"x" * len(block[:: 4096])
+    after = process_memory()
+    assert after["perf/peak_rss_gib"] >= before["perf/peak_rss_gib"]
+    if sys.platform.startswith("linux"):
+        assert after["perf/rss_gib"] - before["perf/rss_gib"] > 0.2
+        assert after["perf/peak_rss_gib"] >= after["perf/rss_gib"] - 0.01  # two kernel counters; ~MiB apart
+    del block
