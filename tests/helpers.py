@@ -243,3 +243,16 @@ def tiny_train_config(tmp_path, **kw) -> TrainConfig:
                 collector=CollectorConfig(max_new_tokens=8, max_turns=1))
     base.update(kw)
     return TrainConfig(**base)
+
+
+def kill_in_step(trainer, step: int) -> None:
+    """Make ``trainer`` raise ``KeyboardInterrupt`` inside its update once ``trainer.step == step`` (a simulated kill
+    in the middle of step ``step + 1``, after its rollout)."""
+    real_update = trainer.update
+
+    def dies(units, temperature):
+        if trainer.step == step:
+            raise KeyboardInterrupt(f"simulated kill in the middle of step {step + 1}")
+        return real_update(units, temperature)
+
+    trainer.update = dies

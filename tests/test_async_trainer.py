@@ -11,7 +11,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_train_config, tiny_train_model  # (importing helpers registers Test/Score-v0)
+from helpers import (  # (importing helpers registers Test/Score-v0)
+    kill_in_step,
+    tiny_train_config,
+    tiny_train_model,
+)
 
 from agentrl.algos.async_trainer import AsyncTrainer, VersionedPolicy, split_stale, tis_correct, tis_weights
 from agentrl.algos.batching import SeqItem
@@ -231,14 +235,7 @@ def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer,
     cfg = _acfg(tmp_path, queue_size=1, max_staleness=1)
     cfg.save_every = 1
     killed = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
-    real = killed.update
-
-    def dies_in_step_3(units, temperature):
-        if killed.step == 2:
-            raise KeyboardInterrupt("simulated kill in the middle of step 3")
-        return real(units, temperature)
-
-    killed.update = dies_in_step_3
+    kill_in_step(killed, 2)
     with pytest.raises(KeyboardInterrupt):
         killed.train()
     assert not killed.producer.thread.is_alive()  # the producer is stopped on the way out

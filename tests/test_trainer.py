@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import ScoreEnv, tiny_train_config, tiny_train_model
+from helpers import ScoreEnv, kill_in_step, tiny_train_config, tiny_train_model
 
 from agentrl.algos.collector import CollectorConfig
 from agentrl.algos.trainer import Trainer, latest_checkpoint
@@ -91,14 +91,7 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
 
     killed = Trainer(tiny_train_config(tmp_path / "killed", **cfg), model=tiny_train_model(tokenizer),
                      tokenizer=tokenizer)
-    real_update = killed.update
-
-    def dies_in_step_3(units, temperature):
-        if killed.step == 2:
-            raise KeyboardInterrupt("simulated kill in the middle of step 3")
-        return real_update(units, temperature)
-
-    killed.update = dies_in_step_3
+    kill_in_step(killed, 2)
     with pytest.raises(KeyboardInterrupt):
         killed.train()
     assert latest_checkpoint(tmp_path / "killed" / "run").name == "step-000002"
