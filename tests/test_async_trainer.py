@@ -126,17 +126,22 @@ def test_cli_async_flag_sets_the_section():
 # ---------------------------------------------------------------------------------------------- runs
 
 
+def _slow_updates(trainer, seconds: float) -> None:
+    """Make every update of ``trainer`` take ``seconds`` longer, so the producer can run ahead."""
+    real = trainer.update
+
+    def slow(units, temperature):
+        time.sleep(seconds)
+        return real(units, temperature)
+
+    trainer.update = slow
+
+
 def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path):
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1), model=tiny_train_model(tokenizer),
                            tokenizer=tokenizer)
     seen = _record_versions(trainer)
-    real = trainer.update
-
-    def slow(units, temperature):
-        time.sleep(0.3)
-        return real(units, temperature)
-
-    trainer.update = slow
+    _slow_updates(trainer, 0.3)
     hist = trainer.train()
     assert trainer.step == 3
     # one publication per optimizer step (a step whose groups all had equal rewards makes none)
@@ -157,13 +162,7 @@ def test_the_producer_never_runs_more_than_queue_size_ahead(tokenizer, tmp_path)
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=2, max_staleness=2), model=tiny_train_model(tokenizer),
                            tokenizer=tokenizer)
     seen = _record_versions(trainer)
-    real = trainer.update
-
-    def slow(units, temperature):
-        time.sleep(0.5)
-        return real(units, temperature)
-
-    trainer.update = slow
+    _slow_updates(trainer, 0.5)
     hist = trainer.train()
     assert trainer.producer.max_ahead == 2  # reached the bound, never above it
     assert all(0 <= current - v[0] <= 2 for current, v in seen)
@@ -174,13 +173,7 @@ def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_pa
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=2, max_staleness=0, staleness="drop"),
                            model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
-    real = trainer.update
-
-    def slow(units, temperature):
-        time.sleep(0.4)
-        return real(units, temperature)
-
-    trainer.update = slow
+    _slow_updates(trainer, 0.4)
     hist = trainer.train()
     assert trainer.step == 3
     assert all(current == v for current, versions in seen for v in versions)  # nothing stale was trained on
@@ -194,13 +187,7 @@ def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tm
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis", tis_cap=2.0),
                            model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
-    real = trainer.update
-
-    def slow(units, temperature):
-        time.sleep(0.3)
-        return real(units, temperature)
-
-    trainer.update = slow
+    _slow_updates(trainer, 0.3)
     hist = trainer.train()
     stale_steps = [h for h, (current, v) in zip(hist, seen, strict=True)
                    if current > v[0] and h["train/optimizer_steps"]]  # (a step of equal rewards trains nothing)
@@ -219,13 +206,7 @@ def test_without_correction_a_stale_batch_shows_the_policy_change(tokenizer, tmp
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1, staleness="drop"),
                            model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
-    real = trainer.update
-
-    def slow(units, temperature):
-        time.sleep(0.3)
-        return real(units, temperature)
-
-    trainer.update = slow
+    _slow_updates(trainer, 0.3)
     hist = trainer.train()
     stale = [h for h, (current, v) in zip(hist, seen, strict=True) if current > v[0] and h["train/optimizer_steps"]]
     assert stale and all(h["train/logprob_gap"] > 1e-4 for h in stale)
