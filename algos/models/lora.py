@@ -1,4 +1,9 @@
-"""LoRA adapters with PEFT: set up, save, load; the reference policy is the same model with the adapter off.
+"""LoRA adapters with PEFT: set up, save, load, merge; the reference policy is the same model with the adapter off.
+
+* :class:`LoRAConfig`, :func:`apply_lora` — wrap a model in a trainable adapter; :func:`is_peft` tells a wrapped one.
+* :func:`save_adapter`, :func:`load_adapter` — PEFT's on-disk format; :func:`trainable_state_dict`,
+  :func:`load_trainable_state_dict` — the adapter tensors for checkpoints.
+* :func:`merged_state_dict` — the base weights with the adapter merged in (fp32), for a sampler copy.
 
 Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO), which is
 the model inside ``with model.disable_adapter():`` — never a second copy in memory. Adapters are saved in
@@ -13,13 +18,19 @@ agentrl::
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from agentrl.algos._io import atomic_dir
 
 logger = logging.getLogger(__name__)
+
+
+def is_peft(model) -> bool:
+    """Whether ``model`` is a PEFT wrapper (a ``PeftModel``, as :func:`apply_lora` and :func:`load_adapter` return)."""
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
 @dataclass
@@ -64,10 +75,6 @@ def apply_lora(model, config: LoRAConfig | None = None):
     return peft_model
 
 
-def is_peft_model(model) -> bool:
-    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
-
-
 def trainable_state_dict(model) -> dict:
     """The trainable (adapter) tensors by parameter name, detached copies — exact, for checkpoints."""
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -89,19 +96,8 @@ def load_trainable_state_dict(model, state: dict) -> None:
 def save_adapter(model, path: str | Path) -> Path:
     """Save the adapter in PEFT format at ``path``, atomically (written beside it, then renamed into place)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(str(tmp))
-    if path.exists():
-        old = path.with_name(path.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(str(tmp))
     return path
 
 
@@ -114,3 +110,39 @@ def load_adapter(model, path: str | Path, *, trainable: bool = False):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+
+
+def merged_state_dict(peft_model) -> dict[str, Any]:
+    """The base model's state dict with every active LoRA adapter merged in, computed in fp32.
+
+    Keys are those of the plain (un-wrapped) architecture. ``peft_model`` is not modified.
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    lora = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for name, m in lora.items():
+            layer = m.get_base_layer()
+            w = layer.weight.float()
+            if not getattr(m, "disable_adapters", False) and not getattr(m, "merged", False):
+                for adapter in m.active_adapters:
+                    if adapter not in getattr(m, "lora_A", {}):
+                        continue
+                    if type(layer).__name__ == "Linear" and not getattr(m, "fan_in_fan_out", False) \
+                            and not getattr(m, "use_dora", {}).get(adapter, False):
+                        a = m.lora_A[adapter].weight.float()
+                        b = m.lora_B[adapter].weight.float()
+                        w = w + (b @ a) * m.scaling[adapter]
+                    else:  # other layer kinds: PEFT's own delta (computed in fp32 on CPU)
+                        w = w + m.get_delta_weight(adapter).float()
+            out[f"{name}.weight"] = w
+            if getattr(layer, "bias", None) is not None:
+                out[f"{name}.bias"] = layer.bias
+        prefixes = tuple(f"{n}." for n in lora)
+        for pname, p in base.state_dict().items():
+            if not pname.startswith(prefixes):
+                out[pname] = p
+    return out

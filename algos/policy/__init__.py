@@ -1,0 +1,65 @@
+"""Policy backends: one small interface from token prompts to sampled tokens with their log-probabilities.
+
+A backend implements :class:`Policy`::
+
+    class MyPolicy(Policy):
+        tokenizer = ...                                   # the chat template lives here
+        def generate(self, requests, sampling):           # list[GenerationRequest] -> list[GenerationResult]
+            ...
+
+Each :class:`GenerationRequest` carries the *whole* prompt of a turn as token ids (token-in), a per-request
+token budget and seed, and an optional ``key`` naming the trajectory. The result holds the sampled ids
+(token-out, never text), the log-probability of each under ``log_softmax(logits / temperature)`` (the
+distribution before top-p/top-k truncation), and ``finish_reason`` (``"stop"``: a stop token was sampled and
+is included; ``"length"``: the budget ran out). A backend may keep state per ``key`` (the KV cache of the
+trajectory so far) and must drop it on :meth:`Policy.release`; a request whose prompt does not extend what a
+key cached is still answered correctly (the cache is cut back to the common prefix). ``Policy.version`` counts
+the weight updates the sampler has seen; the collector records it in each trajectory.
+
+Backends here:
+
+* :class:`HFPolicy` — transformers, CPU or GPU: all requests of a call decoded together in one batch, identical
+  prompts prefilled once, each key's KV cache kept across turns so a turn prefills only its new tokens.
+* :class:`OpenAIPolicy` — an OpenAI-compatible ``/v1/completions`` server that takes token-id prompts and returns
+  token ids and log-probabilities (vLLM, SGLang). :func:`serve_policy` serves any :class:`Policy` that way.
+
+The files: ``base.py`` (the interface and its types), ``sampling.py`` (:func:`sample_tokens`, the sampling
+kernel), ``hf.py`` (:class:`HFPolicy`), ``_kv_cache.py`` (its shim over transformers' cache internals),
+``openai.py`` (:class:`OpenAIPolicy`), ``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA
+merging (:func:`merged_state_dict`) lives in :mod:`agentrl.algos.models.lora`. Importing this package loads
+neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from agentrl.algos.models.lora import merged_state_dict
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.hf import HFPolicy
+from agentrl.algos.policy.openai import OpenAIPolicy
+from agentrl.algos.policy.sampling import sample_tokens
+
+if TYPE_CHECKING:
+    from agentrl.algos.policy.server import PolicyServer, serve_policy
+
+__all__ = [
+    "GenerationRequest",
+    "GenerationResult",
+    "HFPolicy",
+    "OpenAIPolicy",
+    "Policy",
+    "PolicyServer",
+    "SamplingParams",
+    "merged_state_dict",
+    "sample_tokens",
+    "serve_policy",
+]
+
+
+def __getattr__(name: str):
+    # the server imports http.server: loaded when first asked for, so importing the package stays light
+    if name in ("PolicyServer", "serve_policy"):
+        return getattr(importlib.import_module("agentrl.algos.policy.server"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

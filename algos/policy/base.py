@@ -1,0 +1,67 @@
+"""The policy interface: :class:`Policy` and the request/result types every backend speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class SamplingParams:
+    """How to sample; shared by every request of one :meth:`Policy.generate` call."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy (logprobs are then those of temperature 1)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p`` (1 = off)."""
+    top_k: int = 0
+    """Keep the ``top_k`` most likely tokens (0 = off)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Sampling one of these ends the completion (the token is included in the output)."""
+
+
+@dataclass
+class GenerationRequest:
+    """One completion to sample."""
+
+    prompt_ids: list[int]
+    """The whole prompt, as token ids."""
+    max_new_tokens: int
+    """At most this many tokens are sampled (>= 1)."""
+    seed: int | None = None
+    """Seeds this request's sampling (the same request and seed give the same tokens whatever the batch)."""
+    key: Hashable | None = None
+    """Names the trajectory: a backend may keep its KV cache under this key until :meth:`Policy.release`."""
+
+
+@dataclass
+class GenerationResult:
+    """What a backend sampled for one request."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """``log_softmax(logits / temperature)`` at each sampled token (fp32)."""
+    finish_reason: str = "stop"
+    """``"stop"`` (a stop token was sampled; it is the last id) or ``"length"`` (``max_new_tokens`` reached)."""
+
+
+class Policy:
+    """The backend interface. Subclasses set ``tokenizer`` and implement :meth:`generate`."""
+
+    tokenizer: Any = None
+    """The served model's tokenizer; the collector renders the chat template with it."""
+    version: int = 0
+    """How many weight updates the sampler has seen (0: the weights it started with). The collector records it in
+    each trajectory; a backend whose :meth:`update_weights` changes the weights increments it."""
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        """Sample one completion per request (in request order)."""
+        raise NotImplementedError
+
+    def release(self, keys: Iterable[Hashable]) -> None:
+        """Forget the state kept for ``keys`` (their trajectories have ended). The default keeps none."""
+
+    def update_weights(self, source_model) -> None:
+        """Sample with ``source_model``'s current weights from now on (called by trainers after each step)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take new weights")

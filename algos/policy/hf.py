@@ -1,0 +1,296 @@
+"""The transformers backend: :class:`HFPolicy`, batched decoding with per-trajectory KV-cache reuse.
+
+torch and transformers load when a policy is built, so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.algos.models.lora import is_peft, merged_state_dict
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.sampling import sample_tokens
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _CacheEntry:
+    tokens: list[int]
+    kv: list[tuple[Any, Any]]  # per layer (keys [1, H, n, D], values [1, H, n, D]); n == len(tokens)
+
+
+@dataclass
+class _Row:
+    request: GenerationRequest
+    kv: list[tuple[Any, Any]] | None
+    cached: int
+    pending: list[int]
+    generator: Any
+    out_ids: list[int] = field(default_factory=list)
+    out_lp: list[float] = field(default_factory=list)
+    done: bool = False
+
+
+class HFPolicy(Policy):
+    """A transformers causal LM as policy, with batched decoding and per-trajectory KV-cache reuse.
+
+    Args:
+        model: a causal LM (a PEFT model too: it is merged into a sampler copy at once, see
+            :meth:`update_weights`).
+        tokenizer: its tokenizer.
+        max_batch_size: decode at most this many requests together (None: all of a call).
+        compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
+            it has finished, then leave together; trades wasted rows against cache copies.
+
+    The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
+    computed), so the next turn prefills only the tokens the collector appended. Caches are stored densely
+    per trajectory and left-padded into a batch for each call; padding is masked, never attended.
+    """
+
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25):
+        import torch
+
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.compact_fraction = compact_fraction
+        self._cache: dict[Hashable, _CacheEntry] = {}
+        self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
+        self.model = model
+        self.model.eval()
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._torch = torch
+        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0}
+        """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled."""
+        if is_peft(model):
+            self.update_weights(model)
+
+    # ---------------------------------------------------------------- weights
+    def update_weights(self, source_model) -> None:
+        """Sample with ``source_model``'s current weights from now on, without touching ``source_model``.
+
+        * A PEFT (LoRA) model: its adapters are merged in fp32 into a separate plain copy of the architecture
+          (the *sampler*, created on the first call in this policy's dtype, refreshed in place afterwards), so
+          sampling pays no unmerged-adapter cost and the trainer's base weights are never modified (a
+          merge/unmerge round trip in bf16 is not exact).
+        * A plain model: if it is the model being sampled, nothing to do; otherwise its weights are copied into
+          the sampler.
+        """
+        torch = self._torch
+        if is_peft(source_model):
+            merged = merged_state_dict(source_model)
+            own = self._sampler_like(source_model.get_base_model()).state_dict()
+            missing = set(own) - set(merged)
+            if missing - {k for k in own if k.endswith("lm_head.weight")}:
+                raise RuntimeError(f"merged LoRA weights lack {sorted(missing)[:5]}")
+            with torch.no_grad():
+                for name, p in own.items():
+                    if name in merged:
+                        p.copy_(merged[name])
+        elif source_model is self.model:
+            return
+        else:
+            state = source_model.state_dict()
+            with torch.no_grad():
+                for name, p in self._sampler_like(source_model).state_dict().items():
+                    p.copy_(state[name])
+        self.model = self._sampler
+        self._cache.clear()  # cached keys/values belong to the old weights
+        self.version += 1
+
+    def _sampler_like(self, model):
+        """The sampler copy, created from ``model``'s architecture (in this policy's dtype and device) on first use."""
+        if self._sampler is None:
+            self._sampler = _fresh_copy(model, self.dtype, self.device)
+        return self._sampler
+
+    # ---------------------------------------------------------------- cache
+    def release(self, keys: Iterable[Hashable]) -> None:
+        for k in keys:
+            self._cache.pop(k, None)
+
+    def cached_tokens(self, key: Hashable) -> int:
+        """How many tokens of ``key`` are cached (0 if none)."""
+        e = self._cache.get(key)
+        return len(e.tokens) if e else 0
+
+    def _take_cache(self, req: GenerationRequest):
+        """The usable cache of a request: (kv or None, tokens cached) with at least one prompt token pending."""
+        if req.key is None or req.key not in self._cache:
+            return None, 0
+        entry = self._cache.pop(req.key)
+        limit = min(len(entry.tokens), len(req.prompt_ids) - 1)
+        n = 0
+        while n < limit and entry.tokens[n] == req.prompt_ids[n]:
+            n += 1
+        if n < len(entry.tokens):
+            logger.debug("cache of %r cut from %d to %d tokens (prompt diverges)", req.key, len(entry.tokens), n)
+        if n == 0:
+            return None, 0
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], n
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        if not requests:
+            return []
+        for r in requests:
+            if not r.prompt_ids:
+                raise ValueError("a generation request needs a non-empty prompt")
+            if r.max_new_tokens < 1:
+                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
+        size = self.max_batch_size or len(requests)
+        results: list[GenerationResult] = []
+        with self._torch.inference_mode():
+            for lo in range(0, len(requests), size):
+                results.extend(self._generate_batch(list(requests[lo:lo + size]), sampling))
+        return results
+
+    def _forward(self, ids, cache, attention_mask, position_ids):
+        from agentrl.algos.policy._kv_cache import model_forward
+
+        return model_forward(self.model, ids, cache, attention_mask, position_ids)
+
+    def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams):
+        from agentrl.algos.policy._kv_cache import out_cache
+
+        torch = self._torch
+        dev = self.device
+        rows: list[_Row] = []
+        for req in requests:
+            kv, n = self._take_cache(req)
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+            rows.append(_Row(req, kv, n, list(req.prompt_ids[n:]), gen))
+        stops = set(sampling.stop_token_ids)
+
+        # --- prefill: identical uncached prompts (a group) are computed once, then expanded
+        unique: dict[tuple, int] = {}
+        expand: list[int] = []
+        prefill_rows: list[_Row] = []
+        for i, row in enumerate(rows):
+            sig = ("p", tuple(row.pending)) if row.kv is None else ("r", i)
+            if sig not in unique:
+                unique[sig] = len(prefill_rows)
+                prefill_rows.append(row)
+            expand.append(unique[sig])
+        cache, mask, positions = self._pack(prefill_rows)
+        ids, pos_new, mask = self._pack_pending(prefill_rows, mask, positions)
+        out = self._forward(ids.to(dev), cache, mask.to(dev), pos_new.to(dev))
+        self.stats["prefill_tokens"] += sum(len(r.pending) for r in prefill_rows)
+        cache = out_cache(out)
+        logits = out.logits[:, -1, :]
+        if len(prefill_rows) < len(rows):
+            index = torch.tensor(expand, device=dev)
+            cache.batch_select_indices(index)
+            logits = logits.index_select(0, index)
+            mask = mask.index_select(0, index.cpu())
+        positions = torch.tensor([r.cached + len(r.pending) for r in rows])  # next position of each row
+
+        # --- decode
+        active = list(range(len(rows)))  # row index of each batch line
+        while True:
+            tokens, lps = sample_tokens(logits, sampling, [rows[i].generator for i in active])
+            tokens_l, lps_l = tokens.tolist(), lps.tolist()
+            live_lines = []
+            for line, i in enumerate(active):
+                row = rows[i]
+                if row.done:
+                    continue
+                row.out_ids.append(tokens_l[line])
+                row.out_lp.append(lps_l[line])
+                if tokens_l[line] in stops or len(row.out_ids) >= row.request.max_new_tokens:
+                    row.done = True
+                else:
+                    live_lines.append(line)
+            if not live_lines:
+                break
+            done_lines = [line for line, i in enumerate(active) if rows[i].done]
+            if done_lines and len(done_lines) >= max(1, int(self.compact_fraction * len(active))):
+                for line in done_lines:
+                    self._store(rows[active[line]], cache, mask, line)
+                keep = torch.tensor(live_lines)
+                cache.batch_select_indices(keep.to(dev))
+                mask = mask.index_select(0, keep)
+                positions = positions.index_select(0, keep)
+                active = [active[line] for line in live_lines]
+            feed = torch.tensor([[rows[i].out_ids[-1] if not rows[i].done else self._pad_id] for i in active])
+            step_mask = torch.tensor([[0 if rows[i].done else 1] for i in active], dtype=mask.dtype)
+            mask = torch.cat([mask, step_mask], dim=1)
+            out = self._forward(feed.to(dev), cache, mask.to(dev), positions[:, None].to(dev))
+            self.stats["decode_steps"] += 1
+            cache = out_cache(out)
+            logits = out.logits[:, -1, :]
+            positions = positions + step_mask[:, 0]
+        for line, i in enumerate(active):
+            self._store(rows[i], cache, mask, line)
+
+        self.stats["generated_tokens"] += sum(len(r.out_ids) for r in rows)
+        return [GenerationResult(r.out_ids, r.out_lp,
+                                 "stop" if r.out_ids and r.out_ids[-1] in stops else "length") for r in rows]
+
+    def _pack(self, rows: list[_Row]):
+        """Left-pad the rows' cached keys/values into one batch cache; returns (cache, mask [B, C], positions)."""
+        from agentrl.algos.policy._kv_cache import new_cache
+
+        torch = self._torch
+        width = max(r.cached for r in rows)
+        reserve = max(len(r.pending) for r in rows) + max(r.request.max_new_tokens for r in rows) + 1
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for b, r in enumerate(rows):
+            if r.cached:
+                mask[b, width - r.cached:] = 1
+        positions = torch.tensor([r.cached for r in rows])
+        if width == 0:
+            return new_cache(reserve=reserve), mask, positions
+        ref = next(r.kv for r in rows if r.kv is not None)
+        layers = []
+        for layer, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((len(rows), k0.shape[1], width, k0.shape[3]))
+            v = v0.new_zeros((len(rows), v0.shape[1], width, v0.shape[3]))
+            for b, r in enumerate(rows):
+                if r.cached:
+                    k[b, :, width - r.cached:] = r.kv[layer][0][0]
+                    v[b, :, width - r.cached:] = r.kv[layer][1][0]
+            layers.append((k, v))
+        return new_cache(layers, reserve=reserve), mask, positions
+
+    def _pack_pending(self, rows: list[_Row], mask, positions):
+        """Right-align the rows' pending tokens after the cache (padding between is masked)."""
+        torch = self._torch
+        width = max(len(r.pending) for r in rows)
+        ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        new_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            n = len(r.pending)
+            ids[b, width - n:] = torch.tensor(r.pending)
+            pos[b, width - n:] = torch.arange(r.cached, r.cached + n)
+            new_mask[b, width - n:] = 1
+        return ids, pos, torch.cat([mask, new_mask], dim=1)
+
+    def _store(self, row: _Row, cache, mask, line: int) -> None:
+        """Keep a finished row's keys/values densely under its key (all but the last sampled token)."""
+        if row.request.key is None:
+            return
+        keep = mask[line].bool().to(self.device)
+        kv = [(layer.keys[line:line + 1, :, keep].clone(), layer.values[line:line + 1, :, keep].clone())
+              for layer in cache.layers]
+        tokens = list(row.request.prompt_ids) + row.out_ids[:-1]
+        if kv and kv[0][0].shape[2] != len(tokens):
+            raise RuntimeError(f"internal cache error: {kv[0][0].shape[2]} cached positions for {len(tokens)} tokens")
+        self._cache[row.request.key] = _CacheEntry(tokens, kv)
+
+
+def _fresh_copy(model, dtype, device):
+    """A new model of ``model``'s architecture (random weights, to be overwritten) in ``dtype`` on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return fresh.to(device).eval()

@@ -1,0 +1,310 @@
+"""A small OpenAI-compatible server over any :class:`~agentrl.algos.policy.Policy`: :func:`serve_policy`.
+
+* :func:`serve_policy` starts it in a thread and returns a :class:`PolicyServer` (``url``, ``close()``).
+* ``_BatchingWorker`` answers requests that arrive within a short window with one ``generate`` call.
+* ``_Handler`` speaks the protocol: ``GET /v1/models``, ``POST /v1/completions`` (token-id prompts) and, with
+  ``enable_lora``, vLLM's and SGLang's runtime LoRA endpoints; ``_Models`` is what the server answers for.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from agentrl.algos.models.lora import is_peft, load_adapter
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.hf import HFPolicy
+
+logger = logging.getLogger(__name__)
+
+
+class PolicyServer:
+    """A running :func:`serve_policy` server: ``url``, ``close()``; also a context manager."""
+
+    def __init__(self, httpd, thread, worker):
+        self.httpd = httpd
+        self._thread = thread
+        self._worker = worker
+        host, port = httpd.server_address[:2]
+        self.url = f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._worker.stop()
+        self._thread.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _BatchingWorker:
+    """Collects concurrent HTTP requests for a few milliseconds and answers them with one ``generate`` call."""
+
+    def __init__(self, policy: Policy, window_s: float):
+        self.policy = policy
+        self.window_s = window_s
+        self.queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="policy-server-batcher")
+        self.thread.start()
+
+    def submit(self, req: GenerationRequest, sampling: SamplingParams, policy: Policy | None = None) -> GenerationResult:
+        """Answer ``req`` with ``policy`` (default: the worker's), batched with concurrent requests to it."""
+        done = threading.Event()
+        slot: dict[str, Any] = {"policy": policy or self.policy}
+        self.queue.put((req, sampling, slot, done))
+        done.wait()
+        if "error" in slot:
+            raise slot["error"]
+        return slot["result"]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            items = [first]
+            deadline = time.monotonic() + self.window_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    items.append(self.queue.get(timeout=left))
+                except queue.Empty:
+                    break
+            by_sampling: dict[tuple[int, str], list] = {}
+            for it in items:
+                by_sampling.setdefault((id(it[2]["policy"]), repr(it[1])), []).append(it)
+            for group in by_sampling.values():
+                try:
+                    results = group[0][2]["policy"].generate([it[0] for it in group], group[0][1])
+                    for it, res in zip(group, results, strict=True):
+                        it[2]["result"] = res
+                except Exception as e:  # answered as HTTP 500
+                    for it in group:
+                        it[2]["error"] = e
+                for it in group:
+                    it[3].set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+
+
+
+def _adapter_policy(base: HFPolicy, path: str) -> HFPolicy:
+    """An :class:`HFPolicy` sampling ``base``'s model with the PEFT adapter at ``path`` merged in (fp32 merge)."""
+    if not (Path(path) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no PEFT adapter at {path} (no adapter_config.json)")
+    # load_adapter injects LoRA layers into the model it is given: give it a copy, never the served base.
+    peft_model = load_adapter(copy.deepcopy(base.model), path)
+    return HFPolicy(peft_model, base.tokenizer, max_batch_size=base.max_batch_size,
+                    compact_fraction=base.compact_fraction)
+
+
+class _Models:
+    """What a server answers for: the base ``policy`` under ``model_name`` and loaded LoRA adapters by name."""
+
+    def __init__(self, policy: Policy, model_name: str):
+        self.policy = policy
+        self.model_name = model_name
+        self._adapters: dict[str, Policy] = {}
+        self._lock = threading.Lock()
+
+    def listing(self) -> list[dict[str, Any]]:
+        """``GET /v1/models`` data: the base model, then each adapter with the base as its parent."""
+        with self._lock:
+            names = list(self._adapters)
+        return [{"id": self.model_name, "object": "model"}] + [
+            {"id": n, "object": "model", "parent": self.model_name} for n in names]
+
+    def get(self, name: str) -> Policy | None:
+        """The policy answering for ``name`` (None: no such model)."""
+        with self._lock:
+            return self.policy if name == self.model_name else self._adapters.get(name)
+
+    def has_adapter(self, name: str) -> bool:
+        with self._lock:
+            return name in self._adapters
+
+    def add_adapter(self, name: str, policy: Policy) -> None:
+        with self._lock:
+            self._adapters[name] = policy
+
+    def remove_adapter(self, name: str) -> bool:
+        """Forget adapter ``name``; False if it was not loaded."""
+        with self._lock:
+            return self._adapters.pop(name, None) is not None
+
+
+class _PolicyHTTPServer(ThreadingHTTPServer):
+    """The HTTP server; its handlers reach the served models and the batching worker through it."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], models: _Models, worker: _BatchingWorker, enable_lora: bool):
+        self.models = models
+        self.worker = worker
+        self.enable_lora = enable_lora
+        super().__init__(address, _Handler)
+
+
+def _read_completion_request(body: dict[str, Any]) -> tuple[GenerationRequest, SamplingParams]:
+    """The generation request and sampling parameters of a ``/v1/completions`` body (token-id prompt)."""
+    prompt = body["prompt"]
+    if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+        raise ValueError("prompt must be a non-empty list of token ids")
+    sampling = SamplingParams(temperature=float(body.get("temperature", 1.0)),
+                              top_p=float(body.get("top_p", 1.0)), top_k=int(body.get("top_k", 0) or 0),
+                              stop_token_ids=tuple(body.get("stop_token_ids") or ()))
+    return GenerationRequest(prompt, int(body.get("max_tokens", 16)), seed=body.get("seed")), sampling
+
+
+def _completion_response(model: str, prompt: list[int], res: GenerationResult, text: str) -> dict[str, Any]:
+    """A ``text_completion`` answer in the shape vLLM gives with ``return_token_ids`` and token-id logprobs."""
+    return {
+        "id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "token_ids": res.token_ids,
+                     "finish_reason": res.finish_reason,
+                     "logprobs": {"tokens": [f"token_id:{t}" for t in res.token_ids],
+                                  "token_logprobs": res.logprobs}}],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
+                  "total_tokens": len(prompt) + len(res.token_ids)},
+    }
+
+
+_LORA_ROUTES = {"/v1/load_lora_adapter": "load", "/load_lora_adapter": "load",
+                "/v1/unload_lora_adapter": "unload", "/unload_lora_adapter": "unload"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP request: routes to the models listing, a completion, or a LoRA load/unload."""
+
+    server: _PolicyHTTPServer
+
+    def log_message(self, fmt, *args):  # quiet: logging, not stderr
+        logger.debug("policy server: " + fmt, *args)
+
+    # ---------------------------------------------------------------- replies
+    def _reply(self, code: int, data: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send(self, code: int, obj: dict[str, Any]) -> None:
+        self._reply(code, json.dumps(obj).encode(), "application/json")
+
+    def _send_text(self, code: int, text: str) -> None:
+        self._reply(code, text.encode(), "text/plain; charset=utf-8")
+
+    def _error(self, code: int, message: str, kind: str | None = None) -> None:
+        error = {"message": message} if kind is None else {"message": message, "type": kind}
+        self._send(code, {"error": error})
+
+    def _body(self) -> dict[str, Any]:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+    # ---------------------------------------------------------------- routes
+    def do_GET(self):
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": self.server.models.listing()})
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self):
+        route = self.path.rstrip("/")
+        if self.server.enable_lora and route in _LORA_ROUTES:
+            self._lora(_LORA_ROUTES[route])
+        elif route == "/v1/completions":
+            self._complete()
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def _complete(self) -> None:
+        models = self.server.models
+        try:
+            body = self._body()
+            req, sampling = _read_completion_request(body)
+        except (ValueError, KeyError, TypeError) as e:
+            self._error(400, str(e), "invalid_request_error")
+            return
+        name = body.get("lora_path") or body.get("model") or models.model_name
+        target = models.get(name)
+        if target is None:
+            self._error(404, f"The model `{name}` does not exist.", "NotFoundError")
+            return
+        try:
+            res = self.server.worker.submit(req, sampling, target)
+        except Exception as e:
+            logger.exception("policy server: generation failed")
+            self._error(500, f"{type(e).__name__}: {e}")
+            return
+        tokenizer = models.policy.tokenizer
+        text = tokenizer.decode(res.token_ids) if tokenizer is not None else ""
+        self._send(200, _completion_response(name, req.prompt_ids, res, text))
+
+    def _lora(self, action: str) -> None:
+        models = self.server.models
+        try:
+            body = self._body()
+            name = body["lora_name"]
+            if not isinstance(name, str) or not name or name == models.model_name:
+                raise ValueError(f"invalid lora_name {name!r}")
+        except (ValueError, KeyError, TypeError) as e:
+            self._error(400, str(e), "invalid_request_error")
+            return
+        if action == "unload":
+            if models.remove_adapter(name):
+                self._send_text(200, f"Success: LoRA adapter '{name}' removed successfully.")
+            else:
+                self._error(404, f"The lora adapter '{name}' cannot be found.")
+            return
+        if models.has_adapter(name):
+            self._error(400, f"The lora adapter '{name}' has already been loaded.")
+            return
+        try:
+            loaded = _adapter_policy(models.policy, str(body.get("lora_path", "")))
+        except Exception as e:
+            logger.exception("policy server: loading adapter %s failed", name)
+            self._error(400, f"loading {name} failed: {type(e).__name__}: {e}")
+            return
+        models.add_adapter(name, loaded)
+        self._send_text(200, f"Success: LoRA adapter '{name}' added successfully.")
+
+
+def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "agentrl",
+                 batch_window_s: float = 0.01, enable_lora: bool = False) -> PolicyServer:
+    """Serve ``policy`` as an OpenAI-compatible ``/v1/completions`` endpoint (token-id prompts) in a thread.
+
+    A small reference server for tests and for sharing one model between processes on a machine; at scale
+    use vLLM or SGLang. Requests arriving within ``batch_window_s`` are decoded together. It answers with
+    ``choices[0].token_ids``, ``logprobs.tokens`` (``"token_id:<id>"``), ``logprobs.token_logprobs`` and
+    ``finish_reason``; ``port=0`` picks a free port (see ``server.url``). A request's ``model`` must be
+    ``model_name`` (or a loaded adapter's name); an unknown name is answered 404, as vLLM does.
+
+    ``enable_lora=True`` (``policy`` must be an :class:`HFPolicy` of a plain model) adds vLLM's runtime LoRA
+    endpoints, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
+    ``{"lora_name"}`` (also under SGLang's paths, without ``/v1``): a loaded PEFT adapter is merged into its own
+    sampler copy of the base model and served under its name, chosen by a request's ``model`` (vLLM) or
+    ``lora_path`` (SGLang). Loading an existing name is a 400; unloading an unknown one a 404.
+    """
+    if enable_lora and (not isinstance(policy, HFPolicy) or is_peft(policy.model)):
+        raise TypeError("serve_policy(enable_lora=True) needs an HFPolicy of a plain (non-PEFT) model")
+    worker = _BatchingWorker(policy, batch_window_s)
+    httpd = _PolicyHTTPServer((host, port), _Models(policy, model_name), worker, enable_lora)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="policy-server")
+    thread.start()
+    return PolicyServer(httpd, thread, worker)
