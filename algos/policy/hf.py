@@ -1,6 +1,7 @@
 """The transformers backend: :class:`HFPolicy`, batched decoding with per-trajectory KV-cache reuse.
 
-torch and transformers load when a policy is built, so importing this module stays light.
+torch loads when a policy is built and transformers' cache internals (``_kv_cache.py``) when it first samples, so
+importing this module stays light. ``_fresh_copy`` builds the plain sampler model that LoRA updates are merged into.
 """
 
 from __future__ import annotations

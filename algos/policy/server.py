@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,26 +49,37 @@ class PolicyServer:
         self.close()
 
 
-class _BatchingWorker:
-    """Collects concurrent HTTP requests for a few milliseconds and answers them with one ``generate`` call."""
+@dataclass
+class _Job:
+    """One request waiting in the batching worker's queue; ``done`` is set once ``result`` or ``error`` is."""
 
-    def __init__(self, policy: Policy, window_s: float):
-        self.policy = policy
+    policy: Policy
+    request: GenerationRequest
+    sampling: SamplingParams
+    done: threading.Event = field(default_factory=threading.Event)
+    result: GenerationResult | None = None
+    error: Exception | None = None
+
+
+class _BatchingWorker:
+    """Collects concurrent HTTP requests for a few milliseconds and answers them with one ``generate`` call
+    per (policy, sampling parameters)."""
+
+    def __init__(self, window_s: float):
         self.window_s = window_s
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.Queue[_Job] = queue.Queue()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="policy-server-batcher")
         self.thread.start()
 
-    def submit(self, req: GenerationRequest, sampling: SamplingParams, policy: Policy | None = None) -> GenerationResult:
-        """Answer ``req`` with ``policy`` (default: the worker's), batched with concurrent requests to it."""
-        done = threading.Event()
-        slot: dict[str, Any] = {"policy": policy or self.policy}
-        self.queue.put((req, sampling, slot, done))
-        done.wait()
-        if "error" in slot:
-            raise slot["error"]
-        return slot["result"]
+    def submit(self, req: GenerationRequest, sampling: SamplingParams, policy: Policy) -> GenerationResult:
+        """Answer ``req`` with ``policy``, batched with concurrent requests to it; raises what ``generate`` raised."""
+        job = _Job(policy, req, sampling)
+        self.queue.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -75,31 +87,30 @@ class _BatchingWorker:
                 first = self.queue.get(timeout=0.1)
             except queue.Empty:
                 continue
-            items = [first]
+            jobs = [first]
             deadline = time.monotonic() + self.window_s
             while (left := deadline - time.monotonic()) > 0:
                 try:
-                    items.append(self.queue.get(timeout=left))
+                    jobs.append(self.queue.get(timeout=left))
                 except queue.Empty:
                     break
-            by_sampling: dict[tuple[int, str], list] = {}
-            for it in items:
-                by_sampling.setdefault((id(it[2]["policy"]), repr(it[1])), []).append(it)
-            for group in by_sampling.values():
+            groups: dict[tuple[int, str], list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault((id(job.policy), repr(job.sampling)), []).append(job)
+            for group in groups.values():
                 try:
-                    results = group[0][2]["policy"].generate([it[0] for it in group], group[0][1])
-                    for it, res in zip(group, results, strict=True):
-                        it[2]["result"] = res
+                    results = group[0].policy.generate([job.request for job in group], group[0].sampling)
+                    for job, res in zip(group, results, strict=True):
+                        job.result = res
                 except Exception as e:  # answered as HTTP 500
-                    for it in group:
-                        it[2]["error"] = e
-                for it in group:
-                    it[3].set()
+                    for job in group:
+                        job.error = e
+                for job in group:
+                    job.done.set()
 
     def stop(self) -> None:
         self._stop.set()
         self.thread.join(timeout=5)
-
 
 
 def _adapter_policy(base: HFPolicy, path: str) -> HFPolicy:
@@ -303,7 +314,7 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
     """
     if enable_lora and (not isinstance(policy, HFPolicy) or is_peft(policy.model)):
         raise TypeError("serve_policy(enable_lora=True) needs an HFPolicy of a plain (non-PEFT) model")
-    worker = _BatchingWorker(policy, batch_window_s)
+    worker = _BatchingWorker(batch_window_s)
     httpd = _PolicyHTTPServer((host, port), _Models(policy, model_name), worker, enable_lora)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="policy-server")
     thread.start()
