@@ -13,10 +13,11 @@ import torch
 from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, stop_biased_model
 
 import agentrl.envs  # noqa: F401
-from agentrl.algos.chat import ChatFormat
-from agentrl.algos.collector import Collector, CollectorConfig, collect
 from agentrl.algos.logprobs import token_logprobs
 from agentrl.algos.policy import HFPolicy, SamplingParams
+from agentrl.algos.rollout.chat import ChatFormat
+from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
+from agentrl.algos.rollout.envs import env_class, make_text_env
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
 
@@ -292,13 +293,41 @@ def test_env_step_that_raises_ends_the_trajectory_with_error(smol_tokenizer, mod
 
 
 def test_trajectories_round_trip_through_jsonl(tmp_path, smol_tokenizer):
-    from agentrl.algos.trajectory import load_jsonl, save_jsonl
+    from agentrl.algos.rollout.trajectory import load_jsonl, load_trajectories, save_jsonl, save_trajectories
 
+    assert (load_jsonl, save_jsonl) == (load_trajectories, save_trajectories)
     tasks = multi_call_tasks(1)
     trajs = collect("AgentRL/ToolUse-v0", ScriptedPolicy(smol_tokenizer, tasks), tasks, 2)
-    save_jsonl(trajs, tmp_path / "t.jsonl")
-    back = load_jsonl(tmp_path / "t.jsonl")
+    save_trajectories(trajs, tmp_path / "t.jsonl")
+    back = load_trajectories(tmp_path / "t.jsonl")
     assert [b.to_dict() for b in back] == [t.to_dict() for t in trajs]
+
+
+def test_make_text_env_applies_the_tools_in_prompt_rule():
+    class NoToolsKeyword(gym.Env):
+        observation_space = action_space = gym.spaces.Discrete(1)
+
+        def __init__(self, **kw):
+            if kw:
+                raise TypeError(f"unexpected {sorted(kw)}")
+
+    gym.register(id="TestNoToolsKeyword-v0", entry_point=NoToolsKeyword)
+    try:
+        assert make_text_env("TestNoToolsKeyword-v0", template_tools=True).unwrapped.__class__ is NoToolsKeyword
+    finally:
+        gym.registry.pop("TestNoToolsKeyword-v0")
+    assert make_text_env("AgentRL/ToolUse-v0", template_tools=True).unwrapped.tools_in_prompt is False
+    assert make_text_env("AgentRL/ToolUse-v0").unwrapped.tools_in_prompt is True
+    # the caller's choice wins
+    env = make_text_env("AgentRL/ToolUse-v0", {"tools_in_prompt": True}, template_tools=True)
+    assert env.unwrapped.tools_in_prompt is True
+
+
+def test_env_class_resolves_registered_ids_only():
+    assert env_class("AgentRL/ToolUse-v0") is ToolUseEnv
+    assert env_class("agentrl.envs:AgentRL/ToolUse-v0") is ToolUseEnv
+    assert env_class("No/Such-v0") is None
+    assert env_class(ToolUseEnv) is None  # a factory: nothing to resolve
 
 
 def test_collector_reuses_envs_across_calls(smol_tokenizer):
@@ -387,7 +416,7 @@ def test_sample_tokens_draws_from_the_truncated_distribution():
 
 def test_tools_nowhere_is_warned(smol_tokenizer, caplog):
     tasks = multi_call_tasks(1)
-    with caplog.at_level("WARNING", logger="agentrl.algos.collector"):
+    with caplog.at_level("WARNING", logger="agentrl.algos.rollout.collector"):
         collect(lambda: ToolUseEnv(tools_in_prompt=False), ScriptedPolicy(smol_tokenizer, tasks), tasks, 1)
     assert "not told which tools exist" in caplog.text
 

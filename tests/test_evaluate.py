@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from agentrl.algos import evaluate as ev
+import agentrl.algos.evaluation.evaluate as ev
 from agentrl.algos.evaluate import EvalReport, load_report, pass_at_k, results_table, summarize
-from agentrl.algos.trajectory import Trajectory, Turn, load_jsonl
+from agentrl.algos.rollout.trajectory import Trajectory, Turn, load_jsonl
 
 
 def traj(group: int, correct: bool, *, source: str | None = None, fmt: bool = True, tool_calls: int = 1,
@@ -144,7 +144,7 @@ def test_results_table_without_sources_and_missing_source():
 
 
 def test_text_only_kwargs_refused_for_env_without_the_mode():
-    with pytest.raises(ValueError, match="tools_enabled"):
+    with pytest.raises(ValueError, match="supports_text_only.*tools_enabled"):
         ev.text_only_env_kwargs("AgentRL/ToolUse-v0")
     with pytest.raises(ValueError, match="factory"):
         ev.text_only_env_kwargs(lambda: None)
@@ -156,6 +156,8 @@ def test_text_only_kwargs_for_env_with_the_mode():
     from agentrl.envs.tool_use import ToolUseEnv
 
     class NoToolsCapable(ToolUseEnv):
+        supports_text_only = True
+
         def __init__(self, tools_enabled: bool = True, **kw):
             super().__init__(**kw)
             self.tools_enabled = tools_enabled
@@ -187,7 +189,7 @@ def test_search_env_text_only_mode_has_no_tools():
 
 @pytest.fixture
 def fake_collect(monkeypatch):
-    """A stand-in ``agentrl.algos.collector.collect``: task i is answered correctly by its first i samples."""
+    """A stand-in ``agentrl.algos.rollout.collector.collect``: task i is answered correctly by its first i samples."""
     calls = []
 
     def collect(env, policy, tasks, group_size, config=None, *, env_kwargs=None, progress=False):
@@ -200,9 +202,9 @@ def fake_collect(monkeypatch):
                 out.append(t)
         return out
 
-    mod = types.ModuleType("agentrl.algos.collector")
+    mod = types.ModuleType("agentrl.algos.rollout.collector")
     mod.collect = collect
-    monkeypatch.setitem(sys.modules, "agentrl.algos.collector", mod)
+    monkeypatch.setitem(sys.modules, "agentrl.algos.rollout.collector", mod)
     return calls
 
 

@@ -7,14 +7,15 @@ import math
 
 import pytest
 
-from agentrl.algos.metrics import (
+from agentrl.algos.evaluation.metrics import (
     METRICS_FILE,
     MetricsLogger,
     aggregate_rollout_metrics,
+    mean,
     read_metrics,
     tool_call_counts,
 )
-from agentrl.algos.trajectory import Trajectory, Turn
+from agentrl.algos.rollout.trajectory import Trajectory, Turn, group_indices, is_degenerate
 
 
 def turn(kind: str | None) -> Turn:
@@ -177,7 +178,7 @@ def test_no_attempts_gives_zero_rate_not_error():
 def test_process_memory_reports_resident_and_peak_memory_that_follow_an_allocation():
     import sys
 
-    from agentrl.algos.metrics import process_memory
+    from agentrl.algos.evaluation.metrics import process_memory
 
     before = process_memory()
     assert before["perf/peak_rss_gib"] > 0.01  # a Python process with numpy loaded holds more than 10 MiB
@@ -189,3 +190,14 @@ def test_process_memory_reports_resident_and_peak_memory_that_follow_an_allocati
         assert after["perf/rss_gib"] - before["perf/rss_gib"] > 0.2
         assert after["perf/peak_rss_gib"] >= after["perf/rss_gib"] - 0.01  # two kernel counters; ~MiB apart
     del block
+
+
+def test_group_indices_in_first_seen_order():
+    assert group_indices([3, 1, 3, 0, 1]) == [[0, 2], [1, 4], [3]]
+    assert group_indices(t.group_id for t in [traj(5, 1.0), traj(2, 0.0), traj(5, 0.0)]) == [[0, 2], [1]]
+    assert group_indices([]) == []
+
+
+def test_is_degenerate_and_mean():
+    assert is_degenerate([1.0]) and is_degenerate([0.5, 0.5]) and not is_degenerate([0.0, 1.0])
+    assert mean([]) == 0.0 and mean([0.1] * 10) == pytest.approx(0.1)

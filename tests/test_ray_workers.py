@@ -27,6 +27,7 @@ from agentrl.algos.ray_workers import (  # noqa: E402
     shard_bounds,
     shard_config,
 )
+from agentrl.algos.rollout.envs import rollout_env  # noqa: E402
 from agentrl.envs.tool_use import make_tasks  # noqa: E402
 
 ENV = "AgentRL/ToolUse-v0"
@@ -103,11 +104,12 @@ def test_collect_with_remote_envs_equals_local(smol_tokenizer):
     assert again[0].token_ids == local[0].token_ids
 
 
-def test_make_env_factory(smol_tokenizer):
-    assert make_env_factory("local", ENV, {}) == ENV
+def test_rollout_env(smol_tokenizer):
+    assert rollout_env("local", ENV, {}) == ENV
+    assert make_env_factory is rollout_env  # the name the Ray module has always exported
     with pytest.raises(ValueError, match="executor"):
-        make_env_factory("dask", ENV, {})
-    pool = make_env_factory("ray", ENV, {"families": ["multiply"]}, tokenizer=smol_tokenizer, num_workers=1)
+        rollout_env("dask", ENV, {})
+    pool = rollout_env("ray", ENV, {"families": ["multiply"]}, tokenizer=smol_tokenizer, num_workers=1)
     try:
         env = pool()
         _, info = env.reset(seed=0)

@@ -34,7 +34,7 @@ def main() -> None:
 
     import agentrl.envs  # noqa: F401  (registers the env ids)
     from agentrl.algos.models import load_model, load_tokenizer, tiny_model
-    from agentrl.algos.trl_adapter import env_reward_func, make_rollout_func, tasks_dataset
+    from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
     from agentrl.envs.tool_use import make_tasks
 
     if args.tiny:

@@ -4,11 +4,11 @@ TRL generates single-turn completions by itself; for multi-turn tool use it acce
 returns, per prompt it was given, the prompt's token ids, the completion's token ids, their sampling
 log-probabilities and an optional ``env_mask`` (1 on tokens the model sampled, 0 on tokens the environment
 inserted: tool output, template markup between turns). TRL multiplies that mask into its loss mask. This module
-supplies such a function, built on :func:`agentrl.algos.collector.collect`, so the whole multi-turn episode is
-token-exact (sampled ids are never re-tokenised) and the env's outcome reward reaches TRL's reward functions::
+supplies such a function, built on :func:`agentrl.algos.rollout.collector.collect`, so the whole multi-turn
+episode is token-exact (sampled ids are never re-tokenised) and the env's outcome reward reaches TRL's reward functions::
 
     from trl import GRPOConfig, GRPOTrainer
-    from agentrl.algos.trl_adapter import env_reward_func, make_rollout_func, tasks_dataset
+    from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
     from agentrl.envs.tool_use import make_tasks
 
     trainer = GRPOTrainer(
@@ -64,8 +64,8 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos.collector import CollectorConfig, collect
-from agentrl.algos.trajectory import Trajectory
+from agentrl.algos.rollout.collector import CollectorConfig, collect
+from agentrl.algos.rollout.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ def prompt_to_task(prompt: Any) -> dict[str, Any]:
             return task
     shown = repr(prompt)
     raise ValueError(f"prompt {shown[:80]}{'...' if len(shown) > 80 else ''} does not carry a task: build the "
-                     "train dataset with agentrl.algos.trl_adapter.tasks_dataset(tasks), whose 'prompt' column "
-                     "holds each task as JSON")
+                     "train dataset with agentrl.algos.integrations.trl.tasks_dataset(tasks), whose 'prompt' "
+                     "column holds each task as JSON")
 
 
 def tasks_dataset(tasks: Sequence[dict[str, Any]]):
@@ -151,14 +151,14 @@ def env_reward_func(prompts=None, completions=None, env_reward: Sequence[float] 
     """
     if env_reward is None:
         raise ValueError("env_reward_func needs the 'env_reward' field: pass "
-                         "rollout_func=agentrl.algos.trl_adapter.make_rollout_func(env_id) to GRPOTrainer")
+                         "rollout_func=agentrl.algos.integrations.trl.make_rollout_func(env_id) to GRPOTrainer")
     return [float(r) for r in env_reward]
 
 
 # ============================================================================================ the rollout function
 
 
-def _groups(keys: Sequence[str], group_size: int) -> bool:
+def _is_grouped(keys: Sequence[str], group_size: int) -> bool:
     """Whether ``keys`` is a sequence of runs of ``group_size`` equal keys."""
     if group_size < 1 or len(keys) % group_size:
         return False
@@ -211,7 +211,8 @@ def make_rollout_func(env: str | Callable[[], Any], *, env_kwargs: dict[str, Any
 
     Args:
         env: an env id (``gymnasium.make(env, **env_kwargs)``) or a zero-argument env factory — anything
-            :func:`~agentrl.algos.collector.collect` takes (e.g. :func:`agentrl.algos.ray_workers.make_env_factory`).
+            :func:`~agentrl.algos.rollout.collector.collect` takes (e.g. a Ray env pool from
+            :func:`agentrl.algos.rollout.envs.rollout_env`).
         env_kwargs: keyword arguments for ``gymnasium.make``.
         collector_config: budgets and sampling; default: :class:`CollectorConfig` with temperature, top-p, top-k,
             seed and the per-reply token budget (``max_completion_length``) taken from the trainer's args. Its
@@ -239,7 +240,7 @@ def make_rollout_func(env: str | Callable[[], Any], *, env_kwargs: dict[str, Any
         g = getattr(trainer, "num_generations", 1) if training else \
             (getattr(trainer, "num_generations_eval", None) or getattr(trainer, "num_generations", 1))
         keys = [task_to_prompt(t) for t in tasks]
-        if g and g > 1 and _groups(keys, g):
+        if g and g > 1 and _is_grouped(keys, g):
             run_tasks, group_size = tasks[::g], g
         else:
             if g and g > 1:

@@ -23,7 +23,8 @@ Tools. If the template has a tools section (it mentions ``tools``), tool schemas
 ``tools=`` and the environment must not describe them again (make it with ``tools_in_prompt=False``). Templates
 without one (SmolLM2's ChatML) get the tools from the environment's own system prompt, which already lists the
 schemas and the call format (``tools_in_prompt=True``, the default of every :class:`~agentrl.envs.core.TextEnv`).
-The collector applies that rule; see :func:`template_supports_tools`.
+The collector applies that rule (:func:`template_supports_tools` here, the env side in
+:func:`agentrl.algos.rollout.envs.make_text_env`).
 """
 
 from __future__ import annotations

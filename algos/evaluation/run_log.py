@@ -1,4 +1,4 @@
-"""Training metrics: the JSONL/TensorBoard logger and the rollout-side aggregates of a batch.
+"""The run log: ``<run_dir>/metrics.jsonl`` (plus TensorBoard) written step by step, and read back.
 
 Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
 
@@ -8,8 +8,7 @@ Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
 * :func:`read_metrics` reads that file back, one record per step in step order: entries logged for the same
   step are merged, later values winning, so the steps a resumed run repeats appear once, with the resumed
   run's values.
-* :func:`aggregate_rollout_metrics` turns a batch of :class:`~agentrl.algos.trajectory.Trajectory` into the
-  ``reward/*``, ``rollout/*`` and ``env/*`` numbers of issue 6 §5.
+* :func:`process_memory` measures this process's memory (the ``perf/*`` entries of each step).
 """
 
 from __future__ import annotations
@@ -18,25 +17,18 @@ import json
 import logging
 import math
 import os
-import statistics
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from agentrl.algos.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
 #: File name of the metrics log inside a run directory.
 METRICS_FILE = "metrics.jsonl"
 
-#: Trajectory metrics that are reported under ``reward/*`` rather than repeated under ``env/*``.
-_OUTCOME_KEYS = ("correct", "format_ok")
 
-
-def _to_float(v: Any) -> float | None:
+def to_float(v: Any) -> float | None:
     """``v`` as a float if it is a number (bools count as 0/1), else ``None``."""
     if isinstance(v, bool):
         return float(v)
@@ -96,7 +88,7 @@ class MetricsLogger:
         for key, value in metrics.items():
             if key in ("step", "wall_time"):
                 continue
-            x = _to_float(value)
+            x = to_float(value)
             if x is not None:
                 scalars[key] = x
                 record[key] = x if math.isfinite(x) else None
@@ -172,7 +164,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-# ---------------------------------------------------------------------------------------------- aggregates
+
+# ---------------------------------------------------------------------------------------------- process
 
 
 def process_memory() -> dict[str, float]:
@@ -193,112 +186,3 @@ def process_memory() -> dict[str, float]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     out["perf/peak_rss_gib"] = peak / (2**30 if sys.platform == "darwin" else 2**20)
     return out
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return statistics.fmean(xs) if xs else 0.0
-
-
-def _std(xs: Sequence[float]) -> float:
-    """Population standard deviation (exactly 0 for equal values, unlike the naive float formula)."""
-    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
-
-
-def tool_call_counts(t: Trajectory) -> tuple[int, int]:
-    """``(valid, attempts)`` tool calls of one trajectory.
-
-    An *attempt* is an assistant turn that is not a final answer: a turn parsed as a tool call, or an
-    invalid reply (malformed call, or neither a call nor an answer). A *valid* call is a turn parsed as a
-    tool call that named a known tool with acceptable arguments: the tool-call turns minus the env's
-    ``invalid_calls`` that were not invalid replies (the base env counts unknown-tool / bad-argument calls
-    and invalid replies together in ``invalid_calls``). A turn without a ``parsed`` kind (the token budget
-    ran out mid-reply) counts as an attempt that was not valid.
-    """
-    kinds = [(turn.parsed or {}).get("kind") for turn in t.turns]
-    n_call = sum(k == "tool_call" for k in kinds)
-    n_invalid = sum(k == "invalid" for k in kinds)
-    n_unparsed = sum(k is None for k in kinds)
-    bad_calls = int(t.metrics.get("invalid_calls", 0)) - n_invalid
-    valid = max(0, n_call - max(0, bad_calls))
-    return valid, n_call + n_invalid + n_unparsed
-
-
-def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
-    """The rollout-side metrics of one batch (see ``docs/metrics.md`` for each name).
-
-    Returns ``{}`` for an empty batch. Keys:
-
-    * ``reward/mean``, ``reward/std``, ``reward/correct``, ``reward/format`` — means over trajectories of the
-      reward, ``metrics["correct"]`` and ``metrics["format_ok"]``;
-    * ``rollout/turns`` (assistant turns), ``rollout/tool_calls`` (executed calls, env's ``tool_calls``),
-      ``rollout/valid_tool_call_rate`` (valid calls / attempts summed over the batch, see
-      :func:`tool_call_counts`; 0 when nothing was attempted), ``rollout/degenerate_group_rate`` (groups whose
-      rewards are all equal, so their group-relative advantage is 0), ``rollout/truncated_rate``
-      (termination ``truncated``: the token budget ran out), ``rollout/budget_rate`` (termination ``budget``:
-      the turn or tool-call budget ran out), ``rollout/invalid_rate`` (termination ``invalid``),
-      ``rollout/response_length`` and ``rollout/response_length_max`` (action tokens per trajectory),
-      ``rollout/sequence_length`` (all tokens), ``rollout/num_trajectories``, ``rollout/num_groups``;
-    * ``env/<name>`` — every other numeric entry of the trajectories' ``metrics``, averaged over the
-      trajectories that report it.
-    """
-    trajs = list(trajectories)
-    if not trajs:
-        return {}
-    n = len(trajs)
-    rewards = [float(t.reward) for t in trajs]
-    out: dict[str, float] = {
-        "reward/mean": _mean(rewards),
-        "reward/std": _std(rewards),
-        "reward/correct": _mean([float(t.metrics.get("correct", 0)) for t in trajs]),
-        "reward/format": _mean([float(t.metrics.get("format_ok", 0)) for t in trajs]),
-    }
-
-    groups: dict[int, list[float]] = defaultdict(list)
-    for t, r in zip(trajs, rewards, strict=True):
-        groups[t.group_id].append(r)
-    degenerate = sum(1 for rs in groups.values() if max(rs) == min(rs))
-
-    valid = attempts = 0
-    for t in trajs:
-        v, a = tool_call_counts(t)
-        valid += v
-        attempts += a
-    lengths = [t.num_action_tokens for t in trajs]
-    out.update({
-        "rollout/turns": _mean([len(t.turns) if t.turns else float(t.metrics.get("turns", 0)) for t in trajs]),
-        "rollout/tool_calls": _mean([float(t.metrics.get("tool_calls", _count_kind(t, "tool_call")))
-                                     for t in trajs]),
-        "rollout/valid_tool_call_rate": valid / attempts if attempts else 0.0,
-        "rollout/degenerate_group_rate": degenerate / len(groups),
-        "rollout/truncated_rate": sum(t.termination == "truncated" for t in trajs) / n,
-        "rollout/budget_rate": sum(t.termination == "budget" for t in trajs) / n,
-        "rollout/invalid_rate": sum(t.termination == "invalid" for t in trajs) / n,
-        "rollout/response_length": _mean(lengths),
-        "rollout/response_length_max": float(max(lengths)),
-        "rollout/sequence_length": _mean([len(t.token_ids) for t in trajs]),
-        "rollout/num_trajectories": float(n),
-        "rollout/num_groups": float(len(groups)),
-    })
-    out.update({f"env/{k}": v for k, v in mean_env_metrics(trajs).items()})
-    return out
-
-
-def mean_env_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
-    """Every numeric entry of the trajectories' ``metrics`` except ``correct``/``format_ok``, averaged over
-    the trajectories that report it (env-specific keys may be absent from some)."""
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    for t in trajectories:
-        for k, v in t.metrics.items():
-            if k in _OUTCOME_KEYS:
-                continue
-            x = _to_float(v)
-            if x is None or not math.isfinite(x):
-                continue
-            sums[k] += x
-            counts[k] += 1
-    return {k: sums[k] / counts[k] for k in sorted(sums)}
-
-
-def _count_kind(t: Trajectory, kind: str) -> int:
-    return sum((turn.parsed or {}).get("kind") == kind for turn in t.turns)

@@ -9,11 +9,15 @@ One trajectory is one episode as a single token sequence::
 ``loss_mask`` is 1 exactly on the tokens the policy sampled (including an end-of-turn token it sampled);
 tool output, template markup and the prompt are 0. ``logprobs`` are the sampler's log-probabilities of the
 sampled tokens (0 where the mask is 0): the trainer's ``pi_old``.
+
+Trajectories of one task share a ``group_id`` (a GRPO group); :func:`group_indices` and :func:`is_degenerate` are
+the grouping every consumer uses. :func:`save_trajectories` / :func:`load_trajectories` write and read JSONL.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,14 +82,34 @@ class Trajectory:
         return cls(**d)
 
 
-def save_jsonl(trajectories: list[Trajectory], path) -> None:
-    """Write one trajectory per line."""
+def group_indices(group_ids: Iterable[int]) -> list[list[int]]:
+    """Positions grouped by group id: one list per distinct id, groups in order of first appearance, positions
+    ascending within a group. Pass ``(t.group_id for t in trajectories)`` or a list of ids; inputs may come in
+    any order (``[0, 1, 0]`` gives ``[[0, 2], [1]]``)."""
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(int(g), []).append(i)
+    return list(groups.values())
+
+
+def is_degenerate(rewards: Sequence[float]) -> bool:
+    """Whether a group's rewards are all equal (a lone sample included): its group-relative advantage is 0."""
+    return max(rewards) == min(rewards)
+
+
+def save_trajectories(trajectories: Iterable[Trajectory], path) -> None:
+    """Write one trajectory per line (JSONL of :meth:`Trajectory.to_dict`)."""
     with open(path, "w", encoding="utf-8") as f:
         for t in trajectories:
             f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
 
 
-def load_jsonl(path) -> list[Trajectory]:
-    """Read trajectories written by :func:`save_jsonl`."""
+def load_trajectories(path) -> list[Trajectory]:
+    """Read trajectories written by :func:`save_trajectories`."""
     with open(path, encoding="utf-8") as f:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+#: Aliases of :func:`save_trajectories` / :func:`load_trajectories` (the same functions).
+save_jsonl = save_trajectories
+load_jsonl = load_trajectories

@@ -6,10 +6,10 @@ Two independent pieces, usable alone or together:
   (``reset``, ``step``, ``close``, ``unwrapped.tools_in_prompt``, ``unwrapped.rewards``) whose env lives inside a
   Ray actor, so tool execution, code sandboxes and search run on other cores or machines while generation stays
   where the model is. :class:`RayEnvPool` keeps ``num_workers`` long-lived actors, each hosting many envs, and is
-  itself the zero-argument factory :func:`~agentrl.algos.collector.collect` takes — nothing in the collector
-  changes::
+  itself the zero-argument factory :func:`~agentrl.algos.rollout.collector.collect` takes — nothing in the
+  collector changes::
 
-      pool = RayEnvPool("AgentRL/Search-v0", {"backend": "bm25"}, num_workers=8)
+      pool = RayEnvPool("AgentRL/Search-v0", {"backend": "local"}, num_workers=8)
       trajs = collect(pool, policy, tasks, group_size=8)     # every reset/step runs in one of the 8 actors
       pool.close()
 
@@ -25,8 +25,9 @@ Two independent pieces, usable alone or together:
       broadcast_adapter(workers, trainable_state_dict(model), version=step)
 
 The command line selects the environment executor with ``--executor local|ray`` through
-:func:`make_env_factory`. ``ray.init()`` with no address starts a local instance or joins the cluster named by
-``RAY_ADDRESS``; every node needs agentrl-gym installed (or a ``runtime_env``). Failures stay contained: an actor
+:func:`~agentrl.algos.rollout.envs.rollout_env`, which builds a :class:`RayEnvPool` for ``"ray"``. ``ray.init()``
+with no address starts a local instance or joins the cluster named by ``RAY_ADDRESS``; every node needs agentrl-gym
+installed (or a ``runtime_env``). Failures stay contained: an actor
 that dies mid-episode makes ``step`` raise in the driver, which the collector records as an ``error`` trajectory
 (a failure while envs are opened or reset raises).
 """
@@ -43,12 +44,18 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos.collector import CollectorConfig, collect
-from agentrl.algos.trajectory import Trajectory
+from agentrl.algos.rollout.collector import CollectorConfig, collect
+from agentrl.algos.rollout.envs import EXECUTORS as ROLLOUT_EXECUTORS
+from agentrl.algos.rollout.envs import make_text_env, rollout_env
+from agentrl.algos.rollout.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
-EXECUTORS = ("local", "ray")
+#: Executor names (``--executor``); :func:`~agentrl.algos.rollout.envs.rollout_env` maps each to its env factory.
+EXECUTORS = tuple(ROLLOUT_EXECUTORS)
+
+#: :func:`~agentrl.algos.rollout.envs.rollout_env` under its name in this module.
+make_env_factory = rollout_env
 
 
 def _ray():
@@ -66,23 +73,6 @@ def ensure_ray(**init_kwargs):
         logger.info("starting Ray (address=%s)", init_kwargs.get("address", os.environ.get("RAY_ADDRESS", "local")))
         ray.init(**init_kwargs)
     return ray
-
-
-def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False):
-    """``gymnasium.make(env_id, **env_kwargs)``, with ``tools_in_prompt=False`` when the chat template renders the
-    tool schemas itself (``template_tools``) and the caller did not choose — the rule the collector applies to env
-    ids, for envs built elsewhere (an env that takes no ``tools_in_prompt`` is built without it)."""
-    import gymnasium as gym
-
-    import agentrl.envs  # noqa: F401  (registers the env ids)
-
-    kwargs = dict(env_kwargs or {})
-    if template_tools and "tools_in_prompt" not in kwargs:
-        try:
-            return gym.make(env_id, tools_in_prompt=False, **kwargs)
-        except TypeError:
-            logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env_id)
-    return gym.make(env_id, **kwargs)
 
 
 # ============================================================================================ environment workers
@@ -160,7 +150,8 @@ class RemoteEnv:
         env_kwargs: keyword arguments for ``gymnasium.make`` (made inside the actor).
         host: an :func:`env_host_actor` handle to place the env on; default: a new actor owned by this proxy
             (killed by :meth:`close`).
-        template_tools: build the env with ``tools_in_prompt=False`` (see :func:`make_text_env`).
+        template_tools: build the env with ``tools_in_prompt=False`` (see
+            :func:`~agentrl.algos.rollout.envs.make_text_env`).
 
     ``reset``/``step`` block until the actor answers (the collector calls them from its thread pool, so many
     envs step concurrently). ``unwrapped`` is the proxy itself, exposing ``tools_in_prompt``, ``rewards`` and the
@@ -269,28 +260,6 @@ class RayEnvPool:
         self.close()
 
 
-def make_env_factory(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, tokenizer=None,
-                     num_workers: int | None = None, actor_options: dict[str, Any] | None = None):
-    """What to pass as ``collect``'s ``env`` for an executor.
-
-    * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with ``gymnasium.make`` (today's
-      behaviour; pass ``env_kwargs`` to ``collect`` as before).
-    * ``"ray"``: a :class:`RayEnvPool` (a zero-argument factory of :class:`RemoteEnv`); ``tokenizer`` decides
-      ``tools_in_prompt`` the way the collector does for env ids. Call its ``close()`` when training ends.
-    """
-    if executor == "local":
-        return env_id
-    if executor == "ray":
-        template_tools = False
-        if tokenizer is not None:
-            from agentrl.algos.chat import template_supports_tools
-
-            template_tools = template_supports_tools(tokenizer)
-        return RayEnvPool(env_id, env_kwargs, num_workers=num_workers, template_tools=template_tools,
-                          actor_options=actor_options)
-    raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-
-
 # ============================================================================================ rollout workers
 
 
@@ -352,7 +321,7 @@ class RolloutWorker:
 
     def collect(self, env, tasks: list[dict[str, Any]], group_size: int, config: CollectorConfig | None = None,
                 env_kwargs: dict[str, Any] | None = None) -> list[Trajectory]:
-        """:func:`~agentrl.algos.collector.collect` on this worker's policy (group ids local to ``tasks``)."""
+        """:func:`~agentrl.algos.rollout.collector.collect` on this worker's policy (group ids local to ``tasks``)."""
         return collect(env, self.policy, tasks, group_size, config, env_kwargs=env_kwargs)
 
 

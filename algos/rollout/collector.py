@@ -3,7 +3,7 @@
 ::
 
     import agentrl.envs
-    from agentrl.algos.collector import collect
+    from agentrl.algos.rollout.collector import collect
     from agentrl.algos.models import load_model
     from agentrl.algos.policy import HFPolicy
     from agentrl.envs.tool_use import make_tasks
@@ -14,8 +14,8 @@
 One round of the loop: every live trajectory asks the policy for its next reply in **one** ``generate`` call
 (the backend batches them; a group's shared prompt is prefilled once; a trajectory's KV cache survives its
 turns), then the env steps of the round run concurrently in a thread pool, then the glue tokens (end of turn,
-observation turn, next assistant header; see :mod:`agentrl.algos.chat`) are appended and the trajectories that
-ended leave the batch. The sampled token ids go into the trajectory as they are; nothing is re-tokenised.
+observation turn, next assistant header; see :mod:`agentrl.algos.rollout.chat`) are appended and the trajectories
+that ended leave the batch. The sampled token ids go into the trajectory as they are; nothing is re-tokenised.
 
 Termination (``Trajectory.termination``): the env's own (``answered``, ``invalid``, ``budget``, ``error``), or the
 collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an end-of-turn token or the trajectory
@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos.chat import ChatFormat, Conversation, assert_extends
 from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
-from agentrl.algos.trajectory import Trajectory, Turn
+from agentrl.algos.rollout.chat import ChatFormat, Conversation, assert_extends
+from agentrl.algos.rollout.envs import make_text_env
+from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -139,16 +140,7 @@ class Collector:
     def _make_env(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
         if not isinstance(env, str):
             return env()
-        import gymnasium as gym
-
-        kwargs = dict(env_kwargs)
-        if self.chat.supports_tools and "tools_in_prompt" not in kwargs:
-            # The template renders the tool schemas itself: the env must not list them again.
-            try:
-                return gym.make(env, tools_in_prompt=False, **kwargs)
-            except TypeError:
-                logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env)
-        return gym.make(env, **kwargs)
+        return make_text_env(env, env_kwargs, template_tools=self.chat.supports_tools)
 
     def _get_envs(self, env, env_kwargs: dict[str, Any], n: int) -> list[Any]:
         key = (env, repr(sorted(env_kwargs.items()))) if isinstance(env, str) else (id(env), None)
@@ -207,7 +199,7 @@ class Collector:
             self.policy.release(keys.values())
             if bar is not None:
                 bar.close()
-        version = int(getattr(self.policy, "version", 0))
+        version = int(self.policy.version)
         return [self._trajectory(ep, version) for ep in episodes]
 
     def _finish(self, ep: _Episode, termination: str, reward: float | None = None, bar=None) -> None:
@@ -340,8 +332,9 @@ def collect(env: str | Callable[[], Any], policy: Policy, tasks: list[dict[str, 
     """Roll out ``group_size`` trajectories for each task with ``policy``.
 
     Args:
-        env: an env id (made with ``gymnasium.make(env, **env_kwargs)``) or a zero-argument factory returning a
-            text env (see :mod:`agentrl.envs.core`).
+        env: an env id (made with :func:`~agentrl.algos.rollout.envs.make_text_env`: ``gymnasium.make(env,
+            **env_kwargs)`` plus the ``tools_in_prompt`` rule) or a zero-argument factory returning a text env (see
+            :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.envs.rollout_env`'s Ray pool.
         policy: the backend (:class:`~agentrl.algos.policy.HFPolicy`, :class:`~agentrl.algos.policy.OpenAIPolicy`
             or yours).
         tasks: task dicts, each passed to ``env.reset(options={"task": task})``.

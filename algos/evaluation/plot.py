@@ -4,9 +4,9 @@
   ``train``, ``time``, ``env``, …) into ``<run_dir>/plots/``. Each metric gets a panel with the raw curve (thin,
   faint) and a smoothed one (thick); metrics that differ only by a ``_low``/``_high``/``_mean``/``_max``/``_min``
   suffix share a panel (``train/clip_frac_low`` and ``train/clip_frac_high`` → ``train/clip_frac``). Evaluation
-  summaries found in the run directory (``*.summary.json``, written by :func:`~agentrl.algos.evaluate.evaluate`)
-  are drawn as ``plots/eval_comparison.png``.
-* :func:`plot_eval` draws a grouped bar chart comparing :class:`~agentrl.algos.evaluate.EvalReport` rows
+  summaries found in the run directory (``*.summary.json``, written by
+  :func:`~agentrl.algos.evaluation.evaluate.evaluate`) are drawn as ``plots/eval_comparison.png``.
+* :func:`plot_eval` draws a grouped bar chart comparing :class:`~agentrl.algos.evaluation.report.EvalReport` rows
   (e.g. base → SFT → RL).
 
 matplotlib runs with the non-interactive Agg backend; nothing opens a window.
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.evaluate import EvalReport
-from agentrl.algos.metrics import METRICS_FILE, read_metrics
+from agentrl.algos.evaluation.report import EvalReport, load_report
+from agentrl.algos.evaluation.run_log import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def find_eval_reports(run_dir: str | Path) -> list[tuple[str, EvalReport]]:
     rows = []
     for p in sorted(paths, key=lambda p: (p.stat().st_mtime, p.name)):
         try:
-            rows.append((p.name[: -len(".summary.json")], EvalReport.from_dict(json.loads(p.read_text()))))
+            rows.append((p.name[: -len(".summary.json")], load_report(p)))
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             logger.warning("skipping %s: not an evaluation summary (%s)", p, e)
     return rows

@@ -1,0 +1,1 @@
+"""How good it is: evaluation runs and reports, training metrics, plots."""

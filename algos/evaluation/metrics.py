@@ -1,0 +1,148 @@
+"""Rollout-side metrics of a batch of trajectories, and the run-log names trainers import with them.
+
+Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
+
+* :func:`aggregate_rollout_metrics` turns a batch of :class:`~agentrl.algos.rollout.trajectory.Trajectory` into
+  the ``reward/*``, ``rollout/*`` and ``env/*`` numbers logged at each training step.
+* :func:`tool_call_counts`, :func:`valid_tool_call_rate`, :func:`mean_env_metrics` and :func:`mean` (0 for an
+  empty list) are the pieces that evaluation reports share.
+* The run log itself (:class:`MetricsLogger`, :func:`read_metrics`, :func:`process_memory`) lives in
+  :mod:`agentrl.algos.evaluation.run_log` and is importable from here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from agentrl.algos.evaluation.run_log import (
+    METRICS_FILE,
+    MetricsLogger,
+    process_memory,
+    read_metrics,
+    to_float,
+)
+from agentrl.algos.rollout.trajectory import Trajectory, group_indices, is_degenerate
+
+#: Trajectory metrics that are reported under ``reward/*`` rather than repeated under ``env/*``.
+_OUTCOME_KEYS = ("correct", "format_ok")
+
+
+def mean(xs: Sequence[float]) -> float:
+    """The arithmetic mean (``statistics.fmean``: exactly rounded), 0.0 for an empty list."""
+    return statistics.fmean(xs) if xs else 0.0
+
+
+def _std(xs: Sequence[float]) -> float:
+    """Population standard deviation (exactly 0 for equal values, unlike the naive float formula)."""
+    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
+
+
+def tool_call_counts(t: Trajectory) -> tuple[int, int]:
+    """``(valid, attempts)`` tool calls of one trajectory.
+
+    An *attempt* is an assistant turn that is not a final answer: a turn parsed as a tool call, or an
+    invalid reply (malformed call, or neither a call nor an answer). A *valid* call is a turn parsed as a
+    tool call that named a known tool with acceptable arguments: the tool-call turns minus the env's
+    ``invalid_calls`` that were not invalid replies (the base env counts unknown-tool / bad-argument calls
+    and invalid replies together in ``invalid_calls``). A turn without a ``parsed`` kind (the token budget
+    ran out mid-reply) counts as an attempt that was not valid.
+    """
+    kinds = [(turn.parsed or {}).get("kind") for turn in t.turns]
+    n_call = sum(k == "tool_call" for k in kinds)
+    n_invalid = sum(k == "invalid" for k in kinds)
+    n_unparsed = sum(k is None for k in kinds)
+    bad_calls = int(t.metrics.get("invalid_calls", 0)) - n_invalid
+    valid = max(0, n_call - max(0, bad_calls))
+    return valid, n_call + n_invalid + n_unparsed
+
+
+def valid_tool_call_rate(trajectories: Iterable[Trajectory]) -> float:
+    """Valid tool calls / tool-call attempts summed over ``trajectories`` (:func:`tool_call_counts`); 0.0 when
+    nothing was attempted."""
+    valid = attempts = 0
+    for t in trajectories:
+        v, a = tool_call_counts(t)
+        valid += v
+        attempts += a
+    return valid / attempts if attempts else 0.0
+
+
+def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """The rollout-side metrics of one batch (see ``docs/metrics.md`` for each name).
+
+    Returns ``{}`` for an empty batch. Keys:
+
+    * ``reward/mean``, ``reward/std``, ``reward/correct``, ``reward/format`` — means over trajectories of the
+      reward, ``metrics["correct"]`` and ``metrics["format_ok"]``;
+    * ``rollout/turns`` (assistant turns), ``rollout/tool_calls`` (executed calls, env's ``tool_calls``),
+      ``rollout/valid_tool_call_rate`` (valid calls / attempts summed over the batch, see
+      :func:`tool_call_counts`; 0 when nothing was attempted), ``rollout/degenerate_group_rate`` (groups whose
+      rewards are all equal, so their group-relative advantage is 0), ``rollout/truncated_rate``
+      (termination ``truncated``: the token budget ran out), ``rollout/budget_rate`` (termination ``budget``:
+      the turn or tool-call budget ran out), ``rollout/invalid_rate`` (termination ``invalid``),
+      ``rollout/response_length`` and ``rollout/response_length_max`` (action tokens per trajectory),
+      ``rollout/sequence_length`` (all tokens), ``rollout/num_trajectories``, ``rollout/num_groups``;
+    * ``env/<name>`` — every other numeric entry of the trajectories' ``metrics``, averaged over the
+      trajectories that report it.
+    """
+    trajs = list(trajectories)
+    if not trajs:
+        return {}
+    n = len(trajs)
+    rewards = [float(t.reward) for t in trajs]
+    out: dict[str, float] = {
+        "reward/mean": mean(rewards),
+        "reward/std": _std(rewards),
+        "reward/correct": mean([float(t.metrics.get("correct", 0)) for t in trajs]),
+        "reward/format": mean([float(t.metrics.get("format_ok", 0)) for t in trajs]),
+    }
+
+    groups = group_indices(t.group_id for t in trajs)
+    degenerate = sum(is_degenerate([rewards[i] for i in members]) for members in groups)
+
+    lengths = [t.num_action_tokens for t in trajs]
+    out.update({
+        "rollout/turns": mean([len(t.turns) if t.turns else float(t.metrics.get("turns", 0)) for t in trajs]),
+        "rollout/tool_calls": mean([float(t.metrics.get("tool_calls", _count_kind(t, "tool_call")))
+                                     for t in trajs]),
+        "rollout/valid_tool_call_rate": valid_tool_call_rate(trajs),
+        "rollout/degenerate_group_rate": degenerate / len(groups),
+        "rollout/truncated_rate": sum(t.termination == "truncated" for t in trajs) / n,
+        "rollout/budget_rate": sum(t.termination == "budget" for t in trajs) / n,
+        "rollout/invalid_rate": sum(t.termination == "invalid" for t in trajs) / n,
+        "rollout/response_length": mean(lengths),
+        "rollout/response_length_max": float(max(lengths)),
+        "rollout/sequence_length": mean([len(t.token_ids) for t in trajs]),
+        "rollout/num_trajectories": float(n),
+        "rollout/num_groups": float(len(groups)),
+    })
+    out.update({f"env/{k}": v for k, v in mean_env_metrics(trajs).items()})
+    return out
+
+
+def mean_env_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """Every numeric entry of the trajectories' ``metrics`` except ``correct``/``format_ok``, averaged over
+    the trajectories that report it (env-specific keys may be absent from some)."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for t in trajectories:
+        for k, v in t.metrics.items():
+            if k in _OUTCOME_KEYS:
+                continue
+            x = to_float(v)
+            if x is None or not math.isfinite(x):
+                continue
+            sums[k] += x
+            counts[k] += 1
+    return {k: sums[k] / counts[k] for k in sorted(sums)}
+
+
+def _count_kind(t: Trajectory, kind: str) -> int:
+    return sum((turn.parsed or {}).get("kind") == kind for turn in t.turns)
+
+
+__all__ = ["METRICS_FILE", "MetricsLogger", "aggregate_rollout_metrics", "mean", "mean_env_metrics", "process_memory",
+           "read_metrics", "to_float", "tool_call_counts", "valid_tool_call_rate"]

@@ -1,0 +1,1 @@
+"""Where episodes come from: the collector, the chat-template continuation, the trajectory record, env making."""

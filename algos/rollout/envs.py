@@ -1,0 +1,105 @@
+"""Where a rollout's envs come from: resolve an env id, make a text env, choose the executor that hosts them.
+
+* :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env.
+* :func:`make_text_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
+  the tool schemas itself, the env must not list them again in its prompt (see :mod:`agentrl.algos.rollout.chat`).
+  The collector applies it to env ids; Ray env actors apply it to the envs they host.
+* :func:`rollout_env` — what to pass as :func:`~agentrl.algos.rollout.collector.collect`'s ``env`` for an
+  executor: the id itself (``"local"``: the collector makes the envs in-process) or a pool of remote envs
+  (``"ray"``). Executors are named in :data:`EXECUTORS` by entry point, so this module never imports Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: executor name -> ``"module:Class"`` of the env-pool factory it uses (``None``: envs made in-process by id).
+#: A pool class takes ``(env_id, env_kwargs, *, num_workers, template_tools, actor_options)`` and is itself a
+#: zero-argument env factory with a ``close()``.
+EXECUTORS: dict[str, str | None] = {
+    "local": None,
+    "ray": "agentrl.algos.integrations.ray:RayEnvPool",
+}
+
+
+def env_spec(env: str):
+    """The ``gymnasium`` registration (``EnvSpec``) of ``env`` (``"module:Id"`` is read as ``"Id"``).
+
+    Raises:
+        gymnasium.error.Error: no env is registered under that id.
+    """
+    import gymnasium as gym
+
+    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+
+    return gym.spec(env.split(":", 1)[1] if ":" in env else env)
+
+
+def env_class(env: str | Callable[[], Any]) -> type | None:
+    """The class behind a registered env id (without making an env); ``None`` for a factory, an unknown id or
+    an entry point that is a function rather than a class."""
+    if not isinstance(env, str):
+        return None
+    try:
+        spec = env_spec(env)
+    except Exception:  # noqa: BLE001 - unknown id; gymnasium.make will give the user its own error
+        return None
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        from gymnasium.envs.registration import load_env_creator
+
+        entry = load_env_creator(entry)
+    return entry if isinstance(entry, type) else None
+
+
+def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False):
+    """``gymnasium.make(env_id, **env_kwargs)``, with ``tools_in_prompt=False`` when the chat template renders the
+    tool schemas itself (``template_tools``) and the caller did not choose. An env that takes no
+    ``tools_in_prompt`` keyword (its ``gymnasium.make`` raises ``TypeError``) is made without it: its own prompt
+    describes the tools."""
+    import gymnasium as gym
+
+    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+
+    kwargs = dict(env_kwargs or {})
+    if template_tools and "tools_in_prompt" not in kwargs:
+        try:
+            return gym.make(env_id, tools_in_prompt=False, **kwargs)
+        except TypeError:
+            logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env_id)
+    return gym.make(env_id, **kwargs)
+
+
+def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, tokenizer=None,
+                num_workers: int | None = None, actor_options: dict[str, Any] | None = None
+                ) -> str | Callable[[], Any]:
+    """What to pass as ``collect``'s ``env`` for an executor (one of :data:`EXECUTORS`).
+
+    * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with :func:`make_text_env`
+      (pass ``env_kwargs`` to ``collect``).
+    * ``"ray"``: a :class:`~agentrl.algos.integrations.ray.RayEnvPool` of ``num_workers`` env actors (a
+      zero-argument factory of remote envs made with ``env_kwargs``); ``tokenizer`` decides ``tools_in_prompt``
+      the way the collector does for env ids. Call its ``close()`` when training ends.
+
+    Raises:
+        ValueError: an unknown executor.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {executor!r}")
+    entry = EXECUTORS[executor]
+    if entry is None:
+        return env_id
+    module, _, name = entry.partition(":")
+    pool_class = getattr(importlib.import_module(module), name)
+    template_tools = False
+    if tokenizer is not None:
+        from agentrl.algos.rollout.chat import template_supports_tools
+
+        template_tools = template_supports_tools(tokenizer)
+    return pool_class(env_id, env_kwargs, num_workers=num_workers, template_tools=template_tools,
+                      actor_options=actor_options)
