@@ -15,7 +15,7 @@ from agentrl.algos.evaluation.metrics import (
     read_metrics,
     tool_call_counts,
 )
-from agentrl.algos.rollout.trajectory import Trajectory, Turn, group_indices, is_degenerate
+from agentrl.algos.rollout.trajectory import Trajectory, Turn, all_equal, group_indices
 
 
 def turn(kind: str | None) -> Turn:
@@ -198,6 +198,6 @@ def test_group_indices_in_first_seen_order():
     assert group_indices([]) == []
 
 
-def test_is_degenerate_and_mean():
-    assert is_degenerate([1.0]) and is_degenerate([0.5, 0.5]) and not is_degenerate([0.0, 1.0])
+def test_all_equal_and_mean():
+    assert all_equal([1.0]) and all_equal([0.5, 0.5]) and not all_equal([0.0, 1.0])
     assert mean([]) == 0.0 and mean([0.1] * 10) == pytest.approx(0.1)

@@ -24,7 +24,7 @@ from agentrl.algos.evaluation.run_log import (
     read_metrics,
     to_float,
 )
-from agentrl.algos.rollout.trajectory import Trajectory, group_indices, is_degenerate
+from agentrl.algos.rollout.trajectory import Trajectory, all_equal, group_indices
 
 #: Trajectory metrics that are reported under ``reward/*`` rather than repeated under ``env/*``.
 _OUTCOME_KEYS = ("correct", "format_ok")
@@ -101,7 +101,7 @@ def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, f
     }
 
     groups = group_indices(t.group_id for t in trajs)
-    degenerate = sum(is_degenerate([rewards[i] for i in members]) for members in groups)
+    degenerate = sum(all_equal([rewards[i] for i in members]) for members in groups)
 
     lengths = [t.num_action_tokens for t in trajs]
     out.update({

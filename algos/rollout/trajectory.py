@@ -10,14 +10,14 @@ One trajectory is one episode as a single token sequence::
 tool output, template markup and the prompt are 0. ``logprobs`` are the sampler's log-probabilities of the
 sampled tokens (0 where the mask is 0): the trainer's ``pi_old``.
 
-Trajectories of one task share a ``group_id`` (a GRPO group); :func:`group_indices` and :func:`is_degenerate` are
-the grouping every consumer uses. :func:`save_trajectories` / :func:`load_trajectories` write and read JSONL.
+Trajectories of one task share a ``group_id`` (a GRPO group); :func:`group_indices` (positions per group) and
+:func:`all_equal` (a degenerate group) are the grouping every consumer uses. :func:`save_trajectories` / :func:`load_trajectories` write and read JSONL.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,18 +82,19 @@ class Trajectory:
         return cls(**d)
 
 
-def group_indices(group_ids: Iterable[int]) -> list[list[int]]:
+def group_indices(group_ids: Iterable[Hashable]) -> list[list[int]]:
     """Positions grouped by group id: one list per distinct id, groups in order of first appearance, positions
     ascending within a group. Pass ``(t.group_id for t in trajectories)`` or a list of ids; inputs may come in
     any order (``[0, 1, 0]`` gives ``[[0, 2], [1]]``)."""
-    groups: dict[int, list[int]] = {}
+    groups: dict[Hashable, list[int]] = {}
     for i, g in enumerate(group_ids):
-        groups.setdefault(int(g), []).append(i)
+        groups.setdefault(g, []).append(i)
     return list(groups.values())
 
 
-def is_degenerate(rewards: Sequence[float]) -> bool:
-    """Whether a group's rewards are all equal (a lone sample included): its group-relative advantage is 0."""
+def all_equal(rewards: Sequence[float]) -> bool:
+    """Whether a group's rewards are all equal (a lone sample included): a degenerate group, whose
+    group-relative advantage is 0 and which yields no preference pair."""
     return max(rewards) == min(rewards)
 
 
