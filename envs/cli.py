@@ -2,6 +2,7 @@
 
     agentrl-env list
     agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--kwargs '{"families": ["multiply"]}']
+    agentrl-env serve-retriever [--corpus docs.jsonl] [--host 127.0.0.1] [--port 8000] [--cache-dir DIR]
 
 Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`.
 """
@@ -69,7 +70,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
     import logging
 
-    from agentrl.envs.search.backends import LocalBackend
+    from agentrl.envs.search.bm25 import LocalBackend
     from agentrl.envs.search.server import RetrieverServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -21,7 +21,6 @@ about 80 %, ``"test"`` the rest); ``split="all"`` uses every task.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets, Rewards
-from agentrl.envs.datasets import DatasetError, load_rows
-from agentrl.envs.python_math import CodeToolEnv, _where
+from agentrl.envs.datasets import DatasetError, check_split, hash_split, located_rows
 from agentrl.envs.sandbox import Sandbox
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -51,13 +50,12 @@ def load_coding_tasks(source: str | Path | Iterable[dict[str, Any]] | None = Non
         DatasetError: naming the file and line (or list index) of the first malformed row.
     """
     src = bundled_tasks_path() if source is None else source
-    rows = load_rows(src, ("prompt", "tests"), name="coding dataset")
     out = []
-    for i, row in enumerate(rows):
+    for i, (where, row) in enumerate(located_rows(src, ("prompt", "tests"), name="coding dataset")):
         try:
             out.append(_check_task(row, i))
         except ValueError as e:
-            raise DatasetError(f"{_where(src, i)}: {e}") from None
+            raise DatasetError(f"{where}: {e}") from None
     return out
 
 
@@ -93,9 +91,9 @@ def outputs_match(got: str, expected: str) -> bool:
     return norm(got) == norm(expected)
 
 
-def _split_of(task_id: str) -> str:
-    h = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16)
-    return "test" if h % 5 == 0 else "train"
+def split_of(task_id: str) -> str:
+    """The fixed split of a bundled task id (``test`` for about 20 %)."""
+    return hash_split(task_id, "test", algorithm="sha256")
 
 
 class CodingEnv(CodeToolEnv):
@@ -130,13 +128,10 @@ class CodingEnv(CodeToolEnv):
         """
         if reward_mode not in ("fraction", "all"):
             raise ValueError(f"reward_mode must be 'fraction' or 'all', got {reward_mode!r}")
-        if split not in ("train", "test", "all"):
-            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+        self.split = check_split(split, ("train", "test", "all"))
         tasks = load_coding_tasks(dataset)
-        if dataset is None and split != "all":
-            tasks = [t for t in tasks if _split_of(t["id"]) == split]
-        self.tasks = tasks
-        self.split = split
+        self._own_dataset = dataset is not None
+        self.tasks = tasks if self._own_dataset or split == "all" else [t for t in tasks if split_of(t["id"]) == split]
         self.reward_mode = reward_mode
         self.test_timeout_s = float(test_timeout_s)
         super().__init__(
@@ -147,7 +142,13 @@ class CodingEnv(CodeToolEnv):
         )
 
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
-        return dict(self.tasks[int(rng.integers(len(self.tasks)))])
+        return _draw(self.tasks, rng)
+
+    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``n`` tasks drawn from the bundled ``test`` split (or from your whole dataset), task ``k`` with
+        ``np.random.default_rng([seed, k])``."""
+        tasks = self.tasks if self._own_dataset else [t for t in load_coding_tasks() if split_of(t["id"]) == "test"]
+        return [_draw(tasks, np.random.default_rng([seed, k])) for k in range(n)]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return (
@@ -205,3 +206,7 @@ class CodingEnv(CodeToolEnv):
         call = self.parser.render_call("code_interpreter", {"code": trial})
         return [f"Let me try my program on the first example.\n{call}",
                 f"The output matches the example.\n<answer>\n```python\n{solution.rstrip()}\n```\n</answer>"]
+
+
+def _draw(tasks: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
+    return dict(tasks[int(rng.integers(len(tasks)))])

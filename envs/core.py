@@ -5,8 +5,8 @@ returns what the environment says back. Every environment in :mod:`agentrl.envs`
 :class:`TextEnv`, which owns the bookkeeping (message list, budgets, metrics, the never-raise guarantee) so a
 concrete environment only says what a task is, which tools exist and how an answer is scored.
 
-Contract (DESIGN.md §2)
------------------------
+The contract (also in ``docs/protocol.md``)
+-------------------------------------------
 ``reset(seed=None, options=None) -> (obs, info)``
     ``options={"task": {...}}`` pins a task (a trainer or evaluator passes dataset rows); otherwise the env
     draws one from its own dataset with ``self.np_random`` (never the global ``random``). ``obs`` is the
@@ -38,14 +38,14 @@ import logging
 import string
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from agentrl.envs.parsing import ActionParser, ParsedAction
-from agentrl.envs.tools import ToolSet
+from agentrl.envs.tools import INVALID_CALL_KINDS, ToolSet
 
 logger = logging.getLogger(__name__)
 
@@ -131,18 +131,29 @@ class EpisodeMetrics:
 class TextEnv(gym.Env[str, str]):
     """Base class of every agentrl environment: one task per episode, text in, text out.
 
-    Subclasses implement the task-specific hooks:
+    A subclass passes its :class:`~agentrl.envs.tools.ToolSet` and
+    :class:`~agentrl.envs.parsing.ActionParser` to ``__init__`` and overrides these hooks:
 
-    * :meth:`sample_task` — draw a task dict (must hold ``"id"``) with the given generator;
+    * :meth:`sample_task` (required) — draw a task dict (must hold ``"id"``) with the given generator;
+    * :meth:`score` (required) — ``(reward, correct)`` of a final answer;
+    * :meth:`task_instructions` — what the agent must do (used by the default :meth:`system_prompt`);
     * :meth:`system_prompt` and :meth:`user_prompt` — the opening messages for a task;
-    * :meth:`score` — the outcome reward of a final answer;
-    * :meth:`demo_actions` (optional) — the assistant replies of a correct solution, for SFT and tests;
+    * :meth:`demo_actions` — the assistant replies of a correct solution, for SFT and tests;
+    * :meth:`on_reset` — per-episode state, after a task is chosen (e.g. metric keys set to 0);
+    * :meth:`extra_info` — env-specific keys merged into every step's ``info``;
+    * :meth:`heldout_tasks` — ``n`` held-out tasks for evaluation (the default says there is no such split);
+    * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
-    and pass their :class:`~agentrl.envs.tools.ToolSet` and :class:`~agentrl.envs.parsing.ActionParser`
-    to ``__init__``. Everything else — budgets, metrics, messages, the never-raise guarantee — lives here.
+    A tool that needs env state or counts its own metrics is a bound method or closure passed to
+    :func:`~agentrl.envs.tools.tool` that returns a :class:`~agentrl.envs.tools.ToolResult` with ``metrics``;
+    :meth:`run_tool` adds them to ``info["metrics"]``. Everything else — budgets, metrics, messages, the
+    never-raise guarantee — lives here.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
+    supports_text_only: ClassVar[bool] = False
+    """Whether the constructor accepts ``tools_enabled=False``: the text-only baseline, with no tool offered."""
 
     def __init__(
         self,
@@ -200,7 +211,7 @@ class TextEnv(gym.Env[str, str]):
         return str(task["query"])
 
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
-        """``(reward, correct)`` for a final answer; the default compares with ``task["answer"]``."""
+        """``(reward, correct)`` for a final answer of ``task``. Every env implements it (there is no default)."""
         raise NotImplementedError
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
@@ -210,14 +221,31 @@ class TextEnv(gym.Env[str, str]):
     def on_reset(self, task: dict[str, Any]) -> None:
         """Called after a task is chosen, before the prompts are built (per-episode state goes here)."""
 
-    def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
-        """Execute a parsed tool call; returns ``(observation, ok)``. Subclasses may add metrics."""
+    def extra_info(self) -> dict[str, Any]:
+        """Env-specific keys merged into the ``info`` of every step (default: none)."""
+        return {}
+
+    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``n`` held-out tasks (never sampled in training) for evaluation, as a pure function of ``seed``.
+
+        Raises:
+            ValueError: the env has no held-out split (the default).
+        """
+        raise ValueError(f"{type(self).__name__} has no held-out split; evaluate it with "
+                         "`agentrl eval --tasks-file file.jsonl`")
+
+    def run_tool(self, parsed: ParsedAction) -> str:
+        """Run a parsed tool call through :meth:`ToolSet.call`; count its errors and metrics; return the
+        observation."""
         result = self.tools.call(parsed.name or "", parsed.arguments or {})
         if result.error_kind is not None:
             self.metrics.tool_errors += 1
-            if result.error_kind in ("unknown_tool", "invalid_arguments"):
+            if result.error_kind in INVALID_CALL_KINDS:
                 self.metrics.invalid_calls += 1
-        return result.content, result.ok
+        extra = self.metrics.extra
+        for key, value in result.metrics.items():
+            extra[key] = extra.get(key, 0) + value
+        return result.content
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -282,7 +310,7 @@ class TextEnv(gym.Env[str, str]):
             )
         self.metrics.tool_calls += 1
         t0 = time.perf_counter()
-        obs, _ok = self.run_tool(parsed)
+        obs = self.run_tool(parsed)
         self.metrics.tool_latency_s += time.perf_counter() - t0
         obs = clip_head(obs, self.budgets.max_obs_chars)
         self.messages.append({"role": "tool", "name": parsed.name, "content": obs})
@@ -306,7 +334,7 @@ class TextEnv(gym.Env[str, str]):
         return obs, float(reward), not truncated, truncated, info
 
     def _info(self, parsed: ParsedAction, obs_role: str) -> dict[str, Any]:
-        return {
+        info = {
             "parsed": parsed.as_dict(),
             "obs_role": obs_role,
             "metrics": self.metrics.as_dict(),
@@ -314,6 +342,8 @@ class TextEnv(gym.Env[str, str]):
             "tools": self.tools.schemas(),
             "task_id": str(self.task.get("id", "")) if self.task else "",
         }
+        info.update(self.extra_info())
+        return info
 
     def render(self) -> str | None:
         text = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in self.messages)

@@ -1,4 +1,4 @@
-"""Reading an assistant reply: tool-call formats, final-answer extractors, answer normalisation.
+"""Reading an assistant reply: tool-call formats and final-answer extractors.
 
 An :class:`ActionParser` turns a reply into exactly one :class:`ParsedAction` — a tool call, a final answer
 or invalid — with one tool-call format and one answer format:
@@ -10,17 +10,22 @@ or invalid — with one tool-call format and one answer format:
   characters), ``"answer_tag"`` (``<answer>...</answer>``).
 
 Text inside ``<think>...</think>`` is ignored by every format. Parsing is strict: exactly one call, nothing
-but whitespace after it, arguments a JSON object.
+but whitespace after it, arguments a JSON object. Comparing an answer with the reference is
+:mod:`agentrl.envs.answers` (re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-import string
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from agentrl.envs.answers import answers_match, exact_match, normalize_answer, parse_number
+
+__all__ = ["ANSWER_FORMATS", "ActionParser", "CallFormat", "FencedCodeCalls", "HermesCalls", "ParsedAction",
+           "TagCalls", "answers_match", "exact_match", "extract_answer_colon", "extract_answer_tag",
+           "extract_boxed", "normalize_answer", "parse_number", "strip_think"]
 
 # ---------------------------------------------------------------------------------------------- result
 
@@ -251,7 +256,12 @@ class ActionParser:
         return ParsedAction("invalid", error="no tool call and no final answer found")
 
     def format_instructions(self) -> str:
-        return f"{self.calls.instructions()}\n{self._answer_instructions}"
+        """How to call a tool and how to answer, for the system prompt."""
+        return f"{self.calls.instructions()}\n{self.answer_instructions()}"
+
+    def answer_instructions(self) -> str:
+        """How to give the final answer in this parser's answer format (one sentence)."""
+        return self._answer_instructions
 
     def describe_tools(self, schemas: list[dict[str, Any]]) -> str:
         lines = "\n".join(json.dumps(s["function"], ensure_ascii=False) for s in schemas)
@@ -266,51 +276,3 @@ class ActionParser:
         if self.answer_format == "answer_tag":
             return f"<answer>{answer}</answer>"
         return f"Answer: {answer}"
-
-
-# ---------------------------------------------------------------------------------------------- normalisation
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(s: str) -> str:
-    """Search-R1 / SQuAD normalisation: lower-case, drop punctuation and English articles, collapse spaces."""
-    s = s.lower().translate(_PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
-
-
-def exact_match(prediction: str, golds: str | list[str]) -> bool:
-    """Normalised exact match against one or several reference answers."""
-    golds = [golds] if isinstance(golds, str) else golds
-    p = normalize_answer(prediction)
-    return any(p == normalize_answer(g) for g in golds)
-
-
-_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
-
-
-def parse_number(s: str) -> float | None:
-    """A number written plainly (``1,776``, ``$12.50``, ``42.``, ``-3e2``), else ``None``."""
-    t = s.strip().replace(",", "").replace("$", "").rstrip(".").strip()
-    if t.endswith("%"):
-        t = t[:-1]
-    if not _NUMBER.match(t):
-        return None
-    v = float(t)
-    return v if math.isfinite(v) else None
-
-
-def answers_match(prediction: str, gold: Any, rel_tol: float = 1e-4) -> bool:
-    """Numeric equality when both sides are numbers, else normalised exact match (any of several golds)."""
-    golds = gold if isinstance(gold, list) else [gold]
-    p_num = parse_number(prediction)
-    for g in golds:
-        g_num = g if isinstance(g, (int, float)) and not isinstance(g, bool) else parse_number(str(g))
-        if p_num is not None and g_num is not None:
-            if math.isclose(p_num, g_num, rel_tol=rel_tol, abs_tol=1e-9):
-                return True
-        elif normalize_answer(prediction) == normalize_answer(str(g)):
-            return True
-    return False

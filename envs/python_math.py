@@ -32,105 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.datasets import DatasetError, load_rows, split_index
-from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls, ParsedAction
-from agentrl.envs.sandbox import ExecResult, Sandbox, default_sandbox
-from agentrl.envs.tools import ToolSet, tool
+from agentrl.envs.code_tool import CodeToolEnv, code_interpreter, exec_observation, recovered_from_error
+from agentrl.envs.core import Budgets, Rewards
+from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
+from agentrl.envs.sandbox import Sandbox
 from agentrl.envs.verify import MathVerifier, default_verifier
 
-
-@tool
-def code_interpreter(code: str) -> str:
-    """Run Python code and return what it prints. Each run starts fresh: no variables, files or imports persist.
-
-    Args:
-        code: a complete Python program; print() the values you want to see.
-    """
-    return exec_observation(default_sandbox().run(code), default_sandbox().config.timeout_s)
-
-
-def exec_observation(result: ExecResult, timeout_s: float) -> str:
-    """The observation text of one execution: stdout on success, stderr on error, a fixed timeout message."""
-    if result.status == "ok":
-        return result.stdout if result.stdout.strip() else "[no output: print() the values you want to see]"
-    if result.status == "timeout":
-        return f"Error: the code did not finish within {timeout_s:g} seconds and was stopped."
-    if result.status == "sandbox_error":
-        return "Error: the code could not be run to completion (the interpreter was stopped)."
-    if result.stderr.strip():
-        return result.stderr
-    return f"Error: the program exited with status {result.returncode}."
-
-
-def recovered_from_error(history: Sequence[str]) -> bool:
-    """Whether an execution failed (error or timeout) and a later one succeeded."""
-    first_fail = next((i for i, s in enumerate(history) if s != "ok"), None)
-    return first_fail is not None and "ok" in history[first_fail + 1:]
-
-
-# ---------------------------------------------------------------------------------------------- the code-tool base
-
-
-class CodeToolEnv(TextEnv):
-    """A :class:`TextEnv` whose one tool, ``code_interpreter(code)``, runs in a :class:`Sandbox`.
-
-    Adds the execution metrics (``code_calls``, ``exec_ok``, ``exec_error``, ``exec_timeout``,
-    ``exec_latency_s``) to ``info["metrics"]`` and keeps the per-episode status history in
-    ``self.exec_history`` for subclasses.
-    """
-
-    def __init__(self, *, sandbox: Sandbox | None, code_timeout_s: float, call_format: str, answer: str,
-                 budgets: Budgets, rewards: Rewards, tools_in_prompt: bool, render_mode: str | None):
-        if call_format == "hermes":
-            calls = HermesCalls()
-        elif call_format == "fenced":
-            calls = FencedCodeCalls(tool="code_interpreter", argument="code")
-        else:
-            raise ValueError(f"call_format must be 'hermes' or 'fenced', got {call_format!r}")
-        if code_timeout_s <= 0:
-            raise ValueError("code_timeout_s must be positive")
-        self._sandbox = sandbox
-        self.code_timeout_s = float(code_timeout_s)
-        self.exec_history: list[str] = []
-        super().__init__(tools=ToolSet([code_interpreter]), parser=ActionParser(calls=calls, answer=answer),
-                         budgets=budgets, rewards=rewards, tools_in_prompt=tools_in_prompt,
-                         render_mode=render_mode)
-
-    @property
-    def sandbox(self) -> Sandbox:
-        """The sandbox the code runs in (the shared :func:`default_sandbox` unless one was given)."""
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
-        return self._sandbox
-
-    def on_reset(self, task: dict[str, Any]) -> None:
-        self.exec_history = []
-        self.metrics.extra.update(code_calls=0, exec_ok=0, exec_error=0, exec_timeout=0, exec_latency_s=0.0)
-
-    def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
-        name = parsed.name or ""
-        if name not in self.tools:
-            return super().run_tool(parsed)  # the standard unknown-tool error and counters
-        args, err = self.tools[name].validate(parsed.arguments or {})
-        if err is not None:
-            self.metrics.tool_errors += 1
-            self.metrics.invalid_calls += 1
-            return err, False
-        result = self.sandbox.run(args["code"], timeout=self.code_timeout_s)
-        extra = self.metrics.extra
-        extra["code_calls"] += 1
-        extra["exec_latency_s"] += result.latency_s
-        if result.status == "ok":
-            extra["exec_ok"] += 1
-        elif result.status == "timeout":
-            extra["exec_timeout"] += 1
-        else:
-            extra["exec_error"] += 1
-        if result.status != "ok":
-            self.metrics.tool_errors += 1
-        self.exec_history.append(result.status)
-        return exec_observation(result, self.code_timeout_s), result.ok
+__all__ = ["FAMILIES", "CodeToolEnv", "PythonMathEnv", "code_interpreter", "exec_observation", "load_math_rows",
+           "make_task", "make_tasks", "recovered_from_error", "strip_dapo_template"]
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -144,20 +53,6 @@ def strip_dapo_template(content: str) -> str:
     text = _DAPO_PREFIX.sub("", content, count=1)
     text = _DAPO_SUFFIX.sub("", text, count=1)
     return text.strip()
-
-
-def _where(source: Any, index: int) -> str:
-    """'file:line' of the ``index``-th row of a JSONL file (blank lines skipped, as the loader does)."""
-    if isinstance(source, (str, Path)):
-        n = -1
-        with open(source, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    n += 1
-                    if n == index:
-                        return f"{source}:{lineno}"
-        return f"{source}:?"
-    return f"dataset[{index}]"
 
 
 def load_math_rows(source: str | Path | Iterable[dict[str, Any]], fmt: str = "auto") -> list[dict[str, Any]]:
@@ -174,14 +69,13 @@ def load_math_rows(source: str | Path | Iterable[dict[str, Any]], fmt: str = "au
     """
     if fmt not in ("auto", "qa", "dapo"):
         raise ValueError(f"fmt must be 'auto', 'qa' or 'dapo', got {fmt!r}")
-    rows = load_rows(source, name="math dataset")
     out = []
-    for i, row in enumerate(rows):
+    for i, (where, row) in enumerate(located_rows(source, name="math dataset")):
         kind = fmt if fmt != "auto" else ("dapo" if "prompt" in row and "reward_model" in row else "qa")
         try:
             out.append(_dapo_row(row, i) if kind == "dapo" else _qa_row(row, i))
         except ValueError as e:
-            raise DatasetError(f"{_where(source, i)}: {e}") from None
+            raise DatasetError(f"{where}: {e}") from None
     return out
 
 
@@ -252,7 +146,7 @@ def _fam_digit_sum(r):
     return q, str(sum(map(int, str(b**e)))), f"print(sum(int(d) for d in str({b}**{e})))"
 
 
-def _fam_binomial_condition(r):
+def _fam_no_consecutive_subsets(r):
     n, k = int(r.integers(10, 20)), int(r.integers(3, 6))
     q = (f"How many {k}-element subsets of $\\{{1, 2, \\ldots, {n}\\}}$ contain no two consecutive "
          f"integers?")
@@ -322,7 +216,7 @@ FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, str, str]]] = {
     "modpow": _fam_modpow,
     "sum_powers": _fam_sum_powers,
     "digit_sum": _fam_digit_sum,
-    "no_consecutive_subsets": _fam_binomial_condition,
+    "no_consecutive_subsets": _fam_no_consecutive_subsets,
     "digit_count": _fam_digit_count,
     "primes": _fam_primes,
     "fibonacci_mod": _fam_fibonacci_mod,
@@ -331,26 +225,23 @@ FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, str, str]]] = {
 }
 
 
+GENERATOR = TaskGenerator(FAMILIES, salt=0x9A7, noun="problem")
+
+
 def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, Any]:
     """Built-in problem number ``index`` (a pure function of ``index`` and ``families``).
 
     Returns ``{"id", "family", "question", "answer", "solution_code", "data_source"}``; ``answer`` is exact
     (an integer as a string) and ``solution_code`` prints it.
     """
-    names = list(families) if families else list(FAMILIES)
-    unknown = set(names) - set(FAMILIES)
-    if unknown:
-        raise ValueError(f"unknown problem families {sorted(unknown)}; known: {list(FAMILIES)}")
-    r = np.random.default_rng([index, 0x9A7])
-    family = names[int(r.integers(len(names)))]
-    question, answer, code = FAMILIES[family](r)
+    family, (question, answer, code) = GENERATOR.draw(index, families)
     return {"id": f"{family}-{index}", "family": family, "question": question, "answer": answer,
             "solution_code": code, "data_source": "agentrl_generator"}
 
 
 def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0) -> list[dict]:
     """``n`` built-in problems of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    return [make_task(split_index(i, split), families) for i in range(start, start + n)]
+    return GENERATOR.many(make_task, n, split, families, start)
 
 
 # ---------------------------------------------------------------------------------------------- env
@@ -392,13 +283,9 @@ class PythonMathEnv(CodeToolEnv):
             sandbox: where code runs; default the process-wide shared :func:`default_sandbox` (bubblewrap).
             verifier: answer checker; default the shared :func:`default_verifier`.
         """
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        self.split = check_split(split, ("train", "test"))
         self.rows = load_math_rows(dataset, dataset_format) if dataset is not None else None
-        self.families = list(families) if families else None
-        if self.families:
-            make_task(0, self.families)
-        self.split = split
+        self.families = GENERATOR.check(families) if families else None
         self._verifier = verifier
         super().__init__(
             sandbox=sandbox, code_timeout_s=code_timeout_s, call_format=call_format, answer="boxed",
@@ -416,8 +303,12 @@ class PythonMathEnv(CodeToolEnv):
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         if self.rows is not None:
             return dict(self.rows[int(rng.integers(len(self.rows)))])
-        k = int(rng.integers(0, 2**31 - 1))
-        return make_task(split_index(k, self.split), self.families)
+        return GENERATOR.sample(make_task, rng, self.split, self.families)
+
+    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """The first ``n`` generated problems of the ``test`` split (of ``families`` when given); ``seed`` is
+        unused: the split is fixed."""
+        return make_tasks(n, split="test", families=self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return (

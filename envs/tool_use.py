@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.datasets import load_rows, split_index
+from agentrl.envs.datasets import TaskGenerator, check_split, load_rows
 from agentrl.envs.parsing import ActionParser, answers_match
 from agentrl.envs.tools import Tool, ToolSet, format_value, tool
 
@@ -195,19 +195,16 @@ FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, list]]] = {
 }
 
 
+GENERATOR = TaskGenerator(FAMILIES, salt=0x7001)
+
+
 def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, Any]:
     """Built-in task number ``index`` (a pure function of ``index`` and ``families``).
 
     The task holds ``id``, ``family``, ``query``, ``answer`` (a string) and ``calls`` — the tool calls
     ``[[name, arguments], ...]`` of a correct solution.
     """
-    names = list(families) if families else list(FAMILIES)
-    unknown = set(names) - set(FAMILIES)
-    if unknown:
-        raise ValueError(f"unknown task families {sorted(unknown)}; known: {list(FAMILIES)}")
-    r = np.random.default_rng([index, 0x7001])
-    family = names[int(r.integers(len(names)))]
-    query, calls = FAMILIES[family](r)
+    family, (query, calls) = GENERATOR.draw(index, families)
     return {
         "id": f"{family}-{index}",
         "family": family,
@@ -219,7 +216,7 @@ def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, An
 
 def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0) -> list[dict]:
     """``n`` built-in tasks of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    return [make_task(split_index(i, split), families) for i in range(start, start + n)]
+    return GENERATOR.many(make_task, n, split, families, start)
 
 
 # ---------------------------------------------------------------------------------------------- env
@@ -256,13 +253,9 @@ class ToolUseEnv(TextEnv):
         if tools is not None and dataset is None:
             raise ValueError("with your own tools, pass dataset= too (a JSONL path or a list of "
                              "{'query': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        self.split = check_split(split, ("train", "test"))
         self.rows = load_rows(dataset, ("query", "answer")) if dataset is not None else None
-        self.families = list(families) if families else None
-        if self.families:
-            make_task(0, self.families)  # validates the names now, not at the first reset
-        self.split = split
+        self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
         super().__init__(
             tools=ToolSet(tools if tools is not None else MOCK_TOOLS),
             parser=parser or ActionParser(),
@@ -276,8 +269,12 @@ class ToolUseEnv(TextEnv):
         if self.rows is not None:
             i = int(rng.integers(len(self.rows)))
             return {"id": str(i), **self.rows[i]}
-        k = int(rng.integers(0, 2**31 - 1))
-        return make_task(split_index(k, self.split), self.families)
+        return GENERATOR.sample(make_task, rng, self.split, self.families)
+
+    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """The first ``n`` generated tasks of the ``test`` split (of ``families`` when given); ``seed`` is
+        unused: the split is fixed. Built-in tasks even when the env was made with your own dataset."""
+        return make_tasks(n, split="test", families=self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return ("You are an assistant that answers questions by calling tools. Call one tool per reply and "

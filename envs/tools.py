@@ -16,6 +16,10 @@
 
 A call never raises: unknown tools, bad arguments and exceptions inside the tool come back as a
 :class:`ToolResult` whose ``content`` starts with ``Error:`` and whose ``error_kind`` says which.
+
+A tool may carry state and report its own metrics: build it from a bound method or a closure (``tool(obj.run,
+name="run")``) and return a :class:`ToolResult` with ``metrics`` (and an ``error_kind`` when the call failed);
+:class:`~agentrl.envs.core.TextEnv` adds the metrics into the episode's ``info["metrics"]``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
@@ -34,11 +38,19 @@ _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", 
 
 @dataclass
 class ToolResult:
-    """What a tool call produced: observation text, and an error kind when it failed."""
+    """What a tool call produced: observation text, an error kind when it failed, and the call's metrics.
+
+    A tool function may return a ``ToolResult`` itself (instead of a value to format) to set ``error_kind``
+    for a failure it reports as text, or to count ``metrics``.
+    """
 
     content: str
     error_kind: str | None = None
-    """``None`` on success; else ``"unknown_tool" | "invalid_arguments" | "exception"`` (envs may add kinds)."""
+    """``None`` on success; else ``"unknown_tool" | "invalid_arguments" | "exception"``, or a kind of the
+    tool's own (``"timeout"``, ...). Every error kind counts as a tool error; the first two also as an
+    invalid call."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Counters of this call that the env adds into the episode's metrics (``{"search_calls": 1, ...}``)."""
 
     @property
     def ok(self) -> bool:
@@ -117,10 +129,26 @@ def tool(fn: Callable | None = None, *, name: str | None = None, description: st
     return build(fn) if fn is not None else build
 
 
-class ToolSet:
-    """An ordered collection of tools with one entry point, :meth:`call`, that never raises."""
+class ToolUnavailable(RuntimeError):
+    """Raised by a tool whose infrastructure is broken (a sandbox that cannot start): not the agent's fault, so
+    :meth:`ToolSet.call` lets it through and the env ends the episode with ``termination="error"``."""
 
-    def __init__(self, tools: Iterable[Tool | Callable] = ()):
+
+#: Error kinds that mean the agent called wrongly (counted as invalid calls as well as tool errors).
+INVALID_CALL_KINDS = ("unknown_tool", "invalid_arguments")
+
+
+class ToolSet:
+    """An ordered collection of tools with one entry point, :meth:`call`, that never raises.
+
+    Args:
+        tools: :class:`Tool` objects, or typed documented functions (wrapped with :func:`tool`).
+        when_empty: the ``Error: ...`` observation of any call when the set holds no tool (an env's text-only
+            mode); default: the unknown-tool error.
+    """
+
+    def __init__(self, tools: Iterable[Tool | Callable] = (), *, when_empty: str | None = None):
+        self.when_empty = when_empty
         self._tools: dict[str, Tool] = {}
         for t in tools:
             t = t if isinstance(t, Tool) else tool(t)
@@ -147,8 +175,11 @@ class ToolSet:
         return self._schemas
 
     def call(self, name: str, arguments: Any) -> ToolResult:
-        """Validate and run one call. Errors come back as ``Error: ...`` text, never as exceptions."""
+        """Validate and run one call. Errors come back as ``Error: ...`` text, never as exceptions (except
+        :class:`ToolUnavailable`, a broken installation)."""
         t = self._tools.get(name)
+        if t is None and not self._tools and self.when_empty is not None:
+            return ToolResult(self.when_empty, "unknown_tool")
         if t is None:
             known = ", ".join(self._tools) or "none"
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}", "unknown_tool")
@@ -157,9 +188,11 @@ class ToolSet:
             return ToolResult(err, "invalid_arguments")
         try:
             value = t.fn(**args)
+        except ToolUnavailable:
+            raise
         except Exception as e:  # a tool's failure is an observation, not a crash
             return ToolResult(f"Error: {name}() raised {type(e).__name__}: {e}", "exception")
-        return ToolResult(format_value(value))
+        return value if isinstance(value, ToolResult) else ToolResult(format_value(value))
 
 
 def format_value(value: Any) -> str:

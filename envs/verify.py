@@ -27,6 +27,8 @@ import time
 import weakref
 from collections import OrderedDict
 
+from agentrl.envs._shared import ProcessDefault, SharedHandle
+
 logger = logging.getLogger(__name__)
 
 _WORKER_SOURCE = r"""
@@ -128,7 +130,7 @@ def _kill_all(procs: list[_Proc]) -> None:
         p.kill()
 
 
-class MathVerifier:
+class MathVerifier(SharedHandle):
     """A pool of math-verify worker processes with a hard per-comparison timeout; thread-safe.
 
     Args:
@@ -161,6 +163,7 @@ class MathVerifier:
         self._lock = threading.Lock()
         self.timeouts = 0
         """Comparisons that hit ``timeout_s`` (their workers were killed)."""
+        self._closed = False
         self._finalizer = weakref.finalize(self, _kill_all, self._procs)
 
     def equal(self, prediction: str, gold: str) -> bool:
@@ -203,7 +206,12 @@ class MathVerifier:
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""
+        self._closed = True
         self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> MathVerifier:
         return self
@@ -211,25 +219,13 @@ class MathVerifier:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __copy__(self) -> MathVerifier:
-        return self
 
-    def __deepcopy__(self, memo: dict) -> MathVerifier:
-        # A handle on shared worker processes: copies (gymnasium.make deep-copies its kwargs) share them.
-        return self
-
-
-_DEFAULT: MathVerifier | None = None
-_DEFAULT_LOCK = threading.Lock()
+_DEFAULT: ProcessDefault[MathVerifier] = ProcessDefault(MathVerifier)
 
 
 def default_verifier() -> MathVerifier:
-    """The process-wide shared :class:`MathVerifier`, created on first use."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = MathVerifier()
-        return _DEFAULT
+    """The process-wide shared :class:`MathVerifier`, created on first use (again after a close)."""
+    return _DEFAULT.get()
 
 
 def math_equal(prediction: str, gold: str) -> bool:

@@ -1,4 +1,7 @@
-"""Fixtures shared by several test modules (plain helpers are in helpers.py)."""
+"""Fixtures and markers shared by several test modules (plain helpers are in helpers.py).
+
+``@pytest.mark.needs_bwrap`` skips a test (with the reason) where bubblewrap is not installed.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +9,44 @@ import pytest
 from helpers import TEMPLATES, make_template_tokenizer
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_bwrap: the test runs code in the bubblewrap sandbox (skipped "
+                                       "where bwrap is missing)")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_bwrap") is not None:
+        from agentrl.envs.sandbox import bwrap_available
+
+        if not bwrap_available():
+            pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
+
+
 @pytest.fixture(scope="session")
-def smol_tokenizer():
+def tokenizer():
+    """The default tokenizer (SmolLM2's), loaded once per session."""
     from agentrl.algos.models import load_tokenizer
 
     return load_tokenizer()
 
 
 @pytest.fixture(scope="session")
-def template_tokenizers(smol_tokenizer):
-    return {kind: make_template_tokenizer(smol_tokenizer, kind) for kind in TEMPLATES}
+def smol_tokenizer(tokenizer):
+    """Another name of :func:`tokenizer`."""
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def template_tokenizers(tokenizer):
+    return {kind: make_template_tokenizer(tokenizer, kind) for kind in TEMPLATES}
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from agentrl.algos.models import load_tokenizer
+def sb():
+    """A small two-worker sandbox with a 5 s default timeout."""
+    from agentrl.envs.sandbox import Sandbox, bwrap_available
 
-    return load_tokenizer()
+    if not bwrap_available():
+        pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
+    with Sandbox(max_concurrency=2, timeout_s=5) as s:
+        yield s

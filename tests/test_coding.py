@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
-import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import agentrl.envs
-from agentrl.envs import sandbox as sandbox_mod
 from agentrl.envs.coding import CodingEnv, extract_program, load_coding_tasks, outputs_match
 from agentrl.envs.datasets import DatasetError
-from agentrl.envs.sandbox import Sandbox
 
 gym.register_envs(agentrl.envs)
-
-needs_bwrap = pytest.mark.skipif(not sandbox_mod.bwrap_available(), reason="needs bubblewrap")
 
 ECHO_SUM = [{"id": "sum", "prompt": "Print the sum of the two integers on the input line.",
              "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"},
@@ -35,12 +27,6 @@ def answer(program: str) -> str:
     return f"Here is my program.\n<answer>\n```python\n{program}\n```\n</answer>"
 
 
-@pytest.fixture(scope="module")
-def sb():
-    with Sandbox(max_concurrency=2, timeout_s=5) as s:
-        yield s
-
-
 def test_bundled_tasks_are_well_formed():
     tasks = load_coding_tasks()
     assert len(tasks) >= 30
@@ -52,7 +38,7 @@ def test_bundled_tasks_are_well_formed():
     assert len(train) + len(test) == len(tasks)
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_every_bundled_demo_reaches_max_reward(sb):
     env = CodingEnv(sandbox=sb)
     for task in env.tasks:
@@ -61,7 +47,7 @@ def test_every_bundled_demo_reaches_max_reward(sb):
         assert demo["messages"][-2]["content"] == task["tests"][0]["output"]  # the trial run's output
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_reward_is_fraction_of_hidden_tests(sb):
     env = CodingEnv(dataset=ECHO_SUM, sandbox=sb)
     env.reset(seed=0)
@@ -79,7 +65,7 @@ def test_reward_is_fraction_of_hidden_tests(sb):
     assert r == 0.0 and not info["correct"]
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_exiting_early_or_printing_junk_does_not_pass(sb):
     env = CodingEnv(dataset=ECHO_SUM, sandbox=sb)
     env.reset(seed=0)
@@ -90,7 +76,7 @@ def test_exiting_early_or_printing_junk_does_not_pass(sb):
     assert r == 0.0
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_all_mode_and_timeouts(sb):
     env = CodingEnv(dataset=ECHO_SUM, sandbox=sb, reward_mode="all", test_timeout_s=1)
     env.reset(seed=0)
@@ -104,7 +90,7 @@ def test_all_mode_and_timeouts(sb):
     assert r == 1.0 and info["correct"]
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_tool_runs_code_and_counts(sb):
     env = CodingEnv(dataset=ECHO_SUM, sandbox=sb)
     env.reset(seed=0)
@@ -142,40 +128,15 @@ def test_loader_names_file_and_line(tmp_path):
     assert obs == "p" and info["task_id"] == "0"
 
 
-def test_check_env_without_warnings(sb):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        env = gym.make("AgentRL/Coding-v0", sandbox=sb)
-        check_env(env.unwrapped)
-        env.reset(seed=0)
-        env.step("no answer here")
-        env.close()
+def _old_heldout(env_kwargs, n, seed):
+    """What algos' TaskSource drew for held-out tasks: the env made with split="test", task k from
+    default_rng([seed + 10_007, k])."""
+    env = gym.make("AgentRL/Coding-v0", **{**env_kwargs, "split": "test"}).unwrapped
+    return [env.sample_task(np.random.default_rng([seed + 10_007, k])) for k in range(n)]
 
 
-_fuzz_env: CodingEnv | None = None
-_pieces = st.sampled_from([
-    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "<think>", "</think>", "```python\n", "```", "\n", " ",
-    "print(3)", "input()", "import sys", '"code_interpreter"', '"name"', '"arguments"', "{", "}",
-    call("print(1)"), answer("print(3)"), answer("print(sum(map(int, input().split())))"),
-])
-_text = st.one_of(st.text(max_size=200), st.lists(st.one_of(_pieces, st.text(max_size=6)), max_size=20).map("".join))
-
-
-@needs_bwrap
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(actions=st.lists(_text, min_size=1, max_size=3), seed=st.integers(0, 2**16))
-def test_fuzz_step_never_raises(sb, actions, seed):
-    global _fuzz_env
-    if _fuzz_env is None:  # one cheap task (1 hidden test) keeps a thousand examples fast
-        _fuzz_env = CodingEnv(dataset=[{"prompt": "echo", "tests": [{"input": "1 2\n", "output": "3\n"}]}],
-                              sandbox=sb, test_timeout_s=2, code_timeout_s=2)
-    env = _fuzz_env
-    env.reset(seed=seed)
-    for a in actions:
-        obs, r, term, trunc, info = env.step(a)
-        assert isinstance(obs, str) and isinstance(r, float) and math.isfinite(r) and 0.0 <= r <= 1.0
-        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
-        if term or trunc:
-            assert info["termination"] in ("answered", "invalid", "budget")
-            break
+@pytest.mark.parametrize("kwargs", [{}, {"split": "all"}, {"split": "train"}, {"dataset": ECHO_SUM}])
+def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    env = gym.make("AgentRL/Coding-v0", **kwargs).unwrapped
+    for seed in (0, 3):
+        assert env.heldout_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)

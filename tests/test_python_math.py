@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import threading
-import warnings
 
 import gymnasium as gym
 import pytest
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import agentrl.envs
-from agentrl.envs import sandbox as sandbox_mod
 from agentrl.envs.datasets import DatasetError
 from agentrl.envs.python_math import (
     FAMILIES,
@@ -25,22 +19,12 @@ from agentrl.envs.python_math import (
     recovered_from_error,
     strip_dapo_template,
 )
-from agentrl.envs.sandbox import Sandbox
 from agentrl.envs.verify import MathVerifier, wrap_latex
 
 gym.register_envs(agentrl.envs)
 
-needs_bwrap = pytest.mark.skipif(not sandbox_mod.bwrap_available(), reason="needs bubblewrap")
-
-
 def call(code: str) -> str:
     return f'<tool_call>\n{json.dumps({"name": "code_interpreter", "arguments": {"code": code}})}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def sb():
-    with Sandbox(max_concurrency=2, timeout_s=5) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +93,7 @@ def test_generator_is_pure_and_splits_disjoint():
         make_task(0, ["nope"])
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_every_family_demo_reaches_max_reward(env, family):
     for index in range(2):
@@ -154,16 +138,6 @@ def test_loaders_name_file_and_line_of_bad_rows(tmp_path):
 # ---------------------------------------------------------------------------------------------- protocol
 
 
-def test_check_env_without_warnings(sb, verifier):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        env = gym.make("AgentRL/PythonMath-v0", sandbox=sb, verifier=verifier)
-        check_env(env.unwrapped)
-        env.reset(seed=0)
-        env.step("The answer is \\boxed{3}")
-        env.close()
-
-
 def test_reset_info_and_tool_schema(env):
     obs, info = env.reset(seed=3)
     assert obs == info["messages"][1]["content"] and info["messages"][0]["role"] == "system"
@@ -172,7 +146,7 @@ def test_reset_info_and_tool_schema(env):
     assert info["task_id"].rsplit("-", 1)[0] in FAMILIES
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_observation_rules(env):
     env.reset(options={"task": make_task(0)})
     obs, r, term, trunc, info = env.step(call("print(6 * 7)"))
@@ -189,7 +163,7 @@ def test_observation_rules(env):
     assert m["exec_latency_s"] > 0 and m["tool_errors"] == 3
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_rewards_and_self_correction(env):
     task = {"id": "t", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
     env.reset(options={"task": task})
@@ -217,7 +191,7 @@ def test_rewards_and_self_correction(env):
     assert (r, info["termination"]) == (-1.0, "invalid")
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_budgets(sb, verifier):
     env = PythonMathEnv(sandbox=sb, verifier=verifier, max_code_calls=2, max_turns=8)
     env.reset(seed=0)
@@ -233,7 +207,7 @@ def test_budgets(sb, verifier):
     assert (r, trunc, info["termination"]) == (-1.0, True, "budget")
 
 
-@needs_bwrap
+@pytest.mark.needs_bwrap
 def test_bad_tool_arguments_and_fenced_format(sb, verifier):
     env = PythonMathEnv(sandbox=sb, verifier=verifier)
     env.reset(seed=0)
@@ -253,33 +227,10 @@ def test_recovered_from_error():
     assert not recovered_from_error(["ok", "error"]) and not recovered_from_error(["ok"]) and not recovered_from_error([])
 
 
-# ---------------------------------------------------------------------------------------------- fuzz
-
-_fuzz_env: PythonMathEnv | None = None
-_pieces = st.sampled_from([
-    "<tool_call>", "</tool_call>", "<think>", "</think>", "\\boxed{", "}", "{", "\n", " ", '"name"',
-    '"arguments"', '"code_interpreter"', ":", ",", "42", "\\frac{1}{2}", "x^2",
-    call("print(1)"), call("1/0"), call(""), '{"name": "code_interpreter", "arguments": {"code": 5}}',
-    "```python\nprint(3)\n```",
-])
-_text = st.one_of(st.text(max_size=200), st.lists(st.one_of(_pieces, st.text(max_size=6)), max_size=20).map("".join))
 
 
-@needs_bwrap
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(actions=st.lists(_text, min_size=1, max_size=3), seed=st.integers(0, 2**16))
-def test_fuzz_step_never_raises(sb, verifier, actions, seed):
-    global _fuzz_env
-    if _fuzz_env is None:
-        _fuzz_env = PythonMathEnv(sandbox=sb, verifier=verifier, code_timeout_s=2)
-    env = _fuzz_env
-    env.reset(seed=seed)
-    for a in actions:
-        obs, r, term, trunc, info = env.step(a)
-        assert isinstance(obs, str) and isinstance(r, float) and math.isfinite(r)
-        assert r in (-1.0, 0.0, 1.0)
-        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
-        if term or trunc:
-            assert info["termination"] in ("answered", "invalid", "budget")
-            break
+@pytest.mark.parametrize("kwargs", [{}, {"families": ["modpow", "primes"]}, {"families": None}])
+def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
+    old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
+    assert gym.make("AgentRL/PythonMath-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import agentrl.envs
 from agentrl.envs.parsing import normalize_answer
@@ -65,7 +62,6 @@ def test_make_runs_offline_with_no_configuration():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         env = gym.make("AgentRL/Search-v0")
-        check_env(env.unwrapped)
         obs, info = env.reset(seed=0)
         assert obs.startswith("Question: ") and info["tools"][0]["function"]["name"] == "search"
         obs, r, term, trunc, info = env.step(call("Victoria Falls"))
@@ -222,32 +218,6 @@ def test_sampling_uses_the_env_generator():
     assert len({a.reset(seed=s)[1]["task_id"] for s in range(20)}) > 10
 
 
-_FUZZ_ENV = SearchEnv(split="dev", max_obs_chars=1_000)
-_pieces = st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", "Answer:", "\n", " ", "{", "}",
-                           '"name"', '"search"', '"arguments"', '"query"', ":", ",", "null", "1e999", "[", "]",
-                           '{"name": "search", "arguments": {"query": "Victoria Falls"}}', "Zambezi", "\\u0000"])
-_text = st.one_of(
-    st.text(max_size=300),
-    st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=30).map("".join),
-    st.text(max_size=80).map(call),
-)
-
-
-@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=st.lists(_text, min_size=1, max_size=5), seed=st.integers(0, 2**16))
-def test_fuzz_step_never_raises(actions, seed):
-    env = _FUZZ_ENV
-    env.reset(seed=seed)
-    for a in actions:
-        obs, r, term, trunc, info = env.step(a)
-        assert isinstance(obs, str) and len(obs) <= 1_000 and math.isfinite(r) and r in (-0.1, 0.0, 1.0)
-        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
-        m = info["metrics"]
-        assert m["search_errors"] == sum(m[f"search_error_{k}"] for k in ERROR_KINDS)
-        assert m["search_calls"] <= 4 and m["turns"] <= 6
-        if term or trunc:
-            assert info["termination"] in ("answered", "invalid", "budget")
-            break
 
 
 def test_make_with_a_backend_instance_shares_it():
@@ -259,3 +229,18 @@ def test_make_with_a_backend_instance_shares_it():
         env.reset(seed=0)
         obs, *_ = env.step(call("falls"))
     assert obs == "[1] Title: Victoria Falls\nOn the Zambezi." and backend.queries == ["falls"]
+
+
+def _old_heldout(env_kwargs, n, seed):
+    """What algos' TaskSource drew for held-out tasks: the env made with split="dev", task k from
+    default_rng([seed + 10_007, k])."""
+    env = gym.make("AgentRL/Search-v0", **{**env_kwargs, "split": "dev"}).unwrapped
+    return [env.sample_task(np.random.default_rng([seed + 10_007, k])) for k in range(n)]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"split": "train"}, {"tools_enabled": False},
+                                    {"dataset": [QUESTION, {**QUESTION, "id": "q2"}], "split": "train"}])
+def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    env = gym.make("AgentRL/Search-v0", **kwargs).unwrapped
+    for seed in (0, 3):
+        assert env.heldout_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)

@@ -10,15 +10,8 @@ import pytest
 from agentrl.envs.datasets import DatasetError
 from agentrl.envs.parsing import normalize_answer
 from agentrl.envs.search.backends import LocalBackend
-from agentrl.envs.search.questions import (
-    DATA_SOURCES,
-    build,
-    bundled_path,
-    load_bundled,
-    load_questions,
-    split_of,
-    title_answers,
-)
+from agentrl.envs.search.build_questions import build, title_answers
+from agentrl.envs.search.questions import DATA_SOURCES, bundled_path, load_bundled, load_questions, split_of
 
 
 @pytest.fixture(autouse=True)

@@ -1,19 +1,14 @@
 """AgentRL/ToolUse-v0 and the TextEnv protocol it inherits."""
 
 import json
-import math
 import subprocess
 import sys
-import warnings
 
 import gymnasium as gym
 import pytest
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import agentrl.envs
-from agentrl.envs import ENVS, AnyText
+from agentrl.envs import AnyText
 from agentrl.envs.datasets import DatasetError
 from agentrl.envs.tool_use import FAMILIES, INVENTORY, ToolUseEnv, make_task, make_tasks
 
@@ -33,26 +28,10 @@ def play(env, actions):
     return out
 
 
-def test_import_does_not_load_torch():
-    code = "import sys, agentrl.envs, gymnasium as g; g.make('AgentRL/ToolUse-v0'); print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
-
-
 def test_module_prefix_make_without_import():
     code = "import gymnasium as g; e = g.make('agentrl.envs:AgentRL/ToolUse-v0'); print(e.reset(seed=0)[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ToolUseEnv().reset(seed=0)[0]
-
-
-@pytest.mark.parametrize("env_id", list(ENVS))
-def test_check_env_without_warnings(env_id):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        env = gym.make(env_id)
-        check_env(env.unwrapped)
-        env.reset(seed=0)
-        env.step("Answer: 1")  # passive checker on a real observation with ':' and newlines
-        env.close()
 
 
 def test_text_space_contains_any_string_and_samples_varied_text():
@@ -261,23 +240,11 @@ def test_render_modes():
         ToolUseEnv(render_mode="rgb_array")
 
 
-_FUZZ_ENV = ToolUseEnv()
-_pieces = st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", "Answer:", "\\boxed{", "}", "{",
-                           '"name"', '"arguments"', '"multiply"', ":", ",", "[", "]", "\n", " ", "null", "1e999",
-                           '{"name": "power", "arguments": {"base": 9, "exponent": 12}}', '"stock"', '{"a": 1}'])
-_text = st.one_of(st.text(max_size=300), st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=30).map("".join))
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=st.lists(_text, min_size=1, max_size=4), seed=st.integers(0, 2**16))
-def test_fuzz_step_never_raises(actions, seed):
-    env = _FUZZ_ENV
-    env.reset(seed=seed)
-    for a in actions:
-        obs, r, term, trunc, info = env.step(a)
-        assert isinstance(obs, str) and isinstance(r, float) and math.isfinite(r)
-        assert r in (-0.1, 0.0, 1.0)
-        assert info["parsed"]["kind"] in ("tool_call", "answer", "invalid")
-        if term or trunc:
-            assert info["termination"] in ("answered", "invalid", "budget")
-            break
+@pytest.mark.parametrize("kwargs", [{}, {"families": ["multiply", "stock_value"]}, {"families": []},
+                                    {"split": "test"}, {"dataset": [{"query": "q", "answer": "1"}]}])
+def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
+    old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
+    assert gym.make("AgentRL/ToolUse-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old

@@ -17,7 +17,7 @@ or no answer before a budget runs out. Budgets: ``max_searches`` (4), ``max_turn
 Search faults never end the episode: ``Search failed: rate limited (429) ...`` comes back as the observation
 and is counted. Per-episode metrics (``info["metrics"]``): ``search_calls``, ``search_results``,
 ``search_errors`` and ``search_error_<kind>`` for every kind in
-:data:`~agentrl.envs.search.backends.ERROR_KINDS`.
+:data:`~agentrl.envs.search.types.ERROR_KINDS`.
 
 ``tools_enabled=False`` is the text-only baseline: no tool is offered (none in the prompt or in
 ``info["tools"]``), a call is answered with an ``Error: no tools are available`` observation (counted as an
@@ -39,13 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.parsing import ANSWER_FORMATS, ActionParser, ParsedAction, exact_match
-from agentrl.envs.search.backends import ERROR_KINDS, SearchBackend, SearchResult, make_backend
+from agentrl.envs.answers import exact_match
+from agentrl.envs.core import Budgets, TextEnv
+from agentrl.envs.datasets import check_split
+from agentrl.envs.parsing import ActionParser
 from agentrl.envs.search.questions import SPLITS, load_bundled, load_questions
-from agentrl.envs.tools import Tool, ToolSet
+from agentrl.envs.search.registry import make_backend
+from agentrl.envs.search.types import ERROR_KINDS, SearchBackend, SearchResult
+from agentrl.envs.tools import Tool, ToolResult, ToolSet
 
-#: The tool the agent sees. Its ``fn`` is replaced per env by one bound to that env's backend.
+#: The ``search`` tool's schema; each env binds it to its own backend (:meth:`SearchEnv.search`).
 SEARCH_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"query": {"type": "string", "description": "what to search for: a few keywords or a question"}},
@@ -81,6 +84,8 @@ def format_results(result: SearchResult, query: str, max_chars: int) -> str:
 class SearchEnv(TextEnv):
     """Answer a question with a search tool; see the module docstring."""
 
+    supports_text_only = True
+
     def __init__(
         self,
         backend: str | SearchBackend = "local",
@@ -113,30 +118,36 @@ class SearchEnv(TextEnv):
             tools_in_prompt: describe the tool in the system prompt (False when the chat template does it).
             render_mode: ``"ansi"`` or ``"human"``.
         """
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_split(split, SPLITS)
         kwargs = dict(backend_kwargs or {})
         if topk is not None:
             kwargs["topk"] = topk
         self.backend = make_backend(backend, **kwargs) if tools_enabled else None
+        self._own_dataset = dataset is not None
         self.rows = load_questions(dataset) if dataset is not None else load_bundled(split)
         self.split = split
         self.tools_enabled = tools_enabled
         self._last_search: dict[str, Any] | None = None
-        search_tool = Tool(name="search", description=SEARCH_DESCRIPTION, parameters=SEARCH_SCHEMA,
-                           fn=self.search_text)
-        super().__init__(
-            tools=ToolSet([search_tool] if tools_enabled else []),
-            parser=parser or ActionParser(),
-            budgets=Budgets(max_turns=max_turns, max_tool_calls=max_searches, max_obs_chars=max_obs_chars),
-            rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
-            tools_in_prompt=tools_in_prompt,
-            render_mode=render_mode,
-        )
+        parser = parser or ActionParser()
+        if tools_enabled:
+            tools = ToolSet([Tool(name="search", description=SEARCH_DESCRIPTION, parameters=SEARCH_SCHEMA,
+                                  fn=self.search)])
+        else:
+            tools = ToolSet(when_empty="Error: no tools are available in this mode; answer from your own "
+                                       f"knowledge. {parser.answer_instructions()}")
+        super().__init__(tools=tools, parser=parser, tools_in_prompt=tools_in_prompt, render_mode=render_mode,
+                         budgets=Budgets(max_turns=max_turns, max_tool_calls=max_searches,
+                                         max_obs_chars=max_obs_chars))
 
     # ------------------------------------------------------------------ task hooks
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
-        return self.rows[int(rng.integers(len(self.rows)))]
+        return _draw(self.rows, rng)
+
+    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``n`` questions drawn from the bundled ``dev`` split (or from your whole dataset), question ``k``
+        with ``np.random.default_rng([seed, k])``."""
+        rows = self.rows if self._own_dataset else load_bundled("dev")
+        return [_draw(rows, np.random.default_rng([seed, k])) for k in range(n)]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         if not self.tools_enabled:
@@ -147,7 +158,7 @@ class SearchEnv(TextEnv):
 
     def system_prompt(self, task: dict[str, Any]) -> str:
         if not self.tools_enabled:
-            return f"{self.task_instructions(task)}\n{ANSWER_FORMATS[self.parser.answer_format][1]}"
+            return f"{self.task_instructions(task)}\n{self.parser.answer_instructions()}"
         return super().system_prompt(task)
 
     def user_prompt(self, task: dict[str, Any]) -> str:
@@ -176,45 +187,35 @@ class SearchEnv(TextEnv):
         extra.update({f"search_error_{k}": 0 for k in ERROR_KINDS})
         self.metrics.extra.update(extra)
 
-    # ------------------------------------------------------------------ the tool
-    def search_text(self, query: str) -> str:
-        """Run one search and return its observation text (the ``search`` tool's function)."""
-        result = self.backend.search(query) if self.backend is not None else SearchResult.failure("bad_request")
-        return format_results(result, query, self.budgets.max_obs_chars)
-
-    def run_tool(self, parsed: ParsedAction) -> tuple[str, bool]:
-        self._last_search = None
-        if not self.tools_enabled:
-            self.metrics.tool_errors += 1
-            self.metrics.invalid_calls += 1
-            return ("Error: no tools are available in this mode; answer from your own knowledge with a line "
-                    "'Answer: <answer>'."), False
-        if parsed.name != "search":
-            return super().run_tool(parsed)
-        args, err = self.tools["search"].validate(parsed.arguments or {})
-        if err is not None:
-            return super().run_tool(parsed)  # counts the invalid call and returns the same error text
-        query = args["query"]
-        result = self.backend.search(query)
-        m = self.metrics.extra
-        m["search_calls"] += 1
-        m["search_results"] += len(result.items)
-        if result.error is not None:
-            m["search_errors"] += 1
-            key = f"search_error_{result.error}"
-            m[key] = m.get(key, 0) + 1
-            self.metrics.tool_errors += 1
-        self._last_search = {"query": query, "results": len(result.items), "error": result.error,
-                             "latency_s": result.latency_s, "urls": [it.url for it in result.items]}
-        return format_results(result, query, self.budgets.max_obs_chars), result.ok
-
-    def _info(self, parsed: ParsedAction, obs_role: str) -> dict[str, Any]:
-        info = super()._info(parsed, obs_role)
-        info["search"], self._last_search = self._last_search, None  # this step's search only
+    def extra_info(self) -> dict[str, Any]:
+        """``search``: this step's search (``{query, results, error, latency_s, urls}``, else ``None``);
+        ``data_source``: the task's source."""
+        info: dict[str, Any] = {"search": self._last_search}
+        self._last_search = None  # this step's search only
         if self.task is not None:
             info["data_source"] = self.task.get("data_source", "")
         return info
 
+    # ------------------------------------------------------------------ the tool
+    def search(self, query: str) -> ToolResult:
+        """Run one search with this env's backend: the observation text, and the call's metrics."""
+        result = self.backend.search(query) if self.backend is not None else SearchResult.failure("bad_request")
+        metrics = {"search_calls": 1, "search_results": len(result.items)}
+        if result.error is not None:
+            metrics.update({"search_errors": 1, f"search_error_{result.error}": 1})
+        self._last_search = {"query": query, "results": len(result.items), "error": result.error,
+                             "latency_s": result.latency_s, "urls": [it.url for it in result.items]}
+        return ToolResult(format_results(result, query, self.budgets.max_obs_chars),
+                          error_kind=None if result.ok else f"search_{result.error}", metrics=metrics)
+
+    def search_text(self, query: str) -> str:
+        """The observation text of one search (what the ``search`` tool returns)."""
+        return self.search(query).content
+
     def close(self) -> None:
         """Leave shared backends open (other envs use them); nothing else to release."""
         super().close()
+
+
+def _draw(rows: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
+    return rows[int(rng.integers(len(rows)))]

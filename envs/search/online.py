@@ -1,7 +1,7 @@
 """The network backends: a Search-R1 retrieval server, Wikipedia, Zhihu and DeepSeek web search.
 
 Each one builds its request and parses its response; retries, backoff, ``Retry-After``, concurrency, rate
-limits, statistics and key redaction are :class:`~agentrl.envs.search.backends.HttpBackend`'s. API shapes:
+limits, statistics and key redaction are :class:`~agentrl.envs.search.http.HttpBackend`'s. API shapes:
 ``docs/envs/search.md``. Keys are read from arguments or the environment (or a ``.env`` file for Zhihu) and
 never appear in results, logs or errors.
 """
@@ -20,25 +20,19 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.search.backends import (
-    HttpBackend,
-    HttpConfig,
-    SearchError,
-    SearchItem,
-    SearchResult,
-    split_contents,
-)
+from agentrl.envs.search.http import HttpBackend, HttpConfig, _retry_after
+from agentrl.envs.search.types import SearchError, SearchItem, SearchResult, split_contents
 
 logger = logging.getLogger(__name__)
 
 
-def _config(defaults: HttpConfig, config: HttpConfig | None, policy: dict[str, Any]) -> HttpConfig:
-    """``config`` (or the backend's ``defaults``) with the ``policy`` keyword overrides applied."""
+def _config(defaults: HttpConfig, config: HttpConfig | None, request_options: dict[str, Any]) -> HttpConfig:
+    """``config`` (or the backend's ``defaults``) with the ``request_options`` keyword overrides applied."""
     names = {f.name for f in fields(HttpConfig)}
-    unknown = sorted(set(policy) - names)
+    unknown = sorted(set(request_options) - names)
     if unknown:
         raise TypeError(f"unknown request-policy option(s) {unknown}; the options are {sorted(names)}")
-    return replace(config or defaults, **{k: v for k, v in policy.items() if v is not None})
+    return replace(config or defaults, **{k: v for k, v in request_options.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------- retriever
@@ -54,7 +48,7 @@ class RetrieverBackend(HttpBackend):
     name = "retriever"
 
     def __init__(self, url: str | None = None, *, topk: int = 3, batch_size: int = 64, batch_wait_s: float = 0.005,
-                 config: HttpConfig | None = None, **policy: Any):
+                 config: HttpConfig | None = None, **request_options: Any):
         """
         Args:
             url: the ``/retrieve`` endpoint (default ``$AGENTRL_RETRIEVER_URL`` or
@@ -63,10 +57,10 @@ class RetrieverBackend(HttpBackend):
             batch_size: queries per request in :meth:`search_batch`.
             batch_wait_s: how long the first of several concurrent :meth:`search` calls (envs stepped in
                 threads by a collector) waits for the others, so they go in one request; 0 turns this off.
-            config, policy: the request policy: an :class:`HttpConfig`, and/or any of its fields as keywords
+            config, request_options: the request options: an :class:`HttpConfig`, and/or any of its fields as keywords
                 (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 30 s, 3 retries.
         """
-        cfg = _config(HttpConfig(concurrency=8, timeout_s=30.0), config, policy)
+        cfg = _config(HttpConfig(concurrency=8, timeout_s=30.0), config, request_options)
         super().__init__(cfg, topk=topk)
         self.url = url or os.environ.get("AGENTRL_RETRIEVER_URL", "http://127.0.0.1:8000/retrieve")
         self.batch_size = max(1, batch_size)
@@ -154,15 +148,15 @@ class WikipediaBackend(HttpBackend):
     name = "wikipedia"
 
     def __init__(self, base_url: str = "https://en.wikipedia.org/w/api.php", *, topk: int = 3,
-                 config: HttpConfig | None = None, **policy: Any):
+                 config: HttpConfig | None = None, **request_options: Any):
         """
         Args:
             base_url: the ``api.php`` endpoint (another language edition, or a mirror).
             topk: pages per query (at most 20).
-            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+            config, request_options: the request options (an :class:`HttpConfig` and/or its fields as keywords).
                 Default: 3 in flight, 15 s, ~200 requests/min, a descriptive User-Agent.
         """
-        cfg = _config(HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0), config, policy)
+        cfg = _config(HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0), config, request_options)
         super().__init__(cfg, topk=min(topk, 20))
         self.base_url = base_url
 
@@ -175,8 +169,6 @@ class WikipediaBackend(HttpBackend):
         return self.request(lambda _: {"method": "GET", "url": self.base_url, "params": params}, self._parse)
 
     def _parse(self, resp) -> list[SearchItem]:
-        from agentrl.envs.search.backends import _retry_after
-
         data = self.json_of(resp)
         if not isinstance(data, dict):
             raise SearchError("bad_response", "expected a JSON object")
@@ -282,7 +274,7 @@ class ZhihuBackend(HttpBackend):
     def __init__(self, keys: str | Sequence[str] | None = None, *, topk: int = 3,
                  base_url: str = "https://developer.zhihu.com", endpoint: str = "global_search",
                  search_db: str = "all", env_file: str | Path = ".env", config: HttpConfig | None = None,
-                 **policy: Any):
+                 **request_options: Any):
         """
         Args:
             keys: API access secrets (see the class docstring for where else they are read from).
@@ -292,7 +284,7 @@ class ZhihuBackend(HttpBackend):
             search_db: ``global_search``'s ``SearchDB``: ``all``, ``realtime`` or ``static``.
             env_file: a ``.env`` file to read ``ZHIHU_SEARCH_KEYS`` from when neither argument nor environment
                 variable gives keys.
-            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+            config, request_options: the request options (an :class:`HttpConfig` and/or its fields as keywords).
                 Default: 1 in flight, 15 s.
         """
         if endpoint not in ("global_search", "zhihu_search"):
@@ -302,7 +294,7 @@ class ZhihuBackend(HttpBackend):
         if not found:
             raise ValueError("the zhihu backend needs API keys: set ZHIHU_SEARCH_KEYS (comma-separated) in the "
                              "environment or a .env file, or pass keys=[...]")
-        cfg = _config(HttpConfig(concurrency=1, timeout_s=15.0), config, policy)
+        cfg = _config(HttpConfig(concurrency=1, timeout_s=15.0), config, request_options)
         super().__init__(cfg, topk=min(topk, 10 if endpoint == "zhihu_search" else 20), secrets=found)
         self.keys = _KeyRing(found)
         self.url = f"{base_url.rstrip('/')}/api/v1/content/{endpoint}"
@@ -339,8 +331,6 @@ class ZhihuBackend(HttpBackend):
         return {"Authorization": f"Bearer {key}", "X-Request-Timestamp": str(int(time.time()))}
 
     def _parse(self, resp) -> list[SearchItem]:
-        from agentrl.envs.search.backends import _retry_after
-
         data = self.json_of(resp)
         if not isinstance(data, dict) or "Code" not in data:
             raise SearchError("bad_response", "expected {'Code', 'Message', 'Data'}")
@@ -414,7 +404,7 @@ class DeepSeekBackend(HttpBackend):
 
     def __init__(self, api_key: str | None = None, *, topk: int = 3,
                  base_url: str = "https://api.deepseek.com/anthropic", model: str = "deepseek-v4-flash",
-                 max_tokens: int = 2048, config: HttpConfig | None = None, **policy: Any):
+                 max_tokens: int = 2048, config: HttpConfig | None = None, **request_options: Any):
         """
         Args:
             api_key: the key (default ``$DEEPSEEK_API_KEY``).
@@ -422,13 +412,13 @@ class DeepSeekBackend(HttpBackend):
             base_url: the Anthropic-compatible API root (``/v1/messages`` is appended).
             model: the model that runs the search.
             max_tokens: the reply limit.
-            config, policy: the request policy (an :class:`HttpConfig` and/or its fields as keywords).
+            config, request_options: the request options (an :class:`HttpConfig` and/or its fields as keywords).
                 Default: 16 in flight, 60 s.
         """
         key = api_key or os.environ.get("DEEPSEEK_API_KEY")
         if not key:
             raise ValueError("the deepseek backend needs an API key: set DEEPSEEK_API_KEY or pass api_key=...")
-        cfg = _config(HttpConfig(concurrency=16, timeout_s=60.0), config, policy)
+        cfg = _config(HttpConfig(concurrency=16, timeout_s=60.0), config, request_options)
         super().__init__(cfg, topk=topk, secrets=[key])
         self._key = key
         self.url = f"{base_url.rstrip('/')}/v1/messages"

@@ -18,7 +18,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agentrl.envs.search.backends import LocalBackend
+from agentrl.envs.search.bm25 import LocalBackend
 
 logger = logging.getLogger(__name__)
 

@@ -1,45 +1,4 @@
-"""An isolated, fast Python sandbox for model-written code (bubblewrap + a warm, forking worker).
-
-    from agentrl.envs.sandbox import Sandbox
-
-    with Sandbox() as sb:
-        r = sb.run("import numpy as np; print(np.arange(4).sum())", timeout=5)
-        r.status, r.stdout          # ('ok', '6\\n')
-        sb.stats()                  # calls, ok, errors, timeouts, latency percentiles, ...
-
-Isolation (``isolation="bwrap"``, the default; see ``docs/sandbox-security.md``)
-    Each :class:`Sandbox` keeps up to ``max_concurrency`` warm workers. A worker is one bubblewrap sandbox:
-    new pid, network, ipc, uts (and cgroup) namespaces — so no network at all, not even loopback to the host;
-    a read-only view of ``/usr``, ``/etc`` and the interpreter's prefix (the trainer's own Python, so numpy and
-    sympy are there when installed); ``/root``, ``/home``, the project tree and the rest of the host file
-    system absent; private size-capped tmpfs at ``/tmp`` and ``/dev/shm``; minimal ``/dev`` and ``/proc``; no
-    ``/sys``; a new session; death with the parent; an empty environment (``PATH``, ``HOME=/tmp``, ``LANG``
-    and thread caps of 1 for OpenMP/OpenBLAS/MKL only). As root, mounts are made as root, then ``setpriv``
-    drops to an unprivileged uid with no capabilities and ``no_new_privs`` as the very last step (the user
-    namespace is *not* unshared: with it, switching to the unprivileged uid fails). As an ordinary user,
-    bubblewrap also unshares the user namespace and maps the user to the unprivileged uid inside it (this
-    needs unprivileged user namespaces, on by default in current distributions); nested user namespaces are
-    disabled.
-
-Speed
-    Interpreter start-up dominates a call, so the worker starts once, pre-imports ``preload`` modules (numpy,
-    sympy when installed), and forks a fresh child per execution. Every execution still starts from a clean
-    state — a new process with a fresh ``__main__``, its own rlimits, its own session — and afterwards every
-    process it left behind is killed and everything it wrote to ``/tmp`` and ``/dev/shm`` is deleted.
-
-Limits (per execution)
-    wall-clock ``timeout`` (the process group is killed, then the rest of the sandbox's processes), CPU
-    seconds, address space, file size, process count (``RLIMIT_NPROC`` counts per uid host-wide, so every
-    worker slot runs under its own uid), open files; output goes to temp files and only the last
-    ``max_output_bytes`` of each stream come back, so a program that prints forever cannot fill the trainer's
-    memory. Output is sanitised (:func:`sanitize_output`) so chat-template special tokens cannot be smuggled
-    into the conversation.
-
-``isolation="none"`` runs the same worker as a plain subprocess (empty environment, rlimits, process-group
-kill, private working directory) but with **no** file-system, network or user isolation; it must be asked for
-explicitly and logs a warning. Without bubblewrap the default refuses with :class:`SandboxUnavailable`, whose
-message says how to install it.
-"""
+"""Warm worker processes and the :class:`Sandbox` that hands executions to them; the shared default."""
 
 from __future__ import annotations
 
@@ -48,14 +7,11 @@ import logging
 import math
 import os
 import queue
-import re
 import select
 import shutil
-import site
 import struct
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -63,105 +19,30 @@ import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from agentrl.envs._shared import ProcessDefault, SharedHandle
+from agentrl.envs.sandbox.bwrap import (
+    _release_uid,
+    _sandbox_env,
+    _take_uid,
+    build_bwrap_command,
+    bwrap_available,
+)
+from agentrl.envs.sandbox.config import (
+    INSTALL_HINT,
+    ExecResult,
+    SandboxConfig,
+    SandboxError,
+    SandboxUnavailable,
+)
+from agentrl.envs.sandbox.sanitize import sanitize_output
 
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
-_WORKER_SOURCE_PATH = Path(__file__).with_name("_sandbox_worker.py")
-
-INSTALL_HINT = (
-    "bubblewrap (bwrap) is needed to run code in isolation. Install it with "
-    "`sudo apt-get install -y bubblewrap` (Debian/Ubuntu), `sudo dnf install bubblewrap` (Fedora/RHEL) or "
-    "`sudo pacman -S bubblewrap` (Arch). To run model-written code WITHOUT isolation (it can then read your "
-    "files and environment and reach the network), pass isolation='none' explicitly."
-)
-
-Status = Literal["ok", "error", "timeout", "sandbox_error"]
-
-
-class SandboxUnavailable(RuntimeError):
-    """The requested isolation cannot be provided on this machine (the message says what to do)."""
-
-
-class SandboxError(RuntimeError):
-    """A worker could not be started or broke the protocol (an infrastructure fault, not the code's)."""
-
-
-# ---------------------------------------------------------------------------------------------- config & results
-
-
-@dataclass
-class SandboxConfig:
-    """How a :class:`Sandbox` isolates and limits executions. Every field has a safe default."""
-
-    isolation: Literal["bwrap", "none"] = "bwrap"
-    """``"bwrap"``: bubblewrap namespaces + unprivileged uid. ``"none"``: a plain subprocess (opt-out, unsafe)."""
-    timeout_s: float = 10.0
-    """Default wall-clock limit of one execution (``run(..., timeout=)`` overrides it)."""
-    cpu_s: float | None = None
-    """CPU-seconds limit (``RLIMIT_CPU``); default: the wall-clock timeout rounded up, plus one."""
-    memory_mb: int = 2048
-    """Address-space limit (``RLIMIT_AS``) of an execution, in MiB (the preloaded modules count towards it)."""
-    file_size_mb: int = 16
-    """Largest file an execution may write (``RLIMIT_FSIZE``), stdout/stderr included, in MiB."""
-    max_processes: int = 64
-    """Processes + threads an execution may have at once (``RLIMIT_NPROC``, per worker slot uid)."""
-    max_open_files: int = 256
-    """Open file descriptors per process (``RLIMIT_NOFILE``)."""
-    tmp_size_mb: int = 64
-    """Size of the private tmpfs at ``/tmp`` (and of the one at ``/dev/shm``), in MiB."""
-    max_output_bytes: int = 65_536
-    """Bytes of stdout and of stderr that come back, taken from the end of each stream."""
-    max_concurrency: int = 4
-    """Warm workers, i.e. executions that may run at once; further calls wait for a free worker."""
-    preload: tuple[str, ...] = ("numpy", "numpy.random", "numpy.linalg", "sympy")
-    """Modules the warm worker imports once (those not installed are skipped), so snippets import them free."""
-    uid: int = 65534
-    """Unprivileged uid/gid of the first worker slot; further slots use ``uid - 1``, ``uid - 2``, ... ."""
-    python: str | None = None
-    """Interpreter to run inside; default: the trainer's own (``sys.executable``), mounted read-only."""
-    extra_ro_paths: tuple[str, ...] = ()
-    """More host paths to mount read-only at the same place (e.g. a data directory the code may read)."""
-    sanitize: bool = True
-    """Neutralise chat-template special tokens in the output (:func:`sanitize_output`)."""
-    start_timeout_s: float = 120.0
-    """How long a worker may take to start and preload its modules."""
-
-    def __post_init__(self):
-        if self.isolation not in ("bwrap", "none"):
-            raise ValueError(f"isolation must be 'bwrap' or 'none', got {self.isolation!r}")
-        if self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        if self.timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
-
-
-@dataclass
-class ExecResult:
-    """The outcome of one execution."""
-
-    stdout: str
-    stderr: str
-    status: Status
-    """``"ok"`` (exit status 0), ``"error"`` (exception, non-zero exit, killed by a limit), ``"timeout"``
-    (wall-clock or CPU limit), ``"sandbox_error"`` (the worker failed or was killed by the code)."""
-    returncode: int | None = None
-    """Exit status; negative for a signal (as in :mod:`subprocess`); ``None`` when unknown."""
-    latency_s: float = 0.0
-    """Wall-clock time of the whole ``run`` call as the caller saw it (waiting for a free worker included)."""
-    truncated: bool = False
-    """Whether stdout or stderr was longer than ``max_output_bytes`` (only the tail came back)."""
-    stdout_bytes: int = 0
-    """Total bytes the code wrote to stdout (before capping)."""
-    stderr_bytes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+#: The in-sandbox worker program (stdlib only), passed to the interpreter with ``-c``.
+_WORKER_SOURCE_PATH = Path(__file__).with_name("_worker.py")
 
 
 @dataclass
@@ -174,163 +55,6 @@ class _Stats:
     worker_starts: int = 0
     latency_total_s: float = 0.0
     recent: deque = field(default_factory=lambda: deque(maxlen=10_000))
-
-
-# ---------------------------------------------------------------------------------------------- sanitising
-
-#: Chat-template control strings (ChatML, Hermes/Qwen tool calls, Llama 3, Mistral) that model-written code
-#: must not be able to print into the conversation. ``<|...|>`` tokens are matched generically as well.
-SPECIAL_TOKENS: tuple[str, ...] = (
-    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-    "<answer>", "</answer>", "<code>", "</code>", "<interpreter>", "</interpreter>", "<s>", "</s>",
-    "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
-)
-_PIPE_TOKEN = re.compile(r"<\|[A-Za-z0-9_\-.: ]{1,64}\|>|<｜[^｜<>\n]{1,64}｜>")
-_GUILLEMET = "\u2039"  # ‹ replaces the opening bracket, so the text stays readable but is no longer a token
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def sanitize_output(text: str, extra_tokens: tuple[str, ...] = ()) -> str:
-    """Neutralise special tokens in program output: ``<|im_start|>`` becomes ``‹|im_start|>``, etc.
-
-    Each token's first character is *replaced* (never deleted), so no new token can form from the pieces
-    around a removed one. NUL and other C0 control characters (except tab, newline, carriage return) go too.
-    """
-    text = _CONTROL.sub("", text)
-    text = _PIPE_TOKEN.sub(lambda m: _GUILLEMET + m.group(0)[1:], text)
-    for tok in SPECIAL_TOKENS + tuple(extra_tokens):
-        if tok in text:
-            text = text.replace(tok, _GUILLEMET + tok[1:])
-    return text
-
-
-# ---------------------------------------------------------------------------------------------- uid slots
-
-_UID_LOCK = threading.Lock()
-_UIDS_IN_USE: set[int] = set()
-
-
-def _take_uid(base: int) -> int:
-    """A uid no other slot of this process uses (base, base-1, ...), so RLIMIT_NPROC budgets stay apart."""
-    with _UID_LOCK:
-        uid = base
-        while uid in _UIDS_IN_USE:
-            uid -= 1
-        if uid < 1000:
-            raise SandboxError("ran out of sandbox uids; close unused Sandbox objects")
-        _UIDS_IN_USE.add(uid)
-        return uid
-
-
-def _release_uid(uid: int) -> None:
-    with _UID_LOCK:
-        _UIDS_IN_USE.discard(uid)
-
-
-# ---------------------------------------------------------------------------------------------- command line
-
-
-def bwrap_available() -> bool:
-    """Whether the ``bwrap`` executable is on ``PATH``."""
-    return shutil.which("bwrap") is not None
-
-
-def _interpreter_paths(python: str) -> list[str]:
-    """Host directories the interpreter needs: its prefixes and site-packages (deduplicated, existing)."""
-    real = os.path.realpath(python)
-    cands = [os.path.dirname(os.path.dirname(real)), sys.prefix, sys.base_prefix, sys.exec_prefix,
-             sys.base_exec_prefix]
-    if os.path.realpath(sys.executable) == real:
-        cands += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-        try:
-            cands += site.getsitepackages()
-        except AttributeError:
-            pass
-        user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
-        if user_site:
-            cands.append(user_site)
-    out: list[str] = []
-    for p in cands:
-        if not p or not os.path.isdir(p):
-            continue
-        p = os.path.realpath(p)
-        if any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
-            continue
-        out = [q for q in out if not q.startswith(p.rstrip("/") + "/")] + [p]
-    return out
-
-
-_SYSTEM_DIRS = ("/usr", "/etc")
-_MERGED_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-def _ancestors(path: str) -> list[str]:
-    parts = Path(path).parts[1:-1]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def build_bwrap_command(cfg: SandboxConfig, uid: int, python: str, worker_args: list[str]) -> tuple[list[str], dict]:
-    """The bubblewrap command line of one worker, and the worker's file-system facts (workdir, wipe list)."""
-    args = ["bwrap"]
-    for d in _SYSTEM_DIRS:
-        if os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-    for link in _MERGED_LINKS:
-        if os.path.islink(link):
-            args += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            args += ["--ro-bind", link, link]
-    tmp_bytes = str(cfg.tmp_size_mb * 1024 * 1024)
-    args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
-    args += ["--dev", "/dev", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    binds = _interpreter_paths(python) + [os.path.realpath(p) for p in cfg.extra_ro_paths]
-    made: set[str] = {"/", "/tmp", "/dev", "/proc", *_SYSTEM_DIRS}
-    keep_in_tmp: set[str] = set()
-    for p in binds:
-        if any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
-            continue  # already visible read-only
-        for anc in _ancestors(p):
-            if anc in made or any(anc.startswith(d + "/") for d in _SYSTEM_DIRS):
-                continue
-            # Directories bwrap creates on the way are 0700 by default, which the unprivileged uid cannot
-            # traverse (the interpreter under /root/.pyenv would not start): make them 0755, empty.
-            args += ["--perms", "0755", "--dir", anc]
-            made.add(anc)
-        args += ["--ro-bind", p, p]
-        made.add(p)
-        if p.startswith("/tmp/"):
-            keep_in_tmp.add(Path(p).parts[2])
-    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-             "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv"]
-    for k, v in _sandbox_env(python).items():
-        args += ["--setenv", k, v]
-    if os.geteuid() != 0:
-        # Unprivileged: a user namespace maps us to `uid` inside; no nested namespaces for the code.
-        args += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--disable-userns"]
-    args += ["--chdir", "/tmp", "--"]
-    if os.geteuid() == 0:
-        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs"]
-    args += [python, "-I", *worker_args]
-    facts = {"workdir": "/tmp", "wipe": ["/tmp", "/dev/shm"], "keep": {"/tmp": sorted(keep_in_tmp)},
-             "own_pid_namespace": True}
-    return args, facts
-
-
-def _sandbox_env(python: str) -> dict[str, str]:
-    env = {
-        "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "MPLBACKEND": "Agg",
-    }
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS"):
-        env[k] = "1"
-    return env
 
 
 # ---------------------------------------------------------------------------------------------- spawning
@@ -521,7 +245,7 @@ def _close_workers(workers: list[_Worker], uids: list[int]) -> None:
         _release_uid(uid)
 
 
-class Sandbox:
+class Sandbox(SharedHandle):
     """Runs Python code in isolated, resource-limited, fresh processes; thread-safe.
 
     Args:
@@ -661,18 +385,15 @@ class Sandbox:
         self._closed = True
         self._finalizer()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __copy__(self) -> Sandbox:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Sandbox:
-        # A handle on shared worker processes: copies (gymnasium.make deep-copies its kwargs) share them.
-        return self
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.config.isolation!r}, max_concurrency={self.config.max_concurrency})"
@@ -718,17 +439,12 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 # ---------------------------------------------------------------------------------------------- shared default
 
-_DEFAULT: Sandbox | None = None
-_DEFAULT_LOCK = threading.Lock()
+_DEFAULT: ProcessDefault[Sandbox] = ProcessDefault(Sandbox)
 
 
 def default_sandbox() -> Sandbox:
-    """The process-wide shared :class:`Sandbox` (default config), created on first use.
+    """The process-wide shared :class:`Sandbox` (default config), created on first use (again after a close).
 
     Environments use it unless given their own, so many env instances share one set of warm workers.
     """
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None or _DEFAULT._closed:
-            _DEFAULT = Sandbox()
-        return _DEFAULT
+    return _DEFAULT.get()

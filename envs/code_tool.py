@@ -1,0 +1,132 @@
+"""The sandboxed ``code_interpreter(code)`` tool and :class:`CodeToolEnv`, the base of the envs that offer it
+(``AgentRL/PythonMath-v0``, ``AgentRL/Coding-v0``).
+
+Every call runs in a fresh, isolated process (:mod:`agentrl.envs.sandbox`). The observation is the program's
+stdout on success, its stderr on an error, and a fixed message on a timeout (:func:`exec_observation`).
+Each call counts ``code_calls``, ``exec_ok`` / ``exec_error`` / ``exec_timeout`` and ``exec_latency_s`` in
+the episode's metrics; a failed execution is a tool error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl.envs.core import Budgets, Rewards, TextEnv
+from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls
+from agentrl.envs.sandbox import ExecResult, Sandbox, default_sandbox
+from agentrl.envs.tools import Tool, ToolResult, ToolSet, ToolUnavailable, tool
+
+#: The metric keys every execution counts (set to 0 at each reset by :class:`CodeToolEnv`).
+EXEC_METRICS: dict[str, float] = {"code_calls": 0, "exec_ok": 0, "exec_error": 0, "exec_timeout": 0,
+                                  "exec_latency_s": 0.0}
+_STATUS_METRIC = {"ok": "exec_ok", "timeout": "exec_timeout"}
+
+
+def exec_observation(result: ExecResult, timeout_s: float) -> str:
+    """The observation text of one execution: stdout on success, stderr on error, a fixed timeout message."""
+    if result.status == "ok":
+        return result.stdout if result.stdout.strip() else "[no output: print() the values you want to see]"
+    if result.status == "timeout":
+        return f"Error: the code did not finish within {timeout_s:g} seconds and was stopped."
+    if result.status == "sandbox_error":
+        return "Error: the code could not be run to completion (the interpreter was stopped)."
+    if result.stderr.strip():
+        return result.stderr
+    return f"Error: the program exited with status {result.returncode}."
+
+
+def recovered_from_error(history: Sequence[str]) -> bool:
+    """Whether an execution failed (error or timeout) and a later one succeeded."""
+    first_fail = next((i for i, s in enumerate(history) if s != "ok"), None)
+    return first_fail is not None and "ok" in history[first_fail + 1:]
+
+
+class CodeInterpreter:
+    """The state behind one ``code_interpreter`` tool: the sandbox, the time limit, the statuses so far.
+
+    Args:
+        sandbox: where code runs; default the process-wide :func:`default_sandbox` (made on first use).
+        timeout_s: wall-clock limit of one execution; default the sandbox's ``config.timeout_s``.
+    """
+
+    def __init__(self, sandbox: Sandbox | None = None, timeout_s: float | None = None):
+        self._sandbox = sandbox
+        self.timeout_s = timeout_s
+        self.history: list[str] = []
+        """The status of every execution since the last :meth:`reset` (``"ok"``, ``"error"``, ...)."""
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = default_sandbox()
+        return self._sandbox
+
+    def reset(self) -> None:
+        self.history = []
+
+    def run(self, code: str) -> ToolResult:
+        """Run Python code and return what it prints. Each run starts fresh: no variables, files or imports persist.
+
+        Args:
+            code: a complete Python program; print() the values you want to see.
+        """
+        try:
+            sandbox = self.sandbox
+            timeout = sandbox.config.timeout_s if self.timeout_s is None else self.timeout_s
+            result = sandbox.run(code, timeout=timeout)
+        except Exception as e:  # the sandbox itself is broken: an infrastructure fault, not the agent's
+            raise ToolUnavailable(f"the code sandbox failed: {type(e).__name__}: {e}") from e
+        self.history.append(result.status)
+        metrics = {"code_calls": 1, "exec_latency_s": result.latency_s,
+                   _STATUS_METRIC.get(result.status, "exec_error"): 1}
+        return ToolResult(exec_observation(result, timeout), error_kind=None if result.ok else result.status,
+                          metrics=metrics)
+
+    def as_tool(self) -> Tool:
+        """This interpreter as the ``code_interpreter`` tool."""
+        return tool(self.run, name="code_interpreter")
+
+
+#: A stand-alone ``code_interpreter`` on the shared :func:`default_sandbox`, e.g. for
+#: ``AgentRL/ToolUse-v0(tools=[code_interpreter, ...])``; code envs build their own on their sandbox.
+code_interpreter: Tool = CodeInterpreter().as_tool()
+
+
+class CodeToolEnv(TextEnv):
+    """A :class:`TextEnv` whose one tool, ``code_interpreter(code)``, runs in a :class:`Sandbox`.
+
+    The tool adds the execution metrics (``code_calls``, ``exec_ok``, ``exec_error``, ``exec_timeout``,
+    ``exec_latency_s``) to ``info["metrics"]``; the statuses of the episode's executions are in
+    ``self.exec_history`` for subclasses.
+    """
+
+    def __init__(self, *, sandbox: Sandbox | None, code_timeout_s: float, call_format: str, answer: str,
+                 budgets: Budgets, rewards: Rewards, tools_in_prompt: bool, render_mode: str | None):
+        if call_format == "hermes":
+            calls = HermesCalls()
+        elif call_format == "fenced":
+            calls = FencedCodeCalls(tool="code_interpreter", argument="code")
+        else:
+            raise ValueError(f"call_format must be 'hermes' or 'fenced', got {call_format!r}")
+        if code_timeout_s <= 0:
+            raise ValueError("code_timeout_s must be positive")
+        self.code_timeout_s = float(code_timeout_s)
+        self.interpreter = CodeInterpreter(sandbox, self.code_timeout_s)
+        super().__init__(tools=ToolSet([self.interpreter.as_tool()]), parser=ActionParser(calls=calls, answer=answer),
+                         budgets=budgets, rewards=rewards, tools_in_prompt=tools_in_prompt,
+                         render_mode=render_mode)
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox the code runs in (the shared :func:`default_sandbox` unless one was given)."""
+        return self.interpreter.sandbox
+
+    @property
+    def exec_history(self) -> list[str]:
+        """The status of each execution of this episode."""
+        return self.interpreter.history
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        self.interpreter.reset()
+        self.metrics.extra.update(EXEC_METRICS)
