@@ -17,140 +17,30 @@ read as JSON when they parse (``env_kwargs.families=["multiply"]``, ``grpo.scale
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import inspect
 import json
 import logging
 import sys
-import textwrap
-import typing
 from pathlib import Path
 from typing import Any
+
+from agentrl.algos.config import apply_overrides, config_docs, config_from_dict, deep_merge, load_config_file
+from agentrl.algos.objectives import algorithm_names
+from agentrl.algos.rollout.envs import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
 
 
-# ---------------------------------------------------------------------------------------------- config helpers
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value: JSON if it parses (numbers, true/false/null, lists, objects), else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted ``key=value`` overrides in a nested dict (creating sub-dicts as needed)."""
-    d = json.loads(json.dumps(d))
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value (e.g. grpo.beta=0.04)")
-        key, value = item.split("=", 1)
-        parts = key.strip().split(".")
-        node = d
-        for p in parts[:-1]:
-            if not isinstance(node.get(p), dict):
-                node[p] = {}
-            node = node[p]
-        node[parts[-1]] = parse_value(value)
-    return d
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML config file into a dict."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file must hold a mapping of config keys")
-    return data
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "env_kwargs" else v
-    return out
-
-
-def field_docs(cls) -> dict[str, str]:
-    """The docstring under each field of a dataclass (the string literal that follows it in the source)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:], strict=False):
-        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
-                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
-            docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
-
-
-def config_docs() -> str:
-    """Markdown reference of every config dataclass, generated from the code (fields, defaults, help)."""
-    from agentrl.algos.collector import CollectorConfig
-    from agentrl.algos.dpo import DPOConfig
-    from agentrl.algos.grpo import GRPOConfig
-    from agentrl.algos.lora import LoRAConfig
-    from agentrl.algos.pipeline import PipelineConfig
-    from agentrl.algos.ppo import PPOConfig
-    from agentrl.algos.sft import SFTConfig
-    from agentrl.algos.trainer import AsyncConfig, TrainConfig
-
-    sections = [
-        (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
-        (LoRAConfig, "lora.", "The LoRA adapter (`lora.r=8`)."),
-        (CollectorConfig, "collector.", "Rollout sampling and budgets (`collector.max_new_tokens=128`)."),
-        (GRPOConfig, "grpo.", "GRPO (`--algo grpo`), see [algorithms/grpo.md](algorithms/grpo.md)."),
-        (PPOConfig, "ppo.", "PPO (`--algo ppo`), see [algorithms/ppo.md](algorithms/ppo.md)."),
-        (DPOConfig, "dpo.", "Online DPO (`--algo dpo`), see [algorithms/dpo.md](algorithms/dpo.md)."),
-        (SFTConfig, "sft.", "SFT (`--algo sft`), see [algorithms/sft.md](algorithms/sft.md)."),
-        (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
-                                       "see [integration.md](integration.md#asynchronous-training)."),
-        (PipelineConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
-                             "or `agentrl train --pipeline key=value ...`)."),
-    ]
-    lines = ["# Configuration reference", "",
-             "Generated from the config dataclasses by `agentrl config-docs` — do not edit by hand.", "",
-             "Set any key on the command line as `key=value` (dotted for nested sections; values parse as JSON "
-             "when they can), or put them in a JSON/YAML file passed with `--config`.", ""]
-    for cls, prefix, intro in sections:
-        docs = field_docs(cls)
-        hints = typing.get_type_hints(cls)
-        defaults = cls()
-        lines += [f"## `{cls.__name__}`", "", intro, "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        for f in dataclasses.fields(cls):
-            value = getattr(defaults, f.name)
-            if dataclasses.is_dataclass(value):
-                doc = f"see `{type(value).__name__}`"
-                shown = "…"
-            else:
-                doc = docs.get(f.name, "")
-                shown = json.dumps(value)
-            type_name = (getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")).replace(" | ", " or ")
-            lines.append(f"| `{prefix}{f.name}` | `{type_name}` | `{shown}` | {doc.replace('|', '/')} |")
-        lines.append("")
-    return "\n".join(lines)
+# ---------------------------------------------------------------------------------------------- configs from args
 
 
 def build_train_config(args) -> Any:
-    from agentrl.algos.trainer import TrainConfig
+    from agentrl.algos.training.config import TrainConfig
 
     d: dict[str, Any] = {}
     if args.resume and args.out and (Path(args.out) / "config.json").is_file() and not args.config:
         d = json.loads((Path(args.out) / "config.json").read_text())  # resume what was run
     if args.config:
-        d = _deep_merge(d, load_config_file(args.config))
+        d = deep_merge(d, load_config_file(args.config))
     for key in ("env", "algo", "model", "out", "adapter", "executor"):
         v = getattr(args, key, None)
         if v is not None:
@@ -163,8 +53,7 @@ def build_train_config(args) -> Any:
 
 
 def build_pipeline_config(args) -> Any:
-    from agentrl.algos.pipeline import PipelineConfig
-    from agentrl.algos.trainer import config_from_dict
+    from agentrl.algos.recipes.main_job import PipelineConfig
 
     d: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for key in ("env", "model", "out"):
@@ -182,7 +71,7 @@ def cmd_train(args) -> int:
     main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
                                  and not getattr(args, "async_", False))
     if main_job:
-        from agentrl.algos.pipeline import run_pipeline
+        from agentrl.algos.recipes.main_job import run_pipeline
 
         args.env = env
         cfg = build_pipeline_config(args)
@@ -197,12 +86,11 @@ def cmd_train(args) -> int:
         print(f"results: {result['out'] / 'results.md'}; plots: {result['out'] / 'plots'}")
         return 0
     if args.algo is None and not args.config and not (args.resume and args.out):
-        print(f"agentrl train: pass --algo grpo|ppo|dpo|sft for {env} (the no-argument main job is {MAIN_JOB_ENV})",
-              file=sys.stderr)
+        print(f"agentrl train: pass --algo {'|'.join(algorithm_names())} for {env} (the no-argument main job is "
+              f"{MAIN_JOB_ENV})", file=sys.stderr)
         return 2
-    from agentrl.algos.trainer import train
+    from agentrl.algos.training.trainer import train
 
-    args.env = args.env if args.env is not None else None
     cfg = build_train_config(args)
     mode = ""
     if cfg.asynchronous.enabled:
@@ -217,11 +105,11 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from agentrl.algos.collector import CollectorConfig
-    from agentrl.algos.evaluate import evaluate
+    from agentrl.algos.evaluation.evaluate import evaluate, results_table
     from agentrl.algos.models import load_model
-    from agentrl.algos.pipeline import heldout_tasks
     from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.rollout.collector import CollectorConfig
+    from agentrl.algos.training.tasks import heldout_tasks
 
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     if args.tasks_file:
@@ -232,17 +120,14 @@ def cmd_eval(args) -> int:
         tasks = heldout_tasks(args.env, args.tasks, env_kwargs, seed=args.seed)
     model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
     if args.adapter:
-        from agentrl.algos.lora import load_adapter
+        from agentrl.algos.models.lora import load_adapter
 
         model = load_adapter(model, args.adapter)
     policy = HFPolicy(model, tokenizer)
-    policy.update_weights(model)
     cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, seed=args.seed)
     report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
                       text_only=args.no_tools)
-    from agentrl.algos.evaluate import results_table
-
     label = ("text-only " if args.no_tools else "") + (Path(args.adapter).name if args.adapter else args.model)
     print(results_table([(label, report)]))
     if args.out:
@@ -251,7 +136,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from agentrl.algos.plot import plot_run
+    from agentrl.algos.evaluation.plot import plot_run
 
     paths = plot_run(args.run_dir)
     if not paths:
@@ -272,18 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    algos = algorithm_names()
     p = sub.add_parser("train", help="train a LoRA adapter (no options: the base -> SFT -> GRPO main job)",
-                       description="Train with GRPO, PPO, online DPO or SFT. With only --env "
+                       description=f"Train with a registered algorithm ({', '.join(algos)}). With only --env "
                                    f"{MAIN_JOB_ENV} (or nothing), run the main job.")
     p.add_argument("--env", help=f"environment id (default {MAIN_JOB_ENV})")
-    p.add_argument("--algo", choices=["grpo", "ppo", "dpo", "sft"], help="algorithm")
+    p.add_argument("--algo", choices=algos, help="algorithm (agentrl.algos.objectives.ALGORITHMS)")
     p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
     p.add_argument("--adapter", help="start from this PEFT adapter")
     p.add_argument("--config", help="JSON or YAML file of config keys (see docs/configuration.md)")
     p.add_argument("--out", help="run directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--pipeline", action="store_true", help="run the main job with key=value PipelineConfig overrides")
-    p.add_argument("--executor", choices=["local", "ray"],
+    p.add_argument("--executor", choices=list(EXECUTORS),
                    help="where environments run: threads in this process (local, default) or Ray actors")
     p.add_argument("--async", dest="async_", action="store_true",
                    help="decoupled rollout and training: sample the next batches while updating "

@@ -3,8 +3,8 @@
 Both arms start from the same weights (the base model plus one short SFT cold start, so that GRPO groups have
 different rewards and every step really trains) and run the same GRPO config on ToolUse-v0:
 
-* ``sync``  — :class:`agentrl.algos.trainer.Trainer`: rollout, then update, then rollout with the new weights;
-* ``async`` — :class:`agentrl.algos.async_trainer.AsyncTrainer` (``queue_size=1``, ``max_staleness=1``): a
+* ``sync``  — :class:`agentrl.algos.training.trainer.Trainer`: rollout, then update, then rollout with the new weights;
+* ``async`` — :class:`agentrl.algos.training.async_trainer.AsyncTrainer` (``queue_size=1``, ``max_staleness=1``): a
   producer thread collects batch k+1 while the trainer updates on batch k.
 
 Reported per arm: wall time of ``train()``, the mean step time over the steps after the first (the first async
@@ -62,9 +62,9 @@ def main() -> None:
     import torch
 
     import agentrl.envs  # noqa: F401
-    from agentrl.algos.async_trainer import AsyncTrainer
-    from agentrl.algos.collector import CollectorConfig
-    from agentrl.algos.trainer import AsyncConfig, TrainConfig, Trainer
+    from agentrl.algos.rollout.collector import CollectorConfig
+    from agentrl.algos.training.async_trainer import AsyncTrainer
+    from agentrl.algos.training.trainer import AsyncConfig, TrainConfig, Trainer
 
     if args.threads:
         torch.set_num_threads(args.threads)  # (a new Python thread gets its own OpenMP team; see the docstring)

@@ -27,9 +27,9 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401 - registers the env ids
-    from agentrl.algos.batching import SeqItem, collate
-    from agentrl.algos.chat import ChatFormat
-    from agentrl.algos.sft import render_conversation
+    from agentrl.algos.objectives.batching import SeqItem, collate
+    from agentrl.algos.objectives.sft import render_conversation
+    from agentrl.algos.rollout.chat import ChatFormat
     from agentrl.envs.tool_use import FAMILIES, make_tasks
 
     env = gym.make("AgentRL/ToolUse-v0").unwrapped
@@ -49,7 +49,7 @@ def family_logp(model, batch, families) -> dict[str, float]:
     """``log mean_tasks P(demonstration)`` per family (the assistant tokens only)."""
     import torch
 
-    from agentrl.algos.logprobs import token_logprobs
+    from agentrl.algos.objectives.logprobs import token_logprobs
 
     with torch.no_grad():
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], positions=batch["loss_mask"])
@@ -81,10 +81,10 @@ def main(argv=None):
 
     import tempfile
 
-    from agentrl.algos.lora import LoRAConfig, apply_lora
     from agentrl.algos.models import load_model
-    from agentrl.algos.sft import SFTConfig
-    from agentrl.algos.trainer import TrainConfig, Trainer
+    from agentrl.algos.models.lora import LoRAConfig, apply_lora
+    from agentrl.algos.objectives.sft import SFTConfig
+    from agentrl.algos.training.trainer import TrainConfig, Trainer
 
     fams = list(FAMILIES)
     print(f"log mean P(correct demonstration) per family, {args.tasks} train-split tasks each, after a cold start "

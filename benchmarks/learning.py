@@ -1,6 +1,6 @@
 """Proof of learning: the main job (base -> SFT cold start -> GRPO -> eval) on held-out tasks, plus controls.
 
-For every environment this runs :func:`agentrl.algos.pipeline.run_pipeline` (read its docstring: base eval, a
+For every environment this runs :func:`agentrl.algos.recipes.main_job.run_pipeline` (read its docstring: base eval, a
 small SFT cold start, GRPO on the environment's full task mixture, eval; held-out tasks throughout, never
 trained on) with a per-environment preset, then adds:
 
@@ -76,7 +76,7 @@ logger = logging.getLogger("learning")
 
 
 def _eval_config(cfg):
-    from agentrl.algos.collector import CollectorConfig
+    from agentrl.algos.rollout.collector import CollectorConfig
 
     # exactly the pipeline's evaluation settings (pipeline.run_pipeline: eval_cfg)
     return CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
@@ -85,21 +85,21 @@ def _eval_config(cfg):
 
 def stage_seconds(run_dir: Path) -> float:
     """Wall time of a training stage: the sum of its steps' ``time/step`` (survives resumes)."""
-    from agentrl.algos.metrics import read_metrics
+    from agentrl.algos.evaluation.metrics import read_metrics
 
     return float(sum(r.get("time/step", 0.0) for r in read_metrics(run_dir)))
 
 
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated."""
-    from agentrl.algos.evaluate import evaluate, load_report
-    from agentrl.algos.lora import save_adapter
-    from agentrl.algos.metrics import MetricsLogger
+    from agentrl.algos.evaluation.evaluate import evaluate, load_report
+    from agentrl.algos.evaluation.metrics import MetricsLogger
+    from agentrl.algos.evaluation.plot import plot_run
     from agentrl.algos.models import load_model
-    from agentrl.algos.plot import plot_run
+    from agentrl.algos.models.lora import save_adapter
+    from agentrl.algos.objectives.sft import SFTConfig
     from agentrl.algos.policy import HFPolicy
-    from agentrl.algos.sft import SFTConfig
-    from agentrl.algos.trainer import TrainConfig, Trainer
+    from agentrl.algos.training.trainer import TrainConfig, Trainer
 
     eval_path = out / "eval" / "sft_control.jsonl"
     if eval_path.with_suffix(".summary.json").is_file():
@@ -137,7 +137,7 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
 
 def run_text_only(cfg, out: Path, tasks: list[dict]):
     """The base model with the env's tools switched off (``tools_enabled=False``)."""
-    from agentrl.algos.evaluate import evaluate, load_report
+    from agentrl.algos.evaluation.evaluate import evaluate, load_report
     from agentrl.algos.models import load_model
     from agentrl.algos.policy import HFPolicy
 
@@ -165,8 +165,8 @@ def extra_table(rows) -> str:
 
 def family_table(out: Path, stages: list[tuple[str, str]], n: int) -> str | None:
     """Average@N per task ``family`` of each stage's saved eval episodes (None when tasks have no family)."""
-    from agentrl.algos.evaluate import summarize
-    from agentrl.algos.trajectory import load_jsonl
+    from agentrl.algos.evaluation.evaluate import summarize
+    from agentrl.algos.rollout.trajectory import load_jsonl
 
     reports = {}
     for label, stem in stages:
@@ -226,12 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
 
-    import agentrl.algos.pipeline as pipeline
-    from agentrl.algos.cli import apply_overrides
-    from agentrl.algos.evaluate import results_table
-    from agentrl.algos.pipeline import PipelineConfig, run_pipeline
-    from agentrl.algos.plot import plot_eval
-    from agentrl.algos.trainer import config_from_dict
+    import agentrl.algos.recipes.main_job as pipeline
+    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.evaluation.evaluate import results_table
+    from agentrl.algos.evaluation.plot import plot_eval
+    from agentrl.algos.recipes.main_job import PipelineConfig, run_pipeline
 
     name = NAMES[args.env] + ("_quick" if args.quick else "")
     full, quick = PRESETS[args.env]

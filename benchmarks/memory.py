@@ -6,12 +6,12 @@ step, and its growth over the RSS measured just before the step (model, LoRA and
 
 One step: LoRA (r=16, all-linear) on the model, a batch of ``--rows`` x ``--seq`` token ids (distinct random rows,
 so no shared prefix helps either side; the first ``--prompt`` tokens of each row are prompt, the rest actions),
-per-token log-probabilities, the GRPO loss (:func:`agentrl.algos.grpo.grpo_loss`, random +-1 advantages), backward
+per-token log-probabilities, the GRPO loss (:func:`agentrl.algos.objectives.grpo.grpo_loss`, random +-1 advantages), backward
 and an AdamW step. The variants differ only in how the log-probabilities are computed:
 
 * ``full logits``     — the naive way, written here: ``model(ids).logits`` (``[B, T, V]``), ``log_softmax`` in fp32,
   gather the sampled tokens;
-* ``chunked, all``    — :func:`agentrl.algos.logprobs.token_logprobs` over every position (LM head on 1,024
+* ``chunked, all``    — :func:`agentrl.algos.objectives.logprobs.token_logprobs` over every position (LM head on 1,024
   positions at a time, hand-written backward);
 * ``chunked, actions`` — the same with ``positions=loss_mask``, as the trainer calls it (the LM head skips the
   prompt).
@@ -59,10 +59,10 @@ def naive_logprobs(model, ids, mask):
 def child(args) -> None:
     import torch
 
-    from agentrl.algos.grpo import GRPOConfig, grpo_loss
-    from agentrl.algos.logprobs import token_logprobs
-    from agentrl.algos.lora import LoRAConfig, apply_lora
     from agentrl.algos.models import load_model
+    from agentrl.algos.models.lora import LoRAConfig, apply_lora
+    from agentrl.algos.objectives.grpo import GRPOConfig, grpo_loss
+    from agentrl.algos.objectives.logprobs import token_logprobs
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
 Three ways to roll out the same tasks (``--tasks`` x ``--group-size`` concurrent trajectories):
 
-* ``collector``          — :func:`agentrl.algos.collector.collect` with :class:`HFPolicy`: one batch for all live
+* ``collector``          — :func:`agentrl.algos.rollout.collector.collect` with :class:`HFPolicy`: one batch for all live
   trajectories, the group prompt prefilled once, each trajectory's KV cache kept across turns;
 * ``collector, no reuse`` — the same with ``reuse_cache=False`` (every turn re-encodes its whole prompt, still
   batched);
@@ -25,8 +25,8 @@ import argparse
 import time
 from collections import Counter
 
-from agentrl.algos.collector import CollectorConfig, collect
 from agentrl.algos.policy import GenerationResult, HFPolicy, Policy
+from agentrl.algos.rollout.collector import CollectorConfig, collect
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
 

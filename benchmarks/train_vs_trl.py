@@ -59,11 +59,11 @@ def chat_prompts(tokenizer) -> list[str]:
 def run_ours(args, lora) -> dict:
     import torch
 
-    from agentrl.algos.lora import apply_lora
     from agentrl.algos.models import load_model
+    from agentrl.algos.models.lora import apply_lora
     from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
-    from agentrl.algos.trainer import TrainConfig, Trainer
-    from agentrl.algos.trajectory import Trajectory
+    from agentrl.algos.rollout.trajectory import Trajectory
+    from agentrl.algos.training.trainer import TrainConfig, Trainer
 
     model, tokenizer = load_model(args.model, dtype=args.dtype)
     model = apply_lora(model, lora)
@@ -205,7 +205,7 @@ def main(argv=None) -> None:
         args.steps = 2
     import torch
 
-    from agentrl.algos.lora import LoRAConfig
+    from agentrl.algos.models.lora import LoRAConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import torch
 
-from agentrl.algos.chat import ChatFormat
-from agentrl.algos.collector import CollectorConfig
 from agentrl.algos.models import tiny_model
 from agentrl.algos.policy import GenerationResult, Policy
+from agentrl.algos.rollout.chat import ChatFormat
+from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.envs.core import AnyText, TextEnv
 from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tool_use import ToolUseEnv
 from agentrl.envs.tools import ToolSet
 
 if TYPE_CHECKING:
-    from agentrl.algos.trainer import TrainConfig
+    from agentrl.algos.training.trainer import TrainConfig
 
 # ---------------------------------------------------------------------------------------------- chat templates
 
@@ -236,7 +236,9 @@ def tiny_train_model(tokenizer, seed=0, stop_scale=5.0):
 
 def tiny_train_config(tmp_path, **kw) -> TrainConfig:
     """A one-step GRPO config on "Test/Score-v0" with tiny groups and replies; ``kw`` overrides any field."""
-    from agentrl.algos.trainer import TrainConfig  # (imported here: Ray workers import this module too)
+    from agentrl.algos.training.trainer import (
+        TrainConfig,  # (imported here: Ray workers import this module too)
+    )
 
     base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
                 save_every=0, progress=False, tensorboard=False, lr=1e-2,

@@ -17,11 +17,17 @@ from helpers import (  # (importing helpers registers Test/Score-v0)
     tiny_train_model,
 )
 
-from agentrl.algos.async_trainer import AsyncTrainer, VersionedPolicy, split_stale, tis_correct, tis_weights
-from agentrl.algos.batching import SeqItem
-from agentrl.algos.collector import CollectorConfig
-from agentrl.algos.trainer import Trainer, latest_checkpoint, train
-from agentrl.algos.trajectory import Trajectory
+from agentrl.algos.objectives.batching import SeqItem
+from agentrl.algos.rollout.collector import CollectorConfig
+from agentrl.algos.rollout.trajectory import Trajectory
+from agentrl.algos.training.async_trainer import (
+    AsyncTrainer,
+    VersionedPolicy,
+    split_stale,
+    tis_correct,
+    tis_weights,
+)
+from agentrl.algos.training.trainer import Trainer, latest_checkpoint, train
 
 
 def _traj(group, version, n=3):
@@ -230,7 +236,7 @@ def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer,
         torch.testing.assert_close(got[n], want[n], rtol=0, atol=0)
     [m3] = resumed.train()
     assert m3["train/data_position"] == 6 and m3["async/staleness_max"] == 0
-    from agentrl.algos.metrics import read_metrics
+    from agentrl.algos.evaluation.metrics import read_metrics
 
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1, 2, 3]
 
@@ -244,9 +250,9 @@ def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(toke
     One fixed ToolUse task answered directly, a tiny random model: a short SFT cold start (synchronous), then
     async GRPO (one-step off-policy). Rewards are measured on fresh samples (temperature 1, fixed seeds).
     """
-    from agentrl.algos.collector import collect
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.rollout.collector import collect
     from agentrl.envs.tool_use import INVENTORY, stock
 
     row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from agentrl.algos.batching import SeqItem, collate, pack_microbatches, token_weights
-from agentrl.algos.grpo import GRPOConfig, grpo_loss
-from agentrl.algos.logprobs import token_logprobs
+from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches, token_weights
+from agentrl.algos.objectives.grpo import GRPOConfig, grpo_loss
+from agentrl.algos.objectives.logprobs import token_logprobs
 
 
 def test_ffd_packing_respects_budget_and_covers_every_item():

@@ -63,7 +63,7 @@ def test_naive_baseline_matches_chunked_logprobs():
     torch = pytest.importorskip("torch")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agentrl.algos.logprobs import token_logprobs
+    from agentrl.algos.objectives.logprobs import token_logprobs
 
     memory = _load("memory")
     torch.manual_seed(0)
@@ -86,7 +86,7 @@ def test_reward_of_the_trl_comparison():
 
 
 def test_learning_extra_table_reports_rates():
-    from agentrl.algos.evaluate import EvalReport
+    from agentrl.algos.evaluation.evaluate import EvalReport
 
     learning = _load("learning")
     rows = [("base", EvalReport(n=4, num_tasks=2, tool_use_rate=0.25, valid_tool_call_rate=0.5, mean_reward=-0.1,

@@ -13,7 +13,13 @@ import copy
 import pytest
 from helpers import TEMPLATES
 
-from agentrl.algos.chat import PLACEHOLDER, ChatFormat, TemplateError, assert_extends, template_supports_tools
+from agentrl.algos.rollout.chat import (
+    PLACEHOLDER,
+    ChatFormat,
+    TemplateError,
+    assert_extends,
+    template_supports_tools,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "multiply", "description": "Multiply two integers.",
                                            "parameters": {"type": "object",

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 from agentrl.algos import cli
-from agentrl.algos.trainer import TrainConfig
+from agentrl.algos.training.trainer import TrainConfig
 from agentrl.envs.core import TextEnv
 from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tools import ToolSet
@@ -57,8 +57,8 @@ def test_overrides_parse_json_values_into_nested_keys():
 
 
 def test_partial_nested_override_keeps_the_parents_own_nested_defaults():
-    from agentrl.algos.pipeline import PipelineConfig
-    from agentrl.algos.trainer import config_from_dict
+    from agentrl.algos.config import config_from_dict
+    from agentrl.algos.recipes.main_job import PipelineConfig
 
     assert PipelineConfig().grpo.scale_std is False  # the main job's GRPO differs from GRPOConfig()
     cfg = config_from_dict(PipelineConfig, {"grpo": {"beta": 0.04}, "rl_steps": 3})
@@ -79,7 +79,7 @@ def test_config_files_json_and_yaml(tmp_path):
 def test_config_docs_cover_every_field_and_the_committed_page_is_current():
     import dataclasses
 
-    from agentrl.algos.pipeline import PipelineConfig
+    from agentrl.algos.recipes.main_job import PipelineConfig
 
     text = cli.config_docs()
     for f in dataclasses.fields(TrainConfig):
@@ -97,7 +97,7 @@ def test_config_docs_cover_every_field_and_the_committed_page_is_current():
 
 
 def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, capsys):
-    import agentrl.algos.pipeline as pipeline
+    import agentrl.algos.recipes.main_job as pipeline
 
     seen = {}
 
@@ -153,7 +153,7 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
 
 
 def test_heldout_tasks_use_the_dev_split_of_question_sets():
-    from agentrl.algos.pipeline import heldout_tasks
+    from agentrl.algos.recipes.main_job import heldout_tasks
 
     tasks = heldout_tasks("AgentRL/Search-v0", 3)
     assert len(tasks) == 3 and all(t["question"] and t["golden_answers"] for t in tasks)

@@ -13,7 +13,7 @@ import torch
 from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, stop_biased_model
 
 import agentrl.envs  # noqa: F401
-from agentrl.algos.logprobs import token_logprobs
+from agentrl.algos.objectives.logprobs import token_logprobs
 from agentrl.algos.policy import HFPolicy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect

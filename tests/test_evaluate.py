@@ -10,7 +10,7 @@ import types
 import pytest
 
 import agentrl.algos.evaluation.evaluate as ev
-from agentrl.algos.evaluate import EvalReport, load_report, pass_at_k, results_table, summarize
+from agentrl.algos.evaluation.evaluate import EvalReport, load_report, pass_at_k, results_table, summarize
 from agentrl.algos.rollout.trajectory import Trajectory, Turn, load_jsonl
 
 
@@ -252,7 +252,7 @@ def tokenizer():
 
 
 def test_evaluate_tiny_model_on_tool_use(tokenizer, tmp_path):
-    collector = pytest.importorskip("agentrl.algos.collector")
+    collector = pytest.importorskip("agentrl.algos.rollout.collector")
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy import HFPolicy
     from agentrl.envs.tool_use import make_tasks

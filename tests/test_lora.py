@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.algos.logprobs import token_logprobs
-from agentrl.algos.lora import (
+from agentrl.algos.models.lora import (
     LoRAConfig,
     apply_lora,
     load_adapter,
@@ -13,6 +12,7 @@ from agentrl.algos.lora import (
     save_adapter,
     trainable_state_dict,
 )
+from agentrl.algos.objectives.logprobs import token_logprobs
 
 
 def _tiny_llama(seed=0):

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from agentrl.algos.evaluate import EvalReport
-from agentrl.algos.metrics import MetricsLogger
-from agentrl.algos.plot import find_eval_reports, plot_eval, plot_run, smooth
+from agentrl.algos.evaluation.evaluate import EvalReport
+from agentrl.algos.evaluation.metrics import MetricsLogger
+from agentrl.algos.evaluation.plot import find_eval_reports, plot_eval, plot_run, smooth
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -10,7 +10,7 @@ import requests
 import torch
 from helpers import stop_biased_model
 
-from agentrl.algos.lora import LoRAConfig, apply_lora
+from agentrl.algos.models.lora import LoRAConfig, apply_lora
 from agentrl.algos.policy import GenerationRequest, HFPolicy, OpenAIPolicy, SamplingParams, serve_policy
 
 

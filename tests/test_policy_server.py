@@ -7,8 +7,8 @@ import requests
 import torch
 from helpers import EchoEnv, echo_tasks, stop_biased_model
 
-from agentrl.algos.collector import CollectorConfig, collect
 from agentrl.algos.policy import GenerationRequest, HFPolicy, OpenAIPolicy, SamplingParams, serve_policy
+from agentrl.algos.rollout.collector import CollectorConfig, collect
 
 
 @pytest.fixture(scope="module")

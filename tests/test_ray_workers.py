@@ -13,11 +13,7 @@ import torch  # noqa: E402
 from helpers import ScriptedPolicy, tiny_train_config, tiny_train_model  # noqa: E402
 
 import agentrl.envs  # noqa: E402,F401
-from agentrl.algos.collector import CollectorConfig, collect  # noqa: E402
-from agentrl.algos.lora import LoRAConfig, apply_lora, trainable_state_dict  # noqa: E402
-from agentrl.algos.models import tiny_model  # noqa: E402
-from agentrl.algos.policy import HFPolicy  # noqa: E402
-from agentrl.algos.ray_workers import (  # noqa: E402
+from agentrl.algos.integrations.ray import (  # noqa: E402
     RayEnvPool,
     RemoteEnv,
     RolloutWorker,
@@ -27,6 +23,10 @@ from agentrl.algos.ray_workers import (  # noqa: E402
     shard_bounds,
     shard_config,
 )
+from agentrl.algos.models import tiny_model  # noqa: E402
+from agentrl.algos.models.lora import LoRAConfig, apply_lora, trainable_state_dict  # noqa: E402
+from agentrl.algos.policy import HFPolicy  # noqa: E402
+from agentrl.algos.rollout.collector import CollectorConfig, collect  # noqa: E402
 from agentrl.algos.rollout.envs import rollout_env  # noqa: E402
 from agentrl.envs.tool_use import make_tasks  # noqa: E402
 
@@ -202,7 +202,7 @@ def test_a_dead_env_actor_ends_its_trajectories_with_error(smol_tokenizer):
 
 def test_trainer_with_ray_executor_matches_local(smol_tokenizer, tmp_path):
     """`agentrl train --executor ray`: the same step as the local executor, with the envs in Ray actors."""
-    from agentrl.algos.trainer import Trainer
+    from agentrl.algos.training.trainer import Trainer
 
     runs = {}
     for executor in ("local", "ray"):

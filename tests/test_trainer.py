@@ -12,8 +12,8 @@ import pytest
 import torch
 from helpers import ScoreEnv, kill_in_step, tiny_train_config, tiny_train_model
 
-from agentrl.algos.collector import CollectorConfig
-from agentrl.algos.trainer import Trainer, latest_checkpoint
+from agentrl.algos.rollout.collector import CollectorConfig
+from agentrl.algos.training.trainer import Trainer, latest_checkpoint
 
 
 def _trainable(model):
@@ -41,7 +41,7 @@ def test_grpo_step_updates_the_adapter_only_and_logs_the_metrics(tokenizer, tmp_
     assert m["train/logprob_gap"] < 1e-4
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert m["train/kl"] == pytest.approx(0.0, abs=1e-6)  # adapter starts at zero: policy == reference
-    assert m["train/loss_tokens"] == 8 * 8 or m["train/loss_tokens"] <= 8 * 8
+    assert 0 < m["train/loss_tokens"] <= 2 * 4 * 8  # tasks x group x max_new_tokens
     assert m["train/optimizer_steps"] == 1
     # the run directory: metrics, config, final PEFT adapter, a checkpoint at the last step
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -105,14 +105,14 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
     got = _trainable(resumed.model)
     for n in want:
         torch.testing.assert_close(got[n], want[n], rtol=0, atol=1e-7)
-    from agentrl.algos.metrics import read_metrics
+    from agentrl.algos.evaluation.metrics import read_metrics
 
     assert [r["step"] for r in read_metrics(tmp_path / "killed" / "run")] == [1, 2, 3]
 
 
 def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
-    from agentrl.algos.chat import ChatFormat
-    from agentrl.algos.sft import render_conversation
+    from agentrl.algos.objectives.sft import render_conversation
+    from agentrl.algos.rollout.chat import ChatFormat
     from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
     env = ToolUseEnv()
@@ -146,7 +146,7 @@ def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
 
 
 def test_task_source_is_a_pure_function_of_the_position():
-    from agentrl.algos.trainer import TaskSource
+    from agentrl.algos.training.trainer import TaskSource
 
     a = TaskSource("AgentRL/ToolUse-v0", {"families": ["add"]}, seed=3)
     b = TaskSource("AgentRL/ToolUse-v0", {"families": ["add"]}, seed=3)
@@ -170,9 +170,9 @@ def test_sft_then_grpo_raise_the_reward_on_a_trivially_learnable_tooluse_task(to
     GRPO from there must raise it further. Rewards are measured on fresh samples (temperature 1, fixed seeds),
     not on the training rollouts.
     """
-    from agentrl.algos.collector import collect
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.rollout.collector import collect
     from agentrl.envs.tool_use import INVENTORY, stock
 
     row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),

@@ -13,12 +13,7 @@ pytest.importorskip("datasets")
 import torch  # noqa: E402
 
 import agentrl.envs  # noqa: E402,F401
-from agentrl.algos.chat import ChatFormat  # noqa: E402
-from agentrl.algos.collector import CollectorConfig  # noqa: E402
-from agentrl.algos.models import tiny_model  # noqa: E402
-from agentrl.algos.policy import GenerationResult, Policy  # noqa: E402
-from agentrl.algos.trajectory import Trajectory  # noqa: E402
-from agentrl.algos.trl_adapter import (  # noqa: E402
+from agentrl.algos.integrations.trl import (  # noqa: E402
     env_reward_func,
     make_rollout_func,
     prompt_to_task,
@@ -26,6 +21,11 @@ from agentrl.algos.trl_adapter import (  # noqa: E402
     tasks_dataset,
     trajectories_to_trl,
 )
+from agentrl.algos.models import tiny_model  # noqa: E402
+from agentrl.algos.policy import GenerationResult, Policy  # noqa: E402
+from agentrl.algos.rollout.chat import ChatFormat  # noqa: E402
+from agentrl.algos.rollout.collector import CollectorConfig  # noqa: E402
+from agentrl.algos.rollout.trajectory import Trajectory  # noqa: E402
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks  # noqa: E402
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -270,7 +270,7 @@ class RolloutWorker:
         model: a model name for :func:`~agentrl.algos.models.load_model` (alias, hub id, local path); or a
             ``(model, tokenizer)`` pair; or a zero-argument callable returning such a pair or a ready
             :class:`~agentrl.algos.policy.Policy` (for tests and custom backends).
-        lora: wrap the model in a LoRA adapter of this shape (:class:`~agentrl.algos.lora.LoRAConfig` of the
+        lora: wrap the model in a LoRA adapter of this shape (:class:`~agentrl.algos.models.lora.LoRAConfig` of the
             trainer), so :meth:`load_adapter_state` can take the trainer's adapter tensors by name.
         dtype, device: for :func:`load_model` when ``model`` is a name.
     """
@@ -290,7 +290,7 @@ class RolloutWorker:
             else:
                 net, tokenizer = obj
             if lora is not None:
-                from agentrl.algos.lora import apply_lora
+                from agentrl.algos.models.lora import apply_lora
 
                 net = apply_lora(net, lora)
             self.model = net
@@ -304,11 +304,11 @@ class RolloutWorker:
         return ray.remote(cls).options(**(actor_options or {})).remote(model, **kwargs)
 
     def load_adapter_state(self, state: dict[str, Any], version: int | None = None) -> int:
-        """Load the trainer's adapter tensors (:func:`~agentrl.algos.lora.trainable_state_dict`), refresh the
+        """Load the trainer's adapter tensors (:func:`~agentrl.algos.models.lora.trainable_state_dict`), refresh the
         sampler, and set the policy version recorded in trajectories (default: one more than before)."""
         if self.model is None:
             raise RuntimeError("this worker wraps a ready Policy; it has no model to load adapter weights into")
-        from agentrl.algos.lora import load_trainable_state_dict
+        from agentrl.algos.models.lora import load_trainable_state_dict
 
         load_trainable_state_dict(self.model, state)
         self.policy.update_weights(self.model)

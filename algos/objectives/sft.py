@@ -6,7 +6,7 @@ known-correct solution and returns its messages) or from a JSONL file of convers
 ``{"messages": [...], "tools": [...]}`` or just the message list.
 
 A conversation is rendered to tokens **exactly as the collector renders a rollout** (the same
-:class:`~agentrl.algos.chat.ChatFormat`: the opening prompt, each assistant reply followed by the end-of-turn
+:class:`~agentrl.algos.rollout.chat.ChatFormat`: the opening prompt, each assistant reply followed by the end-of-turn
 token the policy would sample, then the template's glue up to the next assistant header), so what SFT teaches
 is token for token what the policy later produces. ``loss_mask`` is 1 on the assistant replies and their
 end-of-turn tokens, 0 on everything else::
@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.batching import SeqItem, token_weights
+from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.batching import SeqItem, token_weights
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def render_conversation(fmt, messages: list[dict[str, Any]], tools: list[dict] |
     """``(token_ids, loss_mask)`` of a conversation, rendered as the collector renders a rollout.
 
     Args:
-        fmt: a :class:`~agentrl.algos.chat.ChatFormat` for the tokenizer.
+        fmt: a :class:`~agentrl.algos.rollout.chat.ChatFormat` for the tokenizer.
         messages: system/user opening messages, then assistant replies, each followed by one observation
             message (tool or user) except the last.
         tools: the tool schemas (passed to the template only when it renders tools itself).
@@ -104,18 +105,13 @@ def load_conversations(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-class SFT:
+class SFT(Algorithm):
     """The SFT update as the trainer drives it: render conversations, then ``loss`` per micro-batch."""
 
-    name = "sft"
+    config_class = SFTConfig
     needs_rollouts = False
-    needs_reference = False
 
-    def __init__(self, config: SFTConfig | None = None):
-        self.config = config or SFTConfig()
-        self.epochs = 1
-
-    def prepare(self, examples: list[tuple[list[int], list[int]]]) -> tuple[list[list[SeqItem]], dict[str, float]]:
+    def prepare(self, examples: list[tuple[list[int], list[int]]]) -> tuple[list[RowGroup], dict[str, float]]:
         """``examples``: ``(token_ids, loss_mask)`` pairs (:func:`render_conversation`); token-mean weights."""
         examples = [e for e in examples if sum(e[1])]
         weights = token_weights([m for _, m in examples], "token_mean") if examples else []

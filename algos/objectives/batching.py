@@ -21,6 +21,11 @@ from typing import Any
 
 import torch
 
+from agentrl.algos.rollout.trajectory import all_equal, group_indices
+
+__all__ = ["AGGREGATIONS", "SeqItem", "all_equal", "collate", "group_indices", "pack_microbatches",
+           "policy_gradient_items", "token_weights"]
+
 AGGREGATIONS = ("token_mean", "seq_mean")
 
 
@@ -40,12 +45,6 @@ def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean") -> l
         return [[(1.0 / total if m else 0.0) for m in mask] for mask in masks]
     n_seqs = sum(1 for c in counts if c)
     return [[(1.0 / (c * n_seqs) if m else 0.0) for m in mask] for mask, c in zip(masks, counts, strict=True)]
-
-
-def masked_aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean") -> torch.Tensor:
-    """Aggregate a ``[B, T]`` per-token quantity over ``mask`` the way :func:`token_weights` defines."""
-    w = torch.tensor(token_weights(mask.tolist(), mode), dtype=per_token.dtype, device=per_token.device)
-    return (per_token * w).sum()
 
 
 def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[int] | None = None) -> list[list[int]]:
@@ -131,11 +130,9 @@ def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[floa
     without action tokens. Token weights (:func:`token_weights`) are computed over the items kept, so the
     aggregation is a mean over what actually trains. Returns ``(items, stats)`` with ``skipped_groups``.
     """
-    by_group: dict[int, list[int]] = {}
-    for i, t in enumerate(trajectories):
-        by_group.setdefault(int(t.group_id), []).append(i)
+    groups = group_indices(int(t.group_id) for t in trajectories)
     keep, skipped = [], 0
-    for members in by_group.values():
+    for members in groups:
         if all(advantages[i] == 0 for i in members):
             skipped += 1
             continue
@@ -145,4 +142,4 @@ def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[floa
     items = [SeqItem(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
                      list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
              for i, w in zip(keep, weights, strict=True)]
-    return items, {"skipped_groups": skipped, "groups": len(by_group)}
+    return items, {"skipped_groups": skipped, "groups": len(groups)}

@@ -10,18 +10,18 @@ For each action token ``t`` of trajectory ``i`` (``pi_old`` = the sampler's logp
 ``eps_high > eps_low`` ("clip-higher", DAPO; ReTool's 0.8 / 1.28) lets unlikely tokens with positive advantage
 grow faster than likely ones shrink, which keeps entropy from collapsing. There is no value network: the
 group baseline replaces it (a learned value head with GAE is not implemented). :func:`clipped_surrogate` is
-the one copy of the PPO objective; GRPO (:mod:`agentrl.algos.grpo`) adds its own advantage and a KL term.
+the one copy of the PPO objective; GRPO (:mod:`agentrl.algos.objectives.grpo`) adds its own advantage and a KL term.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from agentrl.algos.batching import SeqItem, policy_gradient_items
+from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.batching import all_equal, group_indices, policy_gradient_items
 
 
 @dataclass
@@ -44,14 +44,11 @@ def baselined_advantages(rewards: Sequence[float], group_ids: Sequence[int], bas
     """Trajectory-level advantages ``R_i - b_i`` computed over whole groups (any order of the inputs)."""
     if baseline not in ("group_mean", "leave_one_out"):
         raise ValueError(f"baseline must be 'group_mean' or 'leave_one_out', got {baseline!r}")
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(group_ids):
-        groups[int(g)].append(i)
     adv = [0.0] * len(rewards)
-    for members in groups.values():
+    for members in group_indices(int(g) for g in group_ids):
         rs = [float(rewards[i]) for i in members]
         total, n = sum(rs), len(rs)
-        if max(rs) == min(rs):
+        if all_equal(rs):
             continue  # equal rewards (or a lone sample): no signal, exactly 0 (no rounding residue)
         for i, r in zip(members, rs, strict=True):
             if n == 1:
@@ -115,18 +112,14 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     return loss, surrogate_stats(info, weights)
 
 
-class PPO:
+class PPO(Algorithm):
     """The PPO update as the trainer drives it: ``prepare`` a rollout batch, then ``loss`` per micro-batch."""
 
-    name = "ppo"
-    needs_rollouts = True
-    needs_reference = False
+    config_class = PPOConfig
+    min_group_size = 2
+    token_level = True
 
-    def __init__(self, config: PPOConfig | None = None):
-        self.config = config or PPOConfig()
-        self.epochs = self.config.epochs
-
-    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+    def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Group-baselined trajectory advantages, zero-advantage groups dropped; one unit per trajectory."""
         adv = baselined_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
                                    self.config.baseline)

@@ -31,18 +31,22 @@ GRPO stage continues from its last checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.collector import CollectorConfig
-from agentrl.algos.grpo import GRPOConfig
-from agentrl.algos.lora import LoRAConfig
 from agentrl.algos.models import DEFAULT_MODEL
-from agentrl.algos.sft import SFTConfig
-from agentrl.algos.trainer import TaskSource, TrainConfig, Trainer, latest_checkpoint
+from agentrl.algos.models.lora import LoRAConfig
+from agentrl.algos.objectives.grpo import GRPOConfig
+from agentrl.algos.objectives.sft import SFTConfig
+from agentrl.algos.rollout.collector import CollectorConfig
+from agentrl.algos.training.checkpoint import latest_checkpoint
+from agentrl.algos.training.config import TrainConfig
+from agentrl.algos.training.tasks import heldout_tasks
+from agentrl.algos.training.trainer import Trainer
+
+__all__ = ["PipelineConfig", "heldout_tasks", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +56,7 @@ class PipelineConfig:
     """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in about 30 minutes)."""
 
     env: str = "AgentRL/ToolUse-v0"
-    """Environment id; it must provide demonstrations (env.demo) and held-out tasks (make_tasks or split='test')."""
+    """Environment id; it must provide demonstrations (env.demo) and held-out tasks (env.heldout_tasks)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the environment in every stage."""
     model: str = DEFAULT_MODEL
@@ -100,42 +104,14 @@ class PipelineConfig:
     """Show progress bars."""
 
 
-def heldout_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
-    """``n`` held-out tasks of ``env``: its module's ``make_tasks(n, split="test")`` when it has one (the
-    ToolUse generator, honouring ``env_kwargs["families"]``), else the env's sampler with ``split="test"`` or,
-    failing that, ``split="dev"``."""
-    import importlib
-
-    import gymnasium as gym
-
-    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
-
-    env_kwargs = dict(env_kwargs or {})
-    spec = gym.spec(env.split(":", 1)[1] if ":" in env else env)
-    entry = spec.entry_point
-    module = importlib.import_module(entry.split(":")[0]) if isinstance(entry, str) else inspect.getmodule(entry)
-    make_tasks = getattr(module, "make_tasks", None)
-    if make_tasks is not None:
-        kwargs = {"families": env_kwargs["families"]} if env_kwargs.get("families") else {}
-        return make_tasks(n, split="test", **kwargs)
-    for split in ("test", "dev"):  # generators call it 'test'; question sets (Search-v0) call it 'dev'
-        try:
-            source = TaskSource(env, {**env_kwargs, "split": split}, seed=seed + 10_007)
-        except (TypeError, ValueError):
-            continue
-        return source.take(0, n)
-    raise ValueError(f"{env} has no held-out split (no make_tasks, no split='test' or 'dev'); evaluate it with "
-                     f"`agentrl eval --tasks-file file.jsonl`")
-
-
 def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False) -> dict[str, Any]:
     """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path}``."""
     import time
 
-    from agentrl.algos.evaluate import evaluate, load_report, results_table
-    from agentrl.algos.lora import apply_lora
+    from agentrl.algos.evaluation.evaluate import evaluate, load_report, results_table
+    from agentrl.algos.evaluation.plot import plot_eval, plot_run
     from agentrl.algos.models import load_model
-    from agentrl.algos.plot import plot_eval, plot_run
+    from agentrl.algos.models.lora import apply_lora
     from agentrl.algos.policy import HFPolicy
 
     cfg = config or PipelineConfig()
@@ -145,7 +121,6 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False) 
     model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
     policy = HFPolicy(model, tokenizer)
-    policy.update_weights(model)
     tasks = heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
     rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)

@@ -17,14 +17,14 @@ counted as ``train/skipped_groups``); a batch of only such groups makes no optim
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from agentrl.algos.batching import SeqItem, policy_gradient_items
-from agentrl.algos.ppo import clipped_surrogate, surrogate_stats
+from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.batching import all_equal, group_indices, policy_gradient_items
+from agentrl.algos.objectives.ppo import clipped_surrogate, surrogate_stats
 
 
 @dataclass
@@ -51,14 +51,11 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_s
 
     The standard deviation is the sample one (``n - 1``); a lone sample or a group of equal rewards gets 0.
     """
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(group_ids):
-        groups[int(g)].append(i)
     adv = [0.0] * len(rewards)
-    for members in groups.values():
+    for members in group_indices(int(g) for g in group_ids):
         rs = [float(rewards[i]) for i in members]
         n = len(rs)
-        if n < 2 or max(rs) == min(rs):
+        if n < 2 or all_equal(rs):
             continue  # no signal (and no 1e-17 rounding residue posing as an advantage)
         mean = sum(rs) / n
         std = math.sqrt(sum((r - mean) ** 2 for r in rs) / (n - 1))
@@ -93,18 +90,18 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
     return loss, stats
 
 
-class GRPO:
+class GRPO(Algorithm):
     """The GRPO update as the trainer drives it: ``prepare`` a rollout batch, then ``loss`` per micro-batch."""
 
-    name = "grpo"
-    needs_rollouts = True
+    config_class = GRPOConfig
+    min_group_size = 2
+    token_level = True
 
     def __init__(self, config: GRPOConfig | None = None):
-        self.config = config or GRPOConfig()
-        self.epochs = self.config.epochs
-        self.needs_reference = self.config.beta > 0
+        super().__init__(config)
+        self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
 
-    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+    def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Advantages over whole groups, zero-advantage groups dropped; one unit per trajectory."""
         adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
                                self.config.scale_std)

@@ -1,6 +1,6 @@
 """Decoupled rollout and training (``agentrl train --async``): a producer thread samples while the trainer updates.
 
-The synchronous loop (:class:`~agentrl.algos.trainer.Trainer`) alternates: rollout, then update, then rollout
+The synchronous loop (:class:`~agentrl.algos.training.trainer.Trainer`) alternates: rollout, then update, then rollout
 with the new weights. Here the two run at once, in one process::
 
     producer thread                                   trainer (main thread)
@@ -41,7 +41,6 @@ position saved is that of the last batch *consumed*, so batches still queued at 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import threading
@@ -51,13 +50,13 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from agentrl.algos.batching import SeqItem, collate, pack_microbatches
-from agentrl.algos.logprobs import token_logprobs
+from agentrl.algos.objectives import RowGroup
+from agentrl.algos.objectives.batching import SeqItem
 from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
-from agentrl.algos.trainer import AsyncConfig, Trainer, _rollout_seed, rollout_metrics
-from agentrl.algos.trajectory import Trajectory
+from agentrl.algos.rollout.trajectory import Trajectory
+from agentrl.algos.training.config import AsyncConfig
+from agentrl.algos.training.trainer import Trainer, rollout_metrics
+from agentrl.algos.training.update import rows_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -168,10 +167,9 @@ class _Producer:
 
     def _run(self) -> None:
         tr = self.trainer
-        cfg = tr.config
-        from agentrl.algos.collector import Collector
+        from agentrl.algos.rollout.collector import Collector
 
-        collector = Collector(tr.policy, cfg.collector)  # envs and env threads live for the whole run
+        collector = Collector(tr.policy, tr.config.collector)  # envs and env threads live for the whole run
         try:
             while True:
                 with self.cond:
@@ -183,16 +181,12 @@ class _Producer:
                     self.in_flight += 1
                     self.max_ahead = max(self.max_ahead, len(self.ready) + self.in_flight)
                 pos = self.position
-                tasks = tr.tasks.take(pos, cfg.tasks_per_step)
-                collector.config = dataclasses.replace(cfg.collector, seed=_rollout_seed(cfg, pos // cfg.tasks_per_step))
                 with tr.policy.lock:
-                    t0 = time.perf_counter()
-                    trajs = collector.collect(tr.rollout_env, tasks, cfg.group_size, env_kwargs=cfg.env_kwargs)
-                    seconds = time.perf_counter() - t0
-                self.position += len(tasks)
+                    trajs, n_tasks, seconds = tr.collect_batch(collector, pos)
+                self.position += n_tasks
                 with self.cond:
                     self.in_flight -= 1
-                    self.ready.append(_Batch(pos, len(tasks), trajs, seconds))
+                    self.ready.append(_Batch(pos, n_tasks, trajs, seconds))
                     self.cond.notify_all()
         except BaseException as e:  # handed to the trainer, which raises it
             logger.exception("rollout producer failed")
@@ -236,22 +230,21 @@ class _Producer:
 
 
 class AsyncTrainer(Trainer):
-    """:class:`~agentrl.algos.trainer.Trainer` with rollouts produced concurrently (``config.asynchronous``).
+    """:class:`~agentrl.algos.training.trainer.Trainer` with rollouts produced concurrently (``config.asynchronous``).
 
     Same arguments as :class:`Trainer`; ``policy`` (default: an ``HFPolicy`` over the model) is wrapped in a
     :class:`VersionedPolicy`. Runs any rollout algorithm (grpo, ppo, dpo; ``staleness="tis"`` for grpo/ppo).
     """
 
     def __init__(self, config, **kwargs):
-        config.validate()
-        if config.algo == "sft":
-            raise ValueError("asynchronous training overlaps rollouts with updates; sft has no rollouts")
         super().__init__(config, **kwargs)
+        if not self.algo.needs_rollouts:
+            raise ValueError(f"asynchronous training overlaps rollouts with updates; {config.algo} has no rollouts")
         self.policy = VersionedPolicy(self.policy)
         self.async_config: AsyncConfig = config.asynchronous
         self.producer: _Producer | None = None
         a = self.async_config
-        epochs = getattr(self.algo, "epochs", 1)
+        epochs = self.algo.epochs
         if a.staleness == "drop" and a.queue_size * epochs > a.max_staleness:
             logger.info("async: batches may reach %d versions of staleness (queue_size %d x %d epochs); those over "
                         "max_staleness=%d are dropped and re-collected", a.queue_size * epochs, a.queue_size,
@@ -300,19 +293,21 @@ class AsyncTrainer(Trainer):
                         "async/staleness_max": max(ages, default=0), "async/dropped_trajectories": dropped,
                         "async/wait_s": wait, "async/queue_depth": self.producer.depth(),
                         "async/policy_version": current})
-        units, prep_stats = self.algo.prepare(trajs)
+        rows, prep_stats = self.algo.prepare(trajs)
         if a.staleness == "tis" and stale:
-            metrics.update(self._correct_stale(units, trajs, {id(t) for t in stale}))
-        out = self.learn(units, prep_stats, self.rollout_temperature, metrics, t_step)
+            metrics.update(self._correct_stale(rows, trajs, {id(t) for t in stale}))
+        out = self.learn(rows, prep_stats, self.rollout_temperature, metrics, t_step)
         out["async/publish_wait_s"] = self.policy.publish_wait_s - publish_wait0
         return out
 
-    def _correct_stale(self, units: list[list[SeqItem]], trajs: list[Trajectory], stale_ids: set[int]) -> dict:
+    def _correct_stale(self, rows: list[RowGroup], trajs: list[Trajectory], stale_ids: set[int]) -> dict:
         """Apply :func:`tis_correct` to the items of stale trajectories, with the current weights' logprobs."""
-        items = [it for u in units for it in u if id(trajs[it.meta["index"]]) in stale_ids]
+        items = [it for g in rows for it in g if id(trajs[it.meta["index"]]) in stale_ids]
         if not items:
             return {"async/tis_corrected": 0}
-        current = self._current_logprobs(items)
+        cfg = self.config
+        current = rows_logprobs(self.model, items, temperature=self.rollout_temperature, pad_id=self.pad_id,
+                                micro_batch_tokens=cfg.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
         weights = []
         for it, lp in zip(items, current, strict=True):
             w = tis_correct(it, lp, self.async_config.tis_cap)
@@ -321,18 +316,3 @@ class AsyncTrainer(Trainer):
                 "async/tis_weight_mean": sum(weights) / len(weights) if weights else 1.0,
                 "async/tis_truncated_frac": (sum(1 for x in weights if x >= self.async_config.tis_cap) / len(weights)
                                              if weights else 0.0)}
-
-    @torch.no_grad()
-    def _current_logprobs(self, items: Sequence[SeqItem]) -> list[list[float]]:
-        """The current weights' logprobs of each item's action tokens (0 elsewhere), micro-batched."""
-        cfg = self.config
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        out: list[list[float] | None] = [None] * len(items)
-        for b in pack_microbatches([len(it) for it in items], cfg.micro_batch_tokens):
-            batch = collate([items[i] for i in b], pad_id, self.device)
-            lp = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"],
-                                temperature=self.rollout_temperature, chunk_size=cfg.logprob_chunk,
-                                positions=batch["loss_mask"])
-            for row, i in enumerate(b):
-                out[i] = lp[row, : len(items[i])].float().tolist()
-        return out  # type: ignore[return-value]

@@ -14,14 +14,14 @@ Metrics: ``dpo_accuracy`` (fraction of pairs with h > 0) and ``dpo_margin`` (mea
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from agentrl.algos.batching import SeqItem
+from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.batching import SeqItem, group_indices
 
 
 @dataclass
@@ -39,11 +39,8 @@ def make_pairs(rewards: Sequence[float], group_ids: Sequence[int]) -> list[tuple
 
     Sorting is stable (ties keep input order), so the pairing is deterministic.
     """
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(group_ids):
-        groups[int(g)].append(i)
     pairs = []
-    for members in groups.values():
+    for members in group_indices(int(g) for g in group_ids):
         ranked = sorted(members, key=lambda i: -float(rewards[i]))
         k = len(ranked) // 2
         for i in range(k):
@@ -71,18 +68,14 @@ def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Ten
     return loss, stats
 
 
-class DPO:
+class DPO(Algorithm):
     """The online-DPO update as the trainer drives it: pairs from each group, then ``loss`` per micro-batch."""
 
-    name = "dpo"
-    needs_rollouts = True
+    config_class = DPOConfig
     needs_reference = True
+    min_group_size = 2
 
-    def __init__(self, config: DPOConfig | None = None):
-        self.config = config or DPOConfig()
-        self.epochs = self.config.epochs
-
-    def prepare(self, trajectories) -> tuple[list[list[SeqItem]], dict[str, float]]:
+    def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """One unit per pair, ``[chosen, rejected]``, each row carrying the pair weight 1/P."""
         pairs = [(c, r) for c, r in make_pairs([t.reward for t in trajectories],
                                                [t.group_id for t in trajectories])

@@ -183,7 +183,7 @@ def token_logprobs(
     Returns:
         ``logprobs [B, T]`` (float32) where ``logprobs[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` at the
         computed positions and 0 elsewhere (always at ``t = 0``, at padding, and outside ``positions``) —
-        aligned with the tokens, like :class:`~agentrl.algos.trajectory.Trajectory` ``logprobs``. With
+        aligned with the tokens, like :class:`~agentrl.algos.rollout.trajectory.Trajectory` ``logprobs``. With
         ``return_entropy`` a tuple ``(logprobs, entropy)``, ``entropy[:, t]`` being the entropy of the
         distribution token ``t`` was drawn from (0 where not computed). Differentiable with respect to the
         model's trainable parameters when grad mode is on.

@@ -1,0 +1,76 @@
+"""The contract between the training loop and an algorithm (what a new algorithm implements).
+
+The loop (:mod:`agentrl.algos.training`) owns everything an algorithm shares with the others: rollouts, task
+order, micro-batching, the forward pass, gradient accumulation, the optimizer step, checkpoints and logging.
+An algorithm only says what to train on and what the loss is::
+
+    rows, stats = algo.prepare(batch)          # batch: a rollout's Trajectory list (or SFT examples)
+    for epoch in range(algo.epochs):
+        for micro-batch of row groups:         # each row group stays in one micro-batch (a DPO pair)
+            loss, stats = algo.loss(logprobs, ref_logprobs, batch)
+            loss.backward()
+        optimizer.step()
+
+``prepare`` sees the whole batch before it is cut into micro-batches, so advantages and pairs are computed over
+whole groups and every token's weight is fixed on the global batch (:mod:`~agentrl.algos.objectives.batching`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from agentrl.algos.objectives.batching import SeqItem
+
+#: Rows that must share a micro-batch (one row for GRPO/PPO/SFT, ``[chosen, rejected]`` for DPO).
+RowGroup = list["SeqItem"]
+
+
+class Algorithm(ABC):
+    """Base class of every algorithm; subclass it, then add one line to :data:`agentrl.algos.objectives.ALGORITHMS`.
+
+    Class attributes say what the loop must provide; ``config`` is an instance of :attr:`config_class`, the
+    dataclass whose fields are the algorithm's ``<name>.<field>`` config keys.
+    """
+
+    config_class: ClassVar[type]
+    """The algorithm's config dataclass (every field needs a default)."""
+    needs_rollouts: ClassVar[bool] = True
+    """``prepare`` takes a rollout's trajectories; False: it takes ``(token_ids, loss_mask)`` demonstrations."""
+    needs_reference: ClassVar[bool] = False
+    """``loss`` gets the reference policy's logprobs (the adapter disabled); the loop skips that pass otherwise."""
+    min_group_size: ClassVar[int] = 1
+    """The smallest ``group_size`` the algorithm accepts (2 when it compares samples within a group)."""
+    token_level: ClassVar[bool] = False
+    """The loss is a per-token policy gradient whose token weights and ``old_logprobs`` may be corrected
+    (the asynchronous trainer's truncated importance sampling needs this)."""
+
+    def __init__(self, config: Any = None):
+        self.config = config if config is not None else self.config_class()
+
+    @property
+    def epochs(self) -> int:
+        """Optimizer steps on each prepared batch (``config.epochs`` when the config has it, else 1)."""
+        return int(getattr(self.config, "epochs", 1))
+
+    @abstractmethod
+    def prepare(self, batch: list[Any]) -> tuple[list[RowGroup], dict[str, float]]:
+        """Turn a whole batch into row groups for the loss, plus statistics logged as ``train/<key>``.
+
+        An empty list means nothing to train on: the loop then makes no optimizer step.
+        """
+
+    @abstractmethod
+    def loss(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
+             batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch (its weighted sum over micro-batches is the batch loss) and statistics.
+
+        ``logprobs``/``ref_logprobs`` are ``[B, T]`` token logprobs aligned with ``batch["input_ids"]``
+        (``ref_logprobs`` is ``None`` unless :attr:`needs_reference`); ``batch`` is
+        :func:`~agentrl.algos.objectives.batching.collate`'s output. In the statistics, ``loss_tokens`` and
+        ``pairs`` are summed over micro-batches, keys ending in ``_max`` are maxima, every other key is a mean
+        weighted by ``loss_tokens``.
+        """

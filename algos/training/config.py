@@ -1,0 +1,152 @@
+"""The settings of a training run: :class:`TrainConfig` (``agentrl train``'s keys) and :class:`AsyncConfig`.
+
+Every registered algorithm (:data:`agentrl.algos.objectives.ALGORITHMS`) gets a section named after it, of its
+own config class (``grpo.beta=0.04``), so an algorithm's keys are declared once, next to its loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.algos.config import config_from_dict, nested_dicts_to_configs
+from agentrl.algos.models import DEFAULT_MODEL
+from agentrl.algos.models.lora import LoRAConfig
+from agentrl.algos.objectives import algorithm_class, algorithm_names
+from agentrl.algos.rollout.collector import CollectorConfig
+from agentrl.algos.rollout.envs import EXECUTORS
+
+
+def with_algorithm_sections(cls):
+    """Add one field per registered algorithm (``grpo: GRPOConfig = GRPOConfig()``, ...) after ``collector``."""
+    annotations = {}
+    for name, hint in cls.__dict__.get("__annotations__", {}).items():
+        annotations[name] = hint
+        if name == "collector":
+            for algo in algorithm_names():
+                config_class = algorithm_class(algo).config_class
+                annotations[algo] = config_class
+                setattr(cls, algo, field(default_factory=config_class))
+    cls.__annotations__ = annotations
+    return cls
+
+
+@dataclass
+class AsyncConfig:
+    """Decoupled rollout and training (``agentrl train --async``), run by :mod:`agentrl.algos.training.async_trainer`."""
+
+    enabled: bool = False
+    """Overlap rollouts with training: a producer thread samples the next batches while the trainer updates."""
+    queue_size: int = 1
+    """Rollout batches the producer may hold ahead of the trainer (queued or being collected); 1 = one-step
+    off-policy (each batch is sampled by the weights one update behind those that train on it)."""
+    max_staleness: int = 1
+    """Trajectories sampled more than this many policy versions (weight updates) before the trainer's current
+    weights are dropped ('drop') or importance-corrected ('tis')."""
+    staleness: str = "drop"
+    """'drop' or 'tis' (truncated importance sampling against the current weights, grpo/ppo only)."""
+    tis_cap: float = 2.0
+    """Upper bound of the per-token importance weight pi_current / pi_sampler in 'tis' mode."""
+
+
+@dataclass
+@with_algorithm_sections
+class TrainConfig:
+    """Everything a training run needs; ``agentrl train`` builds it from flags and ``key=value`` overrides."""
+
+    env: str = "AgentRL/ToolUse-v0"
+    """Environment id (registered by importing agentrl.envs)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for gymnasium.make (e.g. {"families": ["multiply"]} for ToolUse-v0)."""
+    algo: str = "grpo"
+    """A registered algorithm: 'grpo', 'ppo', 'dpo', 'sft' (agentrl.algos.objectives.ALGORITHMS)."""
+    model: str = DEFAULT_MODEL
+    """Model alias, hub id or local path (the default is the embedded SmolLM2-135M-Instruct)."""
+    dtype: str = "auto"
+    """'auto' (bf16 where the hardware has bf16 units, else fp32), 'bf16' or 'fp32'."""
+    device: str = "cpu"
+    """'cpu', 'cuda', 'cuda:1', ..."""
+    adapter: str | None = None
+    """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
+    out: str = "runs/agentrl"
+    """Run directory: metrics.jsonl, tb/, checkpoints/, adapter/, config.json."""
+    steps: int = 20
+    """Optimizer steps (logical steps) in total, counting resumed ones."""
+    tasks_per_step: int = 4
+    """Tasks (groups) per step; each is sampled group_size times."""
+    group_size: int = 8
+    """Trajectories per task (the group of GRPO/PPO baselines and DPO pairs)."""
+    lr: float = 2e-4
+    """AdamW learning rate of the adapter."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many steps (constant afterwards)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold (global L2 norm)."""
+    micro_batch_tokens: int = 16384
+    """Padded tokens (rows x longest) per forward/backward pass, packed first-fit-decreasing. The rows' shared
+    prompt prefix is computed once, so the real work per micro-batch is usually far below this."""
+    logprob_chunk: int = 1024
+    """Action-token positions per LM-head call when computing logprobs (bounds the logits memory)."""
+    save_every: int = 10
+    """Checkpoint every N steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept on disk."""
+    seed: int = 0
+    """Seeds task order, rollout sampling and initialisation."""
+    tasks: str | None = None
+    """JSONL of task rows to train on (default: the env's own task sampler)."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars (run_dir/tb)."""
+    executor: str = "local"
+    """Where env resets and steps run: 'local' (threads in this process) or 'ray' (Ray actors, so tools and
+    search scale across machines; pip install 'agentrl-gym[ray]')."""
+    env_workers: int | None = None
+    """With executor='ray': the number of env actors (default: the cluster's CPUs, at most 16)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+
+    def __post_init__(self):
+        nested_dicts_to_configs(self)
+
+    def algorithm_config(self) -> Any:
+        """The config section of ``algo`` (its class defaults when the algorithm was registered after this
+        class was built, so it has no section of its own)."""
+        return getattr(self, self.algo, None)
+
+    def validate(self) -> None:
+        names = algorithm_names()
+        if self.algo not in names:
+            raise ValueError(f"algo must be one of {tuple(names)}, got {self.algo!r}")
+        algo = algorithm_class(self.algo)
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {self.executor!r}")
+        if self.steps < 0 or self.tasks_per_step < 1 or self.group_size < 1:
+            raise ValueError("steps must be >= 0, tasks_per_step and group_size >= 1")
+        if self.group_size < algo.min_group_size:
+            raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= "
+                             f"{algo.min_group_size}")
+        a = self.asynchronous
+        if a.enabled:
+            if not algo.needs_rollouts:
+                raise ValueError(f"asynchronous training overlaps rollouts with updates; {self.algo} has no rollouts")
+            if a.staleness not in ("drop", "tis"):
+                raise ValueError(f"asynchronous.staleness must be 'drop' or 'tis', got {a.staleness!r}")
+            if a.staleness == "tis" and not algo.token_level:
+                per_token = ", ".join(n for n in names if algorithm_class(n).token_level)
+                raise ValueError(f"asynchronous.staleness='tis' corrects per-token policy-gradient losses "
+                                 f"({per_token}); use 'drop' with {self.algo}")
+            if a.queue_size < 1 or a.max_staleness < 0 or a.tis_cap <= 0:
+                raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0, tis_cap > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        return config_from_dict(cls, d)

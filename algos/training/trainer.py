@@ -1,0 +1,316 @@
+"""The training loop shared by every algorithm: rollout -> reward -> advantage -> update -> repeat, on-policy.
+
+One logical step::
+
+    tasks   = the next tasks_per_step tasks from the data position     (checkpointed: no task twice, none lost)
+    trajs   = collect(env, policy, tasks, group_size)                   (the sampler has the current weights)
+    rows    = algo.prepare(trajs)                                        (advantages / pairs over whole groups)
+    for epoch in range(algo.epochs):                                     (1 = strictly on-policy)
+        for micro-batch in pack_microbatches(rows, micro_batch_tokens):
+            logprobs = token_logprobs(model, ...)                        (chunked LM head)
+            loss     = algo.loss(logprobs, ref_logprobs, micro-batch)    (weights: sums to the global mean)
+            loss.backward()
+        clip_grad_norm_; optimizer.step(); policy.update_weights(model)
+
+SFT replaces the rollout with demonstrations (``env.demo(task)`` or a JSONL of conversations). The pieces live
+beside this file: the run's settings in :mod:`~agentrl.algos.training.config`, task order and rollout seeds in
+:mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`,
+checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
+``(seed, collector.seed, data position)``, so a resumed run repeats the killed run's next step exactly.
+
+Use from Python::
+
+    from agentrl.algos import TrainConfig, Trainer
+    Trainer(TrainConfig(env="AgentRL/ToolUse-v0", algo="grpo", steps=20, out="runs/grpo")).train()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.algos._io import atomic_write_text
+from agentrl.algos.config import config_from_dict
+from agentrl.algos.evaluation.run_log import process_memory
+from agentrl.algos.models.lora import apply_lora, is_peft, load_adapter, save_adapter
+from agentrl.algos.objectives import algorithm_class
+from agentrl.algos.objectives.sft import load_conversations, render_conversation
+from agentrl.algos.rollout.envs import rollout_env
+from agentrl.algos.training import checkpoint
+from agentrl.algos.training.checkpoint import latest_checkpoint
+from agentrl.algos.training.config import AsyncConfig, TrainConfig
+from agentrl.algos.training.tasks import TaskSource, rollout_seed
+from agentrl.algos.training.update import update
+
+logger = logging.getLogger(__name__)
+
+# Names this module has always exported (``from agentrl.algos.training.trainer import TaskSource``, ...).
+__all__ = ["AsyncConfig", "TaskSource", "TrainConfig", "Trainer", "config_from_dict", "latest_checkpoint",
+           "make_algorithm", "rollout_metrics", "train"]
+
+
+def make_algorithm(config: TrainConfig):
+    """The algorithm object of ``config.algo``, with its config section."""
+    return algorithm_class(config.algo)(config.algorithm_config())
+
+
+class Trainer:
+    """Runs :class:`TrainConfig`: loads the model, wraps it in LoRA, trains, logs, checkpoints.
+
+    Args:
+        config: the run's settings.
+        model, tokenizer: use these instead of loading ``config.model`` (tests pass tiny models). A model that
+            is not yet a PEFT model gets a fresh LoRA adapter (or ``config.adapter``).
+        policy: the sampling backend (default: :class:`~agentrl.algos.policy.HFPolicy` over the model); the
+            trainer calls ``policy.update_weights(model)`` after every optimizer step.
+        resume: continue from the run directory's latest checkpoint (a fresh start when there is none).
+    """
+
+    def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, policy=None, resume: bool = False):
+        config.validate()
+        self.config = config
+        self.run_dir = Path(config.out)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        random.seed(config.seed)
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        if model is None:
+            from agentrl.algos.models import load_model
+
+            model, loaded_tok = load_model(config.model, dtype=config.dtype, device=config.device)
+            tokenizer = tokenizer or loaded_tok
+        if tokenizer is None:
+            from agentrl.algos.models import load_tokenizer
+
+            tokenizer = load_tokenizer(config.model)
+        self.tokenizer = tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        if not is_peft(model):
+            model = load_adapter(model, config.adapter, trainable=True) if config.adapter else apply_lora(model, config.lora)
+        self.model = model
+        self.model.eval()
+        self.device = next(model.parameters()).device
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters (a PEFT model loaded without is_trainable?)")
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
+        self.algo = make_algorithm(config)
+        self.step = 0
+        self.data_pos = 0
+        rows = None
+        if config.tasks:
+            from agentrl.envs.datasets import load_rows
+
+            rows = load_rows(config.tasks, ())
+        self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
+        self._sft_cache: dict[int, tuple[list[int], list[int]]] = {}
+        self._chat_format = None
+        # Algorithms without rollouts train on demonstrations: their config says how many and from where.
+        demos = None if self.algo.needs_rollouts else self.algo.config
+        self._conversations = load_conversations(demos.data) if demos is not None and demos.data else None
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
+            else:
+                self.load_checkpoint(ckpt)
+        atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
+        self.policy = policy
+        self.rollout_env = None
+        self._collector = None
+        if self.algo.needs_rollouts:
+            if self.policy is None:
+                from agentrl.algos.policy import HFPolicy
+
+                self.policy = HFPolicy(self.model, self.tokenizer)
+            self.policy.update_weights(self.model)
+            # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors.
+            self.rollout_env = rollout_env(config.executor, config.env, config.env_kwargs, tokenizer=self.tokenizer,
+                                           num_workers=config.env_workers)
+        self._logger = None
+        self.history: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run until ``config.steps``; returns the metrics of the steps run here (also in metrics.jsonl)."""
+        from tqdm.auto import tqdm
+
+        from agentrl.algos.evaluation.run_log import MetricsLogger
+
+        cfg = self.config
+        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard)
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", disable=not cfg.progress,
+                   unit="step", dynamic_ncols=True)
+        try:
+            while self.step < cfg.steps:
+                metrics = self.train_step()
+                self._logger.log(self.step, metrics)
+                self.history.append(metrics)
+                bar.update(1)
+                bar.set_postfix(_postfix(metrics), refresh=False)
+                if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            self._logger.close()
+            if self._collector is not None:
+                self._collector.close()
+                self._collector = None
+            if hasattr(self.rollout_env, "close"):
+                self.rollout_env.close()  # Ray env actors
+        save_adapter(self.model, self.run_dir / "adapter")
+        return self.history
+
+    def collect_batch(self, collector, position: int) -> tuple[list, int, float]:
+        """Collect the rollout batch that starts at data ``position``: ``(trajectories, tasks taken, seconds)``.
+
+        Its tasks and sampling seed are functions of ``position`` alone, so a resumed run repeats it exactly.
+        """
+        cfg = self.config
+        tasks = self.tasks.take(position, cfg.tasks_per_step)
+        collector.config = dataclasses.replace(
+            cfg.collector, seed=rollout_seed(cfg.seed, cfg.collector.seed, position // cfg.tasks_per_step))
+        t0 = time.perf_counter()
+        trajs = collector.collect(self.rollout_env, tasks, cfg.group_size, env_kwargs=cfg.env_kwargs)
+        return trajs, len(tasks), time.perf_counter() - t0
+
+    def train_step(self) -> dict[str, Any]:
+        """One logical step: data -> (rollout) -> update -> sampler refresh. Returns the step's metrics."""
+        cfg = self.config
+        t_step = time.perf_counter()
+        metrics: dict[str, Any] = {}
+        if self.algo.needs_rollouts:
+            if self._collector is None:  # envs and env threads live for the whole run
+                from agentrl.algos.rollout.collector import Collector
+
+                self._collector = Collector(self.policy, cfg.collector)
+            trajs, n_tasks, seconds = self.collect_batch(self._collector, self.data_pos)
+            self.data_pos += n_tasks
+            metrics.update(rollout_metrics(trajs, seconds))
+            rows, prep_stats = self.algo.prepare(trajs)
+            temperature = self.rollout_temperature
+        else:
+            batch_size = self.algo.config.batch_size
+            examples = [self._sft_example(k) for k in range(self.data_pos, self.data_pos + batch_size)]
+            self.data_pos += batch_size
+            rows, prep_stats = self.algo.prepare(examples)
+            temperature = 1.0
+        return self.learn(rows, prep_stats, temperature, metrics, t_step)
+
+    @property
+    def rollout_temperature(self) -> float:
+        """The temperature rollout logprobs were recorded at (greedy rollouts record temperature-1 logprobs)."""
+        return self.config.collector.temperature or 1.0
+
+    def learn(self, rows, prep_stats: dict[str, Any], temperature: float, metrics: dict[str, Any],
+              t_step: float) -> dict[str, Any]:
+        """The update half of a step (shared with the asynchronous trainer): :meth:`update` on prepared
+        ``rows``, then the step counter, data position and timings (``t_step``: when the step began) go into
+        ``metrics``, which is returned."""
+        metrics.update({f"train/{k}": v for k, v in prep_stats.items()})
+        t0 = time.perf_counter()
+        metrics.update(self.update(rows, temperature))
+        metrics["time/train"] = time.perf_counter() - t0
+        metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
+        self.step += 1
+        metrics["train/data_position"] = self.data_pos
+        metrics["time/step"] = time.perf_counter() - t_step
+        metrics.update(process_memory())
+        return metrics
+
+    def _lr(self) -> float:
+        w = self.config.warmup_steps
+        return self.config.lr * (min(1.0, (self.step + 1) / w) if w > 0 else 1.0)
+
+    def update(self, rows, temperature: float) -> dict[str, Any]:
+        """``algo.epochs`` optimizer steps over prepared row groups (:func:`~agentrl.algos.training.update.update`)."""
+        if not rows:
+            logger.info("step %d: nothing to train on (every group had zero advantage); no optimizer step",
+                        self.step)
+        cfg = self.config
+        publish = (lambda: self.policy.update_weights(self.model)) if self.policy is not None else None
+        return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
+                      pad_id=self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens,
+                      logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, after_step=publish)
+
+    # ------------------------------------------------------------------ SFT data
+    def _sft_example(self, k: int) -> tuple[list[int], list[int]]:
+        """Demonstration ``k mod num_demos`` rendered to ``(token_ids, loss_mask)`` (cached)."""
+        from agentrl.algos.rollout.chat import ChatFormat
+
+        n = len(self._conversations) if self._conversations is not None else self.algo.config.num_demos
+        i = k % n
+        if i not in self._sft_cache:
+            if self._chat_format is None:
+                self._chat_format = ChatFormat(self.tokenizer)
+            conv = self._conversations[i] if self._conversations is not None else self._demo(i)
+            self._sft_cache[i] = render_conversation(self._chat_format, conv["messages"], conv.get("tools"))
+        return self._sft_cache[i]
+
+    def _demo(self, i: int) -> dict[str, Any]:
+        env = self.tasks.env
+        if env is None or not hasattr(env, "demo"):
+            raise ValueError(f"{self.config.env} cannot produce demonstrations; pass sft.data=conversations.jsonl")
+        # Scan forward from task i for one with a known solution (deterministic: the same i, the same demo).
+        num_demos = self.algo.config.num_demos
+        for k in range(i, i + 1000 * num_demos, num_demos):
+            demo = env.demo(self.tasks.task(k))
+            if demo is not None and demo.get("correct", True):
+                return demo
+        raise ValueError(f"{self.config.env} produced no correct demonstration; pass sft.data=conversations.jsonl")
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step-NNNNNN`` atomically and point ``checkpoints/latest`` at it."""
+        return checkpoint.save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=self.step,
+                                          data_position=self.data_pos, config=self.config.to_dict(),
+                                          keep=self.config.keep_checkpoints)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore adapter, optimizer, RNG states, step and data position from a checkpoint folder."""
+        state = checkpoint.load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        self.step, self.data_pos = state.step, state.data_position
+
+
+def rollout_metrics(trajectories, seconds: float) -> dict[str, Any]:
+    """A rollout batch's metrics: :func:`~agentrl.algos.evaluation.metrics.aggregate_rollout_metrics` plus
+    ``time/rollout`` (``seconds``), ``time/env`` (tool latency summed over turns) and
+    ``perf/rollout_tokens_per_s``."""
+    from agentrl.algos.evaluation.metrics import aggregate_rollout_metrics
+
+    sampled = sum(t.num_action_tokens for t in trajectories)
+    out = aggregate_rollout_metrics(trajectories)
+    out["time/rollout"] = seconds
+    out["time/env"] = sum(turn.tool_latency_s for t in trajectories for turn in t.turns)
+    out["perf/rollout_tokens_per_s"] = sampled / seconds if seconds > 0 else 0.0
+    return out
+
+
+def _postfix(m: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, label in (("reward/mean", "reward"), ("reward/correct", "correct"), ("train/loss", "loss"),
+                       ("perf/tokens_per_s", "tok/s")):
+        if key in m:
+            out[label] = f"{m[key]:.3g}"
+    return out
+
+
+def train(config: TrainConfig, *, resume: bool = False, **kwargs) -> Trainer:
+    """Build a :class:`Trainer` for ``config`` (an :class:`~agentrl.algos.training.async_trainer.AsyncTrainer`
+    when ``config.asynchronous.enabled``), run it to ``config.steps`` and return it."""
+    if config.asynchronous.enabled:
+        from agentrl.algos.training.async_trainer import AsyncTrainer
+
+        trainer = AsyncTrainer(config, resume=resume, **kwargs)
+    else:
+        trainer = Trainer(config, resume=resume, **kwargs)
+    trainer.train()
+    return trainer

@@ -1,0 +1,159 @@
+"""One update: ``algo.epochs`` optimizer steps over prepared row groups, micro-batched by a token budget.
+
+Row groups are packed into micro-batches (:func:`~agentrl.algos.objectives.batching.pack_microbatches`); each
+micro-batch's loss is backpropagated and the gradients accumulate; then the gradient is clipped and the
+optimizer steps once per epoch. Token weights were fixed on the whole batch by ``algo.prepare``, so the
+accumulated gradient is the full-batch gradient whatever the packing. :class:`StepStats` gathers what the
+micro-batches report into the step's ``train/*`` metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from agentrl.algos.objectives import Algorithm, RowGroup
+from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches
+from agentrl.algos.objectives.logprobs import token_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+class StepStats:
+    """The statistics of one update, accumulated micro-batch by micro-batch.
+
+    Per-micro-batch loss statistics are combined as :meth:`Algorithm.loss` documents: ``loss_tokens`` and
+    ``pairs`` summed (first epoch), ``*_max`` maximised, the rest averaged with ``loss_tokens`` as weights.
+    Entropy is a token mean over action tokens; ``logprob_gap`` (trainer vs sampler logprobs of the sampled
+    tokens, first epoch) measures how far the sampler's numerics are from the trainer's.
+    """
+
+    def __init__(self, lr: float):
+        self.out: dict[str, Any] = {"train/loss_tokens": 0, "train/padded_tokens": 0, "train/real_tokens": 0,
+                                    "train/optimizer_steps": 0, "train/lr": lr}
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, float] = defaultdict(float)
+        self.maxes: dict[str, float] = {}
+        self.entropy = [0.0, 0]
+        self.gap = [0.0, 0, 0.0]  # sum, count, max
+        self.losses: list[float] = []
+        self.grad_norms: list[float] = []
+
+    def add(self, epoch: int, batch: dict[str, torch.Tensor], logprobs: torch.Tensor, entropy: torch.Tensor,
+            stats: dict[str, float], *, sampled: bool) -> None:
+        """Record one micro-batch (``sampled``: its rows carry the sampler's logprobs)."""
+        m = batch["loss_mask"] > 0
+        n_tok = int(m.sum())
+        self.entropy[0] += float(entropy[m].sum())
+        self.entropy[1] += n_tok
+        if epoch == 0:
+            self.out["train/padded_tokens"] += batch["input_ids"].numel()
+            self.out["train/real_tokens"] += int(batch["attention_mask"].sum())
+            if sampled:
+                gap = (logprobs.detach() - batch["old_logprobs"]).abs()[m]
+                if gap.numel():
+                    self.gap[0] += float(gap.sum())
+                    self.gap[1] += gap.numel()
+                    self.gap[2] = max(self.gap[2], float(gap.max()))
+        w = stats.get("loss_tokens", n_tok)
+        for k, v in stats.items():
+            if k in ("loss_tokens", "pairs"):
+                if epoch == 0:
+                    self.sums[k] += v
+            elif k.endswith("_max"):
+                self.maxes[k] = max(self.maxes.get(k, float("-inf")), v)
+            else:
+                self.sums[k] += v * w
+                self.counts[k] += w
+
+    def optimizer_step(self, loss: float, grad_norm: float) -> None:
+        self.losses.append(loss)
+        self.grad_norms.append(grad_norm)
+        self.out["train/optimizer_steps"] += 1
+
+    def result(self) -> dict[str, Any]:
+        out = dict(self.out)
+        if not self.losses:
+            return out
+        out["train/loss"] = sum(self.losses) / len(self.losses)
+        out["train/grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
+        out["train/entropy"] = self.entropy[0] / self.entropy[1] if self.entropy[1] else 0.0
+        if self.gap[1]:
+            out["train/logprob_gap"] = self.gap[0] / self.gap[1]
+            out["train/logprob_gap_max"] = self.gap[2]
+        for k, v in self.sums.items():
+            out[f"train/{k}"] = v / self.counts[k] if k in self.counts else v
+        out.update({f"train/{k}": v for k, v in self.maxes.items()})
+        return out
+
+
+def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[list[SeqItem]]:
+    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget``."""
+    lengths = [max(len(row) for row in g) for g in row_groups]
+    bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups])
+    return [[row for i in b for row in row_groups[i]] for b in bins]
+
+
+def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float, temperature: float,
+           pad_id: int, micro_batch_tokens: int, logprob_chunk: int, max_grad_norm: float,
+           after_step: Callable[[], None] | None = None) -> dict[str, Any]:
+    """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
+
+    ``temperature`` is the one the rollout logprobs were recorded at; ``after_step`` runs after every
+    optimizer step (the trainer publishes the new weights to the sampler there).
+    """
+    stats = StepStats(lr)
+    if not row_groups:
+        return stats.result()
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    device = next(model.parameters()).device
+    batches = micro_batches(row_groups, micro_batch_tokens)
+    model.train()
+    try:
+        for epoch in range(algo.epochs):
+            optimizer.zero_grad(set_to_none=True)
+            epoch_loss = 0.0
+            for rows in batches:
+                batch = collate(rows, pad_id, device)
+                lp, ent = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
+                                         chunk_size=logprob_chunk, return_entropy=True, positions=batch["loss_mask"])
+                ref = None
+                if algo.needs_reference:
+                    with torch.no_grad(), model.disable_adapter():
+                        ref = token_logprobs(model, batch["input_ids"], batch["attention_mask"],
+                                             temperature=temperature, chunk_size=logprob_chunk,
+                                             positions=batch["loss_mask"])
+                loss, loss_stats = algo.loss(lp, ref, batch)
+                loss.backward()
+                epoch_loss += loss.item()
+                stats.add(epoch, batch, lp, ent, loss_stats, sampled=algo.needs_rollouts)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if after_step is not None:
+                after_step()
+            stats.optimizer_step(epoch_loss, float(grad_norm))
+    finally:
+        model.eval()
+    return stats.result()
+
+
+@torch.no_grad()
+def rows_logprobs(model, rows: Sequence[SeqItem], *, temperature: float, pad_id: int, micro_batch_tokens: int,
+                  logprob_chunk: int) -> list[list[float]]:
+    """The model's logprobs of each row's action tokens (0 elsewhere), micro-batched, without gradients."""
+    device = next(model.parameters()).device
+    out: list[list[float] | None] = [None] * len(rows)
+    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens):
+        batch = collate([rows[i] for i in b], pad_id, device)
+        lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
+                            chunk_size=logprob_chunk, positions=batch["loss_mask"])
+        for r, i in enumerate(b):
+            out[i] = lp[r, : len(rows[i])].float().tolist()
+    return out  # type: ignore[return-value]
