@@ -4,7 +4,9 @@ cache directory."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -28,6 +30,29 @@ class SharedHandle:
         return self
 
 
+class WorkerPool(SharedHandle):
+    """Mixin for a shared handle on worker processes that ``self._finalizer`` (a :class:`weakref.finalize`) stops:
+    :meth:`close`, ``closed``, and use as a context manager. Set ``self._closed = False`` in ``__init__``."""
+
+    _closed: bool
+    _finalizer: weakref.finalize
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        self._closed = True
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class ProcessDefault(Generic[T]):
     """A process-wide instance, made by ``factory`` on first use and made again once it has been closed
     (an object with a true ``closed`` attribute). Thread-safe."""
@@ -42,6 +67,28 @@ class ProcessDefault(Generic[T]):
             if self._value is None or getattr(self._value, "closed", False):
                 self._value = self._factory()
             return self._value
+
+
+def stop_process(proc: subprocess.Popen, *, wait_s: float) -> bool:
+    """SIGKILL a worker started with ``start_new_session=True`` and its whole process group (the process alone
+    if the group cannot be signalled), close its pipes and reap it. Returns whether it exited within
+    ``wait_s``."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def default_cache_dir() -> Path:

@@ -96,6 +96,16 @@ def split_of(task_id: str) -> str:
     return hash_split(task_id, "test", algorithm="sha256")
 
 
+#: What the agent is told to do (the system prompt's first paragraph).
+INSTRUCTIONS = (
+    "You write Python programs that solve programming tasks. You may test code with code_interpreter "
+    "(one call per reply; each run starts fresh; print() what you want to see). When you are done, "
+    "reply with the complete program inside <answer></answer>, optionally as a ```python fenced "
+    "block. The program must read standard input and write standard output; it will be run on "
+    "hidden tests."
+)
+
+
 class CodingEnv(CodeToolEnv):
     """Write a program that passes hidden stdin/stdout tests; see the module docstring."""
 
@@ -151,13 +161,7 @@ class CodingEnv(CodeToolEnv):
         return [_draw(tasks, np.random.default_rng([seed, k])) for k in range(n)]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
-        return (
-            "You write Python programs that solve programming tasks. You may test code with code_interpreter "
-            "(one call per reply; each run starts fresh; print() what you want to see). When you are done, "
-            "reply with the complete program inside <answer></answer>, optionally as a ```python fenced "
-            "block. The program must read standard input and write standard output; it will be run on "
-            "hidden tests."
-        )
+        return INSTRUCTIONS
 
     def user_prompt(self, task: dict[str, Any]) -> str:
         return str(task["prompt"])

@@ -247,6 +247,17 @@ def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = Non
 # ---------------------------------------------------------------------------------------------- env
 
 
+#: What the agent is told to do (the system prompt's first paragraph).
+INSTRUCTIONS = (
+    "You solve math problems step by step with the help of a Python interpreter. Call code_interpreter "
+    "whenever computation, enumeration or symbolic algebra makes the answer exact and fast; make at "
+    "most one call per reply and wait for its result. You see only what the code prints, so print() "
+    "the values you need. Every run starts from scratch: define everything again, keep searches small, "
+    "and make the code finish within a few seconds. If a run fails, read the error and fix the code. "
+    "Do not call the tool and give the final answer in the same reply."
+)
+
+
 class PythonMathEnv(CodeToolEnv):
     """Solve a math problem with a sandboxed Python interpreter; see the module docstring."""
 
@@ -311,14 +322,7 @@ class PythonMathEnv(CodeToolEnv):
         return make_tasks(n, split="test", families=self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
-        return (
-            "You solve math problems step by step with the help of a Python interpreter. Call code_interpreter "
-            "whenever computation, enumeration or symbolic algebra makes the answer exact and fast; make at "
-            "most one call per reply and wait for its result. You see only what the code prints, so print() "
-            "the values you need. Every run starts from scratch: define everything again, keep searches small, "
-            "and make the code finish within a few seconds. If a run fails, read the error and fix the code. "
-            "Do not call the tool and give the final answer in the same reply."
-        )
+        return INSTRUCTIONS
 
     def user_prompt(self, task: dict[str, Any]) -> str:
         return str(task["question"])

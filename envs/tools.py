@@ -14,8 +14,9 @@
 >>> ToolSet([multiply]).call("multiply", {"a": 6}).content
 "Error: multiply() missing argument 'b'"
 
-A call never raises: unknown tools, bad arguments and exceptions inside the tool come back as a
-:class:`ToolResult` whose ``content`` starts with ``Error:`` and whose ``error_kind`` says which.
+A call never raises for what the agent sent: unknown tools, bad arguments and exceptions inside the tool come
+back as a :class:`ToolResult` whose ``content`` starts with ``Error:`` and whose ``error_kind`` says which
+(only :class:`ToolUnavailable`, a broken installation, goes through).
 
 A tool may carry state and report its own metrics: build it from a bound method or a closure (``tool(obj.run,
 name="run")``) and return a :class:`ToolResult` with ``metrics`` (and an ``error_kind`` when the call failed);
@@ -286,22 +287,14 @@ def _describe(schema: dict[str, Any]) -> str:
     return schema.get("type", "any value")
 
 
+_JSON_NAMES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
+               (dict, "object"))  # bool before int: True is an int too
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for t, name in _JSON_NAMES if isinstance(value, t)), type(value).__name__)
 
 
 _ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters):\s*$")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import re
 import select
@@ -27,7 +26,7 @@ import time
 import weakref
 from collections import OrderedDict
 
-from agentrl.envs._shared import ProcessDefault, SharedHandle
+from agentrl.envs._shared import ProcessDefault, WorkerPool, stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -107,22 +106,8 @@ class _Proc:
 
     def kill(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        if proc is not None:
+            stop_process(proc, wait_s=5)
 
 
 def _kill_all(procs: list[_Proc]) -> None:
@@ -130,7 +115,7 @@ def _kill_all(procs: list[_Proc]) -> None:
         p.kill()
 
 
-class MathVerifier(SharedHandle):
+class MathVerifier(WorkerPool):
     """A pool of math-verify worker processes with a hard per-comparison timeout; thread-safe.
 
     Args:
@@ -203,21 +188,6 @@ class MathVerifier(SharedHandle):
             return result
         finally:
             self._free.put(proc)
-
-    def close(self) -> None:
-        """Stop every worker (idempotent)."""
-        self._closed = True
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> MathVerifier:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 _DEFAULT: ProcessDefault[MathVerifier] = ProcessDefault(MathVerifier)

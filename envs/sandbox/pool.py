@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs._shared import ProcessDefault, SharedHandle
+from agentrl.envs._shared import ProcessDefault, WorkerPool, stop_process
 from agentrl.envs.sandbox.bwrap import (
     _release_uid,
     _sandbox_env,
@@ -208,22 +208,9 @@ class _Worker:
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, 9)  # bwrap and, through --die-with-parent, its whole pid namespace
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                logger.warning("sandbox worker %d did not exit after SIGKILL", proc.pid)
+        # the group is bwrap and, through --die-with-parent, its whole pid namespace
+        if proc is not None and not stop_process(proc, wait_s=10):
+            logger.warning("sandbox worker %d did not exit after SIGKILL", proc.pid)
         if self._errlog is not None:
             self._errlog.close()
             self._errlog = None
@@ -245,7 +232,7 @@ def _close_workers(workers: list[_Worker], uids: list[int]) -> None:
         _release_uid(uid)
 
 
-class Sandbox(SharedHandle):
+class Sandbox(WorkerPool):
     """Runs Python code in isolated, resource-limited, fresh processes; thread-safe.
 
     Args:
@@ -379,21 +366,6 @@ class Sandbox(SharedHandle):
         out["latency_p50_s"] = _percentile(lat, 50)
         out["latency_p95_s"] = _percentile(lat, 95)
         return out
-
-    def close(self) -> None:
-        """Stop every worker (idempotent)."""
-        self._closed = True
-        self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.config.isolation!r}, max_concurrency={self.config.max_concurrency})"
