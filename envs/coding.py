@@ -32,7 +32,7 @@ import numpy as np
 
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets, Rewards
-from agentrl.envs.datasets import DatasetError, check_split, hash_split, located_rows
+from agentrl.envs.datasets import DatasetError, check_split, draw_row, hash_split, located_rows, seeded_draws
 from agentrl.envs.sandbox import Sandbox
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -152,13 +152,13 @@ class CodingEnv(CodeToolEnv):
         )
 
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
-        return _draw(self.tasks, rng)
+        return dict(draw_row(self.tasks, rng))
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` tasks drawn from the bundled ``test`` split (or from your whole dataset), task ``k`` with
         ``np.random.default_rng([seed, k])``."""
         tasks = self.tasks if self._own_dataset else [t for t in load_coding_tasks() if split_of(t["id"]) == "test"]
-        return [_draw(tasks, np.random.default_rng([seed, k])) for k in range(n)]
+        return [dict(t) for t in seeded_draws(tasks, n, seed)]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return INSTRUCTIONS
@@ -210,7 +210,3 @@ class CodingEnv(CodeToolEnv):
         call = self.parser.render_call("code_interpreter", {"code": trial})
         return [f"Let me try my program on the first example.\n{call}",
                 f"The output matches the example.\n<answer>\n```python\n{solution.rstrip()}\n```\n</answer>"]
-
-
-def _draw(tasks: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
-    return dict(tasks[int(rng.integers(len(tasks)))])

@@ -12,8 +12,8 @@ import numpy as np
 
 from agentrl.envs._shared import default_cache_dir
 
-__all__ = ["DatasetError", "TaskGenerator", "check_split", "default_cache_dir", "hash_split", "load_jsonl",
-           "load_rows", "located_rows", "split_index"]
+__all__ = ["DatasetError", "TaskGenerator", "check_split", "default_cache_dir", "draw_row", "hash_split",
+           "load_jsonl", "load_rows", "located_rows", "seeded_draws", "split_index"]
 
 
 class DatasetError(ValueError):
@@ -107,6 +107,16 @@ def hash_split(task_id: str, held_out: str, *, algorithm: str = "sha256") -> str
     would move tasks between splits)."""
     h = int(hashlib.new(algorithm, task_id.encode()).hexdigest()[:8], 16)
     return held_out if h % 5 == 0 else "train"
+
+
+def draw_row(rows: Sequence[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
+    """One row drawn uniformly with ``rng`` (an env's ``sample_task`` over a dataset)."""
+    return rows[int(rng.integers(len(rows)))]
+
+
+def seeded_draws(rows: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` rows, row ``k`` drawn with ``np.random.default_rng([seed, k])``: a pure function of ``(seed, k)``."""
+    return [draw_row(rows, np.random.default_rng([seed, k])) for k in range(n)]
 
 
 # ---------------------------------------------------------------------------------------------- generators

@@ -34,7 +34,7 @@ import numpy as np
 
 from agentrl.envs.code_tool import CodeToolEnv, code_interpreter, exec_observation, recovered_from_error
 from agentrl.envs.core import Budgets, Rewards
-from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
+from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, draw_row, located_rows
 from agentrl.envs.sandbox import Sandbox
 from agentrl.envs.verify import MathVerifier, default_verifier
 
@@ -313,7 +313,7 @@ class PythonMathEnv(CodeToolEnv):
 
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         if self.rows is not None:
-            return dict(self.rows[int(rng.integers(len(self.rows)))])
+            return dict(draw_row(self.rows, rng))
         return GENERATOR.sample(make_task, rng, self.split, self.families)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ import numpy as np
 
 from agentrl.envs.answers import exact_match
 from agentrl.envs.core import Budgets, TextEnv
-from agentrl.envs.datasets import check_split
+from agentrl.envs.datasets import check_split, draw_row, seeded_draws
 from agentrl.envs.parsing import ActionParser
 from agentrl.envs.search.questions import SPLITS, load_bundled, load_questions
 from agentrl.envs.search.registry import make_backend
@@ -141,13 +141,13 @@ class SearchEnv(TextEnv):
 
     # ------------------------------------------------------------------ task hooks
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
-        return _draw(self.rows, rng)
+        return draw_row(self.rows, rng)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` questions drawn from the bundled ``dev`` split (or from your whole dataset), question ``k``
         with ``np.random.default_rng([seed, k])``."""
         rows = self.rows if self._own_dataset else load_bundled("dev")
-        return [_draw(rows, np.random.default_rng([seed, k])) for k in range(n)]
+        return seeded_draws(rows, n, seed)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         if not self.tools_enabled:
@@ -215,7 +215,3 @@ class SearchEnv(TextEnv):
     def close(self) -> None:
         """Leave shared backends open (other envs use them); nothing else to release."""
         super().close()
-
-
-def _draw(rows: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
-    return rows[int(rng.integers(len(rows)))]

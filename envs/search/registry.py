@@ -17,16 +17,16 @@ import json
 import threading
 from typing import Any
 
-from agentrl.envs.search import online
 from agentrl.envs.search.bm25 import LocalBackend
+from agentrl.envs.search.online import DeepSeekBackend, RetrieverBackend, WikipediaBackend, ZhihuBackend
 from agentrl.envs.search.types import SearchBackend
 
 _CLASSES: dict[str, type[SearchBackend]] = {
     "local": LocalBackend,
-    "retriever": online.RetrieverBackend,
-    "wikipedia": online.WikipediaBackend,
-    "zhihu": online.ZhihuBackend,
-    "deepseek": online.DeepSeekBackend,
+    "retriever": RetrieverBackend,
+    "wikipedia": WikipediaBackend,
+    "zhihu": ZhihuBackend,
+    "deepseek": DeepSeekBackend,
 }
 #: The backend names :func:`make_backend` knows.
 BACKENDS: tuple[str, ...] = tuple(_CLASSES)
