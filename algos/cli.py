@@ -177,20 +177,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value config overrides (dotted: grpo.beta=0.04)")
     p.set_defaults(func=cmd_train)
 
+    from agentrl.algos.models import DEFAULT_MODEL
+    from agentrl.algos.rollout.collector import CollectorConfig
+
+    rollout = CollectorConfig()  # eval samples like training does unless told otherwise
     p = sub.add_parser("eval", help="evaluate a model (and adapter) on held-out tasks")
     p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id")
     p.add_argument("--env-kwargs", help="JSON object of environment keyword arguments")
-    p.add_argument("--model", default="smollm2-135m", help="model alias, hub id or path")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
     p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")
     p.add_argument("--tasks", type=int, default=32, help="number of held-out tasks")
     p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's held-out split")
     p.add_argument("--out", help="write episodes here (JSONL) and the summary beside it")
     p.add_argument("--no-tools", action="store_true", help="text-only baseline: the env offers no tools")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens per assistant reply")
-    p.add_argument("--max-turns", type=int, default=6, help="assistant turns per episode")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=rollout.temperature, help="sampling temperature (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=rollout.max_new_tokens, help="tokens per assistant reply")
+    p.add_argument("--max-turns", type=int, default=rollout.max_turns, help="assistant turns per episode")
+    p.add_argument("--seed", type=int, default=rollout.seed)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_eval)

@@ -149,13 +149,15 @@ def _modules() -> dict[str, Path]:
 
 
 def _module_level_imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
-    """Modules that ``name`` imports at import time (not inside functions, not under TYPE_CHECKING)."""
+    """Modules that ``name`` imports at import time (not inside functions, under TYPE_CHECKING or in the
+    ``if __name__ == "__main__"`` block of a script)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
 
     def visit(body):
         for node in body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            if isinstance(node, ast.If) and ("TYPE_CHECKING" in ast.unparse(node.test)
+                                             or "__main__" in ast.unparse(node.test)):
                 continue
             if isinstance(node, (ast.If, ast.Try)):
                 visit(node.body + getattr(node, "orelse", []) + [h for x in getattr(node, "handlers", []) for h in x.body])

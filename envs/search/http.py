@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,14 @@ class HttpConfig:
     """Limit on request starts per minute (``None`` or 0: no limit)."""
     user_agent: str = "agentrl-gym/0.1 (https://github.com/agentrl/agentrl-gym) python-requests"
     """Sent with every request (Wikimedia asks for a descriptive one)."""
+
+    def with_options(self, options: dict[str, Any]) -> HttpConfig:
+        """A copy with the keyword overrides in ``options`` applied (``None`` values keep the field)."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"unknown request-policy option(s) {unknown}; the options are {sorted(names)}")
+        return replace(self, **{k: v for k, v in options.items() if v is not None})
 
 
 class _RateLimiter:

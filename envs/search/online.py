@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ from agentrl.envs.search.http import HttpBackend, HttpConfig, _retry_after
 from agentrl.envs.search.types import SearchError, SearchItem, SearchResult, split_contents
 
 logger = logging.getLogger(__name__)
-
-
-def _config(defaults: HttpConfig, config: HttpConfig | None, request_options: dict[str, Any]) -> HttpConfig:
-    """``config`` (or the backend's ``defaults``) with the ``request_options`` keyword overrides applied."""
-    names = {f.name for f in fields(HttpConfig)}
-    unknown = sorted(set(request_options) - names)
-    if unknown:
-        raise TypeError(f"unknown request-policy option(s) {unknown}; the options are {sorted(names)}")
-    return replace(config or defaults, **{k: v for k, v in request_options.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------- retriever
@@ -60,7 +50,7 @@ class RetrieverBackend(HttpBackend):
             config, request_options: the request options: an :class:`HttpConfig`, and/or any of its fields as keywords
                 (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 30 s, 3 retries.
         """
-        cfg = _config(HttpConfig(concurrency=8, timeout_s=30.0), config, request_options)
+        cfg = (config or HttpConfig(concurrency=8, timeout_s=30.0)).with_options(request_options)
         super().__init__(cfg, topk=topk)
         self.url = url or os.environ.get("AGENTRL_RETRIEVER_URL", "http://127.0.0.1:8000/retrieve")
         self.batch_size = max(1, batch_size)
@@ -156,7 +146,8 @@ class WikipediaBackend(HttpBackend):
             config, request_options: the request options (an :class:`HttpConfig` and/or its fields as keywords).
                 Default: 3 in flight, 15 s, ~200 requests/min, a descriptive User-Agent.
         """
-        cfg = _config(HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0), config, request_options)
+        defaults = HttpConfig(concurrency=3, timeout_s=15.0, requests_per_minute=200.0)
+        cfg = (config or defaults).with_options(request_options)
         super().__init__(cfg, topk=min(topk, 20))
         self.base_url = base_url
 
@@ -294,7 +285,7 @@ class ZhihuBackend(HttpBackend):
         if not found:
             raise ValueError("the zhihu backend needs API keys: set ZHIHU_SEARCH_KEYS (comma-separated) in the "
                              "environment or a .env file, or pass keys=[...]")
-        cfg = _config(HttpConfig(concurrency=1, timeout_s=15.0), config, request_options)
+        cfg = (config or HttpConfig(concurrency=1, timeout_s=15.0)).with_options(request_options)
         super().__init__(cfg, topk=min(topk, 10 if endpoint == "zhihu_search" else 20), secrets=found)
         self.keys = _KeyRing(found)
         self.url = f"{base_url.rstrip('/')}/api/v1/content/{endpoint}"
@@ -418,7 +409,7 @@ class DeepSeekBackend(HttpBackend):
         key = api_key or os.environ.get("DEEPSEEK_API_KEY")
         if not key:
             raise ValueError("the deepseek backend needs an API key: set DEEPSEEK_API_KEY or pass api_key=...")
-        cfg = _config(HttpConfig(concurrency=16, timeout_s=60.0), config, request_options)
+        cfg = (config or HttpConfig(concurrency=16, timeout_s=60.0)).with_options(request_options)
         super().__init__(cfg, topk=topk, secrets=[key])
         self._key = key
         self.url = f"{base_url.rstrip('/')}/v1/messages"
