@@ -711,3 +711,105 @@ def test_retriever_coalesces_concurrent_searches_into_one_request(served):
     assert all(out[q].ok and out[q].items for q in queries)
     assert out["mountain"].items[0].title == "Mount Everest"
     assert b.stats.requests <= 2 and b.stats.queries == len(queries)  # one request (two if a thread lagged)
+
+
+# ---------------------------------------------------------------------------------------------- total deadline
+
+
+class SilentServer:
+    """A real TCP server on 127.0.0.1 that accepts connections and never answers (or trickles a body)."""
+
+    def __init__(self, trickle: bool = False):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.accepted = 0
+        self.trickle = trickle
+        self._stop = threading.Event()
+        self._conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            self._conns.append(conn)
+            if self.trickle:
+                threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn):
+        try:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            for _ in range(100):  # one byte every 0.1 s: each read is fast, the body takes 10 s
+                if self._stop.wait(0.1):
+                    return
+                conn.sendall(b" ")
+        except OSError:
+            pass
+
+    def close(self):
+        self._stop.set()
+        self.thread.join()
+        for c in self._conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def silent():
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("kind", ONLINE)
+def test_deadline_bounds_a_search_against_a_server_that_never_answers(kind, silent):
+    # Unbounded, this call would take (max_retries + 1) * timeout_s = 6 s; the deadline ends it after 0.5 s.
+    b = _make(kind, silent, timeout_s=1.5, max_retries=3, backoff_s=0.01, deadline_s=0.5)
+    t0 = time.monotonic()
+    r = b.search("anything")
+    elapsed = time.monotonic() - t0
+    assert r.error == "timeout" and "search deadline of 0.5 s" in r.message, r.message
+    assert silent.accepted == 1 and b.stats.timeouts == 1 and b.stats.retries == 0
+    assert elapsed < 1.5  # under even one full attempt's timeout
+
+
+def test_deadline_bounds_a_trickled_body():
+    server = SilentServer(trickle=True)
+    try:
+        b = WikipediaBackend(base_url=server.base + "/w/api.php", timeout_s=1.0, max_retries=2, backoff_s=0.01,
+                             deadline_s=0.5)
+        t0 = time.monotonic()
+        r = b.search("anything")
+        elapsed = time.monotonic() - t0
+    finally:
+        server.close()
+    assert r.error == "timeout" and server.accepted == 1
+    assert elapsed < 3.0  # the body alone would take 10 s; each read is well inside timeout_s
+
+
+def test_deadline_stops_the_retries(api):
+    api.play(Reply(503, "busy"))
+    b = _make("wikipedia", api, max_retries=6, backoff_s=0.2, deadline_s=0.5)
+    r = b.search("x")
+    assert r.error == "timeout" and "HTTP 503" in r.message and "deadline" in r.message
+    assert 1 <= len(api.seen) <= 3  # 7 attempts without the deadline
+    b = _make("wikipedia", api, max_retries=2, backoff_s=0.01, deadline_s=None)
+    r = b.search("x")
+    assert r.error == "server_error" and "after 3 attempts" in r.message
+
+
+def test_deadline_option_is_checked():
+    assert HttpConfig().deadline_s == 20.0 and WikipediaBackend().config.deadline_s == 20.0
+    with pytest.raises(ValueError, match="deadline_s"):
+        HttpConfig(deadline_s=-1)
+    with pytest.raises(ValueError, match="timeout_s"):
+        WikipediaBackend(timeout_s=0)

@@ -30,7 +30,12 @@ class HttpConfig:
     concurrency: int = 4
     """Requests in flight at once, across every env and thread that shares the backend."""
     timeout_s: float = 15.0
-    """Wall-clock limit of one request (connect + whole response, streamed bodies included)."""
+    """Wall-clock limit of one attempt (connect + whole response, streamed bodies included)."""
+    deadline_s: float | None = 20.0
+    """Wall-clock limit of one search call across all its attempts: waiting for a free slot and for the rate
+    limit, every attempt (each one's connect/read timeouts are cut to the time left, and its body is read
+    against the deadline) and the backoffs between them. When it passes, the call fails with ``timeout`` and
+    is not retried. ``None`` or 0: no total limit (up to ``(max_retries + 1) * timeout_s`` plus backoffs)."""
     max_retries: int = 3
     """Extra attempts after a retryable failure (429, 5xx, timeout, connection error)."""
     backoff_s: float = 1.0
@@ -50,6 +55,12 @@ class HttpConfig:
             raise TypeError(f"unknown request-policy option(s) {unknown}; the options are {sorted(names)}")
         return replace(self, **{k: v for k, v in options.items() if v is not None})
 
+    def __post_init__(self):
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.deadline_s is not None and self.deadline_s < 0:
+            raise ValueError(f"deadline_s must be positive (or None/0 for no total limit), got {self.deadline_s}")
+
 
 class _RateLimiter:
     """Spaces request starts at least ``60 / rpm`` seconds apart (thread-safe)."""
@@ -59,12 +70,16 @@ class _RateLimiter:
         self._lock = threading.Lock()
         self._next = 0.0
 
-    def wait(self) -> None:
+    def wait(self, end: float | None = None) -> None:
+        """Wait for this request's start slot; raises :class:`_OutOfTime` (reserving nothing) when the slot
+        would come after ``end``."""
         if not self.interval:
             return
         with self._lock:
             now = time.monotonic()
             start = max(now, self._next)
+            if end is not None and start >= end:
+                raise _OutOfTime
             self._next = start + self.interval
         if start > now:
             time.sleep(start - now)
@@ -127,43 +142,58 @@ class HttpBackend(SearchBackend):
         ``build(attempt)`` returns keyword arguments for :meth:`requests.Session.request` (``method``,
         ``url``, ``params``, ``json``, ``headers``). HTTP 429/5xx, timeouts and connection errors are retried
         up to ``max_retries`` times with exponential backoff, waiting at least ``Retry-After`` when given.
-        Raises :class:`SearchError` when the attempts are spent or the failure is not retryable.
+        The whole call, retries and waits included, ends within ``deadline_s`` (when set). Raises
+        :class:`SearchError` when the attempts or the time are spent or the failure is not retryable.
         """
         import requests
 
         cfg = self.config
+        end = time.monotonic() + cfg.deadline_s if cfg.deadline_s else None
         last: SearchError | None = None
         for attempt in range(cfg.max_retries + 1):
             if attempt:
-                self.stats.add(retries=1)
                 delay = min(cfg.backoff_s * 2 ** (attempt - 1), cfg.backoff_max_s)
                 delay *= 0.75 + 0.5 * float(self._rng.random())
                 if last is not None and last.retry_after is not None:
                     delay = max(delay, last.retry_after)
+                if end is not None and time.monotonic() + delay >= end:
+                    last = self._out_of_time(last)
+                    break
+                self.stats.add(retries=1)
                 time.sleep(delay)
-            self._limiter.wait()
             kwargs = build(attempt)
-            deadline = time.monotonic() + cfg.timeout_s
             try:
-                with self._sem:
+                self._limiter.wait(end)
+                timeout = self._attempt_timeout(end)
+                if not self._sem.acquire(timeout=-1 if end is None else max(0.0, end - time.monotonic())):
+                    raise _OutOfTime
+                try:
+                    timeout = self._attempt_timeout(end)
+                    deadline = time.monotonic() + timeout
                     self.stats.add(requests=1)
-                    resp = self._session().request(timeout=(cfg.timeout_s, cfg.timeout_s), stream=stream,
-                                                   **kwargs)
+                    resp = self._session().request(timeout=(timeout, timeout), stream=True, **kwargs)
                     try:
                         self._check_status(resp)
                         if stream:
                             resp.deadline = deadline  # parsers of streamed bodies enforce the total limit
+                        else:
+                            _read_body(resp, deadline, timeout)
                         return parse(resp)
                     finally:
                         resp.close()
+                finally:
+                    self._sem.release()
+            except _OutOfTime:
+                last = self._out_of_time(last)
+                break
             except SearchError as e:
                 last = e
             except requests.Timeout as e:
-                last = SearchError("timeout", f"no answer within {cfg.timeout_s:g} s ({type(e).__name__})",
+                last = SearchError("timeout", f"no answer within {timeout:g} s ({type(e).__name__})",
                                    retryable=True)
             except requests.ConnectionError as e:
                 if "timed out" in str(e).lower() or "timeout" in type(e).__name__.lower():
-                    last = SearchError("timeout", f"no answer within {cfg.timeout_s:g} s", retryable=True)
+                    last = SearchError("timeout", f"no answer within {timeout:g} s", retryable=True)
                 else:
                     last = SearchError("connection", _connection_detail(e), retryable=True)
             except requests.RequestException as e:
@@ -179,10 +209,27 @@ class HttpBackend(SearchBackend):
             if not last.retryable:
                 break
             logger.info("%s: attempt %d failed (%s); retrying", self.name, attempt + 1, self.redact(last.detail))
+        else:
+            assert last is not None
+            if last.retryable and cfg.max_retries:
+                last.detail = f"{last.detail} (after {cfg.max_retries + 1} attempts)"
         assert last is not None
-        if last.retryable and cfg.max_retries:
-            last.detail = f"{last.detail} (after {cfg.max_retries + 1} attempts)"
         raise last
+
+    def _attempt_timeout(self, end: float | None) -> float:
+        """This attempt's connect/read timeout: ``timeout_s``, cut to the time left before the deadline."""
+        if end is None:
+            return self.config.timeout_s
+        left = end - time.monotonic()
+        if left <= 0.001:
+            raise _OutOfTime
+        return min(self.config.timeout_s, left)
+
+    def _out_of_time(self, last: SearchError | None) -> SearchError:
+        if last is None or last.kind != "timeout":  # a timed-out attempt was counted already
+            self.stats.add(timeouts=1)
+        why = f"; the last attempt: {last.detail}" if last is not None else ""
+        return SearchError("timeout", f"no result within the search deadline of {self.config.deadline_s:g} s{why}")
 
     @staticmethod
     def _check_status(resp) -> None:
@@ -213,6 +260,30 @@ class HttpBackend(SearchBackend):
         c = self.config
         return (f"{type(self).__name__}(topk={self.topk}, concurrency={c.concurrency}, timeout_s={c.timeout_s}, "
                 f"max_retries={c.max_retries})")
+
+
+class _OutOfTime(Exception):
+    """The search call's total deadline passed."""
+
+
+def _read_body(resp: Any, deadline: float, timeout: float) -> None:
+    """Read a response body into ``resp`` against a wall-clock deadline (a server trickling bytes, each read
+    inside the read timeout, would otherwise hold the call for ever). Sets what ``resp.content`` returns."""
+    raw = resp.raw
+    read1 = getattr(raw, "read1", None)  # urllib3 >= 2: returns as soon as any bytes arrive
+    chunks = []
+    while True:
+        if read1 is not None:
+            chunk = read1(65_536, decode_content=True)
+        else:
+            chunk = raw.read(1024, decode_content=True)
+        if time.monotonic() > deadline:
+            raise SearchError("timeout", f"the response did not finish within {timeout:g} s", retryable=True)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    resp._content = b"".join(chunks)  # where requests itself keeps a read body; .json() and .text use it
+    resp._content_consumed = True
 
 
 _CONN_REASONS = ("Connection refused", "Connection reset", "Name or service not known", "nodename nor servname",

@@ -48,9 +48,9 @@ class RetrieverBackend(HttpBackend):
             batch_wait_s: how long the first of several concurrent :meth:`search` calls (envs stepped in
                 threads by a collector) waits for the others, so they go in one request; 0 turns this off.
             config, request_options: the request options: an :class:`HttpConfig`, and/or any of its fields as keywords
-                (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 30 s, 3 retries.
+                (``concurrency``, ``timeout_s``, ``max_retries``, ...). Default: 8 in flight, 20 s a call, 3 retries.
         """
-        cfg = (config or HttpConfig(concurrency=8, timeout_s=30.0)).with_options(request_options)
+        cfg = (config or HttpConfig(concurrency=8, timeout_s=20.0)).with_options(request_options)
         super().__init__(cfg, topk=topk)
         self.url = url or os.environ.get("AGENTRL_RETRIEVER_URL", "http://127.0.0.1:8000/retrieve")
         self.batch_size = max(1, batch_size)
@@ -404,12 +404,12 @@ class DeepSeekBackend(HttpBackend):
             model: the model that runs the search.
             max_tokens: the reply limit.
             config, request_options: the request options (an :class:`HttpConfig` and/or its fields as keywords).
-                Default: 16 in flight, 60 s.
+                Default: 16 in flight, 60 s a call (one long stream).
         """
         key = api_key or os.environ.get("DEEPSEEK_API_KEY")
         if not key:
             raise ValueError("the deepseek backend needs an API key: set DEEPSEEK_API_KEY or pass api_key=...")
-        cfg = (config or HttpConfig(concurrency=16, timeout_s=60.0)).with_options(request_options)
+        cfg = (config or HttpConfig(concurrency=16, timeout_s=60.0, deadline_s=60.0)).with_options(request_options)
         super().__init__(cfg, topk=topk, secrets=[key])
         self._key = key
         self.url = f"{base_url.rstrip('/')}/v1/messages"
