@@ -2,7 +2,8 @@
 (``AgentRL/PythonMath-v0``, ``AgentRL/Coding-v0``).
 
 Every call runs in a fresh, isolated process (:mod:`agentrl.envs.sandbox`). The observation is the program's
-stdout on success, its stderr on an error, and a fixed message on a timeout (:func:`exec_observation`).
+stdout on success; on an error, what it printed before failing followed by the traceback; on a timeout, what it
+printed before it was stopped followed by a timeout notice (:func:`exec_observation`).
 Each call counts ``code_calls``, ``exec_ok`` / ``exec_error`` / ``exec_timeout`` and ``exec_latency_s`` in
 the episode's metrics; a failed execution is a tool error.
 """
@@ -24,16 +25,34 @@ _STATUS_METRIC = {"ok": "exec_ok", "timeout": "exec_timeout"}
 
 
 def exec_observation(result: ExecResult, timeout_s: float) -> str:
-    """The observation text of one execution: stdout on success, stderr on error, a fixed timeout message."""
+    """The observation text of one execution, as a notebook cell would show it.
+
+    * ok: stdout (a hint to print() when there is none);
+    * error: stdout so far, then stderr (the traceback), or ``Error: the program exited with status N.`` when
+      stderr is empty;
+    * timeout: stdout and stderr so far, then ``Error: the code did not finish within T seconds and was
+      stopped.`` (output is line-buffered, so every finished line printed before the kill is there);
+    * sandbox_error: a fixed message.
+
+    The streams come back tail-capped by the sandbox (``max_output_bytes``); the env cuts the whole
+    observation to ``max_obs_chars`` from the head, so the end (the traceback, the notice) survives.
+    """
     if result.status == "ok":
         return result.stdout if result.stdout.strip() else "[no output: print() the values you want to see]"
-    if result.status == "timeout":
-        return f"Error: the code did not finish within {timeout_s:g} seconds and was stopped."
     if result.status == "sandbox_error":
         return "Error: the code could not be run to completion (the interpreter was stopped)."
-    if result.stderr.strip():
-        return result.stderr
-    return f"Error: the program exited with status {result.returncode}."
+    if result.status == "timeout":
+        printed = _join(result.stdout, result.stderr)
+        return _join(printed, f"Error: the code did not finish within {timeout_s:g} seconds and was stopped.")
+    tail = result.stderr if result.stderr.strip() else f"Error: the program exited with status {result.returncode}."
+    return _join(result.stdout, tail)
+
+
+def _join(first: str, second: str) -> str:
+    """``first`` then ``second``, on a new line when ``first`` does not end with one."""
+    if not first:
+        return second
+    return first + ("" if first.endswith("\n") else "\n") + second
 
 
 def recovered_from_error(history: Sequence[str]) -> bool:

@@ -152,15 +152,18 @@ def test_observation_rules(env):
     obs, r, term, trunc, info = env.step(call("print(6 * 7)"))
     assert (obs, r, term, trunc, info["obs_role"]) == ("42\n", 0.0, False, False, "tool")
     obs, *_ = env.step(call("x = 1\nprint('partial')\nraise ValueError('bad value')"))
-    assert obs.rstrip().endswith("ValueError: bad value") and "partial" not in obs  # stderr on error
-    obs, *_ = env.step(call("while True:\n    pass"))
-    assert obs == "Error: the code did not finish within 2 seconds and was stopped."
+    assert obs.startswith("partial\nTraceback (most recent call last):")  # stdout so far, then the traceback
+    assert obs.rstrip().endswith("ValueError: bad value")
+    obs, *_ = env.step(call("print('started')\nwhile True:\n    pass"))
+    assert obs == "started\nError: the code did not finish within 2 seconds and was stopped."
     obs, *_ = env.step(call("import sys\nfor i in range(2000):\n    print('frame', i, file=sys.stderr)\n"
                             "raise KeyError('the end')"))
     assert len(obs) <= 400 and obs.startswith("...[truncated]") and obs.rstrip().endswith("KeyError: 'the end'")
     m = info["metrics"] | env.metrics.as_dict()
     assert (m["code_calls"], m["exec_ok"], m["exec_error"], m["exec_timeout"]) == (4, 1, 2, 1)
     assert m["exec_latency_s"] > 0 and m["tool_errors"] == 3
+    obs, *_ = env.step(call("import sys\nprint('checked', end='')\nsys.exit(3)"))
+    assert obs == "checked\nError: the program exited with status 3."
 
 
 @pytest.mark.needs_bwrap

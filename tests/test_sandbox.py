@@ -164,6 +164,14 @@ def test_infinite_loop_is_stopped(sb):
 
 
 @needs_bwrap_root
+def test_output_before_a_timeout_comes_back_without_flushing(sb):
+    # No flush=True: stdout is line-buffered in the child, so the finished lines survive the kill.
+    r = sb.run("import sys\nprint('step 1')\nprint('step 2')\nprint('warned', file=sys.stderr)\n"
+               "sys.stdout.write('half a line')\nwhile True:\n    pass\n", timeout=1.0)
+    assert r.status == "timeout" and r.stdout == "step 1\nstep 2\n" and r.stderr == "warned\n"
+
+
+@needs_bwrap_root
 def test_cpu_limit():
     with Sandbox(max_concurrency=1, cpu_s=1, preload=()) as s:
         r = s.run("print('spin', flush=True)\nwhile True:\n    pass\n", timeout=20)

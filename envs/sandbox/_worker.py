@@ -8,6 +8,7 @@ length followed by UTF-8 JSON. For every request it forks a fresh child that
 * starts a new session (so the child and its descendants form one process group),
 * gets its own rlimits (CPU seconds, address space, file size, processes, open files, no core files),
 * reads stdin from, and writes stdout/stderr to, anonymous temp files (``O_TMPFILE``) in the private ``/tmp``,
+  both line-buffered, so what a program printed before it was killed (a timeout) is in the files,
 * executes the code as ``python -c`` would (fresh ``__main__``, ``sys.argv == ['-c']``).
 
 The worker waits for the child with a wall-clock deadline, kills the whole process group when it passes, then
@@ -140,6 +141,8 @@ def _child(req, cfg, fds):
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
         os.closerange(3, 65536)
+        for stream in (sys.stdout, sys.stderr):  # a killed child loses at most an unfinished line
+            stream.reconfigure(line_buffering=True)
         import resource
 
         limits = req["limits"]
