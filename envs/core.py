@@ -10,13 +10,15 @@ The contract (also in ``docs/protocol.md``)
 ``reset(seed=None, options=None) -> (obs, info)``
     ``options={"task": {...}}`` pins a task (a trainer or evaluator passes dataset rows); otherwise the env
     draws one from its own dataset with ``self.np_random`` (never the global ``random``). ``obs`` is the
-    user-turn text. ``info["messages"]`` is the OpenAI-style message list so far (system prompt included),
-    ``info["tools"]`` the tool schemas (OpenAI function format), ``info["task_id"]`` the task's id.
+    user-turn text. ``info["messages"]`` is the OpenAI-style message list so far (system prompt included; an
+    assistant turn that called tools carries ``tool_calls``, each result is a ``tool`` turn with ``name`` and
+    ``tool_call_id``), ``info["tools"]`` the tool schemas (OpenAI function format), ``info["task_id"]``.
 
 ``step(action) -> (obs, reward, terminated, truncated, info)``
     ``action`` is the assistant's whole reply. It is parsed into exactly one of
 
-    * a **tool call** — the tool runs, ``obs`` is its output (``info["obs_role"] == "tool"``), reward 0;
+    * **tool calls** — one, or several in one reply where the call format has them: each runs in order and
+      counts against the tool-call budget; ``obs`` holds every result (``info["obs_role"] == "tool"``), reward 0;
     * a **final answer** — ``terminated=True``, reward = the outcome reward;
     * **invalid** — ``terminated=True``, reward = the format penalty, ``obs`` says what was wrong.
 
@@ -34,6 +36,7 @@ unexpected bug inside an environment is logged with its traceback and ends the e
 
 from __future__ import annotations
 
+import json
 import logging
 import string
 import time
@@ -44,7 +47,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.parsing import CALL_FORMATS, ActionParser, ParsedAction
 from agentrl.envs.tools import INVALID_CALL_KINDS, ToolSet
 
 logger = logging.getLogger(__name__)
@@ -234,6 +237,26 @@ class TextEnv(gym.Env[str, str]):
         raise ValueError(f"{type(self).__name__} has no held-out split; evaluate it with "
                          "`agentrl eval --tasks-file file.jsonl`")
 
+    def use_call_format(self, name: str) -> bool:
+        """Read tool calls in the native format ``name`` (a key of :data:`~agentrl.envs.parsing.CALL_FORMATS`,
+        e.g. the one the policy's chat template teaches). Only an env whose parser reads a native format switches;
+        an env-chosen format (``<search>`` tags, fenced code) stays. Call it between episodes.
+
+        Returns:
+            whether the env now reads ``name``.
+
+        Raises:
+            ValueError: an unknown format name.
+        """
+        if name not in CALL_FORMATS:
+            raise ValueError(f"call format must be one of {sorted(CALL_FORMATS)}, got {name!r}")
+        calls = getattr(self.parser, "calls", None)
+        if not isinstance(calls, tuple(CALL_FORMATS.values())):
+            return False
+        if type(calls) is not CALL_FORMATS[name]:
+            self.parser.calls = CALL_FORMATS[name]()
+        return True
+
     def run_tool(self, parsed: ParsedAction) -> str:
         """Run a parsed tool call through :meth:`ToolSet.call`; count its errors and metrics; return the
         observation."""
@@ -302,18 +325,29 @@ class TextEnv(gym.Env[str, str]):
             return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
                                 termination="invalid", format_ok=False)
 
-        # A tool call.
-        if self.metrics.tool_calls >= self.budgets.max_tool_calls:
-            return self._finish(
-                f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
-                parsed, reward=self.rewards.invalid, termination="budget", truncated=True,
-            )
-        self.metrics.tool_calls += 1
-        t0 = time.perf_counter()
-        obs = self.run_tool(parsed)
-        self.metrics.tool_latency_s += time.perf_counter() - t0
-        obs = clip_head(obs, self.budgets.max_obs_chars)
-        self.messages.append({"role": "tool", "name": parsed.name, "content": obs})
+        # Tool calls: each runs in order, each counts against the budget, each result is a tool message.
+        calls = parsed.calls or []
+        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
+        self.messages[-1]["tool_calls"] = [
+            {"id": i, "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for i, c in zip(ids, calls, strict=True)]
+        results = []
+        for call, call_id in zip(calls, ids, strict=True):
+            if self.metrics.tool_calls >= self.budgets.max_tool_calls:
+                return self._finish(
+                    f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
+                    parsed, reward=self.rewards.invalid, termination="budget", truncated=True,
+                )
+            self.metrics.tool_calls += 1
+            t0 = time.perf_counter()
+            out = self.run_tool(ParsedAction("tool_call", name=call["name"], arguments=call["arguments"]))
+            self.metrics.tool_latency_s += time.perf_counter() - t0
+            out = clip_head(out, self.budgets.max_obs_chars)
+            self.messages.append({"role": "tool", "name": call["name"], "tool_call_id": call_id, "content": out})
+            results.append((call["name"], out))
+        obs = results[0][1] if len(results) == 1 else "\n\n".join(
+            f"Result {k} ({name}):\n{out}" for k, (name, out) in enumerate(results, 1))
         if self.metrics.turns >= self.budgets.max_turns:
             return self._finish(obs, parsed, reward=self.rewards.invalid, termination="budget",
                                 truncated=True, obs_role="tool")
@@ -357,8 +391,9 @@ class TextEnv(gym.Env[str, str]):
     def demo(self, task: dict[str, Any]) -> dict[str, Any] | None:
         """Play :meth:`demo_actions` through a fresh episode of ``task``.
 
-        Returns ``{"messages", "tools", "reward", "correct"}`` (the full transcript of a correct solution,
-        ready for SFT) or ``None`` when no solution is known. The episode runs in this env instance, so
+        Returns ``{"messages", "tools", "tools_in_prompt", "reward", "correct"}`` (the full transcript of a
+        correct solution, ready for SFT; ``tools_in_prompt``: whether its system prompt lists the tools) or
+        ``None`` when no solution is known. The episode runs in this env instance, so
         call it between episodes, not during one.
         """
         actions = self.demo_actions(task)
@@ -371,7 +406,8 @@ class TextEnv(gym.Env[str, str]):
             done = term or trunc
             if done:
                 break
-        return {"messages": info["messages"], "tools": info["tools"], "reward": reward,
+        return {"messages": info["messages"], "tools": info["tools"], "tools_in_prompt": self.tools_in_prompt,
+                "reward": reward,
                 "correct": bool(info.get("correct", False))}
 
 

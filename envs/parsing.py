@@ -1,16 +1,19 @@
 """Reading an assistant reply: tool-call formats and final-answer extractors.
 
-An :class:`ActionParser` turns a reply into exactly one :class:`ParsedAction` — a tool call, a final answer
-or invalid — with one tool-call format and one answer format:
+An :class:`ActionParser` turns a reply into exactly one :class:`ParsedAction` — tool calls, a final answer or
+invalid — with one tool-call format and one answer format:
 
-* tool-call formats: :class:`HermesCalls` (the default; Hermes/Qwen native
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), :class:`TagCalls` (``<search>q</search>``),
-  :class:`FencedCodeCalls` (a fenced ```` ```python ```` block);
+* native tool-call formats (:data:`CALL_FORMATS`; :func:`native_call_format` picks the one a chat template
+  teaches): :class:`HermesCalls` (the default; Hermes/Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``),
+  :class:`LlamaJsonCalls` (Llama 3.x ``{"name": ..., "parameters": {...}}``), :class:`MistralCalls`
+  (``[TOOL_CALLS] [{"name": ..., "arguments": {...}}]``); each reads several calls in one reply (parallel calls);
+* env-chosen formats: :class:`TagCalls` (``<search>q</search>``), :class:`FencedCodeCalls` (a fenced
+  ```` ```python ```` block), one call per reply;
 * answer formats: ``"answer_colon"`` (``Answer: ...``), ``"boxed"`` (the last ``\\boxed{}`` in the last 300
   characters), ``"answer_tag"`` (``<answer>...</answer>``).
 
-Text inside ``<think>...</think>`` is ignored by every format. Parsing is strict: exactly one call, nothing
-but whitespace after it, arguments a JSON object. Comparing an answer with the reference is
+Text inside ``<think>...</think>`` is ignored by every format. Parsing is strict: nothing but whitespace after
+the last call, arguments a JSON object, no unknown keys. Comparing an answer with the reference is
 :mod:`agentrl.envs.answers` (re-exported here).
 """
 
@@ -23,28 +26,39 @@ from typing import Any, Literal
 
 from agentrl.envs.answers import answers_match, exact_match, normalize_answer, parse_number
 
-__all__ = ["ANSWER_FORMATS", "ActionParser", "CallFormat", "FencedCodeCalls", "HermesCalls", "ParsedAction",
-           "TagCalls", "answers_match", "exact_match", "extract_answer_colon", "extract_answer_tag",
-           "extract_boxed", "normalize_answer", "parse_number", "strip_think"]
+__all__ = ["ANSWER_FORMATS", "CALL_FORMATS", "ActionParser", "CallFormat", "FencedCodeCalls", "HermesCalls",
+           "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls", "answers_match", "exact_match",
+           "extract_answer_colon", "extract_answer_tag", "extract_boxed", "native_call_format", "normalize_answer",
+           "parse_number", "strip_think"]
 
 # ---------------------------------------------------------------------------------------------- result
 
 
 @dataclass
 class ParsedAction:
-    """How a reply was read. ``kind`` decides which other fields are set."""
+    """How a reply was read. ``kind`` decides which other fields are set.
+
+    A tool call holds every call of the reply in ``calls`` (``{"name", "arguments"}`` each, plus ``"id"`` when
+    the model wrote one), in order; ``name`` and ``arguments`` are those of the first.
+    """
 
     kind: Literal["tool_call", "answer", "invalid"]
     name: str | None = None
     arguments: dict[str, Any] | None = None
     answer: str | None = None
     error: str | None = None
+    calls: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind == "tool_call" and not self.calls:
+            self.calls = [{"name": self.name, "arguments": self.arguments or {}}]
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain dict for ``info["parsed"]``; ``arguments`` is always a dict (``{}`` unless a call), so vector
-        envs can batch infos whose kinds differ."""
+        """Plain dict for ``info["parsed"]``; ``arguments`` is always a dict (``{}`` unless a call) and ``calls``
+        a list (``[]`` unless a call), so vector envs can batch infos whose kinds differ."""
         d = asdict(self)
         d["arguments"] = d["arguments"] or {}
+        d["calls"] = d["calls"] or []
         return d
 
 
@@ -80,10 +94,43 @@ class CallFormat:
         raise NotImplementedError
 
 
-class HermesCalls(CallFormat):
-    """``<tool_call>\\n{"name": "...", "arguments": {...}}\\n</tool_call>`` — the Hermes/Qwen native format."""
+def _call_object(obj: Any, args_key: str, allowed: frozenset[str]) -> dict[str, Any] | ParsedAction:
+    """One decoded call object as ``{"name", "arguments"[, "id"]}``, or the invalid action that explains why not."""
+    if not isinstance(obj, dict):
+        return ParsedAction("invalid", error=f'the tool call must be a JSON object {{"name": ..., "{args_key}": {{...}}}}')
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return ParsedAction("invalid", error='the tool call needs a string "name"')
+    args = obj.get(args_key, {})
+    if not isinstance(args, dict):
+        return ParsedAction("invalid", name=name, error=f'"{args_key}" must be a JSON object')
+    extra = set(obj) - allowed
+    if extra:
+        return ParsedAction("invalid", name=name, error=f"unexpected keys in the tool call: {sorted(extra)}")
+    call = {"name": name, "arguments": args}
+    if isinstance(obj.get("id"), str) and obj["id"]:
+        call["id"] = obj["id"]
+    return call
 
+
+def _calls_action(calls: list[dict[str, Any] | ParsedAction]) -> ParsedAction:
+    """The action of a reply's decoded calls: the first invalid one, else a tool call holding them all."""
+    for c in calls:
+        if isinstance(c, ParsedAction):
+            return c
+    first = calls[0]
+    return ParsedAction("tool_call", name=first["name"], arguments=first["arguments"], calls=list(calls))
+
+
+class HermesCalls(CallFormat):
+    """``<tool_call>\\n{"name": "...", "arguments": {...}}\\n</tool_call>`` — the Hermes/Qwen native format.
+
+    Several blocks in one reply (separated by whitespace only, nothing after the last) are parallel calls.
+    """
+
+    name = "hermes"
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    _KEYS = frozenset({"name", "arguments"})
 
     def find(self, text: str) -> ParsedAction | None:
         start = text.find(self.OPEN)
@@ -91,41 +138,130 @@ class HermesCalls(CallFormat):
             if self.CLOSE in text:
                 return ParsedAction("invalid", error=f"{self.CLOSE} without {self.OPEN}")
             return None
-        end = text.find(self.CLOSE, start)
-        if end < 0:
-            return ParsedAction("invalid", error=f"{self.OPEN} is not closed with {self.CLOSE}")
-        rest = text[end + len(self.CLOSE):]
-        if self.OPEN in rest:
-            return ParsedAction("invalid", error="more than one tool call in one reply; make exactly one")
-        if rest.strip():
-            return ParsedAction("invalid", error=f"text after {self.CLOSE}; end the reply with the tool call")
-        body = text[start + len(self.OPEN):end].strip()
-        try:
-            obj = json.loads(body)
-        except ValueError as e:
-            return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
-        if not isinstance(obj, dict):
-            return ParsedAction("invalid", error='the tool call must be a JSON object {"name": ..., "arguments": {...}}')
-        name = obj.get("name")
-        if not isinstance(name, str) or not name:
-            return ParsedAction("invalid", error='the tool call needs a string "name"')
-        args = obj.get("arguments", {})
-        if not isinstance(args, dict):
-            return ParsedAction("invalid", name=name, error='"arguments" must be a JSON object')
-        extra = set(obj) - {"name", "arguments"}
-        if extra:
-            return ParsedAction("invalid", name=name, error=f"unexpected keys in the tool call: {sorted(extra)}")
-        return ParsedAction("tool_call", name=name, arguments=args)
+        calls: list[dict[str, Any] | ParsedAction] = []
+        pos = start
+        while True:
+            end = text.find(self.CLOSE, pos)
+            if end < 0:
+                return ParsedAction("invalid", error=f"{self.OPEN} is not closed with {self.CLOSE}")
+            body = text[pos + len(self.OPEN):end].strip()
+            try:
+                calls.append(_call_object(json.loads(body), "arguments", self._KEYS))
+            except ValueError as e:
+                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
+            rest = text[end + len(self.CLOSE):]
+            if not rest.strip():
+                return _calls_action(calls)
+            if not rest.lstrip().startswith(self.OPEN):
+                return ParsedAction("invalid", error=f"text after {self.CLOSE}; end the reply with the tool call")
+            pos = end + len(self.CLOSE) + rest.index(self.OPEN)
 
     def instructions(self) -> str:
         return (
-            "To call a tool, end your reply with exactly one call in this format:\n"
+            "To call a tool, end your reply with a call in this format (several calls: one block each):\n"
             '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as JSON>}}\n</tool_call>\n'
             "The result comes back in the next message."
         )
 
     def render(self, name: str, arguments: dict[str, Any]) -> str:
         return f"{self.OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{self.CLOSE}"
+
+
+class LlamaJsonCalls(CallFormat):
+    """Llama 3.x JSON calls: ``{"name": "...", "parameters": {...}}`` (``"arguments"`` is read too).
+
+    The call is the end of the reply: from the first ``{"name"`` on, one JSON object or several separated by
+    ``;`` or whitespace, nothing after the last. A leading ``<|python_tag|>`` is allowed.
+    """
+
+    name = "llama3_json"
+    _START = re.compile(r'\{\s*"name"\s*:')
+    _KEYS = frozenset({"name", "parameters", "arguments"})
+
+    def find(self, text: str) -> ParsedAction | None:
+        m = self._START.search(text)
+        if m is None:
+            return None
+        decoder = json.JSONDecoder()
+        calls: list[dict[str, Any] | ParsedAction] = []
+        pos = m.start()
+        while True:
+            try:
+                obj, pos = decoder.raw_decode(text, pos)
+            except ValueError as e:
+                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
+            if isinstance(obj, dict) and "parameters" in obj and "arguments" in obj:
+                return ParsedAction("invalid", error='give "parameters" or "arguments", not both')
+            key = "arguments" if isinstance(obj, dict) and "arguments" in obj else "parameters"
+            calls.append(_call_object(obj, key, self._KEYS))
+            rest = text[pos:].lstrip().lstrip(";").lstrip()
+            if not rest:
+                return _calls_action(calls)
+            if not rest.startswith("{"):
+                return ParsedAction("invalid", error="text after the tool call; end the reply with the JSON call")
+            pos = len(text) - len(rest)
+
+    def instructions(self) -> str:
+        return ('To call a tool, end your reply with the call as JSON: {"name": "<tool name>", "parameters": '
+                "{<arguments as JSON>}} (several calls: separate them with ;). The result comes back in the next "
+                "message.")
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+
+
+class MistralCalls(CallFormat):
+    """Mistral calls: ``[TOOL_CALLS] [{"name": "...", "arguments": {...}}, ...]`` (an ``"id"`` is kept)."""
+
+    name = "mistral"
+    MARK = "[TOOL_CALLS]"
+    _KEYS = frozenset({"name", "arguments", "id"})
+
+    def find(self, text: str) -> ParsedAction | None:
+        at = text.find(self.MARK)
+        if at < 0:
+            return None
+        body = text[at + len(self.MARK):]
+        try:
+            obj, end = json.JSONDecoder().raw_decode(body, len(body) - len(body.lstrip()))
+        except ValueError as e:
+            return ParsedAction("invalid", error=f"the tool calls are not valid JSON ({e.msg} at char {e.pos})")
+        if body[end:].strip():
+            return ParsedAction("invalid", error=f"text after the {self.MARK} list; end the reply with it")
+        if isinstance(obj, dict):
+            obj = [obj]
+        if not isinstance(obj, list) or not obj:
+            return ParsedAction("invalid", error=f"{self.MARK} must be followed by a JSON list of calls")
+        return _calls_action([_call_object(o, "arguments", self._KEYS) for o in obj])
+
+    def instructions(self) -> str:
+        return ('To call tools, end your reply with [TOOL_CALLS] [{"name": "<tool name>", "arguments": '
+                "{<arguments as JSON>}}] (one object per call). The results come back in the next messages.")
+
+    def render(self, name: str, arguments: dict[str, Any]) -> str:
+        return f"{self.MARK} {json.dumps([{'name': name, 'arguments': arguments}], ensure_ascii=False)}"
+
+
+#: The native (JSON) tool-call formats by name; :func:`native_call_format` picks one from a chat template.
+CALL_FORMATS: dict[str, type[CallFormat]] = {"hermes": HermesCalls, "llama3_json": LlamaJsonCalls,
+                                             "mistral": MistralCalls}
+
+
+def native_call_format(chat_template: Any) -> str:
+    """The name (in :data:`CALL_FORMATS`) of the call format a chat template teaches its model.
+
+    ``[TOOL_CALLS]`` in the template: ``"mistral"``; ``<tool_call>``: ``"hermes"``; a Llama-3 template (header
+    tokens) that asks for ``"parameters"``: ``"llama3_json"``; anything else (no tools section, e.g. SmolLM2's
+    ChatML): ``"hermes"``. A dict of named templates is read as their concatenation.
+    """
+    text = " ".join(map(str, chat_template.values())) if isinstance(chat_template, dict) else str(chat_template or "")
+    if "[TOOL_CALLS]" in text:
+        return "mistral"
+    if "<tool_call>" in text:
+        return "hermes"
+    if "<|start_header_id|>" in text and '"parameters"' in text:
+        return "llama3_json"
+    return "hermes"
 
 
 class TagCalls(CallFormat):
@@ -238,9 +374,13 @@ class ActionParser:
     call is ignored. Otherwise a found answer is the final answer; otherwise the reply is invalid.
     """
 
-    def __init__(self, calls: CallFormat | None = None, answer: str = "answer_colon"):
+    def __init__(self, calls: CallFormat | str | None = None, answer: str = "answer_colon"):
         if answer not in ANSWER_FORMATS:
             raise ValueError(f"answer format must be one of {sorted(ANSWER_FORMATS)}, got {answer!r}")
+        if isinstance(calls, str):
+            if calls not in CALL_FORMATS:
+                raise ValueError(f"call format must be one of {sorted(CALL_FORMATS)}, got {calls!r}")
+            calls = CALL_FORMATS[calls]()
         self.calls = calls if calls is not None else HermesCalls()
         self.answer_format = answer
         self._extract, self._answer_instructions = ANSWER_FORMATS[answer]

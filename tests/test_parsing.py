@@ -3,15 +3,19 @@
 import pytest
 
 from agentrl.envs.parsing import (
+    CALL_FORMATS,
     ActionParser,
     FencedCodeCalls,
     HermesCalls,
+    LlamaJsonCalls,
+    MistralCalls,
     TagCalls,
     answers_match,
     exact_match,
     extract_answer_colon,
     extract_answer_tag,
     extract_boxed,
+    native_call_format,
     normalize_answer,
     parse_number,
     strip_think,
@@ -38,7 +42,7 @@ def test_call_without_arguments_key_means_no_arguments():
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        (CALL + "\n" + CALL, "more than one tool call"),
+        (CALL + " then " + CALL, "text after </tool_call>"),
         (CALL + " and then some text", "text after </tool_call>"),
         ('<tool_call>{"name": "multiply", "arguments": {"a": 3,}}</tool_call>', "not valid JSON"),
         ('<tool_call>{"name": "multiply", "arguments": [3, 4]}</tool_call>', '"arguments" must be a JSON object'),
@@ -126,3 +130,98 @@ def test_normalisation_and_matching():
     assert not answers_match("1777", "1776")
     assert answers_match("0.62137", "0.621")  is False
     assert answers_match("Paris", ["London", "paris"])
+
+
+# ---------------------------------------------------------------------------------------------- native formats
+
+
+def test_several_hermes_calls_in_one_reply_are_parallel_calls_in_order():
+    two = CALL + "\n" + CALL.replace("multiply", "add").replace('"a": 3', '"a": 5')
+    a = P.parse("Both at once.\n" + two)
+    assert a.kind == "tool_call"
+    assert [(c["name"], c["arguments"]) for c in a.calls] == [("multiply", {"a": 3, "b": 4}), ("add", {"a": 5, "b": 4})]
+    assert (a.name, a.arguments) == ("multiply", {"a": 3, "b": 4})
+    assert a.as_dict()["calls"] == a.calls
+
+
+def test_one_bad_call_among_several_makes_the_reply_invalid():
+    a = P.parse(CALL + '\n<tool_call>{"name": "add", "arguments": [1]}</tool_call>')
+    assert a.kind == "invalid" and '"arguments" must be a JSON object' in a.error
+
+
+LLAMA = ActionParser(LlamaJsonCalls())
+
+
+@pytest.mark.parametrize("text, calls", [
+    ('{"name": "multiply", "parameters": {"a": 3, "b": 4}}', [("multiply", {"a": 3, "b": 4})]),
+    ('<|python_tag|>{"name": "multiply", "parameters": {"a": 3, "b": 4}}', [("multiply", {"a": 3, "b": 4})]),
+    ('I need the product.\n{"name": "multiply", "arguments": {"a": 3}}', [("multiply", {"a": 3})]),
+    ('{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}\n', [("a", {"x": 1}), ("b", {})]),
+])
+def test_llama_json_calls(text, calls):
+    a = LLAMA.parse(text)
+    assert a.kind == "tool_call", a.error
+    assert [(c["name"], c["arguments"]) for c in a.calls] == calls
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"name": "multiply", "parameters": {"a": 3}} and more', "text after the tool call"),
+    ('{"name": "multiply", "parameters": {"a": 3,}}', "not valid JSON"),
+    ('{"name": "multiply", "parameters": [3]}', '"parameters" must be a JSON object'),
+    ('{"name": "m", "parameters": {}, "arguments": {}}', "not both"),
+    ('{"name": "m", "parameters": {}, "foo": 1}', "unexpected keys"),
+])
+def test_llama_json_invalid(text, fragment):
+    a = LLAMA.parse(text)
+    assert a.kind == "invalid" and fragment in a.error
+
+
+def test_llama_json_without_a_name_object_is_no_call():
+    assert LLAMA.parse('The dict {"a": 1} has one key.\nAnswer: 1').kind == "answer"
+
+
+MISTRAL = ActionParser(MistralCalls())
+
+
+def test_mistral_calls_keep_the_model_ids():
+    a = MISTRAL.parse('[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "abc123XYZ"}, '
+                      '{"name": "now", "arguments": {}}]')
+    assert a.kind == "tool_call"
+    assert a.calls == [{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "abc123XYZ"},
+                       {"name": "now", "arguments": {}}]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[TOOL_CALLS] [{"name": "add", "arguments": {}}] trailing', "text after the [TOOL_CALLS] list"),
+    ("[TOOL_CALLS] [", "not valid JSON"),
+    ("[TOOL_CALLS] []", "JSON list of calls"),
+    ('[TOOL_CALLS] [{"arguments": {}}]', 'needs a string "name"'),
+])
+def test_mistral_invalid(text, fragment):
+    a = MISTRAL.parse(text)
+    assert a.kind == "invalid" and fragment in a.error
+
+
+@pytest.mark.parametrize("name", sorted(CALL_FORMATS))
+def test_each_native_format_reads_what_it_renders(name):
+    parser = ActionParser(name)
+    a = parser.parse("Let me call.\n" + parser.render_call("multiply", {"a": 3, "b": [1, "x"]}))
+    assert (a.kind, a.name, a.arguments) == ("tool_call", "multiply", {"a": 3, "b": [1, "x"]})
+    assert parser.parse("<think>" + parser.render_call("m", {}) + "</think>Answer: 4").kind == "answer"
+
+
+def test_unknown_call_format_name_is_refused():
+    with pytest.raises(ValueError, match="call format must be one of"):
+        ActionParser("pythonic")
+
+
+@pytest.mark.parametrize("template, name", [
+    ("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}", "mistral"),
+    ("{{ '<tool_call>' }}{{ tools }}", "hermes"),
+    ("{{ '<|start_header_id|>' }} {\"name\": function name, \"parameters\": ...}", "llama3_json"),
+    ("{{ '<|im_start|>' }}", "hermes"),
+    ({"default": "x", "tool_use": "[TOOL_CALLS]"}, "mistral"),
+    (None, "hermes"),
+])
+def test_native_call_format_from_template(template, name):
+    assert native_call_format(template) == name

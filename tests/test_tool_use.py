@@ -83,7 +83,9 @@ def test_episode_step_by_step():
     obs, r, term, trunc, info = env.step("Let me use the tool.\n" + call("multiply", a=12, b=13))
     assert (obs, r, term, trunc) == ("156", 0.0, False, False)
     assert info["obs_role"] == "tool" and info["parsed"]["kind"] == "tool_call"
-    assert info["messages"][-1] == {"role": "tool", "name": "multiply", "content": "156"}
+    assert info["messages"][-1] == {"role": "tool", "name": "multiply", "tool_call_id": "call00100", "content": "156"}
+    assert info["messages"][-2]["tool_calls"] == [
+        {"id": "call00100", "type": "function", "function": {"name": "multiply", "arguments": '{"a": 12, "b": 13}'}}]
     obs, r, term, trunc, info = env.step("Answer: 156")
     assert (r, term, trunc) == (1.0, True, False)
     assert info["correct"] and info["format_ok"] and info["answer"] == "156" and info["termination"] == "answered"
@@ -248,3 +250,43 @@ def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
     """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
     old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
     assert gym.make("AgentRL/ToolUse-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old
+
+
+def test_parallel_calls_each_run_in_order_and_count_against_the_budgets():
+    env = ToolUseEnv(max_tool_calls=3)
+    env.reset(options={"task": {"id": "x", "query": "12*13 and 2+2?", "answer": "156"}})
+    obs, r, term, trunc, info = env.step(call("multiply", a=12, b=13) + "\n" + call("add", a=2, b=2))
+    assert (r, term, trunc) == (0.0, False, False)
+    assert obs == "Result 1 (multiply):\n156\n\nResult 2 (add):\n4"
+    tools = info["messages"][-2:]
+    assert [(m["role"], m["name"], m["content"]) for m in tools] == [("tool", "multiply", "156"), ("tool", "add", "4")]
+    calls = info["messages"][-3]["tool_calls"]
+    assert [c["id"] for c in calls] == [m["tool_call_id"] for m in tools] and len({c["id"] for c in calls}) == 2
+    assert info["metrics"]["tool_calls"] == 2 and info["metrics"]["turns"] == 1
+    # two more calls in one reply: the first uses the last of the budget, the second ends the episode
+    obs, r, term, trunc, info = env.step(call("add", a=1, b=1) + call("add", a=3, b=3))
+    assert trunc and info["termination"] == "budget" and "budget of 3" in obs
+    assert info["metrics"]["tool_calls"] == 3 and info["messages"][-1]["content"] == "2"
+
+
+@pytest.mark.parametrize("fmt", ["llama3_json", "mistral"])
+def test_use_call_format_switches_the_native_format_and_the_demo_follows(fmt):
+    env = ToolUseEnv()
+    assert env.use_call_format(fmt)
+    task = make_task(3)
+    demo = env.demo(task)
+    assert demo["correct"] and demo["tools_in_prompt"] is True
+    first = next(m for m in demo["messages"] if m["role"] == "assistant")
+    assert "<tool_call>" not in first["content"] and first["tool_calls"]
+    env.reset(options={"task": task})
+    _, _, _, _, info = env.step("<tool_call>\n" + '{"name": "add", "arguments": {"a": 1, "b": 2}}' + "\n</tool_call>")
+    assert info["parsed"]["kind"] != "tool_call"  # Hermes markup is not this format
+
+
+def test_use_call_format_leaves_env_chosen_formats_alone():
+    from agentrl.envs.parsing import ActionParser, TagCalls
+
+    env = ToolUseEnv(parser=ActionParser(TagCalls("calc", "add", "a")))
+    assert env.use_call_format("mistral") is False and isinstance(env.parser.calls, TagCalls)
+    with pytest.raises(ValueError, match="call format must be one of"):
+        env.use_call_format("xml")
