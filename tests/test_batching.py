@@ -78,3 +78,77 @@ def test_microbatched_gradient_equals_full_batch_gradient(mode):
     assert total == pytest.approx(full.item(), rel=1e-5, abs=1e-6)
     for p, gf in zip(model.parameters(), full_grad, strict=True):
         torch.testing.assert_close(p.grad, gf, atol=1e-6, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- prepare rules
+
+
+def _traj(reward, group, n_action=3, termination="answered"):
+    from agentrl.algos.rollout.trajectory import Trajectory
+
+    ids = list(range(10, 14 + n_action))
+    mask = [0] * 4 + [1] * n_action
+    return Trajectory(ids, mask, [-1.0] * len(ids), prompt_len=4, reward=reward, group_id=group, task={},
+                      termination=termination)
+
+
+def test_grpo_keeps_equal_reward_groups_for_the_kl_term_only_when_beta_is_positive():
+    from agentrl.algos.objectives.grpo import GRPO
+
+    trajs = [_traj(1.0, 0), _traj(0.0, 0), _traj(0.5, 1), _traj(0.5, 1)]  # group 1: equal rewards
+    rows, stats = GRPO(GRPOConfig(beta=0.0)).prepare(trajs)
+    assert [r[0].meta["index"] for r in rows] == [0, 1] and stats["skipped_groups"] == 1
+    rows, stats = GRPO(GRPOConfig(beta=0.1)).prepare(trajs)
+    assert [r[0].meta["index"] for r in rows] == [0, 1, 2, 3] and stats["skipped_groups"] == 0
+    assert [r[0].advantage for r in rows][2:] == [0.0, 0.0]
+    # the token-mean normaliser covers every kept token: 4 sequences x 3 action tokens
+    assert all(w in (0.0, 1 / 12) for r in rows for w in r[0].weights)
+
+
+def test_env_error_trajectories_leave_the_baseline_and_the_batch():
+    from agentrl.algos.objectives.dpo import DPO
+    from agentrl.algos.objectives.grpo import GRPO
+    from agentrl.algos.objectives.ppo import PPO, PPOConfig
+
+    # group 0: rewards 1, 0 and an env error (reward 0); without the error the baseline is 0.5
+    trajs = [_traj(1.0, 0), _traj(0.0, 0), _traj(0.0, 0, termination="error"), _traj(1.0, 1), _traj(0.0, 1)]
+    rows, stats = PPO(PPOConfig()).prepare(trajs)
+    assert [r[0].meta["index"] for r in rows] == [0, 1, 3, 4]
+    assert [r[0].advantage for r in rows] == [0.5, -0.5, 0.5, -0.5]
+    assert stats["env_error_trajectories"] == 1
+    rows, stats = GRPO(GRPOConfig(beta=0.1)).prepare(trajs)  # kept-for-KL groups still leave errors out
+    assert 2 not in [r[0].meta["index"] for r in rows] and stats["env_error_trajectories"] == 1
+    # a group whose other members all errored has nothing to compare: dropped
+    rows, stats = PPO(PPOConfig()).prepare([_traj(1.0, 0), _traj(0.0, 0, termination="error")])
+    assert rows == [] and stats["skipped_groups"] == 1
+    # DPO: with the errored trajectory the ranking is 1, .5, .2, 0 -> pairs (0, 3), (1, 2 = the error);
+    # without it 1, .5, .2 -> one pair (0, 1)
+    rows, stats = DPO().prepare([_traj(1.0, 0), _traj(0.5, 0), _traj(0.0, 0, termination="error"), _traj(0.2, 0)])
+    assert [(a.meta["index"], b.meta["index"]) for a, b in rows] == [(0, 1)]
+    assert stats["env_error_trajectories"] == 1
+
+
+def test_dpo_statistics_are_averaged_over_pairs_not_tokens():
+    """Two micro-batches: one long pair the policy gets right, three short pairs it gets wrong. Accuracy over
+    pairs is 1/4; weighting by tokens (the long pair's 100 tokens vs 3 x 2 x 2) would say ~0.89."""
+    from agentrl.algos.objectives.dpo import DPO
+    from agentrl.algos.training.update import StepStats
+
+    algo = DPO()
+    stats = StepStats(1e-3, algo.mean_weight, algo.summed_stats)
+
+    def batch(rows, length):
+        mask = torch.ones(rows, length)
+        return {"loss_mask": mask, "input_ids": torch.zeros(rows, length, dtype=torch.long),
+                "attention_mask": torch.ones(rows, length), "old_logprobs": torch.zeros(rows, length)}
+
+    for pairs, length, acc, margin in ((1, 50, 1.0, 2.0), (3, 2, 0.0, -1.0)):
+        b = batch(2 * pairs, length)
+        stats.add(0, b, torch.zeros(2 * pairs, length), torch.zeros(2 * pairs, length),
+                  {"dpo_accuracy": acc, "dpo_margin": margin, "pairs": pairs, "loss_tokens": 2 * pairs * length},
+                  sampled=False)
+    stats.optimizer_step(0.1, 1.0)
+    out = stats.result()
+    assert out["train/dpo_accuracy"] == pytest.approx(0.25)
+    assert out["train/dpo_margin"] == pytest.approx((2.0 - 3.0) / 4)
+    assert out["train/pairs"] == 4 and out["train/loss_tokens"] == 112

@@ -247,3 +247,124 @@ def test_shared_prefix_gives_the_same_logprobs_and_gradients():
     torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
     for n, g in results[0][1].items():
         torch.testing.assert_close(results[1][1][n], g, atol=1e-5, rtol=1e-4, msg=n)
+
+
+# ---------------------------------------------------------------------------------------------- issue 13 fixes
+
+
+def test_dual_clip_and_log_ratio_clamp_keep_one_huge_ratio_token_from_dominating():
+    """100 on-policy tokens and one whose log-ratio is 60 (probability grew e^60-fold since sampling), all
+    with advantage -1: without the hardening that token's loss term is e^60 and its gradient huge (or the
+    loss overflows); with it the term is capped at clip_ratio_c * |A| and its gradient is exactly 0."""
+    n = 101
+    old = torch.full((1, n), -5.0, dtype=torch.float64)
+    new = old.clone()
+    new[0, 0] = old[0, 0] + 60.0
+    new.requires_grad_(True)
+    adv = torch.tensor([-1.0], dtype=torch.float64)
+    w = torch.full((1, n), 1.0 / n, dtype=torch.float64)
+    off = PPOConfig(clip_ratio_c=0.0, log_ratio_clamp=0.0)
+    loss_off, _ = ppo_loss(new, old, adv, w, off)
+    assert float(loss_off.detach()) > 1e20  # the one token is the whole loss
+    loss, stats = ppo_loss(new, old, adv, w, PPOConfig())  # defaults: clip_ratio_c=3, log_ratio_clamp=20
+    loss.backward()
+    assert torch.isfinite(new.grad).all()
+    assert new.grad[0, 0] == 0  # beyond the cap: no gradient
+    # every other token: ratio 1, loss |A| = 1 each; the huge one: 3 * |A|
+    assert float(loss) == pytest.approx((100 * 1.0 + 3.0) / n, rel=1e-12)
+    assert stats["clip_frac_dual"] == pytest.approx(1 / n)
+    # the dual clip never touches positive advantages (the ordinary clip bounds those)
+    per_pos, _ = clipped_surrogate(new.detach(), old, torch.tensor([1.0], dtype=torch.float64), 0.2, 0.28, 3.0, 20.0)
+    assert float(per_pos[0, 0]) == pytest.approx(-1.28)
+
+
+def test_grpo_loss_uses_the_dual_clip_too():
+    new = torch.tensor([[0.0, math.log(10.0)]], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    loss, _ = grpo_loss(new, old, torch.tensor([-2.0], dtype=torch.float64),
+                        torch.full((1, 2), 0.5, dtype=torch.float64), GRPOConfig())
+    assert float(loss) == pytest.approx(0.5 * 2.0 + 0.5 * 3.0 * 2.0)  # ratio 10 capped at 3
+
+
+def test_k3_value_is_unbiased_for_the_reverse_kl_and_its_gradient_is_the_forward_kls():
+    """Exact expectations over a 5-way categorical pi_theta = softmax(theta): E_pi[k3] = KL(pi || ref), and the
+    expected gradient of k3 through log pi (tokens held fixed, as the loss does) = grad KL(ref || pi)."""
+    g = torch.Generator().manual_seed(0)
+    theta = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(5, generator=g, dtype=torch.float64), 0)
+    logp = torch.log_softmax(theta, 0)
+    p = logp.exp().detach()
+    k3 = k3_kl(logp, ref)  # k3 of each outcome a
+    reverse = (logp.exp() * (logp - ref)).sum()
+    forward = (ref.exp() * (ref - logp)).sum()
+    assert float((p * k3).sum()) == pytest.approx(float(reverse), rel=1e-12)
+    (grad_k3,) = torch.autograd.grad((p * k3).sum(), theta, retain_graph=True)  # sampling weights p held fixed
+    (grad_fwd,) = torch.autograd.grad(forward, theta, retain_graph=True)
+    (grad_rev,) = torch.autograd.grad(reverse, theta)
+    torch.testing.assert_close(grad_k3, grad_fwd, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(grad_k3, grad_rev, rtol=1e-3, atol=1e-6)
+
+
+def test_dr_grpo_aggregation_divides_token_sums_by_a_constant():
+    masks = [[0, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]]
+    w = token_weights(masks, "seq_mean_token_sum_norm", norm_tokens=8)
+    # 2 sequences with action tokens: every action token weighs 1 / (2 * 8), whatever its sequence's length
+    assert w == [[0, 1 / 16, 1 / 16, 1 / 16], [1 / 16, 0, 0, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="norm_tokens"):
+        token_weights(masks, "seq_mean_token_sum_norm")
+
+
+def _tiny_causal_lm(kind: str):
+    """A tiny random model of an architecture whose forward transforms the LM head's logits."""
+    import transformers as tf
+
+    common = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2)
+    if kind == "gemma2":
+        cfg = tf.Gemma2Config(**common, head_dim=8, final_logit_softcapping=0.5)  # a small cap really bends
+        model = tf.Gemma2ForCausalLM(cfg)
+    elif kind == "granite":
+        cfg = tf.GraniteConfig(**common, logits_scaling=0.05)
+        model = tf.GraniteForCausalLM(cfg)
+    else:
+        cfg = tf.CohereConfig(**common, logit_scale=8.0)
+        model = tf.CohereForCausalLM(cfg)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "granite", "cohere"])
+def test_token_logprobs_apply_the_architectures_logit_transform(kind):
+    model = _tiny_causal_lm(kind)
+    ids = torch.randint(0, 300, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = torch.log_softmax(model(ids).logits.float() / 0.7, -1)
+    want = full[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+    for chunk in (3, 1024):
+        lp = token_logprobs(model, ids, temperature=0.7, chunk_size=chunk, share_prefix=False)
+        torch.testing.assert_close(lp[:, 1:], want, atol=2e-5, rtol=1e-5)
+    # gradients flow through the transform too (the soft-cap takes the autograd path)
+    model.zero_grad()
+    token_logprobs(model, ids, temperature=0.7)[:, 1:].sum().backward()
+    model2 = _tiny_causal_lm(kind)
+    model2(ids).logits.float().div(0.7).log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None]).sum().backward()
+    head, head2 = model.get_output_embeddings().weight, model2.get_output_embeddings().weight
+    torch.testing.assert_close(head.grad, head2.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_token_logprobs_refuse_a_model_with_an_unknown_logit_transform():
+    model = _tiny_llama()
+    real_forward = model.forward
+
+    def scaled_forward(*args, **kwargs):
+        out = real_forward(*args, **kwargs)
+        out.logits = out.logits * 3.0  # a transform the config does not declare
+        return out
+
+    model.forward = scaled_forward
+    with pytest.raises(TypeError, match="transforms its LM head"):
+        token_logprobs(model, torch.randint(0, 300, (1, 9)))

@@ -41,15 +41,36 @@ class Algorithm(ABC):
     needs_rollouts: ClassVar[bool] = True
     """``prepare`` takes a rollout's trajectories; False: it takes ``(token_ids, loss_mask)`` demonstrations."""
     needs_reference: ClassVar[bool] = False
-    """``loss`` gets the reference policy's logprobs (the adapter disabled); the loop skips that pass otherwise."""
+    """``loss`` gets the reference policy's logprobs: the policy as it was when the training stage started
+    (:mod:`agentrl.algos.training.reference`); the loop skips that pass otherwise."""
     min_group_size: ClassVar[int] = 1
     """The smallest ``group_size`` the algorithm accepts (2 when it compares samples within a group)."""
+    sampler_temperature: ClassVar[bool] = True
+    """The loss's logprobs (policy and reference) are those of the distribution the rollout sampled from, the
+    logits divided by the rollout temperature, as a ratio against the sampler's logprobs needs (PPO, GRPO).
+    False: the model's own distribution (temperature 1), as DPO's implicit reward is defined. An algorithm
+    without rollouts (SFT) always gets temperature 1: there is no sampler."""
+    mean_weight: ClassVar[str] = "loss_tokens"
+    """The count that weighs this algorithm's averaged statistics across micro-batches (see :meth:`loss`)."""
+    summed_stats: ClassVar[tuple[str, ...]] = ("loss_tokens",)
+    """Statistics that are counts: summed over the micro-batches of the first epoch (see :meth:`loss`)."""
     token_level: ClassVar[bool] = False
     """The loss is a per-token policy gradient whose token weights and ``old_logprobs`` may be corrected
     (the asynchronous trainer's truncated importance sampling needs this)."""
 
     def __init__(self, config: Any = None):
         self.config = config if config is not None else self.config_class()
+
+    @property
+    def dropout(self) -> bool:
+        """Whether the loss's forward pass runs in training mode (LoRA dropout on); gradients flow either way.
+
+        Default: only for algorithms without rollouts (SFT: a likelihood on fixed data, where dropout
+        regularises). A rollout algorithm compares the policy with ``pi_old`` and the reference, so its
+        logprobs are those of the policy itself, dropout off (as TRL's ``disable_dropout`` does); the
+        reference pass always runs with dropout off. A subclass may override this with a class attribute.
+        """
+        return not self.needs_rollouts
 
     @property
     def epochs(self) -> int:
@@ -70,7 +91,11 @@ class Algorithm(ABC):
 
         ``logprobs``/``ref_logprobs`` are ``[B, T]`` token logprobs aligned with ``batch["input_ids"]``
         (``ref_logprobs`` is ``None`` unless :attr:`needs_reference`); ``batch`` is
-        :func:`~agentrl.algos.objectives.batching.collate`'s output. In the statistics, ``loss_tokens`` and
-        ``pairs`` are summed over micro-batches, keys ending in ``_max`` are maxima, every other key is a mean
-        weighted by ``loss_tokens``.
+        :func:`~agentrl.algos.objectives.batching.collate`'s output.
+
+        How the loop combines the statistics of the micro-batches into the step's ``train/<key>``: keys in
+        :attr:`summed_stats` are counts, summed (over the first epoch); keys ending in ``_max`` are maxima;
+        every other key is a mean over the micro-batches weighted by the micro-batch's own
+        ``stats[mean_weight]`` (:attr:`mean_weight`: ``loss_tokens`` for a per-token loss, ``pairs`` for a
+        per-pair one), so each statistic is averaged over the units it was computed on.
         """

@@ -23,19 +23,23 @@ import torch
 
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
-__all__ = ["AGGREGATIONS", "SeqItem", "all_equal", "collate", "group_indices", "pack_microbatches",
-           "policy_gradient_items", "token_weights"]
+__all__ = ["AGGREGATIONS", "SeqItem", "advantages_without_errors", "all_equal", "collate", "env_errors",
+           "group_indices", "pack_microbatches", "policy_gradient_items", "token_weights"]
 
-AGGREGATIONS = ("token_mean", "seq_mean")
+AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum_norm")
 
 
-def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean") -> list[list[float]]:
+def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean",
+                  norm_tokens: int | None = None) -> list[list[float]]:
     """Per-token loss weights over a whole batch; the weighted sum of per-token losses is the batch loss.
 
     ``token_mean``: every action token of the batch weighs ``1 / (total action tokens)`` (long answers count
     per token — DAPO's global token mean). ``seq_mean``: each sequence's action tokens share ``1 / S`` equally,
-    ``S`` = sequences with at least one action token (GRPO's original sample-level mean). Non-action tokens
-    get 0. Sequences without action tokens get all zeros.
+    ``S`` = sequences with at least one action token (GRPO's original sample-level mean).
+    ``seq_mean_token_sum_norm``: every action token weighs ``1 / (S * norm_tokens)``, a constant per token
+    (Dr. GRPO: each sequence's token *sum* divided by a fixed length instead of its own length; TRL's
+    ``loss_type="dr_grpo"`` divides by ``max_completion_length``, verl's mode of this name by a constant).
+    Non-action tokens get 0. Sequences without action tokens get all zeros.
     """
     if mode not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
@@ -44,6 +48,11 @@ def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean") -> l
         total = sum(counts)
         return [[(1.0 / total if m else 0.0) for m in mask] for mask in masks]
     n_seqs = sum(1 for c in counts if c)
+    if mode == "seq_mean_token_sum_norm":
+        if not norm_tokens or norm_tokens <= 0:
+            raise ValueError(f"aggregation 'seq_mean_token_sum_norm' needs norm_tokens > 0, got {norm_tokens!r}")
+        w = 1.0 / (n_seqs * norm_tokens) if n_seqs else 0.0
+        return [[(w if m else 0.0) for m in mask] for mask in masks]
     return [[(1.0 / (c * n_seqs) if m else 0.0) for m in mask] for mask, c in zip(masks, counts, strict=True)]
 
 
@@ -122,23 +131,52 @@ def collate(items: Sequence[SeqItem], pad_id: int, device: str | torch.device = 
     return {k: v.to(device) for k, v in out.items()}
 
 
-def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[float],
-                          aggregation: str = "token_mean") -> tuple[list[SeqItem], dict[str, float]]:
+def env_errors(trajectories: Sequence[Any]) -> set[int]:
+    """Indices of the trajectories that ended with ``termination == "error"`` (an env bug, not the policy's doing).
+
+    They are no training signal: an algorithm leaves them out of its groups, baselines and pairs, and counts
+    them (``train/env_error_trajectories``).
+    """
+    return {i for i, t in enumerate(trajectories) if getattr(t, "termination", None) == "error"}
+
+
+def advantages_without_errors(trajectories: Sequence[Any], advantage_fn) -> tuple[list[float | None], int]:
+    """``advantage_fn(rewards, group_ids)`` over the trajectories that are not env errors.
+
+    Returns ``(advantages, errors)``: one entry per trajectory, ``None`` for an env error (left out of its
+    group's baseline and of training), and the number of such trajectories.
+    """
+    errors = env_errors(trajectories)
+    ok = [i for i in range(len(trajectories)) if i not in errors]
+    adv_ok = advantage_fn([trajectories[i].reward for i in ok], [trajectories[i].group_id for i in ok])
+    adv: list[float | None] = [None] * len(trajectories)
+    for i, a in zip(ok, adv_ok, strict=True):
+        adv[i] = a
+    return adv, len(errors)
+
+
+def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[float | None],
+                          aggregation: str = "token_mean", *, keep_zero_groups: bool = False,
+                          norm_tokens: int | None = None) -> tuple[list[SeqItem], dict[str, float]]:
     """Training items for GRPO/PPO: one per trajectory, its advantage broadcast over its action tokens.
 
-    Groups (``group_id``) whose advantages are all zero carry no signal and are left out; so are trajectories
-    without action tokens. Token weights (:func:`token_weights`) are computed over the items kept, so the
-    aggregation is a mean over what actually trains. Returns ``(items, stats)`` with ``skipped_groups``.
+    A trajectory whose advantage is ``None`` (an env error, see :func:`advantages_without_errors`) is left out,
+    and so are trajectories without action tokens. Groups (``group_id``) whose advantages are all zero carry no
+    policy-gradient signal and are left out too, unless ``keep_zero_groups`` (a loss with a per-token term
+    besides the advantage, GRPO's KL, needs their tokens). Token weights (:func:`token_weights`) are computed
+    over the items kept, so the aggregation is a mean over what actually trains. Returns ``(items, stats)``
+    with ``skipped_groups`` (groups with nothing kept) and ``groups``.
     """
     groups = group_indices(int(t.group_id) for t in trajectories)
     keep, skipped = [], 0
     for members in groups:
-        if all(advantages[i] == 0 for i in members):
+        usable = [i for i in members if advantages[i] is not None and sum(trajectories[i].loss_mask) > 0]
+        if not usable or (not keep_zero_groups and all(advantages[i] == 0 for i in usable)):
             skipped += 1
             continue
-        keep.extend(i for i in members if sum(trajectories[i].loss_mask) > 0)
+        keep.extend(usable)
     keep.sort()
-    weights = token_weights([trajectories[i].loss_mask for i in keep], aggregation) if keep else []
+    weights = token_weights([trajectories[i].loss_mask for i in keep], aggregation, norm_tokens) if keep else []
     items = [SeqItem(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
                      list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
              for i, w in zip(keep, weights, strict=True)]

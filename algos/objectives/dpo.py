@@ -3,13 +3,19 @@
 For each group of ``G`` trajectories of one task: sort by reward (best first), take ``k = G // 2``; the ``i``-th
 best is *chosen* against the ``(i + k)``-th best *rejected*, for ``i < k``; a pair whose rewards are equal is
 dropped (no preference). With ``log pi(y)`` the sum of the policy's logprobs over the action tokens of ``y``
-(``loss_mask`` = 1: tool output and template markup excluded) and ``pi_ref`` the same model with its LoRA
-adapter disabled::
+(``loss_mask`` = 1: tool output and template markup excluded) and ``pi_ref`` the policy as it was when the
+training stage started (:mod:`agentrl.algos.training.reference`)::
 
     h     = beta * [ (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l)) ]
     L     = -log sigmoid(h)                 averaged over the P pairs of the batch (weight 1/P each)
 
-Metrics: ``dpo_accuracy`` (fraction of pairs with h > 0) and ``dpo_margin`` (mean h / beta).
+Both logprobs are of the model's own distribution (temperature 1, ``sampler_temperature = False``), whatever
+the rollout temperature: the implicit reward ``beta * log(pi / pi_ref)`` is defined on the policy itself, as in
+TRL's online DPO. Trajectories that ended with an env error (``termination == "error"``) never enter a pair
+(``train/env_error_trajectories``).
+
+Metrics: ``dpo_accuracy`` (fraction of pairs with h > 0) and ``dpo_margin`` (mean h / beta), averaged over
+pairs across micro-batches (``mean_weight = "pairs"``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import SeqItem, group_indices
+from agentrl.algos.objectives.batching import SeqItem, env_errors, group_indices
 
 
 @dataclass
@@ -74,12 +80,17 @@ class DPO(Algorithm):
     config_class = DPOConfig
     needs_reference = True
     min_group_size = 2
+    sampler_temperature = False
+    mean_weight = "pairs"
+    summed_stats = ("loss_tokens", "pairs")
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
-        """One unit per pair, ``[chosen, rejected]``, each row carrying the pair weight 1/P."""
-        pairs = [(c, r) for c, r in make_pairs([t.reward for t in trajectories],
-                                               [t.group_id for t in trajectories])
-                 if sum(trajectories[c].loss_mask) and sum(trajectories[r].loss_mask)]
+        """One unit per pair, ``[chosen, rejected]``, each row carrying the pair weight 1/P (env errors never pair)."""
+        errors = env_errors(trajectories)
+        ok = [i for i in range(len(trajectories)) if i not in errors]
+        pairs = [(ok[c], ok[r]) for c, r in make_pairs([trajectories[i].reward for i in ok],
+                                                       [trajectories[i].group_id for i in ok])
+                 if sum(trajectories[ok[c]].loss_mask) and sum(trajectories[ok[r]].loss_mask)]
         units = []
         for c, r in pairs:
             unit = []
@@ -90,7 +101,8 @@ class DPO(Algorithm):
             units.append(unit)
         groups = len({t.group_id for t in trajectories})
         return units, {"pairs": len(pairs), "groups": groups,
-                       "skipped_groups": groups - len({trajectories[c].group_id for c, _ in pairs})}
+                       "skipped_groups": groups - len({trajectories[c].group_id for c, _ in pairs}),
+                       "env_error_trajectories": len(errors)}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """Rows alternate chosen, rejected (as :meth:`prepare` built the units)."""

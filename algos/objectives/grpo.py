@@ -5,13 +5,33 @@ For a group of ``G`` trajectories sampled for one task, with outcome rewards ``R
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)     (std scaling optional: scale_std=False gives R_i - mean(R))
     r_t   = exp(log pi(a_t) - log pi_old(a_t))    pi_old = the sampler's logprobs recorded at rollout
     L_t   = -min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i)  +  beta * KL_t
-    KL_t  = exp(q_t) - q_t - 1,   q_t = log pi_ref(a_t) - log pi(a_t)     (Schulman's k3, >= 0, unbiased)
+            (dual clip and log-ratio clamp as in PPO: :func:`~agentrl.algos.objectives.ppo.clipped_surrogate`)
+    KL_t  = exp(q_t) - q_t - 1,   q_t = log pi_ref(a_t) - log pi(a_t)     (Schulman's k3, >= 0)
     loss  = sum_t w_t * L_t       w_t: 1/N over all N action tokens of the batch ('token_mean'), or
-                                       1/(S * n_i) per token of sequence i ('seq_mean', S sequences)
+                                       1/(S * n_i) per token of sequence i ('seq_mean', S sequences), or
+                                       1/(S * norm_tokens) ('seq_mean_token_sum_norm', Dr. GRPO)
 
-``pi_ref`` is the same model with the LoRA adapter disabled. A group whose rewards are all equal has
-``A_i = 0`` for every member: it carries no signal, so it is dropped from the batch before the update (and
-counted as ``train/skipped_groups``); a batch of only such groups makes no optimizer step.
+``pi_ref`` is the policy as it was when the training stage started (:mod:`agentrl.algos.training.reference`).
+
+k3 as a value and as a gradient. On a token ``a ~ pi`` (given its prefix), ``E[KL_t] = KL(pi || pi_ref)``
+exactly: k3 is an unbiased, non-negative estimate of the reverse KL. Its gradient is another matter: the loss
+differentiates ``KL_t`` through ``log pi(a_t)`` with the sampled tokens held fixed, and
+``E_{a~pi}[d KL_t / d theta] = E_{a~pi}[(1 - pi_ref(a)/pi(a)) grad log pi(a)] = grad KL(pi_ref || pi)``: the
+gradient of the *forward* KL, not of the reverse KL it estimates (the two agree to second order near
+``pi = pi_ref``). ``tests/test_losses.py`` checks both identities exactly on a small categorical distribution.
+
+Groups whose rewards are all equal have ``A_i = 0`` for every member. With ``beta = 0`` they carry no signal at
+all and are dropped before the update (``train/skipped_groups``); a batch of only such groups makes no
+optimizer step. With ``beta > 0`` their tokens stay in the batch (advantage 0, KL term only), as TRL and verl
+keep them, so every sampled token is pulled toward the reference and the token-mean normaliser (hence the
+effective ``beta``) does not depend on how many groups happened to be degenerate. Trajectories that ended with
+an env error (``termination == "error"``) are left out of the group statistics and of training
+(``train/env_error_trajectories``).
+
+Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
+normalisation: each sequence's token sum divided by a constant (``aggregation='seq_mean_token_sum_norm'`` with
+``norm_tokens``, TRL's ``loss_type="dr_grpo"``, which divides by ``max_completion_length``). Both together are
+Dr. GRPO; either alone is not.
 """
 
 from __future__ import annotations
@@ -23,7 +43,12 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import all_equal, group_indices, policy_gradient_items
+from agentrl.algos.objectives.batching import (
+    advantages_without_errors,
+    all_equal,
+    group_indices,
+    policy_gradient_items,
+)
 from agentrl.algos.objectives.ppo import clipped_surrogate, surrogate_stats
 
 
@@ -36,13 +61,22 @@ class GRPOConfig:
     eps_high: float = 0.28
     """Upper clip (clip-higher): ratio clipped at 1 + eps_high for positive advantages."""
     beta: float = 0.0
-    """Coefficient of the k3 KL to the reference (adapter disabled); 0 skips the reference forward pass."""
+    """Coefficient of the k3 KL to the reference (the policy at the start of the stage); 0 skips the reference
+    forward pass (and drops zero-advantage groups)."""
     scale_std: bool = True
-    """Divide group-centred rewards by the group's standard deviation (DeepSeek GRPO); False = Dr. GRPO."""
+    """Divide group-centred rewards by the group's standard deviation (DeepSeek GRPO); False = Dr. GRPO's
+    advantage (Dr. GRPO also sets aggregation='seq_mean_token_sum_norm')."""
     epochs: int = 1
     """Optimizer steps on each rollout batch (pi_old stays the rollout policy); 1 = strictly on-policy."""
     aggregation: str = "token_mean"
-    """'token_mean' (global mean over action tokens) or 'seq_mean' (mean over sequences of their token mean)."""
+    """'token_mean' (global mean over action tokens), 'seq_mean' (mean over sequences of their token mean) or
+    'seq_mean_token_sum_norm' (Dr. GRPO: mean over sequences of their token sum / norm_tokens)."""
+    norm_tokens: int = 1024
+    """The constant length of 'seq_mean_token_sum_norm' (TRL's dr_grpo: max_completion_length)."""
+    clip_ratio_c: float = 3.0
+    """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * |A| (verl); 0 = off."""
+    log_ratio_clamp: float = 20.0
+    """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
 
 
 def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_std: bool = True,
@@ -77,11 +111,12 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
 
     Returns ``(loss, stats)``; stats (clip fractions, ratio mean/max, ``kl``) are over tokens with weight > 0.
     """
-    per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high)
+    per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high,
+                                        config.clip_ratio_c, config.log_ratio_clamp)
     stats = surrogate_stats(info, weights)
     if config.beta > 0:
         if ref_logprobs is None:
-            raise ValueError("GRPO with beta > 0 needs ref_logprobs (the adapter-disabled model's logprobs)")
+            raise ValueError("GRPO with beta > 0 needs ref_logprobs (the reference policy's logprobs)")
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + config.beta * kl
         m = weights > 0
@@ -102,11 +137,14 @@ class GRPO(Algorithm):
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
-        """Advantages over whole groups, zero-advantage groups dropped; one unit per trajectory."""
-        adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
-                               self.config.scale_std)
-        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation)
-        return [[it] for it in items], stats
+        """Advantages over whole groups (env errors left out); zero-advantage groups dropped when ``beta = 0``,
+        kept for their KL term otherwise; one unit per trajectory."""
+        adv, errors = advantages_without_errors(
+            trajectories, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
+        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation,
+                                             keep_zero_groups=self.config.beta > 0,
+                                             norm_tokens=self.config.norm_tokens)
+        return [[it] for it in items], {**stats, "env_error_trajectories": errors}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,

@@ -15,10 +15,16 @@ schemas: ~650 of ~750 tokens per ToolUse episode). The decoder runs that common 
 continue from its KV cache, expanded over the batch (a view: gradients from every row flow back into the one
 prefix computation). Same function, same gradients — only less work (``share_prefix``, on by default).
 
-The reference policy of KL and DPO is the same model with its LoRA adapter switched off::
+Logit transforms. Some architectures change the LM head's output before the softmax: Gemma-2/3 soft-cap it
+(``final_logit_softcapping``: ``cap * tanh(logits / cap)``), Granite divides by ``logits_scaling``, Cohere
+multiplies by ``logit_scale``, Falcon-H1 by ``lm_head_multiplier``. Those are read from the model's config and
+applied (a scale folds into the temperature; a soft-cap takes the autograd path). Any other model is checked
+once, on its first call, against its own forward pass on a few tokens; a model whose logits differ from the
+head's output in a way not listed here is refused with a ``TypeError`` instead of training on the wrong
+distribution.
 
-    with model.disable_adapter():          # PEFT: the base weights alone
-        ref = token_logprobs(model, ids, mask)
+The reference policy of KL and DPO is computed by the same function on the policy as it was when the stage
+started (:mod:`agentrl.algos.training.reference`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,62 @@ def _decoder_and_head(model):
         raise TypeError(f"{type(base).__name__} is not a causal LM with get_decoder()/get_output_embeddings(); "
                         "token_logprobs needs a transformers *ForCausalLM model")
     return decoder, head
+
+
+def _logit_transform(base) -> tuple[float, float | None]:
+    """``(multiplier, softcap)``: the architecture's ``logits = softcap(head(h) * multiplier)`` (1.0, None: none)."""
+    cfg = getattr(base, "config", None)
+    if cfg is not None and hasattr(cfg, "get_text_config"):
+        cfg = cfg.get_text_config()
+    mult = 1.0
+    scaling = getattr(cfg, "logits_scaling", None)  # Granite: logits / logits_scaling
+    if isinstance(scaling, (int, float)) and scaling:
+        mult /= float(scaling)
+    scale = getattr(cfg, "logit_scale", None)  # Cohere: logits * logit_scale
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        mult *= float(scale)
+    head_mult = getattr(cfg, "lm_head_multiplier", None)  # Falcon-H1
+    if isinstance(head_mult, (int, float)) and head_mult:
+        mult *= float(head_mult)
+    cap = getattr(cfg, "final_logit_softcapping", None)  # Gemma-2/3
+    return mult, (float(cap) if cap else None)
+
+
+def _apply_transform(logits: torch.Tensor, mult: float, cap: float | None) -> torch.Tensor:
+    if mult != 1.0:
+        logits = logits * mult
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+_CHECKED = "_agentrl_logit_transform"
+
+
+def _checked_transform(base, decoder, head, input_ids: torch.Tensor) -> tuple[float, float | None]:
+    """:func:`_logit_transform`, verified once per model against the model's own forward pass on a few tokens."""
+    known = base.__dict__.get(_CHECKED)
+    if known is not None:
+        return known
+    mult, cap = _logit_transform(base)
+    probe = input_ids[:1, : min(8, input_ids.shape[1])]
+    was_training = base.training
+    base.eval()
+    try:
+        with torch.no_grad():
+            theirs = torch.log_softmax(base(input_ids=probe, use_cache=False).logits.float(), dim=-1)
+            h = decoder(input_ids=probe, use_cache=False).last_hidden_state
+            ours = torch.log_softmax(_apply_transform(head(h).float(), mult, cap), dim=-1)
+    finally:
+        base.train(was_training)
+    tol = 1e-3 if h.dtype == torch.float32 else 5e-2
+    err = float((theirs - ours).abs().max())
+    if err > tol:
+        raise TypeError(f"{type(base).__name__} transforms its LM head's logits in a way token_logprobs does not "
+                        f"know (log-probabilities differ by up to {err:.3g}); supported: "
+                        "final_logit_softcapping, logits_scaling, logit_scale, lm_head_multiplier")
+    base.__dict__[_CHECKED] = (mult, cap)
+    return mult, cap
 
 
 class _LinearHeadLogprobs(torch.autograd.Function):
@@ -93,11 +155,11 @@ class _LinearHeadLogprobs(torch.autograd.Function):
         return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None
 
 
-def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entropy):
-    """Any head module (a LoRA-wrapped head, a bias): autograd with per-chunk activation checkpointing."""
+def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entropy, mult=1.0, softcap=None):
+    """Any head module (a LoRA-wrapped head, a bias) and logit transform: autograd with per-chunk checkpointing."""
 
     def one(h, y):
-        logits = head(h).float()
+        logits = _apply_transform(head(h).float(), mult, softcap)
         if temperature != 1.0:
             logits = logits / temperature
         lp_all = F.log_softmax(logits, dim=-1)
@@ -166,8 +228,8 @@ def token_logprobs(
     """Log-probability of every token given the tokens before it.
 
     Args:
-        model: a transformers causal LM, or a PEFT model wrapping one (inside ``model.disable_adapter()`` this
-            gives the reference policy).
+        model: a transformers causal LM, or a PEFT model wrapping one (its logit transform, if any, is applied:
+            see the module docstring).
         input_ids: ``[B, T]`` token ids (right padding).
         attention_mask: ``[B, T]`` 1 on real tokens, 0 on padding; ``None`` = all real.
         temperature: logits are divided by it before the softmax — use the sampler's temperature so the
@@ -193,6 +255,8 @@ def token_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     decoder, head = _decoder_and_head(model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    mult, softcap = _checked_transform(base, decoder, head, input_ids)
     hidden = _hidden_states(decoder, input_ids, attention_mask, share_prefix)
     bsz, seq_len = input_ids.shape
     want = torch.ones(bsz, seq_len - 1, dtype=torch.bool, device=input_ids.device)
@@ -203,11 +267,12 @@ def token_logprobs(
     # Position t-1's hidden state predicts token t.
     h = hidden[:, :-1][want]
     y = input_ids[:, 1:][want]
-    plain_linear = (type(head) is torch.nn.Linear and head.bias is None)
+    plain_linear = (type(head) is torch.nn.Linear and head.bias is None and softcap is None)
     if plain_linear:
-        lp, ent = _LinearHeadLogprobs.apply(h, head.weight, y, float(temperature), chunk_size, return_entropy)
+        # logits * mult / T: a scale folds into the temperature
+        lp, ent = _LinearHeadLogprobs.apply(h, head.weight, y, float(temperature) / mult, chunk_size, return_entropy)
     else:
-        lp, ent = _generic_head_logprobs(head, h, y, temperature, chunk_size, return_entropy)
+        lp, ent = _generic_head_logprobs(head, h, y, temperature, chunk_size, return_entropy, mult, softcap)
     logprobs = lp.new_zeros(bsz, seq_len)
     logprobs[:, 1:][want] = lp
     if not return_entropy:

@@ -296,7 +296,7 @@ class AsyncTrainer(Trainer):
         rows, prep_stats = self.algo.prepare(trajs)
         if a.staleness == "tis" and stale:
             metrics.update(self._correct_stale(rows, trajs, {id(t) for t in stale}))
-        out = self.learn(rows, prep_stats, self.rollout_temperature, metrics, t_step)
+        out = self.learn(rows, prep_stats, self.loss_temperature, metrics, t_step)
         out["async/publish_wait_s"] = self.policy.publish_wait_s - publish_wait0
         return out
 

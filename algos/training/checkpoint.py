@@ -92,8 +92,13 @@ def save_checkpoint(run_dir: str | Path, *, model, optimizer, step: int, data_po
 
 
 def load_checkpoint(path: str | Path, *, model, optimizer) -> TrainingState:
-    """Restore the trainable tensors, optimizer and RNG states from a checkpoint folder; returns its counters."""
-    state = torch.load(Path(path) / "state.pt", map_location=next(model.parameters()).device, weights_only=False)
+    """Restore the trainable tensors, optimizer and RNG states from a checkpoint folder; returns its counters.
+
+    The file is read onto the CPU: the RNG states must stay CPU ``ByteTensor``s (``torch.set_rng_state``
+    rejects any other device), the trainable tensors are copied into the model's parameters on their own
+    device, and ``optimizer.load_state_dict`` moves its state to the device of the parameters it belongs to.
+    """
+    state = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
     load_trainable_state_dict(model, state["trainable"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])

@@ -47,6 +47,7 @@ from agentrl.algos.rollout.envs import rollout_env
 from agentrl.algos.training import checkpoint
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import AsyncConfig, TrainConfig
+from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import TaskSource, rollout_seed
 from agentrl.algos.training.update import update
 
@@ -103,6 +104,8 @@ class Trainer:
             raise ValueError("the model has no trainable parameters (a PEFT model loaded without is_trainable?)")
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
         self.algo = make_algorithm(config)
+        # The policy at the start of this stage (before any resumed checkpoint): the reference of KL and DPO.
+        self.reference = Reference(self.model) if self.algo.needs_reference else None
         self.step = 0
         self.data_pos = 0
         rows = None
@@ -196,19 +199,24 @@ class Trainer:
             self.data_pos += n_tasks
             metrics.update(rollout_metrics(trajs, seconds))
             rows, prep_stats = self.algo.prepare(trajs)
-            temperature = self.rollout_temperature
         else:
             batch_size = self.algo.config.batch_size
             examples = [self._sft_example(k) for k in range(self.data_pos, self.data_pos + batch_size)]
             self.data_pos += batch_size
             rows, prep_stats = self.algo.prepare(examples)
-            temperature = 1.0
-        return self.learn(rows, prep_stats, temperature, metrics, t_step)
+        return self.learn(rows, prep_stats, self.loss_temperature, metrics, t_step)
 
     @property
     def rollout_temperature(self) -> float:
         """The temperature rollout logprobs were recorded at (greedy rollouts record temperature-1 logprobs)."""
         return self.config.collector.temperature or 1.0
+
+    @property
+    def loss_temperature(self) -> float:
+        """The temperature of the loss's logprobs: the rollout's when the algorithm takes a ratio against the
+        sampler (:attr:`~agentrl.algos.objectives.base.Algorithm.sampler_temperature`), else 1 (and 1 for an
+        algorithm without rollouts: there is no sampler)."""
+        return self.rollout_temperature if self.algo.needs_rollouts and self.algo.sampler_temperature else 1.0
 
     def learn(self, rows, prep_stats: dict[str, Any], temperature: float, metrics: dict[str, Any],
               t_step: float) -> dict[str, Any]:
@@ -233,13 +241,14 @@ class Trainer:
     def update(self, rows, temperature: float) -> dict[str, Any]:
         """``algo.epochs`` optimizer steps over prepared row groups (:func:`~agentrl.algos.training.update.update`)."""
         if not rows:
-            logger.info("step %d: nothing to train on (every group had zero advantage); no optimizer step",
-                        self.step)
+            logger.info("step %d: nothing to train on (no group with a signal); no optimizer step", self.step)
         cfg = self.config
         publish = (lambda: self.policy.update_weights(self.model)) if self.policy is not None else None
+        sampled = self.algo.needs_rollouts and temperature == self.rollout_temperature
         return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
                       pad_id=self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens,
-                      logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, after_step=publish)
+                      logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
+                      sampled=sampled, after_step=publish)
 
     # ------------------------------------------------------------------ SFT data
     def _sft_example(self, k: int) -> tuple[list[int], list[int]]:

@@ -19,6 +19,7 @@ import torch
 from agentrl.algos.objectives import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches
 from agentrl.algos.objectives.logprobs import token_logprobs
+from agentrl.algos.training.reference import Reference
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +27,16 @@ logger = logging.getLogger(__name__)
 class StepStats:
     """The statistics of one update, accumulated micro-batch by micro-batch.
 
-    Per-micro-batch loss statistics are combined as :meth:`Algorithm.loss` documents: ``loss_tokens`` and
-    ``pairs`` summed (first epoch), ``*_max`` maximised, the rest averaged with ``loss_tokens`` as weights.
-    Entropy is a token mean over action tokens; ``logprob_gap`` (trainer vs sampler logprobs of the sampled
-    tokens, first epoch) measures how far the sampler's numerics are from the trainer's.
+    Per-micro-batch loss statistics are combined as :meth:`Algorithm.loss` documents: the ``summed`` counts
+    summed (first epoch), ``*_max`` maximised, the rest averaged with each micro-batch's ``stats[mean_weight]``
+    as its weight (:attr:`Algorithm.mean_weight`, :attr:`Algorithm.summed_stats`). Entropy is a token mean over
+    action tokens; ``logprob_gap`` (trainer vs sampler logprobs of the sampled tokens, first epoch) measures how
+    far the sampler's numerics are from the trainer's.
     """
 
-    def __init__(self, lr: float):
+    def __init__(self, lr: float, mean_weight: str = "loss_tokens", summed: Sequence[str] = ("loss_tokens",)):
+        self.mean_weight = mean_weight
+        self.summed = tuple(summed)
         self.out: dict[str, Any] = {"train/loss_tokens": 0, "train/padded_tokens": 0, "train/real_tokens": 0,
                                     "train/optimizer_steps": 0, "train/lr": lr}
         self.sums: dict[str, float] = defaultdict(float)
@@ -59,9 +63,9 @@ class StepStats:
                     self.gap[0] += float(gap.sum())
                     self.gap[1] += gap.numel()
                     self.gap[2] = max(self.gap[2], float(gap.max()))
-        w = stats.get("loss_tokens", n_tok)
+        w = stats[self.mean_weight] if self.mean_weight in stats else n_tok
         for k, v in stats.items():
-            if k in ("loss_tokens", "pairs"):
+            if k in self.summed:
                 if epoch == 0:
                     self.sums[k] += v
             elif k.endswith("_max"):
@@ -100,13 +104,22 @@ def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[lis
 
 def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float, temperature: float,
            pad_id: int, micro_batch_tokens: int, logprob_chunk: int, max_grad_norm: float,
+           reference: Reference | None = None, sampled: bool | None = None,
            after_step: Callable[[], None] | None = None) -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
-    ``temperature`` is the one the rollout logprobs were recorded at; ``after_step`` runs after every
-    optimizer step (the trainer publishes the new weights to the sampler there).
+    ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
+    :attr:`Algorithm.sampler_temperature` is False: the trainer decides). ``reference`` gives the reference
+    logprobs when ``algo.needs_reference``. ``sampled`` (default ``algo.needs_rollouts``): the rows' old
+    logprobs are the sampler's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
+    eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
+    ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the sampler there).
     """
-    stats = StepStats(lr)
+    if algo.needs_reference and reference is None:
+        raise ValueError(f"{type(algo).__name__} needs a reference policy: pass reference=Reference(model) "
+                         "(built when the training stage starts)")
+    sampled = algo.needs_rollouts if sampled is None else sampled
+    stats = StepStats(lr, algo.mean_weight, algo.summed_stats)
     if not row_groups:
         return stats.result()
     for g in optimizer.param_groups:
@@ -114,25 +127,23 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
     params = [p for g in optimizer.param_groups for p in g["params"]]
     device = next(model.parameters()).device
     batches = micro_batches(row_groups, micro_batch_tokens)
-    model.train()
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
             for rows in batches:
                 batch = collate(rows, pad_id, device)
+                ref = None
+                if algo.needs_reference:  # first: it may switch adapters, which must not happen under a graph
+                    ref = reference.logprobs(batch["input_ids"], batch["attention_mask"], temperature=temperature,
+                                             chunk_size=logprob_chunk, positions=batch["loss_mask"])
+                model.train(algo.dropout)
                 lp, ent = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
                                          chunk_size=logprob_chunk, return_entropy=True, positions=batch["loss_mask"])
-                ref = None
-                if algo.needs_reference:
-                    with torch.no_grad(), model.disable_adapter():
-                        ref = token_logprobs(model, batch["input_ids"], batch["attention_mask"],
-                                             temperature=temperature, chunk_size=logprob_chunk,
-                                             positions=batch["loss_mask"])
                 loss, loss_stats = algo.loss(lp, ref, batch)
                 loss.backward()
                 epoch_loss += loss.item()
-                stats.add(epoch, batch, lp, ent, loss_stats, sampled=algo.needs_rollouts)
+                stats.add(epoch, batch, lp, ent, loss_stats, sampled=sampled)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
