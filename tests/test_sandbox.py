@@ -11,13 +11,23 @@ import logging
 import os
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from agentrl.envs.sandbox import ExecResult, Sandbox, SandboxUnavailable, bwrap_available, sanitize_output
+from agentrl.envs.sandbox import (
+    ExecResult,
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    build_bwrap_command,
+    bwrap_available,
+    sanitize_output,
+)
 from agentrl.envs.sandbox import pool as sandbox_pool
 
 needs_bwrap_root = pytest.mark.skipif(
@@ -96,6 +106,13 @@ def test_preloaded_modules_importable_and_rng_fresh(sb):
     assert r.stdout == "45\n"
 
 
+def mounts_in_tmp(python: str) -> list[str]:
+    """The top-level names the sandbox's /tmp shows: those of the interpreter paths that live under /tmp (a
+    virtualenv made under /tmp is mounted read-only at its own path); empty for an interpreter elsewhere."""
+    _, facts = build_bwrap_command(SandboxConfig(), 65534, python, [])
+    return sorted({Path(p).parts[2] for p in facts["keep"]})
+
+
 @needs_bwrap_root
 def test_each_execution_starts_clean(sb1):
     s, _ = sb1
@@ -103,9 +120,39 @@ def test_each_execution_starts_clean(sb1):
               "open('/dev/shm/seg', 'w').write('y')\nsys.modules['json'].MARK = 1\nprint(sorted(os.listdir('/tmp')))")
     assert r.status == "ok" and "left.txt" in r.stdout  # positive control: the writes happened
     r = s.run("import os, json\nprint(sorted(os.listdir('/tmp')), os.listdir('/dev/shm'), hasattr(json, 'MARK'))")
-    assert r.stdout == "[] [] False\n"
+    assert r.stdout == f"{mounts_in_tmp(sys.executable)} [] False\n"
     r = s.run("print('x' in globals())")
     assert r.stdout == "False\n"
+
+
+@needs_bwrap_root
+def test_a_virtualenv_under_tmp_runs_and_tmp_still_starts_clean(tmp_path):
+    # The layout of a fresh venv under /tmp (tmp_path is under /tmp): --system-site-packages, so numpy and
+    # sympy come from the base interpreter, as in a user's venv.
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    top = tmp_path.parts[2]
+    assert mounts_in_tmp(python) == [top]
+    with Sandbox(python=python, max_concurrency=1, timeout_s=10) as s:
+        r = s.run("import os, sys\nprint(sys.prefix)\nprint(sorted(os.listdir('/tmp')))")
+        assert r.status == "ok", r
+        assert r.stdout == f"{venv}\n{[top]}\n"  # the venv's own prefix, visible at its path; nothing else
+        if "numpy" in s.warm_up():
+            r = s.run("import numpy, sys; print(numpy.__file__.startswith(sys.base_prefix))")
+            assert r.stdout == "True\n", r  # from the base interpreter's site-packages
+        # Writes: into /tmp (allowed), into the venv (read-only) and into the directories on the way to it.
+        r = s.run("import os\nopen('/tmp/left.txt', 'w').write('x')\n"
+                  f"for d in ({str(venv)!r}, {str(tmp_path)!r}, '/tmp/{top}'):\n"
+                  "    try:\n        open(d + '/planted', 'w').write('x')\n"
+                  "    except OSError as e:\n        print(type(e).__name__)\n    else:\n        print('wrote', d)\n")
+        assert r.status == "ok" and r.stdout.splitlines()[0] in ("OSError", "PermissionError"), r
+        r = s.run("import os\n"
+                  f"print(sorted(os.listdir('/tmp')), os.listdir('/tmp/{top}'), os.listdir({str(tmp_path)!r}))\n"
+                  f"print(os.path.exists({str(venv / 'planted')!r}))")
+        assert r.stdout == f"{[top]} {[tmp_path.parts[3]]} ['venv']\nFalse\n", r
 
 
 def test_sanitize_output_neutralises_special_tokens():

@@ -105,23 +105,25 @@ def _anon_file(workdir):
 
 
 def _wipe(path, keep=()):
-    """Delete everything under ``path`` (not ``path`` itself), except the top-level names in ``keep``."""
+    """Delete everything under ``path`` (not ``path`` itself), except the paths in ``keep`` (the read-only
+    mounts of the interpreter) and the directories that lead to them, which are wiped around them."""
     try:
         entries = list(os.scandir(path))
     except OSError:
         return
     for entry in entries:
-        if entry.name in keep:
-            continue
         full = entry.path
+        if full in keep:
+            continue
         try:
             if entry.is_dir(follow_symlinks=False):
                 try:
                     os.chmod(full, 0o700)
                 except OSError:
                     pass
-                _wipe(full)
-                os.rmdir(full)
+                _wipe(full, keep)
+                if not any(k.startswith(full + "/") for k in keep):
+                    os.rmdir(full)
             else:
                 os.unlink(full)
         except OSError:
@@ -344,7 +346,7 @@ def _execute(req, cfg):
     for fd in fds:
         os.close(fd)
     for path in cfg["wipe"]:
-        _wipe(path, keep=cfg["keep"].get(path, ()))
+        _wipe(path, keep=cfg["keep"])
 
     if os.WIFSIGNALED(status_word):
         rc = -os.WTERMSIG(status_word)

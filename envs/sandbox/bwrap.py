@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shutil
 import site
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -43,12 +46,34 @@ def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
 
+_ASK_PATHS = ("import json, site, sys, sysconfig\n"
+              "p = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]\n"
+              "p += [sysconfig.get_path(k) for k in ('stdlib', 'platstdlib', 'purelib', 'platlib')]\n"
+              "p += site.getsitepackages()\n"
+              "print(json.dumps(p))")
+
+
+@functools.lru_cache(maxsize=16)
+def _paths_of_other_interpreter(python: str) -> tuple[str, ...]:
+    """The prefixes and site-packages of an interpreter other than ours, as it reports them (``-I``, as the
+    worker runs)."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _ASK_PATHS], capture_output=True, text=True, timeout=60,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, check=True)
+        return tuple(p for p in json.loads(out.stdout) if isinstance(p, str))
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        raise SandboxError(f"cannot ask the sandbox interpreter {python!r} for its paths: {e}") from None
+
+
 def _interpreter_paths(python: str) -> list[str]:
-    """Host directories the interpreter needs: its prefixes and site-packages (deduplicated, existing)."""
+    """Host directories the interpreter needs: its prefixes and site-packages (deduplicated, existing).
+
+    A ``python`` other than the running one (another virtualenv, even one over the same base interpreter) is
+    asked for its own paths."""
     real = os.path.realpath(python)
-    cands = [os.path.dirname(os.path.dirname(real)), sys.prefix, sys.base_prefix, sys.exec_prefix,
-             sys.base_exec_prefix]
-    if os.path.realpath(sys.executable) == real:
+    cands = [os.path.dirname(os.path.dirname(real))]
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        cands += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
         cands += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
         try:
             cands += site.getsitepackages()
@@ -57,6 +82,8 @@ def _interpreter_paths(python: str) -> list[str]:
         user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
         if user_site:
             cands.append(user_site)
+    else:
+        cands += _paths_of_other_interpreter(python)
     out: list[str] = []
     for p in cands:
         if not p or not os.path.isdir(p):
@@ -93,7 +120,7 @@ def build_bwrap_command(cfg: SandboxConfig, uid: int, python: str, worker_args: 
     args += ["--dev", "/dev", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     binds = _interpreter_paths(python) + [os.path.realpath(p) for p in cfg.extra_ro_paths]
     made: set[str] = {"/", "/tmp", "/dev", "/proc", *_SYSTEM_DIRS}
-    keep_in_tmp: set[str] = set()
+    keep_in_tmp: list[str] = []
     for p in binds:
         if any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
             continue  # already visible read-only
@@ -107,7 +134,7 @@ def build_bwrap_command(cfg: SandboxConfig, uid: int, python: str, worker_args: 
         args += ["--ro-bind", p, p]
         made.add(p)
         if p.startswith("/tmp/"):
-            keep_in_tmp.add(Path(p).parts[2])
+            keep_in_tmp.append(p)
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv"]
     for k, v in _sandbox_env(python).items():
@@ -120,7 +147,7 @@ def build_bwrap_command(cfg: SandboxConfig, uid: int, python: str, worker_args: 
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs"]
     args += [python, "-I", *worker_args]
-    facts = {"workdir": "/tmp", "wipe": ["/tmp", "/dev/shm"], "keep": {"/tmp": sorted(keep_in_tmp)},
+    facts = {"workdir": "/tmp", "wipe": ["/tmp", "/dev/shm"], "keep": sorted(keep_in_tmp),
              "own_pid_namespace": True}
     return args, facts
 

@@ -122,7 +122,7 @@ class _Worker:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             self._plain_dir = tempfile.mkdtemp(prefix="agentrl-sandbox-")
-            facts = {"workdir": self._plain_dir, "wipe": [self._plain_dir], "keep": {},
+            facts = {"workdir": self._plain_dir, "wipe": [self._plain_dir], "keep": [],
                      "own_pid_namespace": False}
             argv = [python, "-I", "-c", src, "{CFG}"]
             env = _sandbox_env(python) | {"HOME": self._plain_dir, "TMPDIR": self._plain_dir}
