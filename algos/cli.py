@@ -6,6 +6,8 @@
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo steps=50 grpo.beta=0.04 lora.r=8 --out runs/g
     agentrl train --config run.yaml --resume                    # a file of TrainConfig keys, continued
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --async asynchronous.max_staleness=2   # overlap rollouts
+    agentrl train --env AgentRL/ToolUse-v0 --algo grpo --device cuda --dtype bf16    # default --device auto
+    agentrl train --env AgentRL/ToolUse-v0 --algo grpo --policy-url http://127.0.0.1:8000   # rollouts on vLLM
     agentrl eval --env AgentRL/ToolUse-v0 --adapter runs/g/adapter --n 4 --out results.jsonl [--no-tools]
     agentrl plot runs/g
     agentrl config-docs > docs/configuration.md
@@ -28,6 +30,8 @@ from agentrl.algos.objectives import algorithm_names
 from agentrl.algos.rollout.envs import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
+DEFAULT_EVAL_TASKS = 32
+"""Held-out tasks ``agentrl eval`` draws when neither ``--tasks`` nor ``--tasks-file`` says otherwise."""
 
 
 # ---------------------------------------------------------------------------------------------- configs from args
@@ -41,7 +45,7 @@ def build_train_config(args) -> Any:
         d = json.loads((Path(args.out) / "config.json").read_text())  # resume what was run
     if args.config:
         d = deep_merge(d, load_config_file(args.config))
-    for key in ("env", "algo", "model", "out", "adapter", "executor"):
+    for key in ("env", "algo", "model", "out", "adapter", "executor", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
@@ -56,7 +60,7 @@ def build_pipeline_config(args) -> Any:
     from agentrl.algos.recipes.main_job import PipelineConfig
 
     d: dict[str, Any] = load_config_file(args.config) if args.config else {}
-    for key in ("env", "model", "out"):
+    for key in ("env", "model", "out", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
@@ -78,7 +82,12 @@ def cmd_train(args) -> int:
         print(f"agentrl main job: {cfg.env} with {cfg.model} -> {cfg.out}")
         print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
               f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
-        result = run_pipeline(cfg, resume=args.resume)
+        policy = _policy_for(args, cfg.model)
+        try:
+            result = run_pipeline(cfg, resume=args.resume, policy=policy)
+        finally:
+            if policy is not None:
+                policy.close()
         print()
         print(result["table"])
         print()
@@ -96,12 +105,35 @@ def cmd_train(args) -> int:
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
-    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps{mode} -> {cfg.out}")
-    trainer = train(cfg, resume=args.resume)
+    policy = _policy_for(args, cfg.model)
+    where = f", rollouts on {args.policy_url}" if policy is not None else ""
+    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
+    try:
+        trainer = train(cfg, resume=args.resume, **({"policy": policy, "tokenizer": policy.tokenizer}
+                                                    if policy is not None else {}))
+    finally:
+        if policy is not None:
+            policy.close()
     last = trainer.history[-1] if trainer.history else {}
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
     print(f"done at step {trainer.step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")
     return 0
+
+
+def _policy_for(args, model: str):
+    """The :class:`~agentrl.algos.policy.OpenAIPolicy` of ``--policy-url`` with ``model``'s tokenizer (None
+    without it): a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps
+    its LoRA adapter there after each optimizer step."""
+    if not getattr(args, "policy_url", None):
+        return None
+    from agentrl.algos.models import load_tokenizer
+    from agentrl.algos.policy import OpenAIPolicy
+
+    try:
+        return OpenAIPolicy.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
+                                    lora_api=args.lora_api, adapter_dir=args.adapter_dir)
+    except RuntimeError as e:
+        raise ValueError(f"--policy-url: {e}") from e
 
 
 def cmd_eval(args) -> int:
@@ -115,19 +147,32 @@ def cmd_eval(args) -> int:
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
 
-        tasks = load_rows(args.tasks_file, ())[: args.tasks] if args.tasks else load_rows(args.tasks_file, ())
+        tasks = load_rows(args.tasks_file, ())  # every row of the file unless --tasks is given
+        if args.tasks is not None:
+            tasks = tasks[: args.tasks]
     else:
-        tasks = heldout_tasks(args.env, args.tasks, env_kwargs, seed=args.seed)
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
-    if args.adapter:
-        from agentrl.algos.models.lora import load_adapter
+        tasks = heldout_tasks(args.env, DEFAULT_EVAL_TASKS if args.tasks is None else args.tasks, env_kwargs,
+                              seed=args.seed)
+    policy = _policy_for(args, args.model)
+    if policy is not None:
+        if args.adapter:
+            policy.use_adapter(args.adapter)
+    else:
+        model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device,
+                                      attn_implementation=args.attn_implementation)
+        if args.adapter:
+            from agentrl.algos.models.lora import load_adapter
 
-        model = load_adapter(model, args.adapter)
-    policy = HFPolicy(model, tokenizer)
+            model = load_adapter(model, args.adapter)
+        policy = HFPolicy(model, tokenizer)
     cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, seed=args.seed)
-    report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
-                      text_only=args.no_tools)
+    try:
+        report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
+                          text_only=args.no_tools)
+    finally:
+        if hasattr(policy, "close"):
+            policy.close()
     label = ("text-only " if args.no_tools else "") + (Path(args.adapter).name if args.adapter else args.model)
     print(results_table([(label, report)]))
     if args.out:
@@ -152,6 +197,20 @@ def cmd_config_docs(args) -> int:
     return 0
 
 
+def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, dtype_default: str | None) -> None:
+    """``--device``, ``--dtype`` and the inference-server options (``--policy-url`` ...) of a command."""
+    p.add_argument("--device", default=device_default,
+                   help="torch device: auto (CUDA when available, else CPU; the default), cpu, cuda, cuda:1")
+    p.add_argument("--dtype", default=dtype_default,
+                   help="auto (bf16 where the hardware has bf16 units, else fp32; the default), bf16, fp32, fp16")
+    p.add_argument("--policy-url", help="sample through this OpenAI-compatible server (vLLM, SGLang, serve_policy) "
+                                        "instead of in-process; the LoRA adapter is hot-swapped after each step")
+    p.add_argument("--served-model", help="the server's base model name (default: the first it lists)")
+    p.add_argument("--lora-api", choices=["vllm", "sglang"], default="vllm", help="the server's runtime LoRA API")
+    p.add_argument("--adapter-dir", help="where adapter versions are written for the server to read (a folder the "
+                                         "server sees; default: a temporary folder)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -174,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--async", dest="async_", action="store_true",
                    help="decoupled rollout and training: sample the next batches while updating "
                         "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis, tis_cap)")
+    add_engine_args(p, device_default=None, dtype_default=None)
     p.add_argument("overrides", nargs="*", help="key=value config overrides (dotted: grpo.beta=0.04)")
     p.set_defaults(func=cmd_train)
 
@@ -187,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
     p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")
-    p.add_argument("--tasks", type=int, default=32, help="number of held-out tasks")
+    p.add_argument("--tasks", type=int, help=f"number of tasks (default: {DEFAULT_EVAL_TASKS} held-out tasks, or "
+                                              "every row of --tasks-file)")
     p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's held-out split")
     p.add_argument("--out", help="write episodes here (JSONL) and the summary beside it")
     p.add_argument("--no-tools", action="store_true", help="text-only baseline: the env offers no tools")
@@ -195,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=rollout.max_new_tokens, help="tokens per assistant reply")
     p.add_argument("--max-turns", type=int, default=rollout.max_turns, help="assistant turns per episode")
     p.add_argument("--seed", type=int, default=rollout.seed)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--attn-implementation", help="transformers attention kernel (sdpa, eager, flash_attention_2)")
+    add_engine_args(p, device_default="auto", dtype_default="auto")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("plot", help="write PNG training curves (and the eval comparison) of a run")

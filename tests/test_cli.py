@@ -101,7 +101,7 @@ def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, caps
 
     seen = {}
 
-    def fake_pipeline(cfg, resume=False):
+    def fake_pipeline(cfg, resume=False, policy=None):
         seen["cfg"] = cfg
         return {"table": "| table |", "timings": {"total": 1.0}, "out": Path(cfg.out)}
 
@@ -114,6 +114,28 @@ def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, caps
     assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
     assert cli.main(["train", "--env", "Test/Echo-v0"]) == 2
     assert "--algo" in capsys.readouterr().err
+    # --device / --dtype reach the main job's config (a flag, not an override: still the main job)
+    assert seen["cfg"].device == "auto"
+    assert cli.main(["train", "--device", "cuda", "--dtype", "bf16"]) == 0
+    assert seen["cfg"].device == "cuda" and seen["cfg"].dtype == "bf16"
+    assert cli.main(["train", "--pipeline", "device=cuda:1"]) == 0
+    assert seen["cfg"].device == "cuda:1"
+
+
+def test_device_and_dtype_flags_reach_the_train_config(tmp_path):
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--algo", "grpo", "--device", "cuda", "--dtype", "bf16", "--out", "x"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.device, cfg.dtype) == ("cuda", "bf16")
+    cfg = cli.build_train_config(parser.parse_args(["train", "--algo", "grpo", "--out", "x"]))
+    assert (cfg.device, cfg.dtype) == ("auto", "auto")  # the defaults: CUDA when there is one
+    # on resume the flags override the run's config.json
+    (tmp_path / "config.json").write_text(json.dumps({"algo": "grpo", "device": "cpu", "dtype": "fp32"}))
+    args = parser.parse_args(["train", "--resume", "--out", str(tmp_path), "--device", "cuda:1"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.device, cfg.dtype) == ("cuda:1", "fp32")
+    ev = parser.parse_args(["eval"])
+    assert (ev.device, ev.dtype, ev.tasks) == ("auto", "auto", None)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +172,19 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     assert "Average@2" in capsys.readouterr().out
     assert cli.main(["plot", str(run)]) == 0
     assert any(Path(p).suffix == ".png" for p in capsys.readouterr().out.split())
+
+
+def test_eval_tasks_file_means_every_row_unless_tasks_is_given(tiny_dir, tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(40)) + "\n")
+    common = ["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--tasks-file", str(tasks),
+              "--max-new-tokens", "1", "--dtype", "fp32", "--device", "cpu"]
+    out = tmp_path / "all.jsonl"
+    assert cli.main([*common, "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 40  # was 32: --tasks defaulted to 32 and cut the file
+    out = tmp_path / "five.jsonl"
+    assert cli.main([*common, "--tasks", "5", "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 5
 
 
 def test_heldout_tasks_use_the_dev_split_of_question_sets():

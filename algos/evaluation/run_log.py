@@ -8,7 +8,8 @@ Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
 * :func:`read_metrics` reads that file back, one record per step in step order: entries logged for the same
   step are merged, later values winning, so the steps a resumed run repeats appear once, with the resumed
   run's values.
-* :func:`process_memory` measures this process's memory (the ``perf/*`` entries of each step).
+* :func:`process_memory` measures this process's memory, GPU memory too (:func:`gpu_memory`), for the
+  ``perf/*`` entries of each step.
 """
 
 from __future__ import annotations
@@ -169,8 +170,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def process_memory() -> dict[str, float]:
-    """This process's memory: ``perf/rss_gib`` (resident now, Linux) and ``perf/peak_rss_gib`` (the high-water
-    mark since the process started)."""
+    """This process's memory: ``perf/rss_gib`` (resident now, Linux), ``perf/peak_rss_gib`` (the high-water
+    mark since the process started) and, when this process has initialised CUDA, :func:`gpu_memory`'s entries."""
     import sys
 
     out: dict[str, float] = {}
@@ -179,6 +180,7 @@ def process_memory() -> dict[str, float]:
             out["perf/rss_gib"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
     except OSError:  # not Linux
         pass
+    out.update(gpu_memory())
     try:
         import resource  # Unix only
     except ImportError:
@@ -186,3 +188,21 @@ def process_memory() -> dict[str, float]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     out["perf/peak_rss_gib"] = peak / (2**30 if sys.platform == "darwin" else 2**20)
     return out
+
+
+def gpu_memory() -> dict[str, float]:
+    """The CUDA caching allocator's figures for the current device, in GiB: ``perf/gpu_allocated_gib`` (tensors
+    now), ``perf/gpu_peak_allocated_gib`` (``torch.cuda.max_memory_allocated``, the high-water mark since the
+    process started), ``perf/gpu_reserved_gib`` and ``perf/gpu_peak_reserved_gib`` (what the allocator holds
+    from the driver, now and at most). Empty when torch is not imported or CUDA was never initialised in this
+    process (a CPU run): it never imports torch nor starts CUDA itself."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    gib = 2**30
+    return {"perf/gpu_allocated_gib": torch.cuda.memory_allocated() / gib,
+            "perf/gpu_peak_allocated_gib": torch.cuda.max_memory_allocated() / gib,
+            "perf/gpu_reserved_gib": torch.cuda.memory_reserved() / gib,
+            "perf/gpu_peak_reserved_gib": torch.cuda.max_memory_reserved() / gib}

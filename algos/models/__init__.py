@@ -1,6 +1,7 @@
 """Loading models and tokenizers: the default SmolLM2-135M alias, any hub id or local path, tiny test models.
 
-This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`default_dtype`, :func:`load_model`,
+This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`resolve_device`, :func:`default_dtype`,
+:func:`load_model`,
 :func:`load_tokenizer` and :func:`tiny_model`; LoRA adapters (set up, save, load, merge) are in
 :mod:`agentrl.algos.models.lora`. Importing either loads neither torch nor transformers.
 
@@ -11,7 +12,7 @@ weights into ordinary dense layers. Nothing is downloaded for the alias.
 ::
 
     from agentrl.algos.models import load_model
-    model, tokenizer = load_model()                      # smollm2-135m, bf16 on CPUs with bf16 units
+    model, tokenizer = load_model()                      # smollm2-135m on CUDA if there is one, else the CPU
     model, tokenizer = load_model("Qwen/Qwen2.5-0.5B-Instruct", device="cuda")   # any hub id or local path
 """
 
@@ -62,10 +63,22 @@ def resolve_model(name: str = DEFAULT_MODEL) -> tuple[str, str | None]:
     return name, None
 
 
+def resolve_device(device: str | None = "auto") -> str:
+    """The torch device a ``device`` setting means: ``"auto"`` (or None) is ``"cuda"`` when torch sees a CUDA
+    device, else ``"cpu"``; anything else is returned as given."""
+    if device is None or device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def default_dtype(device: str = "cpu"):
-    """bf16 on CUDA devices that support it and on CPUs with bf16 units (AMX or AVX512-BF16), else fp32."""
+    """bf16 on CUDA devices that support it and on CPUs with bf16 units (AMX or AVX512-BF16), else fp32
+    (``device`` may be ``"auto"``)."""
     import torch
 
+    device = resolve_device(device)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
     if device != "cpu":
@@ -84,6 +97,7 @@ def default_dtype(device: str = "cpu"):
 def _as_dtype(dtype: Any, device: str):
     import torch
 
+    device = resolve_device(device)
     if dtype is None or dtype == "auto":
         return default_dtype(device)
     if isinstance(dtype, torch.dtype):
@@ -143,7 +157,8 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
     return tok
 
 
-def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = "cpu"):
+def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = "auto",
+               attn_implementation: str | None = None):
     """``(model, tokenizer)`` for ``name``, in eval mode on ``device``.
 
     Args:
@@ -151,13 +166,19 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
             file.
         dtype: ``"auto"`` (bf16 where the hardware has bf16 units, else fp32), ``"bf16"``, ``"fp32"``,
             ``"fp16"`` or a ``torch.dtype``.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+        device: ``"auto"`` (CUDA when available, else CPU: :func:`resolve_device`), ``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``, ...
+        attn_implementation: transformers' attention kernel (``"sdpa"``, ``"eager"``, ``"flash_attention_2"``,
+            ...); None lets transformers choose (SDPA where available).
     """
     from transformers import AutoModelForCausalLM
 
     path, gguf = resolve_model(name)
+    device = resolve_device(device)
     torch_dtype = _as_dtype(dtype, device)
-    kwargs = {"gguf_file": gguf} if gguf else {}
+    kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
     if gguf:
         _clear_stale_quantization(model)

@@ -3,7 +3,8 @@
 * :class:`LoRAConfig`, :func:`apply_lora` — wrap a model in a trainable adapter; :func:`is_peft` tells a wrapped one.
 * :func:`save_adapter`, :func:`load_adapter` — PEFT's on-disk format; :func:`trainable_state_dict`,
   :func:`load_trainable_state_dict` — the adapter tensors for checkpoints.
-* :func:`merged_state_dict` — the base weights with the adapter merged in (fp32), for a sampler copy.
+* :func:`iter_merged_weights` — the base weights with the adapter merged in (fp32, one layer at a time), for a
+  sampler copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
 
 Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO), which is
 the model inside ``with model.disable_adapter():`` — never a second copy in memory. Adapters are saved in
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,37 +114,120 @@ def load_adapter(model, path: str | Path, *, trainable: bool = False):
         return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
 
 
-def merged_state_dict(peft_model) -> dict[str, Any]:
-    """The base model's state dict with every active LoRA adapter merged in, computed in fp32.
+class MergeError(ValueError):
+    """An adapter that cannot be merged into a plain sampler copy (the message names the option at fault)."""
 
-    Keys are those of the plain (un-wrapped) architecture. ``peft_model`` is not modified.
+
+def _check_mergeable(base, lora: dict[str, Any]) -> None:
+    """Refuse adapters whose merged weights a plain copy of the architecture cannot hold.
+
+    A LoRA target whose weight is tied to another parameter (``lm_head`` or ``embed_tokens`` of a model with
+    ``tie_word_embeddings=True``): the adapted layer and its twin would need different weights, while the
+    sampler (built from the same config) keeps them tied. Also DoRA on a non-Linear layer, ``lora_bias`` on a
+    layer without bias and other LoRA variants. Checked before any weight is yielded, so a refused merge leaves
+    its consumer untouched.
+    """
+    import torch
+
+    owners: dict[int, list[str]] = {}
+    for pname, p in base.named_parameters(remove_duplicate=False):
+        owners.setdefault(p.data_ptr(), []).append(pname)
+    for name, m in lora.items():
+        weight = m.get_base_layer().weight
+        twins = [n for n in owners.get(weight.data_ptr(), []) if not n.startswith(f"{name}.")]
+        if twins:
+            raise MergeError(
+                f"LoRA target_modules includes {name.rsplit('.', 1)[-1]!r}, whose weight is tied to {twins[0]} "
+                f"(tie_word_embeddings=True): a sampler with tied weights cannot hold the merged layer; leave "
+                f"{name.rsplit('.', 1)[-1]!r} out of target_modules or untie the model's embeddings")
+        layer = m.get_base_layer()
+        for adapter in _active(m):
+            variant = getattr(m, "lora_variant", {}).get(adapter)
+            dora = bool(getattr(m, "use_dora", {}).get(adapter, False))
+            if variant is not None and not dora:
+                raise MergeError(f"LoRA variant {type(variant).__name__} of adapter {adapter!r} cannot be merged "
+                                 "into the sampler; use a plain LoRA adapter (or DoRA on linear layers)")
+            if dora and not isinstance(layer, torch.nn.Linear):
+                raise MergeError(f"use_dora=True on {name} ({type(layer).__name__}) cannot be merged into the "
+                                 "sampler; DoRA is merged for Linear layers only")
+            if getattr(m, "lora_bias", {}).get(adapter, False) and getattr(layer, "bias", None) is None:
+                raise MergeError(f"lora_bias=True on adapter {adapter!r}, but {name} has no bias to merge it into")
+
+
+def _active(m) -> list[str]:
+    """The adapters of LoRA layer ``m`` that take part in its forward pass (none if disabled or merged)."""
+    if getattr(m, "disable_adapters", False) or getattr(m, "merged", False):
+        return []
+    return [a for a in m.active_adapters if a in getattr(m, "lora_A", {})]
+
+
+def _merged_layer(m, adapters) -> tuple[Any, Any]:
+    """``(weight, bias)`` of one LoRA layer with ``adapters`` merged in, computed in fp32 (bias None if none).
+
+    Plain LoRA adds ``B @ A * scaling`` (PEFT's ``get_delta_weight`` for non-Linear layers); DoRA (``use_dora``)
+    rescales each output row by ``magnitude / ||W + delta||`` as PEFT's merge does (Linear layers); ``lora_bias``
+    adds ``lora_B.bias * scaling`` to the base bias.
+    """
+    import torch
+    from peft.utils.other import transpose
+
+    layer = m.get_base_layer()
+    w = layer.weight.detach().to(torch.float32, copy=True)  # the one fp32 copy of this layer, updated in place
+    bias = layer.bias.detach().float() if getattr(layer, "bias", None) is not None else None
+    for adapter in adapters:
+        if isinstance(layer, torch.nn.Linear):
+            delta = transpose(m.lora_B[adapter].weight.float() @ m.lora_A[adapter].weight.float(), m.fan_in_fan_out)
+            delta.mul_(m.scaling[adapter])
+        else:  # embeddings, convolutions: PEFT's own delta
+            delta = m.get_delta_weight(adapter).float()
+        if getattr(m, "use_dora", {}).get(adapter, False):
+            fan = m.fan_in_fan_out
+            rows = transpose(w, fan) + transpose(delta, fan)
+            factor = m.lora_magnitude_vector[adapter].weight.float() / torch.linalg.norm(rows, dim=1)
+            w = transpose(factor.view(-1, 1) * rows, fan)
+            del rows
+        else:
+            w.add_(delta)
+        del delta
+        if getattr(m, "lora_bias", {}).get(adapter, False):
+            bias = bias + m.lora_B[adapter].bias.float() * m.scaling[adapter]
+    return w, bias
+
+
+def iter_merged_weights(peft_model) -> Iterator[tuple[str, Any]]:
+    """The base model's weights with every active LoRA adapter merged in, one tensor at a time.
+
+    Yields ``(name, tensor)`` with the keys of the plain (un-wrapped) architecture's ``state_dict``: first each
+    adapted layer's weight (and bias), merged in fp32 (see :func:`_merged_layer`), then every other entry as the
+    model's own tensor (no copy). Only one layer's fp32 weights exist at a time, so a consumer that copies each
+    tensor into place (:meth:`~agentrl.algos.policy.HFPolicy.update_weights`) needs one layer of extra memory,
+    never a whole model. ``peft_model`` is not modified.
+
+    Raises:
+        MergeError: an adapter this merge cannot reproduce (a LoRA target tied to another weight, DoRA on a
+            non-Linear layer, ``lora_bias`` on a layer without bias, another LoRA variant).
     """
     import torch
     from peft.tuners.lora import LoraLayer
 
     base = peft_model.get_base_model()
     lora = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
-    out: dict[str, Any] = {}
+    _check_mergeable(base, lora)
     with torch.no_grad():
         for name, m in lora.items():
-            layer = m.get_base_layer()
-            w = layer.weight.float()
-            if not getattr(m, "disable_adapters", False) and not getattr(m, "merged", False):
-                for adapter in m.active_adapters:
-                    if adapter not in getattr(m, "lora_A", {}):
-                        continue
-                    if type(layer).__name__ == "Linear" and not getattr(m, "fan_in_fan_out", False) \
-                            and not getattr(m, "use_dora", {}).get(adapter, False):
-                        a = m.lora_A[adapter].weight.float()
-                        b = m.lora_B[adapter].weight.float()
-                        w = w + (b @ a) * m.scaling[adapter]
-                    else:  # other layer kinds: PEFT's own delta (computed in fp32 on CPU)
-                        w = w + m.get_delta_weight(adapter).float()
-            out[f"{name}.weight"] = w
-            if getattr(layer, "bias", None) is not None:
-                out[f"{name}.bias"] = layer.bias
+            w, bias = _merged_layer(m, _active(m))
+            yield f"{name}.weight", w
+            del w
+            if bias is not None:
+                yield f"{name}.bias", bias
+            del bias
         prefixes = tuple(f"{n}." for n in lora)
         for pname, p in base.state_dict().items():
             if not pname.startswith(prefixes):
-                out[pname] = p
-    return out
+                yield pname, p
+
+
+def merged_state_dict(peft_model) -> dict[str, Any]:
+    """All of :func:`iter_merged_weights` in one dict (every adapted weight in fp32 at once: for inspection and
+    small models; a sampler refresh streams the iterator instead)."""
+    return dict(iter_merged_weights(peft_model))

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.algos.models.lora import is_peft, merged_state_dict
+from agentrl.algos.models.lora import is_peft, iter_merged_weights
 from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
 from agentrl.algos.policy.sampling import sample_tokens
 
@@ -47,18 +47,24 @@ class HFPolicy(Policy):
         max_batch_size: decode at most this many requests together (None: all of a call).
         compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
             it has finished, then leave together; trades wasted rows against cache copies.
+        share_weights: with a PEFT ``model``, sample through that model itself (its base weights shared with
+            the trainer, the adapter applied unmerged on every forward pass) instead of a merged sampler copy:
+            no second copy of the base weights, at the cost of the LoRA matmuls in every decode step. The
+            trainer must not update the model while this policy samples (the synchronous trainer never does).
 
     The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
     computed), so the next turn prefills only the tokens the collector appended. Caches are stored densely
     per trajectory and left-padded into a batch for each call; padding is masked, never attended.
     """
 
-    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25):
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25,
+                 share_weights: bool = False):
         import torch
 
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.compact_fraction = compact_fraction
+        self.share_weights = share_weights
         self._cache: dict[Hashable, _CacheEntry] = {}
         self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
         self.model = model
@@ -79,21 +85,30 @@ class HFPolicy(Policy):
         * A PEFT (LoRA) model: its adapters are merged in fp32 into a separate plain copy of the architecture
           (the *sampler*, created on the first call in this policy's dtype, refreshed in place afterwards), so
           sampling pays no unmerged-adapter cost and the trainer's base weights are never modified (a
-          merge/unmerge round trip in bf16 is not exact).
+          merge/unmerge round trip in bf16 is not exact). The merge streams layer by layer
+          (:func:`~agentrl.algos.models.lora.iter_merged_weights`): the transient is one layer in fp32, not the
+          model. Every sampler weight must be written (tied weights count once), else ``RuntimeError``; an
+          adapter that cannot be merged raises :class:`~agentrl.algos.models.lora.MergeError` before any write.
+        * With ``share_weights``, a PEFT model is sampled as it is (no copy, no merge): only the cache is reset.
         * A plain model: if it is the model being sampled, nothing to do; otherwise its weights are copied into
           the sampler.
         """
         torch = self._torch
-        if is_peft(source_model):
-            merged = merged_state_dict(source_model)
+        if is_peft(source_model) and self.share_weights:
+            self._sampler = source_model.get_base_model()  # the LoRA-injected model: adapter applied unmerged
+        elif is_peft(source_model):
             own = self._sampler_like(source_model.get_base_model()).state_dict()
-            missing = set(own) - set(merged)
-            if missing - {k for k in own if k.endswith("lm_head.weight")}:
-                raise RuntimeError(f"merged LoRA weights lack {sorted(missing)[:5]}")
+            written: set[int] = set()
             with torch.no_grad():
-                for name, p in own.items():
-                    if name in merged:
-                        p.copy_(merged[name])
+                for name, tensor in iter_merged_weights(source_model):
+                    if name not in own:
+                        raise RuntimeError(f"merged LoRA weight {name} has no place in the sampler")
+                    own[name].copy_(tensor)
+                    written.add(own[name].data_ptr())
+            missing = [k for k, p in own.items() if p.data_ptr() not in written]
+            if missing:
+                raise RuntimeError(f"the merged LoRA weights lack {missing[:5]}: the sampler would keep random "
+                                   "weights there")
         elif source_model is self.model:
             return
         else:
@@ -147,9 +162,14 @@ class HFPolicy(Policy):
                 raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
         size = self.max_batch_size or len(requests)
         results: list[GenerationResult] = []
-        with self._torch.inference_mode():
-            for lo in range(0, len(requests), size):
-                results.extend(self._generate_batch(list(requests[lo:lo + size]), sampling))
+        was_training = self.model.training  # a shared (trainer's) model may be in train mode: sample without dropout
+        self.model.eval()
+        try:
+            with self._torch.inference_mode():
+                for lo in range(0, len(requests), size):
+                    results.extend(self._generate_batch(list(requests[lo:lo + size]), sampling))
+        finally:
+            self.model.train(was_training)
         return results
 
     def _forward(self, ids, cache, attention_mask, position_ids):

@@ -75,6 +75,29 @@ class OpenAIPolicy(Policy):
     def _lora_call(self, action: str, body: dict[str, Any]):
         return self._post_json(self._lora_url(action), body)
 
+    @classmethod
+    def connect(cls, base_url: str, tokenizer, *, model: str | None = None, **kwargs: Any) -> OpenAIPolicy:
+        """An :class:`OpenAIPolicy` for the server at ``base_url``; ``model`` None means the first base model the
+        server lists (``GET /v1/models``, entries without a ``parent``). Other keyword arguments go to the
+        constructor. Raises ``RuntimeError`` when the server cannot be reached or lists no model."""
+        import requests
+
+        if model is None:
+            root = base_url.rstrip("/")
+            url = (root if root.endswith("/v1") else root + "/v1") + "/models"
+            key = kwargs.get("api_key")
+            try:
+                r = requests.get(url, headers={"Authorization": f"Bearer {key}"} if key else {},
+                                 timeout=kwargs.get("timeout_s", 30.0))
+                r.raise_for_status()
+                models = [m["id"] for m in r.json().get("data", []) if not m.get("parent")]
+            except (requests.RequestException, ValueError, KeyError, TypeError) as e:
+                raise RuntimeError(f"cannot list the models of {url}: {e} (is the server running?)") from e
+            if not models:
+                raise RuntimeError(f"{url} lists no base model; pass the served model name")
+            model = models[0]
+        return cls(base_url, model, tokenizer, **kwargs)
+
     def update_weights(self, source_model) -> None:
         """Sync ``source_model``'s LoRA adapter to the server and sample with it from now on.
 
@@ -91,16 +114,30 @@ class OpenAIPolicy(Policy):
         name = f"{self.adapter_prefix}-v{self.version + 1}"
         path = Path(self.adapter_dir).resolve() / name
         save_adapter(source_model, path)
+        self._switch_adapter(name, path, owned=True)
+
+    def use_adapter(self, path: str | Path) -> None:
+        """Sample with the PEFT adapter folder ``path`` (e.g. ``runs/x/adapter``) from now on; the folder is read
+        by the server and never deleted. Raises like :meth:`update_weights`."""
+        path = Path(path).resolve()
+        if not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+        self._switch_adapter(f"{self.adapter_prefix}-v{self.version + 1}", path, owned=False)
+
+    def _switch_adapter(self, name: str, path: Path, *, owned: bool) -> None:
+        """Load adapter ``name`` from ``path`` on the server, sample with it, unload the previous one (and delete
+        its folder when this policy wrote it)."""
         r = self._lora_call("load", {"lora_name": name, "lora_path": str(path)})
         if r.status_code != 200:
-            shutil.rmtree(path, ignore_errors=True)
+            if owned:
+                shutil.rmtree(path, ignore_errors=True)
             hint = ""
             if r.status_code in (404, 405):
                 hint = (" (no runtime LoRA endpoint: start vLLM with --enable-lora --max-lora-rank R and "
                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or SGLang with --enable-lora and lora_api='sglang')")
             raise RuntimeError(f"{self._lora_url('load')} answered HTTP {r.status_code}{hint}: {r.text[:500]}")
         old_name, old_path = self.adapter_name, self._adapter_path
-        self.adapter_name, self._adapter_path = name, str(path)
+        self.adapter_name, self._adapter_path = name, (str(path) if owned else None)
         if self.lora_api == "vllm":
             self.model_name = name
         self.version += 1

@@ -62,9 +62,14 @@ class PipelineConfig:
     model: str = DEFAULT_MODEL
     """Model alias, hub id or local path."""
     dtype: str = "auto"
-    """'auto', 'bf16' or 'fp32'."""
-    device: str = "cpu"
-    """Torch device."""
+    """'auto' (bf16 where the hardware has bf16 units, else fp32), 'bf16' or 'fp32'."""
+    device: str = "auto"
+    """Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
+    attn_implementation: str | None = None
+    """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
+    sampler_shares_weights: bool = False
+    """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of
+    the base weights in memory instead of two, at the cost of the LoRA matmuls in every decode step."""
     out: str = "runs/main"
     """Run directory."""
     seed: int = 0
@@ -104,8 +109,12 @@ class PipelineConfig:
     """Show progress bars."""
 
 
-def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False) -> dict[str, Any]:
-    """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path}``."""
+def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
+    """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path}``.
+
+    ``policy``: the sampling backend of every evaluation and rollout (e.g. an
+    :class:`~agentrl.algos.policy.OpenAIPolicy` of a vLLM server); default an in-process
+    :class:`~agentrl.algos.policy.HFPolicy` over the trained model."""
     import time
 
     from agentrl.algos.evaluation.evaluate import evaluate, load_report, results_table
@@ -118,9 +127,11 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False) 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
+                                  attn_implementation=cfg.attn_implementation)
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
-    policy = HFPolicy(model, tokenizer)
+    if policy is None:
+        policy = HFPolicy(model, tokenizer, share_weights=cfg.sampler_shares_weights)
     tasks = heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
     rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)

@@ -65,8 +65,8 @@ class TrainConfig:
     """Model alias, hub id or local path (the default is the embedded SmolLM2-135M-Instruct)."""
     dtype: str = "auto"
     """'auto' (bf16 where the hardware has bf16 units, else fp32), 'bf16' or 'fp32'."""
-    device: str = "cpu"
-    """'cpu', 'cuda', 'cuda:1', ..."""
+    device: str = "auto"
+    """'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
     adapter: str | None = None
     """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
     out: str = "runs/agentrl"
