@@ -11,6 +11,7 @@ the rootdir conftest.py; Ray workers get it through ``PYTHONPATH``, see test_ray
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -60,11 +61,28 @@ QWEN_TEMPLATE = (
     r"{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-TEMPLATES = ["chatml", "llama3", "qwen"]
+#: The published chat templates of the model families the collector must handle (tests/data/templates/README.md).
+FAMILIES = ["qwen2_5", "qwen3", "llama3_1", "mistral"]
+TEMPLATES = ["chatml", "llama3", "qwen", *FAMILIES]
+TEMPLATE_DIR = Path(__file__).parent / "data" / "templates"
+
+# Each family's special tokens (and its added tokens that are not special), as its own tokenizer has them.
+_FAMILY_TOKENS = {
+    "qwen2_5": ({"eos_token": "<|im_end|>"}, ["<tool_call>", "</tool_call>"]),
+    "qwen3": ({"eos_token": "<|im_end|>"}, ["<tool_call>", "</tool_call>", "<think>", "</think>",
+                                            "<tool_response>", "</tool_response>"]),
+    "llama3_1": ({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                  "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+                                                "<|python_tag|>"]}, []),
+    "mistral": ({"bos_token": "<s>", "eos_token": "</s>",
+                 "additional_special_tokens": ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+                                               "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]}, []),
+}
 
 
 def make_template_tokenizer(base, kind: str):
-    """A copy of the SmolLM2 tokenizer carrying the named chat template (``chatml`` is SmolLM2's own)."""
+    """A copy of the SmolLM2 tokenizer carrying the named chat template (``chatml`` is SmolLM2's own); for a name
+    in ``FAMILIES`` the published template from tests/data/templates with the family's special tokens."""
     if kind == "chatml":
         return base
     tok = copy.deepcopy(base)
@@ -75,6 +93,12 @@ def make_template_tokenizer(base, kind: str):
         tok.chat_template = LLAMA3_TEMPLATE
     elif kind == "qwen":
         tok.chat_template = QWEN_TEMPLATE
+    elif kind in _FAMILY_TOKENS:
+        special, added = _FAMILY_TOKENS[kind]
+        tok.add_special_tokens(special)
+        if added:
+            tok.add_tokens(added)
+        tok.chat_template = (TEMPLATE_DIR / f"{kind}.jinja").read_text(encoding="utf-8")
     else:
         raise ValueError(kind)
     return tok
@@ -258,3 +282,13 @@ def kill_in_step(trainer, step: int) -> None:
         return real_update(units, temperature)
 
     trainer.update = dies
+
+
+def native_scripted_policy(tokenizer, tasks, **kwargs) -> ScriptedPolicy:
+    """A :class:`ScriptedPolicy` whose replies call the tools in the call format of ``tokenizer``'s chat template
+    (the format the collector makes the env read)."""
+    policy = ScriptedPolicy(tokenizer, tasks, **kwargs)
+    env = ToolUseEnv()
+    env.use_call_format(policy.fmt.call_format)
+    policy.actions = {t["query"]: env.demo_actions(t) for t in tasks}
+    return policy

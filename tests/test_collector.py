@@ -10,12 +10,13 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
-from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, stop_biased_model
+from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, native_scripted_policy, stop_biased_model
 
 import agentrl.envs  # noqa: F401
 from agentrl.algos.objectives.logprobs import token_logprobs
+from agentrl.algos.objectives.sft import demonstration
 from agentrl.algos.policy import HFPolicy, SamplingParams
-from agentrl.algos.rollout.chat import ChatFormat
+from agentrl.algos.rollout.chat import ChatFormat, prompt_tools
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
 from agentrl.algos.rollout.envs import env_class, make_text_env
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
@@ -52,7 +53,7 @@ def check_well_formed(tr):
 def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind):
     tok = template_tokenizers[kind]
     tasks = multi_call_tasks(3)
-    policy = ScriptedPolicy(tok, tasks)
+    policy = native_scripted_policy(tok, tasks)
     trajs = collect("AgentRL/ToolUse-v0", policy, tasks, group_size=2, config=CollectorConfig(max_total_tokens=4096))
     assert len(trajs) == 6
     assert [t.group_id for t in trajs] == [0, 0, 1, 1, 2, 2]
@@ -64,10 +65,14 @@ def test_scripted_tool_use_episodes_are_token_exact(template_tokenizers, kind):
         assert tr.metrics["correct"] == 1.0 and tr.metrics["format_ok"] == 1.0
         assert tr.metrics["tool_calls"] == len(tr.task["calls"]) and len(tr.turns) == len(tr.task["calls"]) + 1
         assert [t.parsed["kind"] for t in tr.turns] == ["tool_call"] * (len(tr.turns) - 1) + ["answer"]
-        # The whole sequence decodes to the template's own rendering of the episode's conversation.
-        env = gym.make("AgentRL/ToolUse-v0", tools_in_prompt=not fmt.supports_tools)
-        demo = env.unwrapped.demo(tr.task)
-        rendered = fmt.render(demo["messages"], demo["tools"] if fmt.supports_tools else None, False)
+        # The native calls were parsed: every call turn ran its tool.
+        assert all(t.parsed["calls"] for t in tr.turns[:-1])
+        # The whole sequence decodes to the template's own rendering of the episode's conversation (the replies
+        # as written: the structured tool_calls are the same calls in OpenAI form).
+        demo = demonstration(ToolUseEnv(), tr.task, fmt)
+        messages = [{k: v for k, v in m.items() if k != "tool_calls"} for m in demo["messages"]]
+        rendered = fmt.render(messages, prompt_tools(fmt.supports_tools, demo["tools"], demo["tools_in_prompt"]),
+                              False)
         decoded = tok.decode(tr.token_ids, skip_special_tokens=False)
         assert rendered.startswith(decoded)
         assert rendered[len(decoded):] in ("\n", "")  # only the newline after the final end-of-turn token

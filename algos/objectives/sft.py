@@ -8,7 +8,11 @@ known-correct solution and returns its messages) or from a JSONL file of convers
 A conversation is rendered to tokens **exactly as the collector renders a rollout** (the same
 :class:`~agentrl.algos.rollout.chat.ChatFormat`: the opening prompt, each assistant reply followed by the end-of-turn
 token the policy would sample, then the template's glue up to the next assistant header), so what SFT teaches
-is token for token what the policy later produces. ``loss_mask`` is 1 on the assistant replies and their
+is token for token what the policy later produces. The tool schemas follow the collector's one rule
+(:func:`~agentrl.algos.rollout.chat.prompt_tools`): they go to a tool-aware template only when the conversation's
+system prompt does not list them already, and :func:`demonstration` plays an env's demo with the env set up as
+the collector sets up the envs it makes (``tools_in_prompt`` and the call format of the chat template), so a
+demo lists its tools once, where a rollout lists them. ``loss_mask`` is 1 on the assistant replies and their
 end-of-turn tokens, 0 on everything else::
 
     loss = -sum_t w_t * log pi(x_t | x_<t)      w_t = 1/N on the N action tokens of the batch (token mean)
@@ -26,6 +30,7 @@ import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import SeqItem, token_weights
+from agentrl.algos.rollout.chat import prompt_tools
 
 logger = logging.getLogger(__name__)
 
@@ -47,40 +52,55 @@ def sft_loss(logprobs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return -(logprobs * weights).sum()
 
 
-def render_conversation(fmt, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
+def demonstration(env, task: dict[str, Any], fmt) -> dict[str, Any] | None:
+    """``env.demo(task)`` with ``env`` set up as the collector sets up the envs it makes for ``fmt``'s template:
+    ``tools_in_prompt`` off when the template renders the tools itself, and the template's tool-call format
+    (:func:`~agentrl.algos.rollout.envs.configure_text_env`). ``None`` when the env knows no solution."""
+    from agentrl.algos.rollout.envs import configure_text_env
+
+    configure_text_env(env, template_tools=fmt.supports_tools, call_format=fmt.call_format)
+    return env.demo(task)
+
+
+def render_conversation(fmt, messages: list[dict[str, Any]], tools: list[dict] | None = None, *,
+                        tools_in_prompt: bool = False) -> tuple[list[int], list[int]]:
     """``(token_ids, loss_mask)`` of a conversation, rendered as the collector renders a rollout.
 
     Args:
         fmt: a :class:`~agentrl.algos.rollout.chat.ChatFormat` for the tokenizer.
-        messages: system/user opening messages, then assistant replies, each followed by one observation
-            message (tool or user) except the last.
-        tools: the tool schemas (passed to the template only when it renders tools itself).
+        messages: system/user opening messages, then assistant replies, each followed by its observation
+            messages (tool or user; one per call of a reply with several) except the last.
+        tools: the tool schemas.
+        tools_in_prompt: the system prompt lists the tools already (a demo's ``tools_in_prompt``); the template
+            then gets none (:func:`~agentrl.algos.rollout.chat.prompt_tools`).
 
     Raises:
-        ValueError: no assistant message, or two assistant/observation messages in a row.
+        ValueError: no assistant message, two assistant messages in a row, or an opening that is not followed
+            by an assistant message.
     """
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise ValueError("a demonstration needs at least one assistant message")
-    conv = fmt.start(messages[:first], tools)
+    conv = fmt.start(messages[:first], prompt_tools(fmt.supports_tools, tools, tools_in_prompt))
     ids = list(conv.prompt_ids)
     mask = [0] * len(ids)
     stop = fmt.stop_token_ids[0]
-    rest = messages[first:]
-    for k in range(0, len(rest), 2):
-        reply = rest[k]
-        if reply["role"] != "assistant":
-            raise ValueError(f"expected an assistant message at position {first + k}, got {reply['role']!r}")
+    k = first
+    while k < len(messages):
+        reply = messages[k]
         completion = fmt.encode(reply["content"]) + [stop]
         ids += completion
         mask += [1] * len(completion)
-        if k + 1 < len(rest):
-            obs = rest[k + 1]
-            if obs["role"] == "assistant":
-                raise ValueError(f"two assistant messages in a row at position {first + k + 1}")
-            glue = conv.glue(completion, obs)
+        end = k + 1
+        while end < len(messages) and messages[end]["role"] != "assistant":
+            end += 1
+        if end < len(messages) and end == k + 1:
+            raise ValueError(f"two assistant messages in a row at position {k + 1}")
+        if end > k + 1:
+            glue = conv.glue(completion, [dict(m) for m in messages[k + 1:end]])
             ids += glue
             mask += [0] * len(glue)
+        k = end
     return ids, mask
 
 
@@ -99,7 +119,8 @@ def load_conversations(path: str | Path) -> list[dict[str, Any]]:
                 row = {"messages": row}
             if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
                 raise ValueError(f"{path}:{lineno}: expected a message list or an object with 'messages'")
-            out.append({"messages": row["messages"], "tools": row.get("tools")})
+            out.append({"messages": row["messages"], "tools": row.get("tools"),
+                        "tools_in_prompt": bool(row.get("tools_in_prompt", False))})
     if not out:
         raise ValueError(f"{path}: no conversations")
     return out

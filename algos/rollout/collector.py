@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
-from agentrl.algos.rollout.chat import ChatFormat, Conversation, assert_extends
+from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
 from agentrl.algos.rollout.envs import make_text_env
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
@@ -65,6 +65,9 @@ class CollectorConfig:
     """Threads that run env resets and steps concurrently (bounds concurrent tool calls)."""
     reuse_cache: bool = True
     """Let the backend keep each trajectory's KV cache across turns (False: every turn re-encodes its prompt)."""
+    call_format: str = "auto"
+    """Tool-call format of envs made from an id: "auto" (the one the chat template teaches), "env" (the env's own),
+    or a format name (hermes, llama3_json, mistral). Env-chosen tag or fenced-code formats are never changed."""
 
     def sampling(self, stop_token_ids) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -117,6 +120,8 @@ class Collector:
         if policy.tokenizer is None:
             raise ValueError(f"{type(policy).__name__} has no tokenizer; the collector renders prompts with it")
         self.chat = ChatFormat(policy.tokenizer)
+        fmt = self.config.call_format
+        self.call_format: str | None = None if fmt == "env" else self.chat.call_format if fmt == "auto" else fmt
         self._pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
         self._envs: dict[Any, list[Any]] = {}
 
@@ -140,7 +145,7 @@ class Collector:
     def _make_env(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
         if not isinstance(env, str):
             return env()
-        return make_text_env(env, env_kwargs, template_tools=self.chat.supports_tools)
+        return make_text_env(env, env_kwargs, template_tools=self.chat.supports_tools, call_format=self.call_format)
 
     def _get_envs(self, env, env_kwargs: dict[str, Any], n: int) -> list[Any]:
         key = (env, repr(sorted(env_kwargs.items()))) if isinstance(env, str) else (id(env), None)
@@ -155,10 +160,8 @@ class Collector:
             if info.get("tools") and getattr(getattr(env, "unwrapped", env), "tools_in_prompt", True) is False:
                 logger.warning("the env was made with tools_in_prompt=False but chat template %s has no tools "
                                "section: the model is not told which tools exist", self.chat.name)
-            return None
-        if getattr(getattr(env, "unwrapped", env), "tools_in_prompt", False):
-            return None
-        return info.get("tools") or None
+        in_prompt = bool(getattr(getattr(env, "unwrapped", env), "tools_in_prompt", False))
+        return prompt_tools(self.chat.supports_tools, info.get("tools"), in_prompt)
 
     def _no_answer_reward(self, env) -> float:
         rewards = getattr(getattr(env, "unwrapped", env), "rewards", None)
@@ -272,15 +275,14 @@ class Collector:
             if len(ep.turns) >= self.config.max_turns:
                 self._finish(ep, "budget", self._no_answer_reward(ep.env), bar)
                 continue
-            glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_message(obs, info))
-            nxt = ep.token_ids + glue
-            assert_extends(ep.token_ids, nxt, self.chat.name)
-            if len(nxt) >= self.config.max_total_tokens:
+            glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_messages(obs, info))
+            if len(ep.token_ids) + len(glue) >= self.config.max_total_tokens:
                 self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
                 continue
-            ep.token_ids = nxt
+            ep.token_ids = ep.token_ids + glue
             ep.loss_mask.extend([0] * len(glue))
             ep.logprobs.extend([0.0] * len(glue))
+            ep.conv.check(ep.token_ids)
         finished = [keys[ep.index] for ep in live if ep.done]
         if finished:
             self.policy.release(finished)
@@ -297,13 +299,20 @@ class Collector:
                           policy_version=version)
 
 
-def _observation_message(obs: Any, info: dict[str, Any]) -> dict[str, Any]:
-    """The env's own message for the observation (so the template renders e.g. a tool name), else a plain one."""
+def _observation_messages(obs: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The env's own messages after the reply (one tool message per call, so the template renders each with its
+    name and ``tool_call_id``), else one plain message holding ``obs``."""
     role = info.get("obs_role", "tool")
     messages = info.get("messages") or []
-    if messages and messages[-1].get("role") == role and messages[-1].get("content") == obs:
-        return dict(messages[-1])
-    return {"role": role, "content": obs if isinstance(obs, str) else str(obs)}
+    tail: list[dict[str, Any]] = []
+    for m in reversed(messages):
+        if m.get("role") != role:
+            break
+        tail.append(dict(m))
+    tail.reverse()
+    if tail and (len(tail) > 1 or tail[0].get("content") == obs):
+        return tail
+    return [{"role": role, "content": obs if isinstance(obs, str) else str(obs)}]
 
 
 def _safe_step(env, text: str):

@@ -57,22 +57,40 @@ def env_class(env: str | Callable[[], Any]) -> type | None:
     return entry if isinstance(entry, type) else None
 
 
-def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False):
+def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False,
+                  call_format: str | None = None):
     """``gymnasium.make(env_id, **env_kwargs)``, with ``tools_in_prompt=False`` when the chat template renders the
     tool schemas itself (``template_tools``) and the caller did not choose. An env that takes no
     ``tools_in_prompt`` keyword (its ``gymnasium.make`` raises ``TypeError``) is made without it: its own prompt
-    describes the tools."""
+    describes the tools. ``call_format`` (e.g. :attr:`~agentrl.algos.rollout.chat.ChatFormat.call_format`) goes to
+    :meth:`~agentrl.envs.core.TextEnv.use_call_format` of an env that has it."""
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
 
     kwargs = dict(env_kwargs or {})
+    env = None
     if template_tools and "tools_in_prompt" not in kwargs:
         try:
-            return gym.make(env_id, tools_in_prompt=False, **kwargs)
+            env = gym.make(env_id, tools_in_prompt=False, **kwargs)
         except TypeError:
             logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env_id)
-    return gym.make(env_id, **kwargs)
+    env = env if env is not None else gym.make(env_id, **kwargs)
+    configure_text_env(env, call_format=call_format)
+    return env
+
+
+def configure_text_env(env, *, template_tools: bool | None = None, call_format: str | None = None):
+    """Set up an existing env as :func:`make_text_env` makes one: ``tools_in_prompt = not template_tools`` (when
+    given and the env has that attribute) and ``call_format`` through
+    :meth:`~agentrl.envs.core.TextEnv.use_call_format` (when given and the env has it). Takes effect at the next
+    ``reset``; returns ``env``."""
+    u = getattr(env, "unwrapped", env)
+    if template_tools is not None and hasattr(u, "tools_in_prompt"):
+        u.tools_in_prompt = not template_tools
+    if call_format is not None and hasattr(u, "use_call_format"):
+        u.use_call_format(call_format)
+    return env
 
 
 def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, tokenizer=None,
