@@ -11,6 +11,10 @@ Reward: the fraction of hidden tests passed (``reward_mode="fraction"``, default
 (``reward_mode="all"``); ``correct`` means every test passed. Invalid replies and running out of budget score
 ``invalid_reward`` (0 by default).
 
+Tests are of two kinds: ``basic`` (small inputs) and ``stress`` (large inputs generated from a seed by
+:mod:`agentrl.envs.data.coding_stress`, each with its own ``time_limit_s``), where a task implies an efficient
+algorithm; ``tests_passed_basic`` / ``tests_passed_stress`` count them apart in ``info["metrics"]``.
+
 Expected outputs never enter the sandbox, so a program cannot pass by reading them or by exiting early.
 
 Data: 36 bundled tasks (``envs/data/coding_tasks.jsonl``; each with a reference ``solution``, used for
@@ -32,6 +36,7 @@ import numpy as np
 
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets, Rewards
+from agentrl.envs.data.coding_stress import stress_test
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, hash_split, located_rows, seeded_draws
 from agentrl.envs.sandbox import Sandbox
 
@@ -59,16 +64,38 @@ def load_coding_tasks(source: str | Path | Iterable[dict[str, Any]] | None = Non
     return out
 
 
+TEST_KINDS = ("basic", "stress")
+
+
 def _check_task(row: dict[str, Any], i: int) -> dict[str, Any]:
     if not isinstance(row["prompt"], str) or not row["prompt"].strip():
         raise ValueError('"prompt" must be a non-empty string')
     tests = row["tests"]
     if not isinstance(tests, list) or not tests:
         raise ValueError('"tests" must be a non-empty list of {"input": str, "output": str}')
+    checked = []
     for k, t in enumerate(tests):
         if not isinstance(t, dict) or not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
             raise ValueError(f'tests[{k}] must be {{"input": str, "output": str}}')
-    task = {"id": str(row.get("id", i)), "prompt": row["prompt"].strip(), "tests": tests}
+        kind, limit = t.get("kind", "basic"), t.get("time_limit_s")
+        if kind not in TEST_KINDS:
+            raise ValueError(f'tests[{k}]["kind"] must be one of {list(TEST_KINDS)}, got {kind!r}')
+        if limit is not None and (not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0):
+            raise ValueError(f'tests[{k}]["time_limit_s"] must be a positive number')
+        checked.append({**t, "kind": kind})
+    stress = row.get("stress", [])
+    if not isinstance(stress, list):
+        raise ValueError('"stress" must be a list of generator specs')
+    for k, spec in enumerate(stress):
+        try:
+            checked.append(stress_test(spec))
+        except ValueError as e:
+            raise ValueError(f"stress[{k}]: {e}") from None
+    prompt = row["prompt"].strip()
+    if stress:  # the constraints a contest statement would give
+        prompt += (f"\n\nHidden tests include inputs with n up to {max(spec['n'] for spec in stress)}; each test "
+                   f"must finish within {min(spec['time_limit_s'] for spec in stress):g} seconds.")
+    task = {"id": str(row.get("id", i)), "prompt": prompt, "tests": checked}
     if isinstance(row.get("solution"), str):
         task["solution"] = row["solution"]
     return task
@@ -169,12 +196,18 @@ class CodingEnv(CodeToolEnv):
     def on_reset(self, task: dict[str, Any]) -> None:
         super().on_reset(task)
         self.metrics.extra.update(tests_passed=0, tests_total=len(task["tests"]))
+        for kind in TEST_KINDS:
+            self.metrics.extra[f"tests_passed_{kind}"] = 0
+            self.metrics.extra[f"tests_total_{kind}"] = sum(_kind(t) == kind for t in task["tests"])
 
-    def run_tests(self, program: str, tests: Sequence[dict[str, str]], stop_at_first_failure: bool = False
+    def run_tests(self, program: str, tests: Sequence[dict[str, Any]], stop_at_first_failure: bool = False
                   ) -> list[bool]:
-        """Run ``program`` on each test in the sandbox (concurrently); ``[passed, ...]`` in test order."""
-        def one(t: dict[str, str]) -> bool:
-            r = self.sandbox.run(program, timeout=self.test_timeout_s, stdin=t["input"])
+        """Run ``program`` on each test in the sandbox (concurrently); ``[passed, ...]`` in test order.
+
+        A test runs under its own ``time_limit_s`` when it has one (stress tests), else ``test_timeout_s``."""
+        def one(t: dict[str, Any]) -> bool:
+            limit = t.get("time_limit_s") or self.test_timeout_s
+            r = self.sandbox.run(program, timeout=float(limit), stdin=t["input"])
             return r.status == "ok" and not r.truncated and outputs_match(r.stdout, t["output"])
 
         if stop_at_first_failure:
@@ -196,12 +229,16 @@ class CodingEnv(CodeToolEnv):
         passed = self.run_tests(program, tests, stop_at_first_failure=self.reward_mode == "all")
         n = sum(passed)
         self.metrics.extra["tests_passed"] = n
+        for kind in TEST_KINDS:
+            self.metrics.extra[f"tests_passed_{kind}"] = sum(
+                p for p, t in zip(passed, tests, strict=True) if _kind(t) == kind)
         all_ok = n == len(tests)
         if self.reward_mode == "all":
             return (self.rewards.correct if all_ok else self.rewards.wrong), all_ok
         return n / len(tests), all_ok
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
+        """Try the reference solution on the first test, then answer with it."""
         solution = task.get("solution")
         if not solution:
             return None
@@ -210,3 +247,7 @@ class CodingEnv(CodeToolEnv):
         call = self.parser.render_call("code_interpreter", {"code": trial})
         return [f"Let me try my program on the first example.\n{call}",
                 f"The output matches the example.\n<answer>\n```python\n{solution.rstrip()}\n```\n</answer>"]
+
+
+def _kind(test: dict[str, Any]) -> str:
+    return test.get("kind", "basic")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import gymnasium as gym
@@ -10,6 +12,7 @@ import pytest
 
 import agentrl.envs
 from agentrl.envs.coding import CodingEnv, extract_program, load_coding_tasks, outputs_match
+from agentrl.envs.data.coding_stress import GENERATORS, stress_test
 from agentrl.envs.datasets import DatasetError
 
 gym.register_envs(agentrl.envs)
@@ -45,6 +48,71 @@ def test_every_bundled_demo_reaches_max_reward(sb):
         demo = env.demo(task)
         assert demo["reward"] == 1.0 and demo["correct"], (task["id"], demo["messages"][-2]["content"])
         assert demo["messages"][-2]["content"] == task["tests"][0]["output"]  # the trial run's output
+
+
+QUADRATIC_INVERSIONS = ("n = int(input())\na = list(map(int, input().split()))\n"
+                        "print(sum(1 for i in range(n) for j in range(i + 1, n) if a[i] > a[j]))")
+MERGE_SORT_INVERSIONS = """import sys
+def count(a):
+    if len(a) < 2:
+        return a, 0
+    left, x = count(a[:len(a) // 2])
+    right, y = count(a[len(a) // 2:])
+    merged, inv, i, j = [], x + y, 0, 0
+    while i < len(left) and j < len(right):
+        if right[j] < left[i]:
+            merged.append(right[j]); inv += len(left) - i; j += 1
+        else:
+            merged.append(left[i]); i += 1
+    return merged + left[i:] + right[j:], inv
+data = sys.stdin.read().split()
+print(count(list(map(int, data[1:1 + int(data[0])])))[1])"""
+
+
+@pytest.mark.needs_bwrap
+def test_stress_tests_fail_a_quadratic_inversion_count_and_pass_n_log_n(sb):
+    env = CodingEnv(sandbox=sb)
+    task = next(t for t in env.tasks if t["id"] == "count-inversions")
+    kinds = [t["kind"] for t in task["tests"]]
+    stress = [t for t in task["tests"] if t["kind"] == "stress"]
+    assert kinds.count("basic") == 6 and len(stress) == 1 and stress[0]["time_limit_s"] == 4.0
+    assert stress[0]["input"].startswith("50000\n") and "n up to 50000" in task["prompt"]
+    env.reset(options={"task": task})
+    _, r, _, _, info = env.step(answer(QUADRATIC_INVERSIONS))
+    m = info["metrics"]
+    assert (m["tests_passed_basic"], m["tests_total_basic"], m["tests_passed_stress"], m["tests_total_stress"]) \
+        == (6, 6, 0, 1)  # right on every small input, stopped by the time limit on the big one
+    assert r == pytest.approx(6 / 7) and not info["correct"]
+    env.reset(options={"task": task})
+    _, r, _, _, info = env.step(answer(MERGE_SORT_INVERSIONS))
+    m = info["metrics"]
+    assert (m["tests_passed"], m["tests_passed_basic"], m["tests_passed_stress"]) == (7, 6, 1)
+    assert r == 1.0 and info["correct"]
+
+
+def test_stress_inputs_are_generated_deterministically_and_checked(tmp_path):
+    spec = {"generator": "count-inversions", "seed": 3, "n": 300, "time_limit_s": 2}
+    a, b = stress_test(spec), stress_test(dict(spec))
+    assert a == b and a["kind"] == "stress" and a["time_limit_s"] == 2.0
+    values = list(map(int, a["input"].split()[1:]))
+    assert len(values) == 300 and int(a["output"]) == sum(
+        1 for i in range(300) for j in range(i + 1, 300) if values[i] > values[j])  # the solver is right
+    assert stress_test({**spec, "seed": 4})["input"] != a["input"]
+    for name in GENERATORS:  # every generator's expected output is the bundled reference solution's
+        task = next(t for t in load_coding_tasks() if t["id"] == name)
+        small = stress_test({"generator": name, "seed": 0, "n": 40, "time_limit_s": 1})
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(task["solution"], {"input": io.StringIO(small["input"]).readline})
+        assert outputs_match(out.getvalue(), small["output"]), name
+    path = tmp_path / "tasks.jsonl"
+    good = {"prompt": "p", "tests": [{"input": "", "output": "x"}]}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "stress": [{**spec, "generator": "sort"}]}) + "\n")
+    with pytest.raises(DatasetError, match=r"tasks\.jsonl:2: stress\[0\]: unknown stress generator 'sort'"):
+        load_coding_tasks(path)
+    path.write_text(json.dumps({**good, "tests": [{"input": "", "output": "x", "kind": "huge"}]}) + "\n")
+    with pytest.raises(DatasetError, match=r"tasks\.jsonl:1: tests\[0\]\[\"kind\"\]"):
+        load_coding_tasks(path)
 
 
 @pytest.mark.needs_bwrap
