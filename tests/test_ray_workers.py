@@ -121,6 +121,20 @@ def test_rollout_env(smol_tokenizer):
         pool.close()
 
 
+def test_ray_envs_use_the_chat_templates_call_format(template_tokenizers):
+    pool = rollout_env("ray", ENV, {"families": ["multiply"]}, tokenizer=template_tokenizers["llama3_1"],
+                       num_workers=1)
+    try:
+        assert pool.call_format == "llama3_json"  # the collector would impose the same on a local env
+        env = pool()
+        env.reset(seed=0)
+        obs, _, done, _, info = env.step('{"name": "multiply", "parameters": {"a": 3, "b": 4}}')
+        assert not done and info["obs_role"] == "tool" and obs.strip() == "12"
+        env.close()
+    finally:
+        pool.close()
+
+
 def test_shard_bounds():
     assert shard_bounds(5, 2) == [(0, 3), (3, 5)]
     assert shard_bounds(2, 4) == [(0, 1), (1, 2)]

@@ -86,10 +86,12 @@ class EnvHost:
     for each).
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, template_tools: bool = False):
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, template_tools: bool = False,
+                 call_format: str | None = None):
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.template_tools = template_tools
+        self.call_format = call_format
         self._envs: dict[int, Any] = {}
         self._keys = itertools.count()
         self._lock = threading.Lock()
@@ -97,7 +99,8 @@ class EnvHost:
     def open(self) -> tuple[int, dict[str, Any]]:
         """Create an env; returns its key and what the proxy exposes locally (``tools_in_prompt``, ``rewards``,
         spaces)."""
-        env = make_text_env(self.env_id, self.env_kwargs, template_tools=self.template_tools)
+        env = make_text_env(self.env_id, self.env_kwargs, template_tools=self.template_tools,
+                            call_format=self.call_format)
         with self._lock:
             key = next(self._keys)
             self._envs[key] = env
@@ -135,11 +138,12 @@ class EnvHost:
 
 
 def env_host_actor(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False,
-                   max_concurrency: int = 8, actor_options: dict[str, Any] | None = None):
+                   call_format: str | None = None, max_concurrency: int = 8,
+                   actor_options: dict[str, Any] | None = None):
     """Start an :class:`EnvHost` actor (``actor_options`` go to ``.options()``, e.g. ``num_cpus``, ``resources``)."""
     ray = ensure_ray()
     options = {"max_concurrency": max_concurrency, **(actor_options or {})}
-    return ray.remote(EnvHost).options(**options).remote(env_id, env_kwargs, template_tools)
+    return ray.remote(EnvHost).options(**options).remote(env_id, env_kwargs, template_tools, call_format)
 
 
 class RemoteEnv:
@@ -150,7 +154,7 @@ class RemoteEnv:
         env_kwargs: keyword arguments for ``gymnasium.make`` (made inside the actor).
         host: an :func:`env_host_actor` handle to place the env on; default: a new actor owned by this proxy
             (killed by :meth:`close`).
-        template_tools: build the env with ``tools_in_prompt=False`` (see
+        template_tools, call_format: build the env with ``tools_in_prompt=False`` / this tool-call format (see
             :func:`~agentrl.algos.rollout.envs.make_text_env`).
 
     ``reset``/``step`` block until the actor answers (the collector calls them from its thread pool, so many
@@ -159,10 +163,11 @@ class RemoteEnv:
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, host=None,
-                 template_tools: bool = False):
+                 template_tools: bool = False, call_format: str | None = None):
         self._ray = ensure_ray()
         self._owned = host is None
-        self._host = host if host is not None else env_host_actor(env_id, env_kwargs, template_tools=template_tools)
+        self._host = host if host is not None else env_host_actor(env_id, env_kwargs, template_tools=template_tools,
+                                                                  call_format=call_format)
         self._key, meta = self._ray.get(self._host.open.remote())
         self.env_id = env_id
         self.tools_in_prompt: bool = meta["tools_in_prompt"]
@@ -207,14 +212,15 @@ class RayEnvPool:
     round-robin and closes them when it ends.
 
     Args:
-        env_id, env_kwargs, template_tools: as for :class:`RemoteEnv`.
+        env_id, env_kwargs, template_tools, call_format: as for :class:`RemoteEnv`.
         num_workers: actors to start (default: the cluster's CPU count, at most 16).
         max_concurrency: threads per actor (concurrent steps of different envs on one actor).
         actor_options: ``.options()`` for each actor (``num_cpus``, ``resources``, ``scheduling_strategy``, ...).
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, num_workers: int | None = None,
-                 template_tools: bool = False, max_concurrency: int = 8, actor_options: dict[str, Any] | None = None):
+                 template_tools: bool = False, call_format: str | None = None, max_concurrency: int = 8,
+                 actor_options: dict[str, Any] | None = None):
         ray = ensure_ray()
         if num_workers is None:
             num_workers = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
@@ -223,8 +229,9 @@ class RayEnvPool:
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.template_tools = template_tools
+        self.call_format = call_format
         self._ray = ray
-        self.hosts = [env_host_actor(env_id, env_kwargs, template_tools=template_tools,
+        self.hosts = [env_host_actor(env_id, env_kwargs, template_tools=template_tools, call_format=call_format,
                                      max_concurrency=max_concurrency, actor_options=actor_options)
                       for _ in range(num_workers)]
         self._next = 0
@@ -236,7 +243,8 @@ class RayEnvPool:
         with self._lock:
             host = self.hosts[self._next % len(self.hosts)]
             self._next += 1
-        return RemoteEnv(self.env_id, self.env_kwargs, host=host, template_tools=self.template_tools)
+        return RemoteEnv(self.env_id, self.env_kwargs, host=host, template_tools=self.template_tools,
+                         call_format=self.call_format)
 
     def __getstate__(self):  # picklable (e.g. handed to a rollout actor): actor handles travel, the lock does not
         state = dict(self.__dict__)

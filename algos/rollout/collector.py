@@ -37,7 +37,7 @@ import numpy as np
 
 from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
-from agentrl.algos.rollout.envs import make_text_env
+from agentrl.algos.rollout.envs import make_text_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -120,8 +120,7 @@ class Collector:
         if policy.tokenizer is None:
             raise ValueError(f"{type(policy).__name__} has no tokenizer; the collector renders prompts with it")
         self.chat = ChatFormat(policy.tokenizer)
-        fmt = self.config.call_format
-        self.call_format: str | None = None if fmt == "env" else self.chat.call_format if fmt == "auto" else fmt
+        self.call_format = resolve_call_format(self.config.call_format, self.chat)
         self._pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
         self._envs: dict[Any, list[Any]] = {}
 

@@ -93,16 +93,26 @@ def configure_text_env(env, *, template_tools: bool | None = None, call_format: 
     return env
 
 
+def resolve_call_format(setting: str, chat) -> str | None:
+    """The tool-call format to impose on envs for :attr:`CollectorConfig.call_format` ``setting``: ``None`` for
+    ``"env"`` (each env keeps its own), the chat template's native format (``chat.call_format``) for ``"auto"``,
+    else the named format."""
+    if setting == "env":
+        return None
+    return chat.call_format if setting == "auto" else setting
+
+
 def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, tokenizer=None,
-                num_workers: int | None = None, actor_options: dict[str, Any] | None = None
-                ) -> str | Callable[[], Any]:
+                num_workers: int | None = None, actor_options: dict[str, Any] | None = None,
+                call_format: str = "auto") -> str | Callable[[], Any]:
     """What to pass as ``collect``'s ``env`` for an executor (one of :data:`EXECUTORS`).
 
     * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with :func:`make_text_env`
       (pass ``env_kwargs`` to ``collect``).
     * ``"ray"``: a :class:`~agentrl.algos.integrations.ray.RayEnvPool` of ``num_workers`` env actors (a
-      zero-argument factory of remote envs made with ``env_kwargs``); ``tokenizer`` decides ``tools_in_prompt``
-      the way the collector does for env ids. Call its ``close()`` when training ends.
+      zero-argument factory of remote envs made with ``env_kwargs``); ``tokenizer`` and ``call_format`` (a
+      :attr:`CollectorConfig.call_format` setting) decide ``tools_in_prompt`` and the tool-call format the way the
+      collector does for env ids. Call its ``close()`` when training ends.
 
     Raises:
         ValueError: an unknown executor.
@@ -114,10 +124,11 @@ def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = 
         return env_id
     module, _, name = entry.partition(":")
     pool_class = getattr(importlib.import_module(module), name)
-    template_tools = False
+    template_tools, fmt = False, None
     if tokenizer is not None:
-        from agentrl.algos.rollout.chat import template_supports_tools
+        from agentrl.algos.rollout.chat import ChatFormat
 
-        template_tools = template_supports_tools(tokenizer)
-    return pool_class(env_id, env_kwargs, num_workers=num_workers, template_tools=template_tools,
+        chat = ChatFormat(tokenizer)
+        template_tools, fmt = chat.supports_tools, resolve_call_format(call_format, chat)
+    return pool_class(env_id, env_kwargs, num_workers=num_workers, template_tools=template_tools, call_format=fmt,
                       actor_options=actor_options)
