@@ -11,7 +11,13 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentrl.algos.models import tiny_model
-from agentrl.algos.models.lora import LoRAConfig, MergeError, apply_lora, iter_merged_weights, merged_state_dict
+from agentrl.algos.models.lora import (
+    LoRAConfig,
+    MergeError,
+    apply_lora,
+    iter_merged_weights,
+    merged_state_dict,
+)
 from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
 from agentrl.algos.policy import hf as hf_module
 
