@@ -271,8 +271,13 @@ def test_dual_clip_and_log_ratio_clamp_keep_one_huge_ratio_token_from_dominating
     assert torch.isfinite(new.grad).all()
     assert new.grad[0, 0] == 0  # beyond the cap: no gradient
     # every other token: ratio 1, loss |A| = 1 each; the huge one: 3 * |A|
-    assert float(loss) == pytest.approx((100 * 1.0 + 3.0) / n, rel=1e-12)
+    assert float(loss.detach()) == pytest.approx((100 * 1.0 + 3.0) / n, rel=1e-12)
     assert stats["clip_frac_dual"] == pytest.approx(1 / n)
+    # in float32 exp(100) overflows: the capped term's gradient would be 0 * inf = NaN without the clamp
+    new32 = torch.tensor([[-5.0 + 100.0, -5.0]], requires_grad=True)
+    loss32, _ = ppo_loss(new32, torch.full((1, 2), -5.0), torch.tensor([-1.0]), torch.full((1, 2), 0.5), PPOConfig())
+    loss32.backward()
+    assert torch.isfinite(new32.grad).all() and float(loss32.detach()) == pytest.approx(0.5 * 3.0 + 0.5 * 1.0)
     # the dual clip never touches positive advantages (the ordinary clip bounds those)
     per_pos, _ = clipped_surrogate(new.detach(), old, torch.tensor([1.0], dtype=torch.float64), 0.2, 0.28, 3.0, 20.0)
     assert float(per_pos[0, 0]) == pytest.approx(-1.28)

@@ -74,7 +74,7 @@ class GRPOConfig:
     norm_tokens: int = 1024
     """The constant length of 'seq_mean_token_sum_norm' (TRL's dr_grpo: max_completion_length)."""
     clip_ratio_c: float = 3.0
-    """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * |A| (verl); 0 = off."""
+    """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
 

@@ -55,7 +55,7 @@ class PPOConfig:
     aggregation: str = "token_mean"
     """'token_mean' (every action token of the batch weighs the same) or 'seq_mean' (every trajectory does)."""
     clip_ratio_c: float = 3.0
-    """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * |A| (verl); 0 = off."""
+    """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
 
