@@ -57,12 +57,15 @@ def test_reference_is_the_starting_adapter_and_does_not_move(tokenizer, tmp_path
     hist = trainer.train()
     assert sum(h["train/optimizer_steps"] for h in hist) == 2
     assert hist[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at the start
+    assert hist[1]["train/logprob_gap"] < 1e-4  # the sampler merges the trained adapter only, not the copy
     assert not torch.allclose(_lp(model, ids), start, atol=1e-4)  # the policy moved ...
     torch.testing.assert_close(ref.logprobs(ids), start, rtol=0, atol=1e-6)  # ... its reference did not
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable
     assert model.active_adapter == "default"
-    saved = torch.load(checkpoint.latest_checkpoint(tmp_path / "run") / "state.pt", weights_only=False)
+    latest = checkpoint.latest_checkpoint(tmp_path / "run")
+    saved = torch.load(latest / "state.pt", weights_only=False)
     assert not any(REFERENCE_ADAPTER in k for k in saved["trainable"])
+    assert not (latest / "adapter" / REFERENCE_ADAPTER).exists()
 
 
 def test_dpo_from_a_trained_adapter_starts_at_log2(tokenizer, tmp_path):

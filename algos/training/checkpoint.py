@@ -74,7 +74,7 @@ def save_checkpoint(run_dir: str | Path, *, model, optimizer, step: int, data_po
     ckdir.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
     with atomic_dir(ckdir / name) as tmp:
-        model.save_pretrained(str(tmp / "adapter"))
+        model.save_pretrained(str(tmp / "adapter"), selected_adapters=[model.active_adapter])  # not the reference
         torch.save({
             "step": step,
             "data_position": data_position,
