@@ -214,10 +214,15 @@ def _clear_stale_quantization(model) -> None:
         model.quantization_method = None
 
 
-def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, dtype=None):
+def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, dtype=None,
+               end_scale: float = 0.0):
     """A random-init Llama causal LM over ``tokenizer``'s vocabulary, for tests and smoke runs (fp32 default).
 
     Deterministic for a given ``seed``. The vocabulary size is ``len(tokenizer)`` (special tokens included).
+    ``end_scale`` > 0 sets the (tied) embedding of the end-of-turn token ``<|im_end|>`` (else the EOS token) to a
+    random direction of that norm, so replies end on their own now and then (with ~49k near-uniform logits a
+    random model almost never samples it): about 5 gives replies of varied length, 8 ends nearly every reply at
+    once.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -239,5 +244,12 @@ def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: i
     with devnull:
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
+        if end_scale > 0:
+            stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+            if stop is None or stop == tokenizer.unk_token_id:
+                stop = tokenizer.eos_token_id
+            direction = torch.randn(hidden_size)
+            with torch.no_grad():
+                model.get_input_embeddings().weight[stop] = end_scale * direction / direction.norm()
     model.to(dtype or torch.float32)
     return model.eval()
