@@ -28,7 +28,7 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
 
     import agentrl.envs  # noqa: F401 - registers the env ids
     from agentrl.algos.objectives.batching import SeqItem, collate
-    from agentrl.algos.objectives.sft import render_conversation
+    from agentrl.algos.objectives.sft import demonstration, render_conversation
     from agentrl.algos.rollout.chat import ChatFormat
     from agentrl.envs.tool_use import FAMILIES, make_tasks
 
@@ -37,8 +37,9 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
     items, families = [], []
     for family in FAMILIES:
         for task in make_tasks(tasks_per_family, split="train", families=[family], start=start):
-            demo = env.demo(task)
-            ids, mask = render_conversation(fmt, demo["messages"], demo.get("tools"))
+            demo = demonstration(env, task, fmt)  # the env set up as the collector sets up its envs
+            ids, mask = render_conversation(fmt, demo["messages"], demo.get("tools"),
+                                            tools_in_prompt=demo["tools_in_prompt"])
             items.append(SeqItem(ids, mask, [0.0] * len(ids), [0.0] * len(ids)))
             families.append(family)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -114,3 +114,15 @@ def test_gguf_tokenizer_is_converted_once_and_cached(tmp_path, monkeypatch):
                                                                           first.pad_token)
     (cached[0] / "tokenizer_config.json").write_text("{broken")  # a damaged cache is rebuilt
     assert load_tokenizer()(text).input_ids == first(text).input_ids
+
+
+def test_a_tokenizer_cached_by_another_transformers_version_is_converted_anew(tmp_path, monkeypatch):
+    import transformers
+
+    from agentrl.algos.models import load_tokenizer
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
+    load_tokenizer()
+    monkeypatch.setattr(transformers, "__version__", "0.0.0-another")  # another library version converts anew
+    load_tokenizer()
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 2

@@ -112,19 +112,24 @@ def _as_dtype(dtype: Any, device: str):
 def _gguf_tokenizer(path: str, gguf: str):
     """The tokenizer inside a GGUF file, converted once and cached (conversion takes seconds, loading ~0.3 s).
 
-    The cache key is the file's path, size and modification time, so an upgraded package converts anew.
+    The cache key is the file's path, size and modification time and the converting transformers/tokenizers
+    versions, so an upgraded package (or a conversion by another library version) converts anew.
     """
     import hashlib
     import os
     import shutil
 
+    import tokenizers
+    import transformers
     from transformers import AutoTokenizer
 
     from agentrl.envs.datasets import default_cache_dir
 
     file = os.path.join(path, gguf)
     st = os.stat(file)
-    key = hashlib.sha1(f"{os.path.realpath(file)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    origin = (f"{os.path.realpath(file)}:{st.st_size}:{st.st_mtime_ns}:"
+              f"{transformers.__version__}:{tokenizers.__version__}")
+    key = hashlib.sha1(origin.encode()).hexdigest()[:16]
     cached = default_cache_dir() / "tokenizers" / f"{Path(gguf).stem}-{key}"
     if (cached / "tokenizer_config.json").is_file():
         try:
