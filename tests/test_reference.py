@@ -57,7 +57,9 @@ def test_reference_is_the_starting_adapter_and_does_not_move(tokenizer, tmp_path
     hist = trainer.train()
     assert sum(h["train/optimizer_steps"] for h in hist) == 2
     assert hist[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at the start
-    assert hist[1]["train/logprob_gap"] < 1e-4  # the sampler merges the trained adapter only, not the copy
+    # the sampler merges the trained adapter only: merging the copy too would shift logprobs by about
+    # |start - base| (~0.04 nats a token here); merged-vs-LoRA rounding after an update is ~1e-4
+    assert hist[1]["train/logprob_gap"] < 0.05 * float((start - base).abs()[:, 1:].mean())
     assert not torch.allclose(_lp(model, ids), start, atol=1e-4)  # the policy moved ...
     torch.testing.assert_close(ref.logprobs(ids), start, rtol=0, atol=1e-6)  # ... its reference did not
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable
