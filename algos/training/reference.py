@@ -51,8 +51,10 @@ class Reference:
                             "apply_lora / load_adapter first")
         self.model = model
         self.adapter = model.active_adapter
-        if REFERENCE_ADAPTER in model.peft_config:
-            raise ValueError(f"the model already has an adapter named {REFERENCE_ADAPTER!r}")
+        if self.adapter == REFERENCE_ADAPTER:
+            raise ValueError(f"the trained adapter may not be named {REFERENCE_ADAPTER!r}")
+        if REFERENCE_ADAPTER in model.peft_config:  # an earlier stage's reference: this stage starts anew
+            model.delete_adapter(REFERENCE_ADAPTER)
         self.kind = "base" if _adapter_is_identity(model, self.adapter) else "frozen_adapter"
         if self.kind == "frozen_adapter":
             self._copy_adapter()
