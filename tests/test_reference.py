@@ -68,6 +68,7 @@ def test_reference_is_the_starting_adapter_and_does_not_move(tokenizer, tmp_path
     saved = torch.load(latest / "state.pt", weights_only=False)
     assert not any(REFERENCE_ADAPTER in k for k in saved["trainable"])
     assert not (latest / "adapter" / REFERENCE_ADAPTER).exists()
+    assert not (tmp_path / "run" / "adapter" / REFERENCE_ADAPTER).exists()  # nor in the final adapter
     # a next stage on the same model gets the policy it starts from as its reference
     now = _lp(model, ids)
     torch.testing.assert_close(Reference(model).logprobs(ids), now, rtol=0, atol=1e-6)

@@ -1,4 +1,4 @@
-"""LoRA adapters with PEFT: set up, save, load, merge; the reference policy is the same model with the adapter off.
+"""LoRA adapters with PEFT: set up, save, load, merge.
 
 * :class:`LoRAConfig`, :func:`apply_lora` — wrap a model in a trainable adapter; :func:`is_peft` tells a wrapped one.
 * :func:`save_adapter`, :func:`load_adapter` — PEFT's on-disk format; :func:`trainable_state_dict`,
@@ -6,8 +6,10 @@
 * :func:`iter_merged_weights` — the base weights with the adapter merged in (fp32, one layer at a time), for a
   sampler copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
 
-Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO), which is
-the model inside ``with model.disable_adapter():`` — never a second copy in memory. Adapters are saved in
+Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO): the
+policy at the start of the RL stage, i.e. the model with the adapter disabled after a fresh LoRA, or a frozen
+second adapter holding the starting weights (:mod:`agentrl.algos.training.reference`) — never a second copy of
+the model. Adapters are saved in
 PEFT's own format (``adapter_config.json`` + ``adapter_model.safetensors``), so anyone can load them without
 agentrl::
 
@@ -96,10 +98,11 @@ def load_trainable_state_dict(model, state: dict) -> None:
 
 
 def save_adapter(model, path: str | Path) -> Path:
-    """Save the adapter in PEFT format at ``path``, atomically (written beside it, then renamed into place)."""
+    """Save the active (trained) adapter in PEFT format at ``path``, atomically (written beside it, then renamed
+    into place); a frozen reference adapter is not saved."""
     path = Path(path)
     with atomic_dir(path) as tmp:
-        model.save_pretrained(str(tmp))
+        model.save_pretrained(str(tmp), selected_adapters=[model.active_adapter])
     return path
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from agentrl.algos._io import atomic_dir, atomic_write_text
-from agentrl.algos.models.lora import load_trainable_state_dict, trainable_state_dict
+from agentrl.algos.models.lora import load_trainable_state_dict, save_adapter, trainable_state_dict
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def save_checkpoint(run_dir: str | Path, *, model, optimizer, step: int, data_po
     ckdir.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
     with atomic_dir(ckdir / name) as tmp:
-        model.save_pretrained(str(tmp / "adapter"), selected_adapters=[model.active_adapter])  # not the reference
+        save_adapter(model, tmp / "adapter")  # the trained adapter, not a frozen reference copy
         torch.save({
             "step": step,
             "data_position": data_position,

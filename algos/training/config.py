@@ -67,6 +67,11 @@ class TrainConfig:
     """'auto' (bf16 where the hardware has bf16 units, else fp32), 'bf16' or 'fp32'."""
     device: str = "auto"
     """'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
+    attn_implementation: str | None = None
+    """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
+    sampler_shares_weights: bool = False
+    """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of the
+    base weights instead of two, slower decoding (0.61x measured on a tiny model)."""
     adapter: str | None = None
     """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
     out: str = "runs/agentrl"

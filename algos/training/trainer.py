@@ -42,9 +42,9 @@ from agentrl.algos.config import config_from_dict
 from agentrl.algos.evaluation.run_log import process_memory
 from agentrl.algos.models.lora import apply_lora, is_peft, load_adapter, save_adapter
 from agentrl.algos.objectives import algorithm_class
-from agentrl.algos.objectives.sft import load_conversations, render_conversation
+from agentrl.algos.objectives.sft import demonstration, load_conversations, render_conversation
 from agentrl.algos.rollout.envs import rollout_env
-from agentrl.algos.training import checkpoint
+from agentrl.algos.training import checkpoint, distributed
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import AsyncConfig, TrainConfig
 from agentrl.algos.training.reference import Reference
@@ -78,15 +78,20 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, policy=None, resume: bool = False):
         config.validate()
         self.config = config
+        self.ranks = distributed.setup(config.device)  # one process unless launched by torchrun / accelerate
+        if self.ranks.distributed and config.asynchronous.enabled:
+            raise ValueError("asynchronous training runs in one process; launch it without torchrun")
         self.run_dir = Path(config.out)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        random.seed(config.seed)
+        random.seed(config.seed)  # the same on every rank: identical LoRA initialisation
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
         if model is None:
             from agentrl.algos.models import load_model
 
-            model, loaded_tok = load_model(config.model, dtype=config.dtype, device=config.device)
+            model, loaded_tok = load_model(config.model, dtype=config.dtype,
+                                           device=distributed.rank_device(config.device, self.ranks),
+                                           attn_implementation=config.attn_implementation)
             tokenizer = tokenizer or loaded_tok
         if tokenizer is None:
             from agentrl.algos.models import load_tokenizer
@@ -125,7 +130,8 @@ class Trainer:
                 logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
             else:
                 self.load_checkpoint(ckpt)
-        atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
+        if self.ranks.is_main:
+            atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
         self.policy = policy
         self.rollout_env = None
         self._collector = None
@@ -133,11 +139,11 @@ class Trainer:
             if self.policy is None:
                 from agentrl.algos.policy import HFPolicy
 
-                self.policy = HFPolicy(self.model, self.tokenizer)
+                self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights)
             self.policy.update_weights(self.model)
             # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors.
             self.rollout_env = rollout_env(config.executor, config.env, config.env_kwargs, tokenizer=self.tokenizer,
-                                           num_workers=config.env_workers)
+                                           num_workers=config.env_workers, call_format=config.collector.call_format)
         self._logger = None
         self.history: list[dict[str, Any]] = []
 
@@ -149,13 +155,15 @@ class Trainer:
         from agentrl.algos.evaluation.run_log import MetricsLogger
 
         cfg = self.config
-        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard)
-        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", disable=not cfg.progress,
-                   unit="step", dynamic_ncols=True)
+        main = self.ranks.is_main  # rank 0 logs, checkpoints and saves; every rank trains
+        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard) if main else None
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}",
+                   disable=not (cfg.progress and main), unit="step", dynamic_ncols=True)
         try:
             while self.step < cfg.steps:
                 metrics = self.train_step()
-                self._logger.log(self.step, metrics)
+                if main:
+                    self._logger.log(self.step, metrics)
                 self.history.append(metrics)
                 bar.update(1)
                 bar.set_postfix(_postfix(metrics), refresh=False)
@@ -163,27 +171,33 @@ class Trainer:
                     self.save_checkpoint()
         finally:
             bar.close()
-            self._logger.close()
+            if self._logger is not None:
+                self._logger.close()
             if self._collector is not None:
                 self._collector.close()
                 self._collector = None
             if hasattr(self.rollout_env, "close"):
                 self.rollout_env.close()  # Ray env actors
-        save_adapter(self.model, self.run_dir / "adapter")
+        if self.ranks.is_main:
+            save_adapter(self.model, self.run_dir / "adapter")
+        distributed.barrier(self.ranks)
         return self.history
 
     def collect_batch(self, collector, position: int) -> tuple[list, int, float]:
         """Collect the rollout batch that starts at data ``position``: ``(trajectories, tasks taken, seconds)``.
 
         Its tasks and sampling seed are functions of ``position`` alone, so a resumed run repeats it exactly.
+        In a data-parallel run each rank collects its share of the tasks and every rank returns them all.
         """
-        cfg = self.config
+        cfg, ranks = self.config, self.ranks
         tasks = self.tasks.take(position, cfg.tasks_per_step)
+        batch = position // cfg.tasks_per_step
         collector.config = dataclasses.replace(
-            cfg.collector, seed=rollout_seed(cfg.seed, cfg.collector.seed, position // cfg.tasks_per_step))
+            cfg.collector, seed=rollout_seed(cfg.seed, cfg.collector.seed, batch * ranks.world + ranks.rank))
         t0 = time.perf_counter()
-        trajs = collector.collect(self.rollout_env, tasks, cfg.group_size, env_kwargs=cfg.env_kwargs)
-        return trajs, len(tasks), time.perf_counter() - t0
+        trajs = collector.collect(self.rollout_env, ranks.shard(tasks), cfg.group_size, env_kwargs=cfg.env_kwargs)
+        seconds = time.perf_counter() - t0
+        return distributed.gather_trajectories(trajs, ranks), len(tasks), seconds
 
     def train_step(self) -> dict[str, Any]:
         """One logical step: data -> (rollout) -> update -> sampler refresh. Returns the step's metrics."""
@@ -248,7 +262,7 @@ class Trainer:
         return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
                       pad_id=self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens,
                       logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
-                      sampled=sampled, after_step=publish)
+                      sampled=sampled, after_step=publish, ranks=self.ranks)
 
     # ------------------------------------------------------------------ SFT data
     def _sft_example(self, k: int) -> tuple[list[int], list[int]]:
@@ -261,7 +275,8 @@ class Trainer:
             if self._chat_format is None:
                 self._chat_format = ChatFormat(self.tokenizer)
             conv = self._conversations[i] if self._conversations is not None else self._demo(i)
-            self._sft_cache[i] = render_conversation(self._chat_format, conv["messages"], conv.get("tools"))
+            self._sft_cache[i] = render_conversation(self._chat_format, conv["messages"], conv.get("tools"),
+                                                     tools_in_prompt=conv.get("tools_in_prompt", False))
         return self._sft_cache[i]
 
     def _demo(self, i: int) -> dict[str, Any]:
@@ -271,17 +286,22 @@ class Trainer:
         # Scan forward from task i for one with a known solution (deterministic: the same i, the same demo).
         num_demos = self.algo.config.num_demos
         for k in range(i, i + 1000 * num_demos, num_demos):
-            demo = env.demo(self.tasks.task(k))
+            demo = demonstration(env, self.tasks.task(k), self._chat_format)  # set up as the collector would
             if demo is not None and demo.get("correct", True):
                 return demo
         raise ValueError(f"{self.config.env} produced no correct demonstration; pass sft.data=conversations.jsonl")
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step-NNNNNN`` atomically and point ``checkpoints/latest`` at it."""
-        return checkpoint.save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=self.step,
-                                          data_position=self.data_pos, config=self.config.to_dict(),
-                                          keep=self.config.keep_checkpoints)
+        """Write ``checkpoints/step-NNNNNN`` atomically and point ``checkpoints/latest`` at it (rank 0; the
+        other ranks of a data-parallel run wait until it is written)."""
+        path = self.run_dir / checkpoint.CHECKPOINTS / f"step-{self.step:06d}"
+        if self.ranks.is_main:
+            path = checkpoint.save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer,
+                                              step=self.step, data_position=self.data_pos,
+                                              config=self.config.to_dict(), keep=self.config.keep_checkpoints)
+        distributed.barrier(self.ranks)
+        return path
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore adapter, optimizer, RNG states, step and data position from a checkpoint folder."""

@@ -19,6 +19,7 @@ import torch
 from agentrl.algos.objectives import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches
 from agentrl.algos.objectives.logprobs import token_logprobs
+from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.reference import Reference
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,23 @@ class StepStats:
         self.grad_norms.append(grad_norm)
         self.out["train/optimizer_steps"] += 1
 
+    def merge(self, others: Sequence[StepStats]) -> None:
+        """Fold in the statistics of the other ranks of a data-parallel step (same optimizer steps, their own
+        micro-batches): counts and sums add, maxima take the maximum, epoch losses add (each rank's loss is its
+        share of the batch loss); the gradient norm, taken after the all-reduce, is the same on every rank."""
+        for o in others:
+            for k in ("train/loss_tokens", "train/padded_tokens", "train/real_tokens"):
+                self.out[k] += o.out[k]
+            for k, v in o.sums.items():
+                self.sums[k] += v
+            for k, v in o.counts.items():
+                self.counts[k] += v
+            for k, v in o.maxes.items():
+                self.maxes[k] = max(self.maxes.get(k, float("-inf")), v)
+            self.entropy = [self.entropy[0] + o.entropy[0], self.entropy[1] + o.entropy[1]]
+            self.gap = [self.gap[0] + o.gap[0], self.gap[1] + o.gap[1], max(self.gap[2], o.gap[2])]
+            self.losses = [a + b for a, b in zip(self.losses, o.losses, strict=True)]
+
     def result(self) -> dict[str, Any]:
         out = dict(self.out)
         if not self.losses:
@@ -105,7 +123,7 @@ def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[lis
 def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float, temperature: float,
            pad_id: int, micro_batch_tokens: int, logprob_chunk: int, max_grad_norm: float,
            reference: Reference | None = None, sampled: bool | None = None,
-           after_step: Callable[[], None] | None = None) -> dict[str, Any]:
+           after_step: Callable[[], None] | None = None, ranks: Ranks | None = None) -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
@@ -114,11 +132,16 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
     logprobs are the sampler's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
     eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
     ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the sampler there).
+
+    With ``ranks`` of a data-parallel run (:mod:`~agentrl.algos.training.distributed`), ``row_groups`` is the
+    whole batch, identical on every rank: each rank backpropagates its share, the gradients are summed over the
+    ranks before clipping, and the returned statistics are those of the whole batch on every rank.
     """
     if algo.needs_reference and reference is None:
         raise ValueError(f"{type(algo).__name__} needs a reference policy: pass reference=Reference(model) "
                          "(built when the training stage starts)")
     sampled = algo.needs_rollouts if sampled is None else sampled
+    ranks = ranks or Ranks()
     stats = StepStats(lr, algo.mean_weight, algo.summed_stats)
     if not row_groups:
         return stats.result()
@@ -126,7 +149,7 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
         g["lr"] = lr
     params = [p for g in optimizer.param_groups for p in g["params"]]
     device = next(model.parameters()).device
-    batches = micro_batches(row_groups, micro_batch_tokens)
+    batches = micro_batches(ranks.shard(row_groups), micro_batch_tokens)
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
@@ -144,6 +167,7 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
                 loss.backward()
                 epoch_loss += loss.item()
                 stats.add(epoch, batch, lp, ent, loss_stats, sampled=sampled)
+            all_reduce_gradients(params, ranks)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -152,6 +176,9 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
             stats.optimizer_step(epoch_loss, float(grad_norm))
     finally:
         model.eval()
+    if ranks.distributed:
+        everyone = gather_objects(stats, ranks)
+        stats.merge(everyone[: ranks.rank] + everyone[ranks.rank + 1:])
     return stats.result()
 
 
