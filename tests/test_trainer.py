@@ -145,6 +145,17 @@ def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
     assert hist[2]["train/loss"] < hist[0]["train/loss"] and hist[3]["train/loss"] < hist[1]["train/loss"]
 
 
+def test_sft_demos_list_the_tools_once_with_a_tool_aware_template(template_tokenizers, tmp_path):
+    tok = template_tokenizers["qwen2_5"]  # its template renders the tool schemas itself
+    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", env_kwargs={"families": ["multiply"]},
+                            sft={"batch_size": 1, "num_demos": 1})
+    trainer = Trainer(cfg, model=tiny_train_model(tok), tokenizer=tok)
+    ids, mask = trainer._sft_example(0)
+    text = tok.decode(ids)
+    assert text.count('Multiply two integers.') == 1, text  # the template's tools block only, not the env's too
+    assert sum(mask) > 0
+
+
 def test_task_source_is_a_pure_function_of_the_position():
     from agentrl.algos.training.trainer import TaskSource
 
