@@ -145,14 +145,15 @@ def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
     assert hist[2]["train/loss"] < hist[0]["train/loss"] and hist[3]["train/loss"] < hist[1]["train/loss"]
 
 
-def test_sft_demos_list_the_tools_once_with_a_tool_aware_template(template_tokenizers, tmp_path):
+def test_sft_demos_list_the_tools_as_rollouts_do_with_a_tool_aware_template(template_tokenizers, tmp_path):
     tok = template_tokenizers["qwen2_5"]  # its template renders the tool schemas itself
     cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", env_kwargs={"families": ["multiply"]},
                             sft={"batch_size": 1, "num_demos": 1})
     trainer = Trainer(cfg, model=tiny_train_model(tok), tokenizer=tok)
     ids, mask = trainer._sft_example(0)
     text = tok.decode(ids)
-    assert text.count('Multiply two integers.') == 1, text  # the template's tools block only, not the env's too
+    # as in a rollout: the schemas once, in the template's own tools block (the env's prompt leaves them out)
+    assert text.count('Multiply two integers.') == 1 and "<tools>" in text, text
     assert sum(mask) > 0
 
 
