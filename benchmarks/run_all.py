@@ -39,6 +39,8 @@ BENCHMARKS: dict[str, str] = {
     "memory": "Peak RSS of one GRPO step at 16 x 512 tokens: chunked logprobs vs full logits.",
     "ray_env_overhead": "Ray env workers: remote step latency, and throughput with a CPU-bound tool.",
     "async_vs_sync": "Step time of the synchronous training loop vs the asynchronous one.",
+    "merge_memory": "Peak extra memory of a sampler refresh: LoRA merged layer by layer vs the whole-dict merge; "
+                    "decode speed of a shared-weights sampler vs a merged copy.",
 }
 
 #: Arguments for ``--quick`` (CI-sized) runs.
@@ -51,10 +53,11 @@ QUICK_ARGS: dict[str, list[str]] = {
     "memory": ["--quick"],
     "ray_env_overhead": ["--steps", "100", "--envs", "8"],
     "async_vs_sync": ["--quick"],
+    "merge_memory": ["--quick"],
 }
 
 #: Scripts that are not benchmarks to run here.
-NOT_RUN = {"run_all", "learning", "coldstart_probe"}
+NOT_RUN = {"run_all", "learning", "coldstart_probe", "gpu_check"}  # gpu_check: run it on a GPU machine
 
 _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
 
