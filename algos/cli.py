@@ -14,18 +14,29 @@
 
 Overrides are ``key=value`` with dotted keys into the config (``collector.max_new_tokens=128``); values are
 read as JSON when they parse (``env_kwargs.families=["multiply"]``, ``grpo.scale_std=false``), else as text.
+Every key and value is checked against the config's declared types before anything runs
+(:func:`agentrl.algos.config.config_from_dict`): ``group_size=abc`` or a typo (``grup_size=3``) is an error
+naming the key, the expected type and the nearest valid key. ``agentrl train --help`` lists the keys.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.config import apply_overrides, config_docs, config_from_dict, deep_merge, load_config_file
+from agentrl.algos.config import (
+    apply_overrides,
+    config_docs,
+    config_from_dict,
+    config_keys_help,
+    deep_merge,
+    load_config_file,
+)
 from agentrl.algos.objectives import algorithm_names
 from agentrl.algos.rollout.envs import EXECUTORS
 
@@ -44,13 +55,19 @@ def build_train_config(args) -> Any:
     if args.resume and args.out and (Path(args.out) / "config.json").is_file() and not args.config:
         d = json.loads((Path(args.out) / "config.json").read_text())  # resume what was run
     if args.config:
-        d = deep_merge(d, load_config_file(args.config))
+        d = deep_merge(d, load_config_file(args.config, TrainConfig))
+    if getattr(args, "report_to", None):
+        d["report_to"] = args.report_to
     for key in ("env", "algo", "model", "out", "adapter", "executor", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
     if getattr(args, "async_", False):
         d.setdefault("asynchronous", {})["enabled"] = True
+    if getattr(args, "envs", None):
+        from agentrl.algos.training.tasks import parse_mixture
+
+        d["envs"] = [dataclasses.asdict(c) for c in parse_mixture(",".join(args.envs))]
     d = apply_overrides(d, args.overrides)
     d.setdefault("out", f"runs/{d.get('algo', 'grpo')}")
     return TrainConfig.from_dict(d)
@@ -59,7 +76,9 @@ def build_train_config(args) -> Any:
 def build_pipeline_config(args) -> Any:
     from agentrl.algos.recipes.main_job import PipelineConfig
 
-    d: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    d: dict[str, Any] = load_config_file(args.config, PipelineConfig) if args.config else {}
+    if getattr(args, "report_to", None):
+        d["report_to"] = args.report_to
     for key in ("env", "model", "out", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
@@ -73,6 +92,7 @@ def build_pipeline_config(args) -> Any:
 def cmd_train(args) -> int:
     env = args.env or MAIN_JOB_ENV
     main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
+                                 and not getattr(args, "envs", None)
                                  and not getattr(args, "async_", False))
     if main_job:
         from agentrl.algos.recipes.main_job import run_pipeline
@@ -107,7 +127,8 @@ def cmd_train(args) -> int:
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
     policy = _policy_for(args, cfg.model)
     where = f", rollouts on {args.policy_url}" if policy is not None else ""
-    print(f"agentrl train: {cfg.algo} on {cfg.env} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
+    env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env
+    print(f"agentrl train: {cfg.algo} on {env_label} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
     try:
         trainer = train(cfg, resume=args.resume, **({"policy": policy, "tokenizer": policy.tokenizer}
                                                     if policy is not None else {}))
@@ -211,6 +232,18 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
                                          "server sees; default: a temporary folder)")
 
 
+def _report_to(text: str) -> list[str]:
+    """``--report-to wandb,mlflow`` -> ``["wandb", "mlflow"]``, each name checked against the known trackers."""
+    from agentrl.algos.evaluation.run_log import tracker_names
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in tracker_names()]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown tracker {', '.join(bad) or text!r}; choose from "
+                                         f"{', '.join(tracker_names())}")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -219,8 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
     algos = algorithm_names()
     p = sub.add_parser("train", help="train a LoRA adapter (no options: the base -> SFT -> GRPO main job)",
                        description=f"Train with a registered algorithm ({', '.join(algos)}). With only --env "
-                                   f"{MAIN_JOB_ENV} (or nothing), run the main job.")
+                                   f"{MAIN_JOB_ENV} (or nothing), run the main job.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="config keys (key=value, dotted for sections; types, defaults and meanings: "
+                              "agentrl config-docs, docs/configuration.md):\n" + config_keys_help())
     p.add_argument("--env", help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--envs", action="append", metavar="ID[:WEIGHT],...",
+                   help="train on a mixture of envs, e.g. --envs ToolUse-v0:2,Search-v0:1 (repeatable; replaces "
+                        "--env; see docs/mixtures.md)")
     p.add_argument("--algo", choices=algos, help="algorithm (agentrl.algos.objectives.ALGORITHMS)")
     p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
     p.add_argument("--adapter", help="start from this PEFT adapter")
@@ -233,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--async", dest="async_", action="store_true",
                    help="decoupled rollout and training: sample the next batches while updating "
                         "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis, tis_cap)")
+    p.add_argument("--report-to", type=_report_to, metavar="SINKS",
+                   help="experiment trackers, comma-separated: tensorboard (default), wandb, mlflow, trackio, none "
+                        "(the report_to key; docs/trackers.md)")
     add_engine_args(p, device_default=None, dtype_default=None)
     p.add_argument("overrides", nargs="*", help="key=value config overrides (dotted: grpo.beta=0.04)")
     p.set_defaults(func=cmd_train)

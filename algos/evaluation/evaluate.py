@@ -14,7 +14,7 @@ The report names (:class:`EvalReport`, :func:`summarize`, :func:`pass_at_k`, :fu
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,12 +69,21 @@ def text_only_env_kwargs(env: str | Callable[[], Any], env_kwargs: dict[str, Any
 # ---------------------------------------------------------------------------------------------- running
 
 
+def _env_label(env) -> str:
+    return env if isinstance(env, str) else getattr(env, "__name__", repr(env))
+
+
+def _plain(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in (kwargs or {}).items()}
+
+
 def _settings(env, n, config, env_kwargs, text_only) -> dict[str, Any]:
     cfg = asdict(config) if config is not None and is_dataclass(config) else None
+    mixture = isinstance(env, Mapping)
     return {
-        "env": env if isinstance(env, str) else getattr(env, "__name__", repr(env)),
-        "env_kwargs": {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
-                       for k, v in (env_kwargs or {}).items()},
+        "env": {name: _env_label(e) for name, e in env.items()} if mixture else _env_label(env),
+        "env_kwargs": ({name: _plain(kw) for name, kw in (env_kwargs or {}).items()} if mixture
+                       else _plain(env_kwargs)),
         "n": n,
         "text_only": text_only,
         "collector": cfg,
@@ -82,7 +91,7 @@ def _settings(env, n, config, env_kwargs, text_only) -> dict[str, Any]:
 
 
 def evaluate(
-    env: str | Callable[[], Any],
+    env: str | Callable[[], Any] | Mapping[str, str | Callable[[], Any]],
     policy: Any,
     tasks: list[dict[str, Any]],
     n: int = 1,
@@ -97,13 +106,16 @@ def evaluate(
     """Sample ``n`` episodes for each task with ``policy`` and summarise them.
 
     Args:
-        env: an env id (made with ``gymnasium.make(env, **env_kwargs)``) or a zero-argument factory.
+        env: an env id (made with ``gymnasium.make(env, **env_kwargs)``) or a zero-argument factory; or, for
+            several envs, a mapping ``name -> id or factory`` with each task naming its env in ``task["env"]``
+            (:func:`~agentrl.algos.training.tasks.mixture_heldout_tasks` makes such tasks); the report then has
+            one sub-report per env in ``by_env``.
         policy: a policy backend (e.g. :class:`~agentrl.algos.policy.HFPolicy`).
         tasks: the held-out tasks (dicts the env accepts as ``reset(options={"task": ...})``).
         n: episodes per task (the N of Average@N / Pass@N).
         config: sampling settings (temperature, top-p, budgets, seed); the collector's defaults when ``None``.
             Compare checkpoints only under equal settings.
-        env_kwargs: constructor keywords for the env.
+        env_kwargs: constructor keywords for the env (with a mapping of envs: ``name -> kwargs``).
         out: if given, the episodes are written there as JSONL (one trajectory per line) and the report next
             to it as ``<out without suffix>.summary.json``.
         progress: show a progress bar.
@@ -115,7 +127,9 @@ def evaluate(
 
     if not tasks:
         raise ValueError("evaluate() needs at least one task")
-    if text_only:
+    if text_only and isinstance(env, Mapping):
+        env_kwargs = {name: text_only_env_kwargs(e, (env_kwargs or {}).get(name)) for name, e in env.items()}
+    elif text_only:
         env_kwargs = text_only_env_kwargs(env, env_kwargs)
     trajectories = collect(env, policy, tasks, n, config, env_kwargs=env_kwargs, progress=progress)
     report = summarize(trajectories, n, source_key=source_key)

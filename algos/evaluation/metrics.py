@@ -24,6 +24,7 @@ from agentrl.algos.evaluation.run_log import (
     read_metrics,
     to_float,
 )
+from agentrl.algos.rollout.collector import TASK_ENV_KEY
 from agentrl.algos.rollout.trajectory import Trajectory, all_equal, group_indices
 
 #: Trajectory metrics that are reported under ``reward/*`` rather than repeated under ``env/*``.
@@ -70,7 +71,7 @@ def valid_tool_call_rate(trajectories: Iterable[Trajectory]) -> float:
     return valid / attempts if attempts else 0.0
 
 
-def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+def aggregate_rollout_metrics(trajectories: Iterable[Trajectory], *, per_env: bool = True) -> dict[str, float]:
     """The rollout-side metrics of one batch (see ``docs/metrics.md`` for each name).
 
     Returns ``{}`` for an empty batch. Keys:
@@ -86,7 +87,10 @@ def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, f
       ``rollout/response_length`` and ``rollout/response_length_max`` (action tokens per trajectory),
       ``rollout/sequence_length`` (all tokens), ``rollout/num_trajectories``, ``rollout/num_groups``;
     * ``env/<name>`` — every other numeric entry of the trajectories' ``metrics``, averaged over the
-      trajectories that report it.
+      trajectories that report it;
+    * in a batch from a mixture (tasks naming their env in ``task["env"]``), every key above once more per env
+      over that env's trajectories, as ``<key>@<env name>`` (``reward/mean@Search-v0``): see
+      :func:`metrics_by_env` (``per_env=False`` leaves them out). A single-env batch has none.
     """
     trajs = list(trajectories)
     if not trajs:
@@ -120,6 +124,33 @@ def aggregate_rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, f
         "rollout/num_groups": float(len(groups)),
     })
     out.update({f"env/{k}": v for k, v in mean_env_metrics(trajs).items()})
+    if per_env:
+        out.update(metrics_by_env(trajs))
+    return out
+
+
+def env_name(t: Trajectory) -> str | None:
+    """The env a trajectory's task names in ``task["env"]`` (a mixture run), else ``None``."""
+    name = (t.task or {}).get(TASK_ENV_KEY)
+    return None if name is None else str(name)
+
+
+def split_by_env(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
+    """The trajectories of each env named by their tasks (sorted by name); ``{}`` when no task names one."""
+    out: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        name = env_name(t)
+        if name is not None:
+            out[name].append(t)
+    return dict(sorted(out.items()))
+
+
+def metrics_by_env(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """:func:`aggregate_rollout_metrics` of each env's trajectories (:func:`split_by_env`), every key suffixed
+    ``@<env name>``; ``{}`` when no task names an env."""
+    out: dict[str, float] = {}
+    for name, trajs in split_by_env(trajectories).items():
+        out.update({f"{k}@{name}": v for k, v in aggregate_rollout_metrics(trajs, per_env=False).items()})
     return out
 
 
@@ -144,5 +175,6 @@ def _count_kind(t: Trajectory, kind: str) -> int:
     return sum((turn.parsed or {}).get("kind") == kind for turn in t.turns)
 
 
-__all__ = ["METRICS_FILE", "MetricsLogger", "aggregate_rollout_metrics", "mean", "mean_env_metrics", "process_memory",
-           "read_metrics", "to_float", "tool_call_counts", "valid_tool_call_rate"]
+__all__ = ["METRICS_FILE", "MetricsLogger", "aggregate_rollout_metrics", "env_name", "mean", "mean_env_metrics",
+           "metrics_by_env", "process_memory", "read_metrics", "split_by_env", "to_float", "tool_call_counts",
+           "valid_tool_call_rate"]

@@ -3,7 +3,8 @@
 * :func:`plot_run` writes one PNG per metric group (the name before the first ``/``: ``reward``, ``rollout``,
   ``train``, ``time``, ``env``, …) into ``<run_dir>/plots/``. Each metric gets a panel with the raw curve (thin,
   faint) and a smoothed one (thick); metrics that differ only by a ``_low``/``_high``/``_mean``/``_max``/``_min``
-  suffix share a panel (``train/clip_frac_low`` and ``train/clip_frac_high`` → ``train/clip_frac``). Evaluation
+  suffix share a panel (``train/clip_frac_low`` and ``train/clip_frac_high`` → ``train/clip_frac``), and so do
+  the per-env curves of a mixture run (``reward/mean@Search-v0`` beside ``reward/mean``, labelled "all"). Evaluation
   summaries found in the run directory (``*.summary.json``, written by
   :func:`~agentrl.algos.evaluation.evaluate.evaluate`) are drawn as ``plots/eval_comparison.png``.
 * :func:`plot_eval` draws a grouped bar chart comparing :class:`~agentrl.algos.evaluation.report.EvalReport` rows
@@ -73,7 +74,7 @@ def _series(records: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[fl
     out: dict[str, tuple[list[int], list[float]]] = {}
     for rec in records:
         for key, v in rec.items():
-            if key in _NON_METRIC_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)):
+            if key.partition("@")[0] in _NON_METRIC_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
             if not math.isfinite(v):
                 continue
@@ -88,7 +89,7 @@ def _group_panels(names: Sequence[str]) -> dict[str, dict[str, list[str]]]:
     groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for name in names:
         group = name.split("/", 1)[0] if "/" in name else "other"
-        groups[group][_SHARED_SUFFIX.sub("", name)].append(name)
+        groups[group][_SHARED_SUFFIX.sub("", name.partition("@")[0])].append(name)
     return groups
 
 
@@ -158,7 +159,8 @@ def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing
         for i, name in enumerate(names):
             steps, vals = series[name]
             color = colors[i % len(colors)]
-            label = name.rsplit("/", 1)[-1]
+            base, _, env = name.partition("@")  # per-env curves of a mixture share the overall one's panel
+            label = env or ("all" if any("@" in n for n in names) else base.rsplit("/", 1)[-1])
             if len(vals) == 1:
                 ax.plot(steps, vals, "o", color=color, label=label)
                 continue

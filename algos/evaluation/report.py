@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.evaluation.metrics import mean, mean_env_metrics, valid_tool_call_rate
+from agentrl.algos.evaluation.metrics import mean, mean_env_metrics, split_by_env, valid_tool_call_rate
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,9 @@ class EvalReport:
     """Unweighted mean of ``em_by_source``; ``None`` when there are no sources."""
     env_metrics: dict[str, float] = field(default_factory=dict)
     """Every other numeric episode metric of the env, averaged (e.g. ``search_calls``, ``timeouts``)."""
+    by_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """When tasks name their env (``task["env"]``, a mixture): each env's own report (as :meth:`to_dict`), keyed by
+    env name; the fields above are then over all envs. Empty for a single env."""
     settings: dict[str, Any] = field(default_factory=dict)
     """What produced the numbers (env, env kwargs, sampling config, …); compare reports only with equal ones."""
 
@@ -117,7 +120,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "data_source") -> EvalReport:
+def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "data_source",
+              per_env: bool = True) -> EvalReport:
     """Summarise evaluation episodes (a pure function; no model, no env).
 
     Episodes are grouped into tasks by ``group_id``. A task's source is ``task[source_key]``; tasks without
@@ -129,6 +133,9 @@ def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "
         trajectories: the episodes, e.g. :func:`evaluate`'s output or ``load_trajectories(path)``.
         n: the number of episodes sampled per task.
         source_key: the task field that names its data source (``"family"`` reports ToolUse-v0 per family).
+
+    Episodes whose tasks name an env (``task["env"]``: a mixture) are also summarised per env in ``by_env``
+    (``per_env=False`` leaves it empty).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -174,6 +181,8 @@ def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "
         em_by_source=em_by_source,
         macro_em=mean(list(em_by_source.values())) if em_by_source else None,
         env_metrics=env,
+        by_env={name: summarize(ts, n, source_key=source_key, per_env=False).to_dict()
+                for name, ts in split_by_env(trajs).items()} if per_env else {},
     )
 
 

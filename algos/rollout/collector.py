@@ -22,13 +22,18 @@ collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an en
 reaches ``max_total_tokens`` (the reply is not sent to the env), ``budget`` after ``max_turns`` replies, and
 ``error`` when ``env.step`` raises. Collector-ended episodes get the env's no-answer reward
 (``env.unwrapped.rewards.invalid`` when it has one, else 0) with ``correct = format_ok = 0``.
+
+Several envs in one call: pass ``env`` as a mapping ``name -> env id or factory`` (and ``env_kwargs`` as
+``name -> kwargs``); each task names its env in ``task["env"]`` (:data:`TASK_ENV_KEY`). A group's episodes all
+run in its task's env; the episodes of every env step together in the same rounds.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +46,9 @@ from agentrl.algos.rollout.envs import make_text_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
+
+#: The task field naming the env of a task when ``collect`` gets a mapping of envs (a mixture).
+TASK_ENV_KEY = "env"
 
 
 @dataclass
@@ -146,12 +154,28 @@ class Collector:
             return env()
         return make_text_env(env, env_kwargs, template_tools=self.chat.supports_tools, call_format=self.call_format)
 
-    def _get_envs(self, env, env_kwargs: dict[str, Any], n: int) -> list[Any]:
+    def _get_envs(self, env, env_kwargs: dict[str, Any], n: int, tag: str | None = None) -> list[Any]:
         key = (env, repr(sorted(env_kwargs.items()))) if isinstance(env, str) else (id(env), None)
-        pool = self._envs.setdefault(key, [])
+        pool = self._envs.setdefault((tag, *key), [])
         while len(pool) < n:
             pool.append(self._make_env(env, env_kwargs))
         return pool[:n]
+
+    def _episode_envs(self, env, env_kwargs, tasks: list[dict[str, Any]], group_size: int) -> list[Any]:
+        """One env instance per episode (task-major); with a mapping of envs, each group's from its task's env."""
+        if not isinstance(env, Mapping):
+            return self._get_envs(env, env_kwargs or {}, len(tasks) * group_size)
+        kwargs = env_kwargs or {}
+        names = []
+        for i, task in enumerate(tasks):
+            name = task.get(TASK_ENV_KEY)
+            if name not in env:
+                raise ValueError(f"tasks[{i}] names env {name!r} in its {TASK_ENV_KEY!r} field; the envs given are "
+                                 f"{sorted(env)}")
+            names.append(name)
+        pools = {name: iter(self._get_envs(env[name], dict(kwargs.get(name) or {}), count * group_size, tag=name))
+                 for name, count in Counter(names).items()}
+        return [next(pools[name]) for name in names for _ in range(group_size)]
 
     def _template_tools(self, env, info: dict[str, Any]):
         """Tool schemas for the chat template, or None when the env's own prompt describes them."""
@@ -167,8 +191,10 @@ class Collector:
         return float(getattr(rewards, "invalid", 0.0))
 
     # ------------------------------------------------------------------ the loop
-    def collect(self, env: str | Callable[[], Any], tasks: list[dict[str, Any]], group_size: int, *,
-                env_kwargs: dict[str, Any] | None = None, progress: bool = False) -> list[Trajectory]:
+    def collect(self, env: str | Callable[[], Any] | Mapping[str, str | Callable[[], Any]],
+                tasks: list[dict[str, Any]], group_size: int, *,
+                env_kwargs: dict[str, Any] | Mapping[str, dict[str, Any]] | None = None,
+                progress: bool = False) -> list[Trajectory]:
         """Roll out ``group_size`` trajectories per task; see :func:`collect`."""
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -176,7 +202,7 @@ class Collector:
         n = len(tasks) * group_size
         if n == 0:
             return []
-        envs = self._get_envs(env, env_kwargs or {}, n)
+        envs = self._episode_envs(env, env_kwargs, tasks, group_size)
         episodes = [_Episode(i, i // group_size, i % group_size, tasks[i // group_size], envs[i]) for i in range(n)]
 
         def reset(ep: _Episode):
@@ -334,21 +360,23 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, desc="rollout", unit="traj")
 
 
-def collect(env: str | Callable[[], Any], policy: Policy, tasks: list[dict[str, Any]], group_size: int,
-            config: CollectorConfig | None = None, *, env_kwargs: dict[str, Any] | None = None,
+def collect(env: str | Callable[[], Any] | Mapping[str, str | Callable[[], Any]], policy: Policy,
+            tasks: list[dict[str, Any]], group_size: int, config: CollectorConfig | None = None, *,
+            env_kwargs: dict[str, Any] | Mapping[str, dict[str, Any]] | None = None,
             progress: bool = False) -> list[Trajectory]:
     """Roll out ``group_size`` trajectories for each task with ``policy``.
 
     Args:
         env: an env id (made with :func:`~agentrl.algos.rollout.envs.make_text_env`: ``gymnasium.make(env,
             **env_kwargs)`` plus the ``tools_in_prompt`` rule) or a zero-argument factory returning a text env (see
-            :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.envs.rollout_env`'s Ray pool.
+            :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.envs.rollout_env`'s Ray pool; or a
+            mapping ``name -> id or factory`` (a mixture), each task naming its env in ``task["env"]``.
         policy: the backend (:class:`~agentrl.algos.policy.HFPolicy`, :class:`~agentrl.algos.policy.OpenAIPolicy`
             or yours).
         tasks: task dicts, each passed to ``env.reset(options={"task": task})``.
         group_size: trajectories per task (a GRPO group).
         config: budgets and sampling (defaults: :class:`CollectorConfig`).
-        env_kwargs: keyword arguments for ``gymnasium.make``.
+        env_kwargs: keyword arguments for ``gymnasium.make`` (with a mapping of envs: ``name -> kwargs``).
         progress: show a progress bar.
 
     Returns:

@@ -16,6 +16,7 @@ from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives import algorithm_class, algorithm_names
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.envs import EXECUTORS
+from agentrl.algos.training.tasks import EnvComponent, parse_mixture
 
 
 def with_algorithm_sections(cls):
@@ -59,6 +60,10 @@ class TrainConfig:
     """Environment id (registered by importing agentrl.envs)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for gymnasium.make (e.g. {"families": ["multiply"]} for ToolUse-v0)."""
+    envs: list[dict[str, Any]] = field(default_factory=list)
+    """A mixture of envs instead of env/env_kwargs: [{"id": "AgentRL/Search-v0", "weight": 2, "env_kwargs": {...},
+    "name": ...}, ...] (a mapping {id: weight} or the string "ToolUse-v0:2,Search-v0:1" is read the same way).
+    Each task's env is drawn by weight; groups never mix envs; metrics are logged per env (docs/mixtures.md)."""
     algo: str = "grpo"
     """A registered algorithm: 'grpo', 'ppo', 'dpo', 'sft' (agentrl.algos.objectives.ALGORITHMS)."""
     model: str = DEFAULT_MODEL
@@ -107,6 +112,9 @@ class TrainConfig:
     """Show a progress bar."""
     tensorboard: bool = True
     """Also write TensorBoard scalars (run_dir/tb)."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers that get the run's config, metrics and plots: 'tensorboard', 'wandb', 'mlflow',
+    'trackio' or 'none' (docs/trackers.md); tensorboard=false drops 'tensorboard' from the list."""
     executor: str = "local"
     """Where env resets and steps run: 'local' (threads in this process) or 'ray' (Ray actors, so tools and
     search scale across machines; pip install 'agentrl-gym[ray]')."""
@@ -124,6 +132,11 @@ class TrainConfig:
         class was built, so it has no section of its own)."""
         return getattr(self, self.algo, None)
 
+    def env_mixture(self) -> list[EnvComponent]:
+        """The components of ``envs`` (:func:`~agentrl.algos.training.tasks.parse_mixture`); empty for a
+        single-env run."""
+        return parse_mixture(self.envs)
+
     def validate(self) -> None:
         names = algorithm_names()
         if self.algo not in names:
@@ -136,6 +149,8 @@ class TrainConfig:
         if self.group_size < algo.min_group_size:
             raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= "
                              f"{algo.min_group_size}")
+        if self.env_mixture() and self.tasks:
+            raise ValueError("tasks= (a task file) is for one env; a mixture (envs=) draws each env's own tasks")
         a = self.asynchronous
         if a.enabled:
             if not algo.needs_rollouts:

@@ -48,7 +48,7 @@ from agentrl.algos.training import checkpoint, distributed
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import AsyncConfig, TrainConfig
 from agentrl.algos.training.reference import Reference
-from agentrl.algos.training.tasks import TaskSource, rollout_seed
+from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
 from agentrl.algos.training.update import update
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,11 @@ class Trainer:
             from agentrl.envs.datasets import load_rows
 
             rows = load_rows(config.tasks, ())
-        self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
+        self.mixture = config.env_mixture()
+        if self.mixture:
+            self.tasks = MixtureTaskSource(self.mixture, seed=config.seed)
+        else:
+            self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
         self._sft_cache: dict[int, tuple[list[int], list[int]]] = {}
         self._chat_format = None
         # Algorithms without rollouts train on demonstrations: their config says how many and from where.
@@ -141,9 +145,16 @@ class Trainer:
 
                 self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights)
             self.policy.update_weights(self.model)
-            # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors.
-            self.rollout_env = rollout_env(config.executor, config.env, config.env_kwargs, tokenizer=self.tokenizer,
-                                           num_workers=config.env_workers, call_format=config.collector.call_format)
+            # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors; for a
+            # mixture, a mapping name -> either, each task naming its env.
+            def make(env_id, env_kwargs):
+                return rollout_env(config.executor, env_id, env_kwargs, tokenizer=self.tokenizer,
+                                   num_workers=config.env_workers, call_format=config.collector.call_format)
+
+            if self.mixture:
+                self.rollout_env = {c.name: make(c.id, c.env_kwargs) for c in self.mixture}
+            else:
+                self.rollout_env = make(config.env, config.env_kwargs)
         self._logger = None
         self.history: list[dict[str, Any]] = []
 
@@ -156,8 +167,9 @@ class Trainer:
 
         cfg = self.config
         main = self.ranks.is_main  # rank 0 logs, checkpoints and saves; every rank trains
-        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard) if main else None
-        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}",
+        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, report_to=cfg.report_to,
+                                     config=cfg.to_dict()) if main else None
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {self.env_label}",
                    disable=not (cfg.progress and main), unit="step", dynamic_ncols=True)
         try:
             while self.step < cfg.steps:
@@ -176,8 +188,10 @@ class Trainer:
             if self._collector is not None:
                 self._collector.close()
                 self._collector = None
-            if hasattr(self.rollout_env, "close"):
-                self.rollout_env.close()  # Ray env actors
+            pools = self.rollout_env.values() if isinstance(self.rollout_env, dict) else [self.rollout_env]
+            for pool in pools:
+                if hasattr(pool, "close"):
+                    pool.close()  # Ray env actors
         if self.ranks.is_main:
             save_adapter(self.model, self.run_dir / "adapter")
         distributed.barrier(self.ranks)
@@ -195,9 +209,19 @@ class Trainer:
         collector.config = dataclasses.replace(
             cfg.collector, seed=rollout_seed(cfg.seed, cfg.collector.seed, batch * ranks.world + ranks.rank))
         t0 = time.perf_counter()
-        trajs = collector.collect(self.rollout_env, ranks.shard(tasks), cfg.group_size, env_kwargs=cfg.env_kwargs)
+        trajs = collector.collect(self.rollout_env, ranks.shard(tasks), cfg.group_size, env_kwargs=self.env_kwargs)
         seconds = time.perf_counter() - t0
         return distributed.gather_trajectories(trajs, ranks), len(tasks), seconds
+
+    @property
+    def env_label(self) -> str:
+        """The env id, or the mixture's names joined by '+'."""
+        return "+".join(c.name for c in self.mixture) if self.mixture else self.config.env
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        """What ``collect`` gets as ``env_kwargs``: the run's, or a mixture's ``name -> kwargs``."""
+        return {c.name: c.env_kwargs for c in self.mixture} if self.mixture else self.config.env_kwargs
 
     def train_step(self) -> dict[str, Any]:
         """One logical step: data -> (rollout) -> update -> sampler refresh. Returns the step's metrics."""
