@@ -241,7 +241,8 @@ class ToolUseEnv(TextEnv):
     ):
         """
         Args:
-            tools: your own tools (typed, documented functions or :class:`Tool`); default: the mock tools.
+            tools: your own tools (typed, documented functions or :class:`Tool`, or a :class:`ToolSet` such as
+                :func:`~agentrl.envs.mcp_tools.mcp_tools`, closed with the env); default: the mock tools.
             dataset: your tasks, as a JSONL path or a list of ``{"query", "answer"}`` rows (optional ``id``,
                 and ``calls`` — ``[[name, arguments], ...]`` — for demonstrations). Required with ``tools``.
             families: restrict the built-in generator to these task families (see ``FAMILIES``).
@@ -257,7 +258,7 @@ class ToolUseEnv(TextEnv):
         self.rows = load_rows(dataset, ("query", "answer")) if dataset is not None else None
         self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
         super().__init__(
-            tools=ToolSet(tools if tools is not None else MOCK_TOOLS),
+            tools=tools if isinstance(tools, ToolSet) else ToolSet(tools if tools is not None else MOCK_TOOLS),
             parser=parser or ActionParser(),
             budgets=Budgets(max_turns=max_turns, max_tool_calls=max_tool_calls, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
@@ -270,6 +271,11 @@ class ToolUseEnv(TextEnv):
             i = int(rng.integers(len(self.rows)))
             return {"id": str(i), **self.rows[i]}
         return GENERATOR.sample(make_task, rng, self.split, self.families)
+
+    def close(self) -> None:
+        """Close the tool set (an MCP session ends; a later call would open a new one)."""
+        self.tools.close()
+        super().close()
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` generated tasks of the ``test`` split (of ``families`` when given); ``seed`` is

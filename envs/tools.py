@@ -175,6 +175,9 @@ class ToolSet:
         """The tools' OpenAI-format schemas (``info["tools"]``). Do not mutate the returned list."""
         return self._schemas
 
+    def close(self) -> None:
+        """Release what the tools hold (a remote session); a plain tool set holds nothing. Idempotent."""
+
     def call(self, name: str, arguments: Any) -> ToolResult:
         """Validate and run one call. Errors come back as ``Error: ...`` text, never as exceptions (except
         :class:`ToolUnavailable`, a broken installation)."""
