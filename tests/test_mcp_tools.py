@@ -184,3 +184,14 @@ def test_importing_agentrl_envs_does_not_import_mcp():
     code = ("import sys, agentrl.envs, agentrl.envs.mcp_tools; "
             "assert not any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules), 'mcp imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_docs_example_runs(tmp_path):
+    import re
+
+    page = (Path(__file__).parents[1] / "docs" / "mcp.md").read_text()
+    server, script = re.findall(r"```python\n(.*?)```", page, re.S)[:2]
+    (tmp_path / "codebook_server.py").write_text(server)
+    (tmp_path / "run.py").write_text(script)
+    out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["['codebook']", "5516", "1.0 1"]
