@@ -1,0 +1,118 @@
+"""Train a LoRA on an agentrl env with TRL's GRPOTrainer through TRL's ``environment_factory`` API.
+
+    pip install "agentrl-gym[train,trl]"
+    python docs/examples/trl_environment_factory.py --model Qwen/Qwen2.5-0.5B-Instruct --steps 20
+    python docs/examples/trl_environment_factory.py --tiny --steps 1     # random-init tiny model, offline smoke run
+
+TRL owns generation (its own tool-calling loop, parsing calls with the chat template), the GRPO loss, LoRA and
+logging; agentrl owns the task, the tools (exposed to TRL as typed methods with the env's own schemas), the
+never-raising tool execution and the outcome reward. The chat template must support tool calling (TRL checks);
+a model whose template does not (e.g. SmolLM2) gets TRL's ChatML-compatible Qwen2.5 template. Compare
+docs/examples/trl_grpo.py, which rolls out with agentrl's collector through ``rollout_func`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.16
+
+logger = logging.getLogger("trl_environment_factory")
+
+
+def tool_calling_tokenizer(tokenizer):
+    """``tokenizer``, or a copy switched to TRL's Qwen2.5 template (with its ``<tool_call>`` tokens) when its own chat
+    template cannot render a tool-calling conversation."""
+    from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
+
+    if supports_tool_calling(tokenizer):
+        return tokenizer
+    logger.warning("the chat template does not support tool calling; using TRL's Qwen2.5 template")
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.add_special_tokens({"eos_token": "<|im_end|>"})
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>"])
+    tokenizer.chat_template = qwen2_5_chat_template
+    return tokenizer
+
+
+def main(argv: list[str] | None = None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="AgentRL/ToolUse-v0")
+    ap.add_argument("--model", default="smollm2-135m", help="alias, hub id or local path")
+    ap.add_argument("--tiny", action="store_true", help="random-init tiny model (smoke run)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--tasks", type=int, default=64, help="training tasks (the env's held-out split is not used)")
+    ap.add_argument("--prompts-per-step", type=int, default=2)
+    ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--max-completion-length", type=int, default=256, help="tokens of the whole multi-turn completion")
+    ap.add_argument("--out", default="runs/trl_environment_factory")
+    args = ap.parse_args(argv)
+
+    import gymnasium as gym
+    import numpy as np
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    import agentrl.envs  # noqa: F401  (registers the env ids)
+    from agentrl.algos import load_model, load_tokenizer, tiny_model
+    from agentrl.algos.integrations.trl_env import (
+        environment_correct,
+        environment_dataset,
+        environment_factory,
+        environment_reward,
+    )
+
+    if args.tiny:
+        tokenizer = tool_calling_tokenizer(load_tokenizer(args.model))
+        model = tiny_model(tokenizer)
+    else:
+        model, tokenizer = load_model(args.model)
+        tokenizer = tool_calling_tokenizer(tokenizer)
+        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+            model.resize_token_embeddings(len(tokenizer))
+    bf16 = str(next(model.parameters()).dtype) == "torch.bfloat16"
+
+    # Tasks: any dicts the env's reset(options={"task": ...}) accepts; here drawn from the env itself.
+    env = gym.make(args.env).unwrapped
+    tasks = [env.sample_task(np.random.default_rng([0, k])) for k in range(args.tasks)]
+    env.close()
+
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[environment_reward, environment_correct],   # the env's outcome reward; correctness, logged
+        train_dataset=environment_dataset(tasks),                  # task column = each task as JSON
+        environment_factory=environment_factory(args.env),        # one agentrl env per rollout, tools as methods
+        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
+        args=GRPOConfig(
+            output_dir=args.out,
+            use_cpu=True,                                          # drop on a GPU machine
+            bf16=bf16,
+            max_steps=args.steps,
+            per_device_train_batch_size=args.prompts_per_step * args.num_generations,
+            num_generations=args.num_generations,
+            max_completion_length=args.max_completion_length,
+            reward_weights=[1.0, 0.0],                             # environment_correct is for the logs only
+            temperature=1.0,
+            learning_rate=2e-4,
+            beta=0.0,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+        ),
+    )
+    trainer.train()
+    for row in trainer.state.log_history:
+        if "rewards/environment_reward/mean" in row:
+            print(f"step {row['step']:>3}  env reward {row['rewards/environment_reward/mean']:+.3f}  "
+                  f"correct {row['rewards/environment_correct/mean']:.3f}  loss {row['loss']:+.4f}")
+    trainer.save_model(args.out)
+    print(f"adapter saved in {args.out}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main()
