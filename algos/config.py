@@ -1,38 +1,189 @@
 """Configs as data: dataclasses built from nested dicts, ``key=value`` overrides, files, and their reference.
 
 Every config in agentrl is a dataclass whose fields carry a docstring (the string literal under the field).
-This module turns dicts into those dataclasses strictly (an unknown key is an error naming the valid ones),
-applies dotted command-line overrides (``grpo.beta=0.04``), reads JSON/YAML files, and renders the markdown
-reference of every key (``agentrl config-docs`` -> docs/configuration.md).
+This module turns dicts into those dataclasses strictly, applies dotted command-line overrides
+(``grpo.beta=0.04``), reads JSON/YAML files, and renders the markdown reference of every key
+(``agentrl config-docs`` -> docs/configuration.md).
+
+Every value is checked against its field's annotation when the dict is loaded (:func:`config_from_dict`); a
+mismatch is a ``ValueError`` naming the dotted key, the expected type and the value, and an unknown key names
+the nearest valid one. The checker is a small walk over :func:`typing.get_type_hints` (``str``, ``int``,
+``float``, ``bool``, ``None`` unions, ``list[...]``, ``tuple[...]``, ``dict[..., ...]``, ``Literal``,
+``Any`` and nested dataclasses: what the configs use). Safe coercions, and only these:
+
+* an ``int`` where a ``float`` is declared becomes that float (``lr=1`` -> ``1.0``);
+* an integral ``float`` where an ``int`` is declared becomes that int (``micro_batch_tokens=1e4`` -> ``10000``);
+* a string that reads as a number where a number is declared becomes that number (PyYAML reads ``lr: 2e-4``
+  as the string ``"2e-4"``; a quoted ``"3"`` in a YAML file is 3);
+* a single string where a ``list[str]`` is declared becomes a one-element list (``report_to=wandb``).
+
+Booleans are never coerced (``"false"`` is not ``False``, ``1`` is not ``True``) and nothing becomes a string.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
+import math
 import textwrap
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 
-def config_from_dict(cls, d: dict[str, Any], base=None):
-    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error naming the valid ones.
+class _Mismatch(Exception):
+    """A value that does not fit a type (internal: turned into a ValueError naming the key)."""
+
+
+def type_name(hint: Any) -> str:
+    """A readable name of a type annotation: ``int``, ``list[str]``, ``int or None``, ``'drop' or 'tis'``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return "None"
+    if hint is Any:
+        return "any value"
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in args)}]"
+    if dataclasses.is_dataclass(hint):
+        return f"a {hint.__name__} mapping"
+    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+
+
+def _number(value: Any, hint: type, coerce: bool) -> Any:
+    if isinstance(value, bool):
+        raise _Mismatch
+    if isinstance(value, str) and coerce:
+        try:
+            value = int(value) if hint is int else float(value)
+        except ValueError:
+            try:
+                value = float(value)  # "1e4" for an int
+            except ValueError:
+                raise _Mismatch from None
+    if hint is float and isinstance(value, (int, float)):
+        return float(value)
+    if hint is int and isinstance(value, int):
+        return value
+    if hint is int and isinstance(value, float) and coerce and math.isfinite(value) and value.is_integer():
+        return int(value)
+    raise _Mismatch
+
+
+def check_value(value: Any, hint: Any, key: str, coerce: bool = True) -> Any:
+    """``value`` checked against the annotation ``hint`` (and safely coerced, see the module docstring).
+
+    Raises:
+        ValueError: naming ``key`` (dotted), the expected type and the value.
+    """
+    try:
+        return _check(value, hint, key, coerce)
+    except _Mismatch:
+        raise ValueError(f"{key}: expected {type_name(hint)}, got {value!r}") from None
+
+
+def _check(value: Any, hint: Any, key: str, coerce: bool) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if hint is type(None) or hint is None:
+        if value is None:
+            return None
+        raise _Mismatch
+    if origin in (typing.Union, types.UnionType):
+        for allow in (False, True):  # an exact fit first (3 for int | str stays 3), then a coerced one
+            if allow and not coerce:
+                break
+            for member in args:
+                try:
+                    return _check(value, member, key, coerce=allow)
+                except _Mismatch:
+                    continue
+        raise _Mismatch
+    if origin is typing.Literal:
+        if value in args and not (isinstance(value, bool) and not any(isinstance(a, bool) for a in args)):
+            return value
+        raise _Mismatch
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict):
+            return config_from_dict(hint, value, _prefix=f"{key}.")
+        raise _Mismatch
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint in (int, float):
+        return _number(value, hint, coerce)
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple):
+        if isinstance(value, str) and coerce and origin is list:
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(args) != len(value):
+                raise _Mismatch
+            return tuple(check_value(v, a, f"{key}[{i}]", coerce) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        item = args[0] if args else Any
+        items = [check_value(v, item, f"{key}[{i}]", coerce) for i, v in enumerate(value)]
+        return (origin or hint)(items)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch
+        k_hint, v_hint = args if args else (Any, Any)
+        return {check_value(k, k_hint, f"{key} key", coerce): check_value(v, v_hint, f"{key}.{k}", coerce)
+                for k, v in value.items()}
+    if isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        raise _Mismatch
+    return value  # an annotation this checker does not know: accepted as given
+
+
+def unknown_key_error(key: str, valid: list[str], prefix: str = "") -> ValueError:
+    """The error of an unknown config key: the nearest valid key when there is one, else the valid keys."""
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f"did you mean {prefix + close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
+    return ValueError(f"unknown config key {prefix + key!r}; {hint}")
+
+
+def config_from_dict(cls, d: dict[str, Any], base=None, *, _prefix: str = ""):
+    """Build dataclass ``cls`` from a (nested) dict, every value checked against its field's type.
 
     Keys not in ``d`` keep their values in ``base`` (default ``cls()``), nested configs included: a partial
-    ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``."""
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(d) - set(names)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}; valid: {sorted(names)}")
+    ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``.
+
+    Raises:
+        ValueError: an unknown key (naming the nearest valid key) or a value of the wrong type (naming the
+            dotted key, the expected type and the value); see the module docstring for the coercions.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"{_prefix.rstrip('.') or cls.__name__}: expected a mapping of config keys, got {d!r}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in d:
+        if k not in names:
+            raise unknown_key_error(str(k), names, _prefix)
+    hints = typing.get_type_hints(cls)
     base = cls() if base is None else base
     kwargs = {}
     for k, v in d.items():
         current = getattr(base, k)
-        nested = dataclasses.is_dataclass(current) and isinstance(v, dict)
-        kwargs[k] = config_from_dict(type(current), v, base=current) if nested else v
+        if dataclasses.is_dataclass(current) and isinstance(v, dict):
+            kwargs[k] = config_from_dict(type(current), v, base=current, _prefix=f"{_prefix}{k}.")
+        else:
+            kwargs[k] = check_value(v, hints[k], f"{_prefix}{k}")
     return dataclasses.replace(base, **kwargs)
 
 
@@ -43,7 +194,7 @@ def nested_dicts_to_configs(config) -> None:
         value = getattr(config, f.name)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         if isinstance(value, dict) and dataclasses.is_dataclass(default):
-            setattr(config, f.name, config_from_dict(type(default), value, base=default))
+            setattr(config, f.name, config_from_dict(type(default), value, base=default, _prefix=f"{f.name}."))
 
 
 def parse_value(text: str) -> Any:
@@ -71,18 +222,31 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return d
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML config file into a dict."""
+def load_config_file(path: str | Path, cls: type | None = None) -> dict[str, Any]:
+    """Read a JSON or YAML config file into a dict; with ``cls``, also check its keys and values against that
+    config class, so an error names the file (``run.yaml: group_size: expected int, got 'abc'``)."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
 
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except ValueError as e:  # json.JSONDecodeError
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    except Exception as e:  # yaml.YAMLError: its message carries the line
+        if type(e).__module__.startswith("yaml"):
+            raise ValueError(f"{path}: not valid YAML ({e})") from e
+        raise
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file must hold a mapping of config keys")
+    if cls is not None:
+        try:
+            config_from_dict(cls, data)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
     return data
 
 
@@ -137,6 +301,18 @@ def config_sections() -> list[tuple[type, str, str]]:
     return sections
 
 
+def config_keys_help(width: int = 100) -> str:
+    """The keys of every config section, one wrapped paragraph per section (``agentrl train --help``'s epilog);
+    their types, defaults and meanings are in ``agentrl config-docs``."""
+    out = []
+    for cls, prefix, _ in config_sections():
+        keys = [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(getattr(cls(), f.name))]
+        head = f"{prefix or '(top level)'} [{cls.__name__}]: "
+        out.append(textwrap.fill(", ".join(keys), width=width, initial_indent="  " + head,
+                                 subsequent_indent="      "))
+    return "\n".join(out)
+
+
 def config_docs() -> str:
     """Markdown reference of every config dataclass, generated from the code (fields, defaults, help)."""
     lines = ["# Configuration reference", "",
@@ -156,7 +332,7 @@ def config_docs() -> str:
             else:
                 doc = docs.get(f.name, "")
                 shown = json.dumps(value)
-            type_name = (getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")).replace(" | ", " or ")
-            lines.append(f"| `{prefix}{f.name}` | `{type_name}` | `{shown}` | {doc.replace('|', '/')} |")
+            shown_type = type_name(hints[f.name]) if not dataclasses.is_dataclass(value) else type(value).__name__
+            lines.append(f"| `{prefix}{f.name}` | `{shown_type}` | `{shown}` | {doc.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)

@@ -52,7 +52,7 @@ def test_overrides_parse_json_values_into_nested_keys():
     assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
     with pytest.raises(ValueError, match="key=value"):
         cli.apply_overrides({}, ["steps"])
-    with pytest.raises(ValueError, match="unknown GRPOConfig keys"):
+    with pytest.raises(ValueError, match="unknown config key .grpo.betta.; did you mean .grpo.beta."):
         TrainConfig.from_dict({"grpo": {"betta": 1}})
 
 
