@@ -13,8 +13,8 @@ The contract
 * **A call never raises.** Arguments that break the tool's JSON schema (checked with ``jsonschema`` before
   anything is sent) are ``invalid_arguments``; a result the server flags ``isError`` (the tool raised, the server
   rejected the arguments) is ``mcp_tool_error``; no answer within ``timeout_s`` is ``mcp_timeout``; a server that
-  is down or dies mid-call is ``mcp_disconnected``; any other protocol error is ``mcp_error``. Each comes back as
-  an ``Error: ...`` observation with that ``error_kind``; the env counts it as a tool error, and every call adds
+  is down or dies mid-call is ``mcp_disconnected``; any other protocol error is ``mcp_protocol``. Each comes back
+  as an ``Error: ...`` observation with that ``error_kind``; the env counts it as a tool error, and every call adds
   ``mcp_calls`` (and ``mcp_errors``, ``mcp_error_<kind>``) to the episode's metrics.
 * **One session, reused.** The SDK is asyncio-based: the session lives on a private event loop in a background
   thread, made at :func:`mcp_tools` and used synchronously by every step of every episode. After the session
@@ -296,7 +296,7 @@ class MCPToolSet(ToolSet, SharedHandle):
             if code == _CONNECTION_CLOSED or not session.alive or isinstance(e, ConnectionError):
                 self._discard(session)
                 return _failure(name, "mcp_disconnected", f"the MCP server went away ({_describe_error(e)})")
-            return _failure(name, "mcp_error", _describe_error(e))
+            return _failure(name, "mcp_protocol", _describe_error(e))
         text = _result_text(result)
         if getattr(result, "is_error", None) or getattr(result, "isError", None):
             return _failure(name, "mcp_tool_error", text or "the tool failed")

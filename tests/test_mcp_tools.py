@@ -195,3 +195,11 @@ def test_the_docs_example_runs(tmp_path):
     (tmp_path / "run.py").write_text(script)
     out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:3] == ["['codebook']", "5516", "1.0 1"]
+
+
+def test_calls_from_many_threads_share_the_session(tools):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: tools.call("add", {"a": i, "b": 1}).content, range(32)))
+    assert results == [str(i + 1) for i in range(32)]
