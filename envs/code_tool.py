@@ -15,7 +15,7 @@ from typing import Any
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls
-from agentrl.envs.sandbox import ExecResult, Sandbox, default_sandbox
+from agentrl.envs.sandbox import CodeSandbox, ExecResult, default_sandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, ToolUnavailable, tool
 
 #: The metric keys every execution counts (set to 0 at each reset by :class:`CodeToolEnv`).
@@ -65,18 +65,20 @@ class CodeInterpreter:
     """The state behind one ``code_interpreter`` tool: the sandbox, the time limit, the statuses so far.
 
     Args:
-        sandbox: where code runs; default the process-wide :func:`default_sandbox` (made on first use).
+        sandbox: where code runs (any :class:`~agentrl.envs.sandbox.CodeSandbox`, e.g. a
+            :class:`~agentrl.envs.sandbox.RemoteSandbox`); default the process-wide :func:`default_sandbox`
+            (made on first use).
         timeout_s: wall-clock limit of one execution; default the sandbox's ``config.timeout_s``.
     """
 
-    def __init__(self, sandbox: Sandbox | None = None, timeout_s: float | None = None):
+    def __init__(self, sandbox: CodeSandbox | None = None, timeout_s: float | None = None):
         self._sandbox = sandbox
         self.timeout_s = timeout_s
         self.history: list[str] = []
         """The status of every execution since the last :meth:`reset` (``"ok"``, ``"error"``, ...)."""
 
     @property
-    def sandbox(self) -> Sandbox:
+    def sandbox(self) -> CodeSandbox:
         if self._sandbox is None:
             self._sandbox = default_sandbox()
         return self._sandbox
@@ -113,14 +115,16 @@ code_interpreter: Tool = CodeInterpreter().as_tool()
 
 
 class CodeToolEnv(TextEnv):
-    """A :class:`TextEnv` whose one tool, ``code_interpreter(code)``, runs in a :class:`Sandbox`.
+    """A :class:`TextEnv` whose one tool, ``code_interpreter(code)``, runs in a sandbox (a
+    :class:`~agentrl.envs.sandbox.CodeSandbox`: the local bubblewrap :class:`~agentrl.envs.sandbox.Sandbox` by
+    default, or e.g. a :class:`~agentrl.envs.sandbox.RemoteSandbox`).
 
     The tool adds the execution metrics (``code_calls``, ``exec_ok``, ``exec_error``, ``exec_timeout``,
     ``exec_latency_s``) to ``info["metrics"]``; the statuses of the episode's executions are in
     ``self.exec_history`` for subclasses.
     """
 
-    def __init__(self, *, sandbox: Sandbox | None, code_timeout_s: float, call_format: str, answer: str,
+    def __init__(self, *, sandbox: CodeSandbox | None, code_timeout_s: float, call_format: str, answer: str,
                  budgets: Budgets, rewards: Rewards, tools_in_prompt: bool, render_mode: str | None):
         if call_format == "hermes":
             calls = HermesCalls()
@@ -137,7 +141,7 @@ class CodeToolEnv(TextEnv):
                          render_mode=render_mode)
 
     @property
-    def sandbox(self) -> Sandbox:
+    def sandbox(self) -> CodeSandbox:
         """The sandbox the code runs in (the shared :func:`default_sandbox` unless one was given)."""
         return self.interpreter.sandbox
 

@@ -38,7 +38,7 @@ from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.data.coding_stress import stress_test
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, hash_split, located_rows, seeded_draws
-from agentrl.envs.sandbox import Sandbox
+from agentrl.envs.sandbox import CodeSandbox
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -149,7 +149,7 @@ class CodingEnv(CodeToolEnv):
         max_obs_chars: int = 2_000,
         code_timeout_s: float = 10.0,
         call_format: str = "hermes",
-        sandbox: Sandbox | None = None,
+        sandbox: CodeSandbox | None = None,
         tools_in_prompt: bool = True,
         render_mode: str | None = None,
     ):

@@ -35,7 +35,7 @@ import numpy as np
 from agentrl.envs.code_tool import CodeToolEnv, code_interpreter, exec_observation, recovered_from_error
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, draw_row, located_rows
-from agentrl.envs.sandbox import Sandbox
+from agentrl.envs.sandbox import CodeSandbox
 from agentrl.envs.verify import MathVerifier, default_verifier
 
 __all__ = ["FAMILIES", "CodeToolEnv", "PythonMathEnv", "code_interpreter", "exec_observation", "load_math_rows",
@@ -273,7 +273,7 @@ class PythonMathEnv(CodeToolEnv):
         max_obs_chars: int = 2_000,
         code_timeout_s: float = 10.0,
         call_format: str = "hermes",
-        sandbox: Sandbox | None = None,
+        sandbox: CodeSandbox | None = None,
         verifier: MathVerifier | None = None,
         tools_in_prompt: bool = True,
         render_mode: str | None = None,
@@ -291,7 +291,9 @@ class PythonMathEnv(CodeToolEnv):
             code_timeout_s: wall-clock limit of one execution.
             call_format: ``"hermes"`` (``<tool_call>{"name": "code_interpreter", ...}</tool_call>``) or
                 ``"fenced"`` (a reply ending with a fenced python block runs it).
-            sandbox: where code runs; default the process-wide shared :func:`default_sandbox` (bubblewrap).
+            sandbox: where code runs (any :class:`~agentrl.envs.sandbox.CodeSandbox`, e.g.
+                ``RemoteSandbox("http://host:8080")``); default the process-wide shared :func:`default_sandbox`
+                (bubblewrap).
             verifier: answer checker; default the shared :func:`default_verifier`.
         """
         self.split = check_split(split, ("train", "test"))

@@ -39,6 +39,10 @@ Limits (per execution)
 kill, private working directory) but with **no** file-system, network or user isolation; it must be asked for
 explicitly and logs a warning. Without bubblewrap the default refuses with :class:`SandboxUnavailable`, whose
 message says how to install it.
+
+Any object with the :class:`CodeSandbox` protocol (``config.timeout_s``, ``config.max_concurrency``, ``run``,
+``stats``, ``close``) can be given to the code envs' ``sandbox=``; :class:`RemoteSandbox` runs code on a
+SandboxFusion service (macOS, clusters without bubblewrap).
 """
 
 from agentrl.envs.sandbox.bwrap import build_bwrap_command, bwrap_available
@@ -51,8 +55,10 @@ from agentrl.envs.sandbox.config import (
     Status,
 )
 from agentrl.envs.sandbox.pool import Sandbox, default_sandbox
+from agentrl.envs.sandbox.protocol import CodeSandbox, ExecStats
+from agentrl.envs.sandbox.remote import RemoteSandbox, RemoteSandboxConfig
 from agentrl.envs.sandbox.sanitize import SPECIAL_TOKENS, sanitize_output
 
-__all__ = ["INSTALL_HINT", "SPECIAL_TOKENS", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError",
-           "SandboxUnavailable", "Status", "build_bwrap_command", "bwrap_available", "default_sandbox",
-           "sanitize_output"]
+__all__ = ["INSTALL_HINT", "SPECIAL_TOKENS", "CodeSandbox", "ExecResult", "ExecStats", "RemoteSandbox",
+           "RemoteSandboxConfig", "Sandbox", "SandboxConfig", "SandboxError", "SandboxUnavailable", "Status",
+           "build_bwrap_command", "bwrap_available", "default_sandbox", "sanitize_output"]

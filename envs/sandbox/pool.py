@@ -16,8 +16,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from agentrl.envs.sandbox.config import (
     SandboxError,
     SandboxUnavailable,
 )
+from agentrl.envs.sandbox.protocol import ExecStats
 from agentrl.envs.sandbox.sanitize import sanitize_output
 
 logger = logging.getLogger(__name__)
@@ -43,18 +43,6 @@ logger = logging.getLogger(__name__)
 _HEADER = struct.Struct(">I")
 #: The in-sandbox worker program (stdlib only), passed to the interpreter with ``-c``.
 _WORKER_SOURCE_PATH = Path(__file__).with_name("_worker.py")
-
-
-@dataclass
-class _Stats:
-    calls: int = 0
-    ok: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    sandbox_errors: int = 0
-    worker_starts: int = 0
-    latency_total_s: float = 0.0
-    recent: deque = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 # ---------------------------------------------------------------------------------------------- spawning
@@ -266,8 +254,7 @@ class Sandbox(WorkerPool):
         self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         for w in self._workers:
             self._free.put(w)
-        self._stats = _Stats()
-        self._lock = threading.Lock()
+        self._stats = ExecStats(worker_starts=0)
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_workers, self._workers, uids)
 
@@ -309,8 +296,7 @@ class Sandbox(WorkerPool):
                 if worker.proc is not None:
                     worker.close()
                 worker.start()
-                with self._lock:
-                    self._stats.worker_starts += 1
+                self._stats.add("worker_starts")
             try:
                 reply = worker.execute(request)
             except SandboxError as e:
@@ -322,7 +308,7 @@ class Sandbox(WorkerPool):
         finally:
             self._free.put(worker)
         result = self._result(reply, time.perf_counter() - t0)
-        self._record(result)
+        self._stats.record(result)
         return result
 
     def warm_up(self) -> list[str]:
@@ -335,8 +321,7 @@ class Sandbox(WorkerPool):
                 try:
                     if not w.alive:
                         w.start()
-                        with self._lock:
-                            self._stats.worker_starts += 1
+                        self._stats.add("worker_starts")
                 except BaseException as e:  # reported below
                     errors.append(e)
 
@@ -356,16 +341,7 @@ class Sandbox(WorkerPool):
         """Counters and latency figures since creation: calls, ok, errors, timeouts, sandbox_errors,
         worker_starts, latency_total_s, latency_mean_s, latency_p50_s, latency_p95_s (the percentiles over the
         last 10,000 calls)."""
-        with self._lock:
-            s = self._stats
-            lat = sorted(s.recent)
-            out = {"calls": s.calls, "ok": s.ok, "errors": s.errors, "timeouts": s.timeouts,
-                   "sandbox_errors": s.sandbox_errors, "worker_starts": s.worker_starts,
-                   "latency_total_s": s.latency_total_s,
-                   "latency_mean_s": s.latency_total_s / s.calls if s.calls else 0.0}
-        out["latency_p50_s"] = _percentile(lat, 50)
-        out["latency_p95_s"] = _percentile(lat, 95)
-        return out
+        return self._stats.snapshot()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.config.isolation!r}, max_concurrency={self.config.max_concurrency})"
@@ -384,29 +360,6 @@ class Sandbox(WorkerPool):
             latency_s=latency, truncated=bool(reply.get("truncated", False)),
             stdout_bytes=int(reply.get("stdout_bytes", 0) or 0), stderr_bytes=int(reply.get("stderr_bytes", 0) or 0),
         )
-
-    def _record(self, r: ExecResult) -> None:
-        with self._lock:
-            s = self._stats
-            s.calls += 1
-            s.latency_total_s += r.latency_s
-            s.recent.append(r.latency_s)
-            if r.status == "ok":
-                s.ok += 1
-            elif r.status == "timeout":
-                s.timeouts += 1
-            elif r.status == "sandbox_error":
-                s.sandbox_errors += 1
-            else:
-                s.errors += 1
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    k = (len(sorted_values) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
 # ---------------------------------------------------------------------------------------------- shared default
