@@ -1,0 +1,143 @@
+"""Experiment trackers (report_to): config, metrics and plots reach W&B (offline run files), MLflow (a local
+SQLite store read back with its client) and trackio (its local store), each through the real library; skipped when absent."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from agentrl.algos.evaluation.run_log import MetricsLogger, resolve_report_to
+
+CONFIG = {"algo": "grpo", "group_size": 4, "grpo": {"beta": 0.04}}
+
+
+def _log_run(run_dir, report_to, steps=(1, 2)):
+    with MetricsLogger(run_dir, report_to=report_to, config=CONFIG, run_name="t") as log:
+        for s in steps:
+            log.log(s, {"train/loss": 1.0 / s, "reward/mean": 0.25 * s, "note": "text"})
+
+
+def test_report_to_resolution_and_errors():
+    assert resolve_report_to(None) == ["tensorboard"]
+    assert resolve_report_to(["tensorboard", "wandb"], tensorboard=False) == ["wandb"]
+    assert resolve_report_to("none") == [] and resolve_report_to(["mlflow", "mlflow"]) == ["mlflow"]
+    with pytest.raises(ValueError, match="unknown tracker"):
+        resolve_report_to(["wandbb"])
+    with pytest.raises(ValueError, match="'none' cannot be combined"):
+        resolve_report_to(["none", "wandb"])
+
+
+@pytest.mark.parametrize("name", ["wandb", "mlflow", "trackio"])
+def test_a_selected_tracker_that_is_not_installed_names_its_extra(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
+    with pytest.raises(ImportError, match=rf"pip install 'agentrl-gym\[{name}\]'"):
+        MetricsLogger(tmp_path, report_to=[name])
+
+
+def _wandb_records(path):
+    """The protobuf records of a W&B transaction log (``run-*.wandb``: a LevelDB-style log of 32 KiB blocks)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, buf = 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (kind == 0 and length == 0):
+            pos += left
+            continue
+        buf += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last fragment of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buf)
+            buf = b""
+            yield record
+
+
+def test_wandb_offline_run_has_config_metrics_and_plots(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _log_run(tmp_path, ["wandb"])
+    [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    history, config = [], {}
+    for r in _wandb_records(run_file):
+        kind = r.WhichOneof("record_type")
+        if kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
+        elif kind == "run":
+            config.update({u.key: json.loads(u.value_json) for u in r.run.config.update})
+    assert config["group_size"] == 4 and config["grpo"] == {"beta": 0.04}
+    scalars = [(h["_step"], h["train/loss"], h["reward/mean"]) for h in history if "train/loss" in h]
+    assert scalars == [(1, 1.0, 0.25), (2, 0.5, 0.5)]
+    images = [k for h in history for k in h if k.startswith("plots/") and k.endswith("/_type")]
+    assert images and all(h[k] == "image-file" for h in history for k in h if k in images)
+    assert list(run_file.parent.glob("files/media/images/plots/*.png"))
+
+
+def test_mlflow_local_store_run_has_config_metrics_and_plots(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("matplotlib")
+    # a local SQLite store (MLflow 3 refuses the ./mlruns file store unless MLFLOW_ALLOW_FILE_STORE=true);
+    # artifacts go to ./mlartifacts of the working directory
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "agentrl-test")
+    run_dir = tmp_path / "run"
+    _log_run(run_dir, ["mlflow"])
+    _log_run(run_dir, ["mlflow"], steps=(3,))  # a resumed run continues the same MLflow run
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("agentrl-test").experiment_id])
+    assert run.info.run_name == "t" and run.info.status == "FINISHED"
+    assert run.data.params["group_size"] == "4" and run.data.params["grpo.beta"] == "0.04"
+    loss = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(loss) == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    assert "note" not in run.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "config.json" in artifacts
+    assert any(a.path.endswith(".png") for a in client.list_artifacts(run.info.run_id, "plots"))
+
+
+def test_trackio_local_run_has_config_and_metrics(tmp_path):
+    pytest.importorskip("trackio")
+    # trackio reads TRACKIO_DIR when it is imported: a fresh process keeps the store inside tmp_path
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        from test_trackers import _log_run
+        _log_run({str(tmp_path / "run")!r}, ["trackio"])
+        from trackio.sqlite_storage import SQLiteStorage
+        print("RESULT " + json.dumps({{"logs": SQLiteStorage.get_logs("agentrl-test", "t"),
+                           "config": SQLiteStorage.get_run_config("agentrl-test", "t")}}))
+    """)
+    env = {**__import__("os").environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "TRACKIO_PROJECT": "agentrl-test",
+           "MPLBACKEND": "Agg"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    scalars = [(r["step"], r["train/loss"], r["reward/mean"]) for r in result["logs"] if "train/loss" in r]
+    assert scalars == [(1, 1.0, 0.25), (2, 0.5, 0.5)]
+    assert any(k.startswith("plots/") for r in result["logs"] for k in r)
+    assert result["config"]["group_size"] == 4 and result["config"]["grpo"] == {"beta": 0.04}
+    assert (tmp_path / "trackio" / "agentrl-test.db").exists()
+
+
+def test_report_to_flag_and_key_reach_the_train_config(tmp_path):
+    from agentrl.algos import cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "--report-to", "wandb,mlflow"])
+    assert cli.build_train_config(args).report_to == ["wandb", "mlflow"]
+    args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "report_to=trackio"])
+    assert cli.build_train_config(args).report_to == ["trackio"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--report-to", "wandbb"])
