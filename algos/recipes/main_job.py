@@ -107,6 +107,9 @@ class PipelineConfig:
     """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True
     """Show progress bars."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers of the SFT and GRPO stages (one tracker run each, named 'sft' and 'grpo'):
+    'tensorboard', 'wandb', 'mlflow', 'trackio' or 'none' (docs/trackers.md)."""
 
 
 def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
     rows = [("base", run_eval("base"))]
 
     common = dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
-                  progress=cfg.progress, lora=cfg.lora)
+                  progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to))
     sft_cfg = TrainConfig(
         **common, algo="sft", out=str(out / "sft"), steps=cfg.sft_steps, lr=cfg.sft_lr, save_every=0,
         env_kwargs={**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})},
