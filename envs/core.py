@@ -379,6 +379,11 @@ class TextEnv(gym.Env[str, str]):
         info.update(self.extra_info())
         return info
 
+    def close(self) -> None:
+        """Release what the env holds: its tools' resources (e.g. an MCP session), then Gymnasium's own."""
+        self.tools.close()
+        super().close()
+
     def render(self) -> str | None:
         text = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in self.messages)
         if self.render_mode == "ansi":

@@ -272,11 +272,6 @@ class ToolUseEnv(TextEnv):
             return {"id": str(i), **self.rows[i]}
         return GENERATOR.sample(make_task, rng, self.split, self.families)
 
-    def close(self) -> None:
-        """Close the tool set (an MCP session ends; a later call would open a new one)."""
-        self.tools.close()
-        super().close()
-
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` generated tasks of the ``test`` split (of ``families`` when given); ``seed`` is
         unused: the split is fixed. Built-in tasks even when the env was made with your own dataset."""

@@ -218,3 +218,13 @@ def test_pyproject_installs_every_package():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     present = {m for m, p in _modules().items() if p.name == "__init__.py"}
     assert present <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(present - listed)}"
+
+
+def test_relative_links_in_readme_and_docs_point_at_files():
+    broken = []
+    for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", f.read_text(encoding="utf-8")):
+            target = m.group(1)
+            if "://" not in target and not target.startswith("mailto:") and not (f.parent / target).exists():
+                broken.append(f"{f.relative_to(ROOT)} -> {target}")
+    assert not broken, broken

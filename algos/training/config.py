@@ -60,7 +60,7 @@ class TrainConfig:
     """Environment id (registered by importing agentrl.envs)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for gymnasium.make (e.g. {"families": ["multiply"]} for ToolUse-v0)."""
-    envs: list[dict[str, Any]] = field(default_factory=list)
+    envs: list[dict[str, Any]] | dict[str, float] | str = field(default_factory=list)
     """A mixture of envs instead of env/env_kwargs: [{"id": "AgentRL/Search-v0", "weight": 2, "env_kwargs": {...},
     "name": ...}, ...] (only id is required); on the command line: --envs ToolUse-v0:2,Search-v0:1.
     Each task's env is drawn by weight; groups never mix envs; metrics are logged per env (docs/mixtures.md)."""
