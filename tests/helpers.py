@@ -248,14 +248,7 @@ def tiny_train_model(tokenizer, seed=0, stop_scale=5.0):
     hit the token budget and every reward would be the same.) ``stop_scale`` 5 gives replies of varied
     length; 8 makes every reply end at once.
     """
-    model = tiny_model(tokenizer, hidden_size=32, seed=seed)
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        direction = torch.randn(emb.shape[1], generator=g)
-        emb[stop] = stop_scale * direction / direction.norm()
-    return model
+    return tiny_model(tokenizer, hidden_size=32, seed=seed, end_scale=stop_scale)
 
 
 def tiny_train_config(tmp_path, **kw) -> TrainConfig:

@@ -253,7 +253,7 @@ def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: i
             stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
             if stop is None or stop == tokenizer.unk_token_id:
                 stop = tokenizer.eos_token_id
-            direction = torch.randn(hidden_size)
+            direction = torch.randn(hidden_size, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 model.get_input_embeddings().weight[stop] = end_scale * direction / direction.norm()
     model.to(dtype or torch.float32)
