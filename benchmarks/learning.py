@@ -12,9 +12,18 @@ trained on) with a per-environment preset, then adds:
 * **PythonMath-v0** — Average@4 / Pass@4 (4 samples per task at temperature 0.7) with the tool-use and
   self-correction rates.
 
-Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command) and copies the
-training curves and the eval bar chart into ``docs/results/<env>/``. Runs resume: a finished stage (eval report,
+Every evaluation uses the env's fixed held-out set ``benchmarks/heldout/<env>.jsonl`` (``benchmarks/heldout.py``:
+written before any tuning, from positions no earlier experiment evaluated; ``--quick`` takes its first rows), set
+as ``PipelineConfig.eval_tasks_file`` (override it with ``eval_tasks_file=...``).
+
+Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command), copies the
+training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
+figures, command, wall time, peak RSS, machine) for the results page. Runs resume: a finished stage (eval report,
 trained adapter) in ``--out`` is read back, not redone, so a killed run continues where it stopped.
+
+``--all`` runs every env's experiment and ``benchmarks/compare_algorithms.py``, each in its own process (so each
+records its own peak RSS), then regenerates ``docs/results/learning.md`` (``benchmarks/learning_page.py``) from
+the run directories; ``--page`` only regenerates that page.
 
     python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (~30-45 min)
     python benchmarks/learning.py --quick                      # CI-sized budgets (a smoke test, not a result)
@@ -22,6 +31,8 @@ trained adapter) in ``--out`` is read back, not redone, so a killed run continue
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
     python benchmarks/learning.py key=value ...                # any PipelineConfig override (rl_steps=20)
+    python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
+    python benchmarks/learning.py --page                       # the page from the run directories as they are
 """
 
 from __future__ import annotations
@@ -31,13 +42,17 @@ import datetime
 import json
 import logging
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 RESULTS = ROOT / "docs" / "results"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # heldout, learning_page, run_all: sibling scripts
 
 #: Short names used for the output files.
 NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
@@ -212,10 +227,79 @@ def _shown_args(argv: list[str]) -> list[str]:
     return out
 
 
+def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: float, page: Path,
+                  stages: dict[str, float]) -> Path:
+    """``<out>/learning.json``: what the results page needs, all from this run (figures, command, time, machine)."""
+    import hashlib
+
+    import run_all
+
+    from agentrl.algos.recipes.main_job import peak_rss_gib
+
+    tasks_file = Path(cfg.eval_tasks_file)
+    summary = {
+        "env": cfg.env, "quick": args.quick, "seed": cfg.seed, "model": cfg.model, "eval_n": cfg.eval_n,
+        "eval_temperature": cfg.eval_temperature, "heldout_file": str(cfg.eval_tasks_file),
+        "heldout_sha256": hashlib.sha256(tasks_file.read_bytes()).hexdigest() if tasks_file.is_file() else None,
+        "command": " ".join(["python benchmarks/learning.py", *_shown_args(sys.argv[1:] if argv is None else argv)]),
+        "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds, "stage_seconds": stages,
+        "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "results_page": page.name,
+        "config": {"sft_families": list(cfg.sft_families), "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps,
+                   "rl_steps": cfg.rl_steps, "rl_tasks_per_step": cfg.rl_tasks_per_step,
+                   "rl_group_size": cfg.rl_group_size, "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens,
+                   "max_turns": cfg.max_turns},
+        "rows": [[label, report.to_dict()] for label, report in rows], "family_table": families,
+    }
+    path = out / "learning.json"
+    path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def quick_heldout(env: str, n: int, out: Path) -> Path:
+    """The first ``n`` tasks of ``env``'s fixed held-out set, as ``<out>/heldout-quick.jsonl`` (--quick runs)."""
+    import heldout
+
+    path = out / "heldout-quick.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(heldout.dumps(heldout.read(heldout.path_for_env(env))[:n]), encoding="utf-8")
+    return path
+
+
+def all_commands(quick: bool, model: str | None, runs: Path, results: str) -> list[list[str]]:
+    """The child commands of ``--all``: every env's experiment, then the algorithm comparison."""
+    common = (["--quick"] if quick else []) + (["--model", model] if model else []) + ["--results", results]
+    suffix = "-quick" if quick else ""
+    cmds = [[sys.executable, str(HERE / "learning.py"), "--env", env, "--out",
+             str(runs / f"learning-{NAMES[env]}{suffix}"), *common] for env in PRESETS]
+    cmds.append([sys.executable, str(HERE / "compare_algorithms.py"), "--out", str(runs / f"compare-algorithms{suffix}"),
+                 *common])
+    return cmds
+
+
+def run_everything(args) -> int:
+    """``--all``: each experiment in its own process (failures are reported, the rest still run), then the page."""
+    import learning_page
+
+    failed = []
+    for cmd in all_commands(args.quick, args.model, Path(args.runs), args.results):
+        logger.info("running %s", " ".join(cmd[1:]))
+        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+            failed.append(" ".join(cmd[1:]))
+    path = learning_page.write_page(Path(args.runs), Path(args.results), quick=args.quick)
+    print(f"written: {path}")
+    for cmd in failed:
+        print(f"FAILED: {cmd}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="AgentRL/ToolUse-v0", choices=sorted(PRESETS), help="environment")
     ap.add_argument("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner)")
+    ap.add_argument("--all", action="store_true", help="every env, compare_algorithms.py, then docs/results/learning.md")
+    ap.add_argument("--page", action="store_true", help="only regenerate docs/results/learning.md from the run dirs")
+    ap.add_argument("--runs", default="runs", help="where --all / --page find the run directories (runs/)")
+    ap.add_argument("--model", help="model alias or path (PipelineConfig.model; default the embedded 135M)")
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
     ap.add_argument("--no-control", action="store_true", help="skip the SFT control (ToolUse-v0)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
@@ -225,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if args.all:
+        return run_everything(args)
+    if args.page:
+        import learning_page
+
+        print(f"written: {learning_page.write_page(Path(args.runs), Path(args.results), quick=args.quick)}")
+        return 0
 
     import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.config import apply_overrides, config_from_dict
@@ -235,7 +326,16 @@ def main(argv: list[str] | None = None) -> int:
     name = NAMES[args.env] + ("_quick" if args.quick else "")
     full, quick = PRESETS[args.env]
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
-    d = apply_overrides({**(quick if args.quick else full), "env": args.env, "out": str(out)}, args.overrides)
+    preset = dict(quick if args.quick else full)
+    if args.quick:  # the first rows of the fixed held-out set
+        preset["eval_tasks_file"] = str(quick_heldout(args.env, preset["eval_tasks"], out))
+    else:
+        import heldout
+
+        preset["eval_tasks_file"] = str(heldout.path_for_env(args.env).relative_to(ROOT))
+    if args.model:
+        preset["model"] = args.model
+    d = apply_overrides({**preset, "env": args.env, "out": str(out)}, args.overrides)
     cfg: PipelineConfig = config_from_dict(PipelineConfig, d)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
@@ -244,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
     rows = [(labels.get(k, k), r) for k, r in rows]
     rl_s = stage_seconds(out / "grpo")
-    tasks = pipeline.heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+    tasks = pipeline.eval_task_list(cfg)
     control = None
     if args.env == "AgentRL/ToolUse-v0" and not args.no_control:
         budget = args.minutes * 60 if args.minutes else rl_s
@@ -265,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     delta = 100 * (rl.average_at_n - sft.average_at_n)
     lines = [
         f"# Proof of learning: {cfg.env}{' (quick smoke run)' if args.quick else ''}", "",
-        f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on), "
-        f"N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
+        f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on) "
+        f"from `{cfg.eval_tasks_file}`, N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
         f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
         f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}, {cfg.sft_steps} steps of "
         f"{cfg.sft_batch_size}. RL: GRPO on the full task mixture, {cfg.rl_steps} steps of {cfg.rl_tasks_per_step} "
@@ -303,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     path = results_dir / f"learning_{name}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
+    write_summary(out, cfg, args, argv, rows, families, started, time.perf_counter() - t0, path,
+                  {"sft": stage_seconds(out / "sft"), "grpo": rl_s, **({"sft_control": control["seconds"]} if control else {})})
     print("\n".join(lines))
     print(f"written: {path}")
     return 0

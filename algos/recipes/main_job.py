@@ -46,7 +46,8 @@ from agentrl.algos.training.config import TrainConfig
 from agentrl.algos.training.tasks import heldout_tasks
 from agentrl.algos.training.trainer import Trainer
 
-__all__ = ["PipelineConfig", "heldout_tasks", "run_pipeline"]
+__all__ = ["PipelineConfig", "eval_task_list", "heldout_tasks", "peak_rss_gib", "rl_train_config", "run_pipeline",
+           "sft_train_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,10 @@ class PipelineConfig:
     seed: int = 0
     """Seed of every stage."""
     eval_tasks: int = 32
-    """Held-out (test-split) tasks per evaluation."""
+    """Held-out (test-split) tasks per evaluation (not used with eval_tasks_file)."""
+    eval_tasks_file: str | None = None
+    """JSONL of the held-out tasks (every row; e.g. benchmarks/heldout/tooluse.jsonl, fixed before tuning) instead
+    of the env's first eval_tasks held-out tasks."""
     eval_n: int = 1
     """Samples per held-out task (the N of Average@N / Pass@N)."""
     eval_temperature: float = 0.0
@@ -112,8 +116,59 @@ class PipelineConfig:
     'tensorboard', 'wandb', 'mlflow', 'trackio' or 'none' (docs/trackers.md)."""
 
 
+def eval_task_list(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The held-out tasks of every evaluation: all rows of ``eval_tasks_file``, else the env's first
+    ``eval_tasks`` held-out tasks."""
+    if cfg.eval_tasks_file:
+        from agentrl.envs.datasets import load_rows
+
+        if not Path(cfg.eval_tasks_file).is_file():
+            raise ValueError(f"eval_tasks_file: {cfg.eval_tasks_file} does not exist")
+        return load_rows(cfg.eval_tasks_file, (), name="eval_tasks_file")
+    return heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+
+
+def peak_rss_gib() -> float | None:
+    """This process's peak resident memory (``VmHWM`` of /proc/self/status) in GiB; None where there is none."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _common(cfg: PipelineConfig) -> dict[str, Any]:
+    return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
+                progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
+                attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights)
+
+
+def sft_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
+    """The cold-start stage's TrainConfig (SFT on ``sft_demos`` demonstrations of ``sft_families``); ``changes``
+    replace fields (e.g. ``steps``, ``seed``, ``adapter``)."""
+    tc = TrainConfig(
+        **_common(cfg), algo="sft", out=str(out), steps=cfg.sft_steps, lr=cfg.sft_lr, save_every=0,
+        env_kwargs={**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})},
+        sft=SFTConfig(batch_size=cfg.sft_batch_size, num_demos=cfg.sft_demos))
+    return dataclasses.replace(tc, **changes)
+
+
+def rl_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
+    """The RL stage's TrainConfig (GRPO on the full task mixture with the main job's rollout settings);
+    ``changes`` replace fields (e.g. ``algo="ppo"``, ``steps``, ``seed``)."""
+    tc = TrainConfig(
+        **_common(cfg), algo="grpo", out=str(out), steps=cfg.rl_steps, lr=cfg.rl_lr, env_kwargs=cfg.env_kwargs,
+        tasks_per_step=cfg.rl_tasks_per_step, group_size=cfg.rl_group_size, save_every=4,
+        collector=CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed),
+        grpo=cfg.grpo)
+    return dataclasses.replace(tc, **changes)
+
+
 def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
-    """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path}``.
+    """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path,
+    "plots", "timings", "peak_rss_gib"}`` (``peak_rss_gib``: the process's VmHWM at the end, GiB, or None).
 
     ``policy``: the sampling backend of every evaluation and rollout (e.g. an
     :class:`~agentrl.algos.policy.OpenAIPolicy` of a vLLM server); default an in-process
@@ -135,7 +190,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
     if policy is None:
         policy = HFPolicy(model, tokenizer, share_weights=cfg.sampler_shares_weights)
-    tasks = heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+    tasks = eval_task_list(cfg)
     rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)
     timings: dict[str, float] = {}
@@ -153,12 +208,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
 
     rows = [("base", run_eval("base"))]
 
-    common = dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
-                  progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to))
-    sft_cfg = TrainConfig(
-        **common, algo="sft", out=str(out / "sft"), steps=cfg.sft_steps, lr=cfg.sft_lr, save_every=0,
-        env_kwargs={**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})},
-        sft=SFTConfig(batch_size=cfg.sft_batch_size, num_demos=cfg.sft_demos))
+    sft_cfg = sft_train_config(cfg, out / "sft")
     t0 = time.perf_counter()
     sft = Trainer(sft_cfg, model=model, tokenizer=tokenizer, resume=resume)
     if sft.step < sft_cfg.steps:
@@ -167,10 +217,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
     policy.update_weights(model)
     rows.append(("sft", run_eval("sft")))
 
-    rl_cfg = TrainConfig(
-        **common, algo="grpo", out=str(out / "grpo"), steps=cfg.rl_steps, lr=cfg.rl_lr, env_kwargs=cfg.env_kwargs,
-        tasks_per_step=cfg.rl_tasks_per_step, group_size=cfg.rl_group_size, save_every=4,
-        collector=rollout, grpo=cfg.grpo)
+    rl_cfg = rl_train_config(cfg, out / "grpo", collector=rollout)
     t0 = time.perf_counter()
     # The GRPO stage continues the SFT adapter in place; on resume, its own checkpoint (if any) wins.
     rl = Trainer(rl_cfg, model=model, tokenizer=tokenizer, policy=policy,
@@ -186,8 +233,12 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
     plots.append(plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL"))
     timings["total"] = time.perf_counter() - t_start
     times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
+    peak = peak_rss_gib()
+    if peak is not None:
+        times += f"; peak RSS {peak:.2f} GiB"
+    source = f" from {cfg.eval_tasks_file}" if cfg.eval_tasks_file else ""
     (out / "results.md").write_text(
         f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
-        f"{cfg.eval_tasks} held-out tasks, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
+        f"{len(tasks)} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
         f"{table}\n\nTime: {times}.\n", encoding="utf-8")
-    return {"rows": rows, "table": table, "out": out, "plots": plots, "timings": timings}
+    return {"rows": rows, "table": table, "out": out, "plots": plots, "timings": timings, "peak_rss_gib": peak}

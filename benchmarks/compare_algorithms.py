@@ -1,0 +1,433 @@
+"""The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
+
+Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
+an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.train_step()`` in a loop
+until ``--minutes`` of training are spent; evaluation time is not counted) and is evaluated greedily on the same
+fixed held-out set (``benchmarks/heldout/tooluse.jsonl``, fixed before any tuning) at a few points of its budget
+(``--eval-points``, fractions of it; the cold start itself is the point at 0). Each algorithm runs once per seed
+(``--seeds 0,1``); the page gives the mean and the spread (min..max) over seeds, says for each algorithm whether
+it beat the cold start, and shows the metrics that explain a miss: groups with equal rewards (no signal), skipped
+groups, optimizer steps, clip fractions (PPO), KL, DPO pairs and preference accuracy.
+
+Settings shared by all runs are the main job's (``PipelineConfig``; ``key=value`` overrides, e.g.
+``rl_group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
+job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28]; online DPO pairs the best and worst halves of
+each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed
+``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
+
+Resumable: a finished run (``<out>/<algo>-s<seed>/result.json``), the cold start and its evaluation are read back;
+a run killed part-way is redone from its start (its time budget would not be comparable otherwise).
+
+Writes ``<out>/compare.json`` (every figure, the command, times, machine, peak RSS), the page
+``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
+``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
+step). How long a full-size run takes was not measured when this was written: roughly
+algorithms x seeds x (--minutes + the evaluations), plus the cold start.
+
+    python benchmarks/compare_algorithms.py                          # 4 algorithms x 2 seeds, 10 min each
+    python benchmarks/compare_algorithms.py --minutes 20 --seeds 0,1,2
+    python benchmarks/compare_algorithms.py --cold-start runs/main  # reuse a main-job run's SFT adapter
+    python benchmarks/compare_algorithms.py --quick                  # CI-sized (a smoke test, not a result)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import gc
+import hashlib
+import json
+import logging
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = ROOT / "docs" / "results"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # heldout, run_all: sibling scripts
+
+ENV = "AgentRL/ToolUse-v0"
+ALGOS = ("grpo", "ppo", "dpo", "sft")
+LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued"}
+#: --quick: CI-sized settings (PipelineConfig keys) and budgets.
+QUICK = {"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2, "rl_group_size": 4,
+         "max_new_tokens": 32, "max_turns": 2}
+QUICK_TASKS = 4
+#: Per-step metrics whose run means the page shows (when an algorithm logs them), with their labels.
+DIAGNOSTICS = {
+    "rollout/degenerate_group_rate": "equal-reward groups", "train/skipped_groups": "skipped groups/step",
+    "train/optimizer_steps": "optimizer steps/step", "train/clip_frac_high": "clip frac high",
+    "train/clip_frac_low": "clip frac low", "train/kl": "KL", "train/pairs": "DPO pairs/step",
+    "train/dpo_accuracy": "DPO accuracy", "rollout/tool_calls": "tool calls/episode", "train/loss": "loss",
+}
+
+logger = logging.getLogger("compare_algorithms")
+
+
+def parse_fractions(text: str) -> list[float]:
+    """``"0.5,1"`` -> ``[0.5, 1.0]``: sorted fractions in (0, 1], always ending with 1 (the end of the budget)."""
+    try:
+        points = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--eval-points: expected fractions like 0.5,1, got {text!r}") from None
+    if not points or points[0] <= 0 or points[-1] > 1:
+        raise ValueError(f"--eval-points: fractions must lie in (0, 1], got {text!r}")
+    return points if points[-1] == 1 else [*points, 1.0]
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """PipelineConfig overrides, and those of the ``ppo`` / ``dpo`` sections (``ppo.eps_high=0.3``)."""
+    pipeline, sections = [], {"ppo": [], "dpo": []}
+    for item in overrides:
+        head = item.split(".", 1)[0]
+        if head in sections and "=" in item:
+            sections[head].append(item.split(".", 1)[1])
+        else:
+            pipeline.append(item)
+    return pipeline, sections
+
+
+def resolve_cold_start(path: str) -> Path:
+    """The adapter folder of ``--cold-start``: the folder itself, its ``adapter/`` or a main-job run's ``sft/adapter``."""
+    p = Path(path)
+    for candidate in (p, p / "adapter", p / "sft" / "adapter"):
+        if (candidate / "adapter_config.json").is_file():
+            return candidate
+    raise ValueError(f"--cold-start: no adapter (adapter_config.json) in {p}, {p / 'adapter'} or {p / 'sft/adapter'}")
+
+
+def by_family(episodes: Path, n: int) -> dict[str, float]:
+    """Average@N per task family of saved eval episodes."""
+    from agentrl.algos.evaluation.report import summarize
+    from agentrl.algos.rollout.trajectory import load_jsonl
+
+    return summarize(load_jsonl(episodes), n, source_key="family").em_by_source
+
+
+def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Run means of :data:`DIAGNOSTICS` and the first/last rollout reward (only the keys the run logged)."""
+    out = {}
+    for key in DIAGNOSTICS:
+        values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+        if values:
+            out[key] = statistics.fmean(values)
+    rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
+    if rewards:
+        k = max(1, len(rewards) // 4)
+        out["reward_first_quarter"] = statistics.fmean(rewards[:k])
+        out["reward_last_quarter"] = statistics.fmean(rewards[-k:])
+    return out
+
+
+class Runner:
+    """Holds the base model once; makes the cold start, evaluates, and runs one (algorithm, seed)."""
+
+    def __init__(self, cfg, out: Path, tasks: list[dict[str, Any]], sections: dict[str, list[str]]):
+        from agentrl.algos.models import load_model
+
+        self.cfg, self.out, self.tasks = cfg, out, tasks
+        self.sections = sections
+        self.base, self.tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
+                                               attn_implementation=cfg.attn_implementation)
+
+    def eval_config(self):
+        from agentrl.algos.rollout.collector import CollectorConfig
+
+        c = self.cfg
+        return CollectorConfig(max_turns=c.max_turns, max_new_tokens=c.max_new_tokens, seed=c.seed,
+                               temperature=c.eval_temperature)
+
+    def evaluate(self, policy, path: Path):
+        from agentrl.algos.evaluation.evaluate import evaluate, load_report
+
+        if path.with_suffix(".summary.json").is_file():
+            return load_report(path)
+        return evaluate(self.cfg.env, policy, self.tasks, self.cfg.eval_n, self.eval_config(),
+                        env_kwargs=self.cfg.env_kwargs, out=path, progress=self.cfg.progress)
+
+    def cold_start(self, given: str | None) -> tuple[Path, dict[str, Any]]:
+        """The shared cold-start adapter (made once in ``<out>/cold_start`` unless ``given``) and its provenance."""
+        from agentrl.algos.recipes.main_job import sft_train_config
+        from agentrl.algos.training.trainer import Trainer
+
+        if given:
+            return resolve_cold_start(given), {"source": str(given), "seconds": None}
+        run_dir = self.out / "cold_start"
+        info_path = run_dir / "cold_start.json"
+        if (run_dir / "adapter" / "adapter_config.json").is_file() and info_path.is_file():
+            return run_dir / "adapter", json.loads(info_path.read_text())
+        t0 = time.perf_counter()
+        tc = sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"], tensorboard=False)
+        Trainer(tc, model=copy.deepcopy(self.base), tokenizer=self.tokenizer).train()
+        info = {"source": f"made here: the main job's SFT stage ({self.cfg.sft_steps} steps of "
+                          f"{self.cfg.sft_batch_size} on {self.cfg.sft_demos} demos of "
+                          f"{', '.join(self.cfg.sft_families) or 'all families'})",
+                "seconds": time.perf_counter() - t0}
+        info_path.write_text(json.dumps(info) + "\n")
+        return run_dir / "adapter", info
+
+    def eval_cold_start(self, adapter: Path):
+        from agentrl.algos.models.lora import load_adapter
+        from agentrl.algos.policy import HFPolicy
+
+        path = self.out / "eval" / "cold_start.jsonl"
+        if path.with_suffix(".summary.json").is_file():
+            return self.evaluate(None, path)
+        model = load_adapter(copy.deepcopy(self.base), adapter)
+        report = self.evaluate(HFPolicy(model, self.tokenizer), path)
+        del model
+        gc.collect()
+        return report
+
+    def train_config(self, algo: str, seed: int, adapter: Path, run_dir: Path):
+        from agentrl.algos.config import apply_overrides, config_from_dict
+        from agentrl.algos.objectives.dpo import DPOConfig
+        from agentrl.algos.objectives.ppo import PPOConfig
+        from agentrl.algos.recipes.main_job import rl_train_config, sft_train_config
+
+        common = dict(seed=seed, adapter=str(adapter), steps=10**9, save_every=0, progress=False,
+                      report_to=["none"], tensorboard=False)
+        if algo == "sft":
+            return sft_train_config(self.cfg, run_dir, **common)
+        ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
+        dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
+        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, **common)
+
+    def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],
+            max_steps: int | None) -> dict[str, Any]:
+        """One (algorithm, seed): train for ``seconds`` of wall time, evaluating at each fraction of it."""
+        from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
+        from agentrl.algos.models.lora import save_adapter
+        from agentrl.algos.policy import HFPolicy
+        from agentrl.algos.training.trainer import Trainer
+
+        run_dir = self.out / f"{algo}-s{seed}"
+        done = run_dir / "result.json"
+        if done.is_file():
+            return json.loads(done.read_text())
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a killed run: redo it whole (its clock restarted)
+        trainer = Trainer(self.train_config(algo, seed, adapter, run_dir), model=copy.deepcopy(self.base),
+                          tokenizer=self.tokenizer)
+        if algo == "sft" and seed == self.cfg.seed:
+            trainer.data_pos = self.cfg.sft_steps * self.cfg.sft_batch_size  # continue the cold start's demos
+        policy = trainer.policy or HFPolicy(trainer.model, self.tokenizer)
+        log = MetricsLogger(run_dir, tensorboard=False, report_to=["none"])
+        points, clock, pending = [], 0.0, list(fractions)
+        try:
+            while pending:
+                if clock < pending[0] * seconds and (max_steps is None or trainer.step < max_steps):
+                    t0 = time.perf_counter()
+                    metrics = trainer.train_step()
+                    clock += time.perf_counter() - t0
+                    log.log(trainer.step, metrics)
+                    logger.info("%s seed %d step %d: %.0f of %.0f s", algo, seed, trainer.step, clock, seconds)
+                    continue
+                frac = pending.pop(0)
+                policy.update_weights(trainer.model)
+                episodes = run_dir / "eval" / f"at-{frac:g}.jsonl"
+                report = self.evaluate(policy, episodes)
+                points.append({"fraction": frac, "train_seconds": clock, "step": trainer.step,
+                               "average_at_n": report.average_at_n, "pass_at_n": report.pass_at_n})
+        finally:
+            log.close()
+            collector = getattr(trainer, "_collector", None)
+            if collector is not None:
+                collector.close()
+        save_adapter(trainer.model, run_dir / "adapter")
+        result = {"algo": algo, "seed": seed, "steps": trainer.step, "train_seconds": clock, "points": points,
+                  "final": report.to_dict(),
+                  "final_by_family": by_family(episodes, self.cfg.eval_n), "diagnostics": summarize_metrics(read_metrics(run_dir))}
+        done.write_text(json.dumps(result, indent=1) + "\n")
+        del trainer, policy
+        gc.collect()
+        return result
+
+
+def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean / min / max final held-out success over seeds, per-seed deltas and mean diagnostics."""
+    finals = [r["final"]["average_at_n"] for r in results]
+    diag: dict[str, float] = {}
+    for key in {k for r in results for k in r["diagnostics"]}:
+        values = [r["diagnostics"][key] for r in results if key in r["diagnostics"]]
+        diag[key] = statistics.fmean(values)
+    mean = statistics.fmean(finals)
+    fams = sorted({f for r in results for f in r.get("final_by_family", {})})
+    family = {f: statistics.fmean(r["final_by_family"].get(f, 0.0) for r in results) for f in fams}
+    return {"mean": mean, "min": min(finals), "max": max(finals), "by_family": family,
+            "std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+            "seeds_above": sum(f > cold for f in finals), "seeds": len(finals), "beat": mean > cold,
+            "steps": [r["steps"] for r in results], "diagnostics": diag}
+
+
+def why_not(agg: dict[str, Any]) -> str:
+    """The diagnostics of an algorithm that did not beat its cold start, as one sentence of measured rates."""
+    d = agg["diagnostics"]
+    parts = [f"{label} {d[key]:.3g}" for key, label in DIAGNOSTICS.items() if key in d]
+    if "reward_first_quarter" in d:
+        parts.append(f"rollout reward {d['reward_first_quarter']:+.3f} (first quarter) -> "
+                     f"{d['reward_last_quarter']:+.3f} (last quarter)")
+    return "; ".join(parts) or "no metrics logged"
+
+
+def plots(summary: dict[str, Any], out: Path, dest: Path) -> list[Path]:
+    """Held-out success against training wall time (mean over seeds, min..max bars), and rollout reward
+    against step (one line per seed); written to ``dest``."""
+    from agentrl.algos.evaluation.plot import _pyplot
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    plt = _pyplot()
+    dest.mkdir(parents=True, exist_ok=True)
+    cold = summary["cold_start"]["average_at_n"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for algo, runs in summary["runs"].items():
+        n_points = min(len(r["points"]) for r in runs)
+        xs, ys, lo, hi = [0.0], [cold], [0.0], [0.0]
+        for i in range(n_points):
+            vals = [r["points"][i]["average_at_n"] for r in runs]
+            m = statistics.fmean(vals)
+            xs.append(statistics.fmean(r["points"][i]["train_seconds"] for r in runs) / 60)
+            ys.append(m)
+            lo.append(m - min(vals))
+            hi.append(max(vals) - m)
+        ax.errorbar(xs, [100 * y for y in ys], yerr=[[100 * v for v in lo], [100 * v for v in hi]], marker="o",
+                    capsize=3, label=LABELS.get(algo, algo))
+    ax.axhline(100 * cold, color="grey", linestyle=":", label="cold start")
+    ax.set_xlabel("training wall time (min)")
+    ax.set_ylabel(f"held-out Average@{summary['eval_n']} (%)")
+    ax.set_title(f"{ENV}: {summary['tasks']} held-out tasks, mean of {len(summary['seeds'])} seeds (bars: min..max)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    heldout_png = dest / "heldout_vs_time.png"
+    fig.savefig(heldout_png, dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (algo, runs) in enumerate(summary["runs"].items()):
+        for j, r in enumerate(runs):
+            recs = [m for m in read_metrics(out / f"{algo}-s{r['seed']}") if "reward/mean" in m]
+            if recs:
+                ax.plot([m["step"] for m in recs], [m["reward/mean"] for m in recs], color=f"C{i}", alpha=0.8,
+                        linestyle=("-", "--", ":", "-.")[j % 4], label=f"{LABELS.get(algo, algo)} seed {r['seed']}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("rollout reward (mean)")
+    ax.set_title("rollout reward of the RL algorithms (SFT has no rollouts)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    reward_png = dest / "reward_vs_step.png"
+    fig.savefig(reward_png, dpi=110)
+    plt.close(fig)
+    return [heldout_png, reward_png]
+
+
+def page(summary: dict[str, Any], plot_dir: str) -> str:
+    """The markdown of the comparison (also embedded in docs/results/learning.md)."""
+    n, cold = summary["eval_n"], summary["cold_start"]["average_at_n"]
+    lines = [f"{summary['tasks']} held-out tasks from `{summary['heldout_file']}`, greedy (N = {n}); each "
+             f"algorithm trained {summary['minutes']:g} min of wall time from the same cold start "
+             f"({summary['cold_start_source']}); seeds {', '.join(map(str, summary['seeds']))}.", "",
+             f"| Algorithm | Held-out Average@{n}: mean (min..max) | vs cold start ({100 * cold:.1f}%) | "
+             "seeds above | steps per seed | beat its cold start? |", "|---|---:|---:|---:|---:|---|"]
+    notes = []
+    for algo, agg in summary["aggregate"].items():
+        verdict = "yes" if agg["beat"] else "no (see below)"
+        lines.append(f"| {LABELS.get(algo, algo)} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
+                     f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
+                     f"{', '.join(map(str, agg['steps']))} | {verdict} |")
+        if not agg["beat"]:
+            notes.append(f"- **{LABELS.get(algo, algo)}** did not beat its cold start. Run means: {why_not(agg)}.")
+    fams = summary.get("cold_start_by_family", {})
+    if fams:
+        lines += ["", "Per task family (Average@N; algorithms: mean over seeds):", "",
+                  "| Model | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams),
+                  "| cold start | " + " | ".join(f"{100 * v:.0f}%" for v in fams.values()) + " |"]
+        for algo, agg in summary["aggregate"].items():
+            lines.append(f"| {LABELS.get(algo, algo)} | "
+                         + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
+    lines += ["", *notes, "" if notes else "",
+              f"![held-out success against wall time]({plot_dir}/heldout_vs_time.png)",
+              f"![rollout reward against step]({plot_dir}/reward_vs_step.png)", "",
+              f"Command: `{summary['command']}`; {summary['invocation_seconds'] / 60:.1f} min this invocation, peak "
+              f"RSS {summary['peak_rss_gib'] or float('nan'):.2f} GiB; machine: {'; '.join(m.lstrip('- ') for m in summary['machine'][:3])}."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, of {', '.join(ALGOS)}")
+    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (>= 2 for a spread)")
+    ap.add_argument("--minutes", type=float, help="training wall time per run (default 10; --quick 0.03)")
+    ap.add_argument("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
+    ap.add_argument("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
+    ap.add_argument("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
+    ap.add_argument("--heldout", help="held-out task file (default benchmarks/heldout/tooluse.jsonl)")
+    ap.add_argument("--model", help="model alias or path (default: the main job's)")
+    ap.add_argument("--quick", action="store_true", help="CI-sized settings (a smoke test, not a result)")
+    ap.add_argument("--out", help="run directory (default runs/compare-algorithms[-quick])")
+    ap.add_argument("--results", default=str(RESULTS), help="where the page and plots go (docs/results)")
+    ap.add_argument("overrides", nargs="*", help="PipelineConfig key=value (and ppo.* / dpo.*) overrides")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    import heldout
+    import run_all
+
+    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.recipes.main_job import PipelineConfig, peak_rss_gib
+
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
+    unknown = sorted(set(algos) - set(ALGOS))
+    if unknown or not algos:
+        raise SystemExit(f"--algos: unknown {unknown} (choose from {', '.join(ALGOS)})")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    fractions = parse_fractions(args.eval_points)
+    minutes = args.minutes if args.minutes is not None else (0.03 if args.quick else 10.0)
+    suffix = "_quick" if args.quick else ""
+    out = Path(args.out or f"runs/compare-algorithms{suffix.replace('_', '-')}")
+    out.mkdir(parents=True, exist_ok=True)
+    heldout_file = Path(args.heldout) if args.heldout else heldout.path_for_env(ENV)
+    tasks = heldout.read(heldout_file)[: QUICK_TASKS if args.quick else None]
+    pipeline_overrides, sections = split_overrides(args.overrides)
+    preset = {**(QUICK if args.quick else {}), "env": ENV, "out": str(out), "progress": False,
+              **({"model": args.model} if args.model else {})}
+    cfg = config_from_dict(PipelineConfig, apply_overrides(preset, pipeline_overrides))
+    started = datetime.datetime.now().astimezone()
+    t0 = time.perf_counter()
+    runner = Runner(cfg, out, tasks, sections)
+    adapter, cold_info = runner.cold_start(args.cold_start)
+    cold = runner.eval_cold_start(adapter)
+    runs = {algo: [runner.run(algo, s, adapter, minutes * 60, fractions, args.max_steps) for s in seeds]
+            for algo in algos}
+    shown = sys.argv[1:] if argv is None else argv
+    summary = {
+        "env": ENV, "quick": args.quick, "algos": algos, "seeds": seeds, "minutes": minutes,
+        "eval_points": fractions, "eval_n": cfg.eval_n, "tasks": len(tasks),
+        "heldout_file": str(heldout_file.relative_to(ROOT) if heldout_file.is_relative_to(ROOT) else heldout_file),
+        "heldout_sha256": hashlib.sha256(heldout_file.read_bytes()).hexdigest(),
+        "cold_start": cold.to_dict(),
+        "cold_start_by_family": by_family(out / "eval" / "cold_start.jsonl", cfg.eval_n),
+        "cold_start_source": cold_info["source"], "model": cfg.model,
+        "command": " ".join(["python benchmarks/compare_algorithms.py", *shown]),
+        "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,
+        "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "runs": runs,
+        "aggregate": {algo: aggregate(cold.average_at_n, rs) for algo, rs in runs.items()},
+    }
+    (out / "compare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    results = Path(args.results)
+    name = f"compare_algorithms{suffix}"
+    plots(summary, out, results / name)
+    text = f"# The algorithms side by side: {ENV}{' (quick smoke run)' if args.quick else ''}\n\n{page(summary, name)}\n"
+    path = results / f"learning_{name}.md"
+    path.write_text(text, encoding="utf-8")
+    print(text)
+    print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
