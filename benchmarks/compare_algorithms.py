@@ -16,7 +16,9 @@ each group against the cold-start reference; SFT-continued trains on the demonst
 ``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
 
 Resumable: a finished run (``<out>/<algo>-s<seed>/result.json``), the cold start and its evaluation are read back;
-a run killed part-way is redone from its start (its time budget would not be comparable otherwise).
+a run killed part-way is redone from its start (its time budget would not be comparable otherwise). ``<out>``
+remembers its settings (``setup.json``) and refuses an invocation with other ones; more algorithms or seeds may
+be added to it.
 
 Writes ``<out>/compare.json`` (every figure, the command, times, machine, peak RSS), the page
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import datetime
 import gc
 import hashlib
@@ -123,6 +126,21 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
         out["reward_first_quarter"] = statistics.fmean(rewards[:k])
         out["reward_last_quarter"] = statistics.fmean(rewards[-k:])
     return out
+
+
+def check_setup(out: Path, setup: dict[str, Any]) -> None:
+    """Record the settings every run of ``out`` shares in ``<out>/setup.json``; refuse to mix runs made with
+    other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be added."""
+    path = out / "setup.json"
+    setup = json.loads(json.dumps(setup, default=str))
+    if path.is_file():
+        old = json.loads(path.read_text())
+        changed = sorted(k for k in set(old) | set(setup) if old.get(k) != setup.get(k))
+        if changed:
+            raise SystemExit(f"{out} holds runs made with other settings ({', '.join(changed)} differ); "
+                             "use another --out, or the same settings")
+    else:
+        path.write_text(json.dumps(setup, indent=1) + "\n")
 
 
 class Runner:
@@ -396,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     preset = {**(QUICK if args.quick else {}), "env": ENV, "out": str(out), "progress": False,
               **({"model": args.model} if args.model else {})}
     cfg = config_from_dict(PipelineConfig, apply_overrides(preset, pipeline_overrides))
+    check_setup(out, {"pipeline": dataclasses.asdict(cfg), "sections": sections, "minutes": minutes,
+                      "eval_points": fractions, "max_steps": args.max_steps, "cold_start": args.cold_start,
+                      "heldout_sha256": hashlib.sha256(heldout.dumps(tasks).encode()).hexdigest()})
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
     runner = Runner(cfg, out, tasks, sections)

@@ -159,6 +159,8 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     assert len(done) == 8
     assert quick_runs["compare"].main(quick_runs["cmp_args"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")} == done
+    with pytest.raises(SystemExit, match="minutes"):  # runs of another budget are never mixed in
+        quick_runs["compare"].main([*quick_runs["cmp_args"], "--minutes", "0.5"])
 
 
 def test_page_fills_sections_from_run_dirs_only(quick_runs):
