@@ -11,8 +11,8 @@ on them are not held out. The sets here are drawn from positions no experiment h
   question text equals one of those 288 is skipped, so no question an experiment has looked at is in the set.
 * ``search`` — Search-v0: 128 questions of the bundled dev split, skipping the questions earlier runs evaluated
   (the held-out draws of seed 0: ``heldout_tasks(env, 32, seed=0)``) and any whose text occurs in the train
-  split: every remaining question of the rarer source (fanoutqa), then wiki_description ones, each in SHA-1
-  order of their ids.
+  split: the two sources (fanoutqa, wiki_description) in turn, each in SHA-1 order of its ids, so the set holds
+  every remaining question of the rarer source (fanoutqa) and any prefix mixes both.
 * ``pythonmath`` — PythonMath-v0: as ToolUse-v0, with the problem generator of ``envs/python_math.py``. Its
   families change when the generator does; rewrite the file after such a change (``write --only pythonmath``)
   *before* tuning on it, and the check below fails until you do.
@@ -123,10 +123,16 @@ def make_search() -> list[dict[str, Any]]:
     rows = [t for t in rows if t["id"] not in skip_ids and task_text(t).strip().lower() not in train_texts]
     if len(rows) < SIZE:
         raise RuntimeError(f"the bundled dev split has only {len(rows)} unevaluated questions; {SIZE} needed")
-    # Every question of the rarest source first (fanoutqa: 14 in dev), so Macro-EM has as many as there are.
-    counts = collections.Counter(t["data_source"] for t in rows)
-    rank = {source: i for i, (source, _) in enumerate(sorted(counts.items(), key=lambda kv: (kv[1], kv[0])))}
-    return sorted(rows, key=lambda t: rank[t["data_source"]])[:SIZE]  # stable: SHA-1 order within a source
+    # The sources in turn (SHA-1 order within each) until the rarer runs out (fanoutqa: 14 in dev), so the set holds
+    # every question of the rarer source that Macro-EM can have, and any prefix of the file (--quick) mixes both.
+    by_source: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for t in rows:
+        by_source[t["data_source"]].append(t)
+    queues = [by_source[k] for k in sorted(by_source)]
+    out = []
+    while any(queues):
+        out += [q.pop(0) for q in queues if q]
+    return out[:SIZE]
 
 
 SPECS: dict[str, HeldoutSpec] = {
@@ -135,8 +141,8 @@ SPECS: dict[str, HeldoutSpec] = {
                            f"at the {EVALUATED_TEST_POSITIONS} test positions evaluated before", make_tooluse),
     "search": HeldoutSpec("search", "AgentRL/Search-v0", "dev",
                           "bundled dev questions, skipping the 32 held-out draws of seed 0 evaluated before and "
-                          "any question whose text is in the train split; every remaining one of the rarer source "
-                          "first, then the other, each in SHA-1 order of the ids", make_search),
+                          "any question whose text is in the train split; the two sources in turn (SHA-1 order of "
+                          "the ids within each), which keeps every remaining question of the rarer one", make_search),
     "pythonmath": HeldoutSpec("pythonmath", "AgentRL/PythonMath-v0", "test",
                               f"test-split positions from {START} on (generator index 2k+1), skipping questions "
                               f"asked at the {EVALUATED_TEST_POSITIONS} test positions evaluated before",
