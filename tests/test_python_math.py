@@ -11,7 +11,9 @@ import pytest
 import agentrl.envs
 from agentrl.envs.datasets import DatasetError
 from agentrl.envs.python_math import (
+    DEFAULT_TIERS,
     FAMILIES,
+    TIERS,
     PythonMathEnv,
     load_math_rows,
     make_task,
@@ -19,6 +21,7 @@ from agentrl.envs.python_math import (
     recovered_from_error,
     strip_dapo_template,
 )
+from agentrl.envs.python_math_tasks import GENERATOR
 from agentrl.envs.verify import MathVerifier, wrap_latex
 
 gym.register_envs(agentrl.envs)
@@ -237,3 +240,136 @@ def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
     """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
     old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
     assert gym.make("AgentRL/PythonMath-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old
+
+
+# ---------------------------------------------------------------------------------------------- tiers
+
+
+def test_every_tier_has_families_and_the_default_mixture_draws_all_tiers_evenly():
+    assert set(TIERS) == set(FAMILIES) and {FAMILIES[f].tier for f in FAMILIES} == set(DEFAULT_TIERS) == {1, 2, 3}
+    tasks = make_tasks(600, "train")
+    counts = {t: sum(task["tier"] == t for task in tasks) for t in DEFAULT_TIERS}
+    assert all(160 <= c <= 240 for c in counts.values()), counts  # a third each (binomial sd ~12)
+    assert {task["family"] for task in tasks} == set(FAMILIES)
+    assert all(task["tier"] == TIERS[task["family"]] for task in tasks)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_generates_valid_deterministic_tasks_on_both_splits(family):
+    for split in ("train", "test"):
+        tasks = make_tasks(6, split, [family])
+        assert tasks == make_tasks(6, split, [family])  # a pure function of the index
+        for t in tasks:
+            assert t["family"] == family and t["tier"] == TIERS[family] and t["question"].strip()
+            assert t["answer"].lstrip("-").isdigit() and t["solution_code"].rstrip().splitlines()[-1].startswith("print(")
+    questions = {t["question"] for t in make_tasks(20, "train", [family]) + make_tasks(20, "test", [family])}
+    # parameters vary; tiers 1-2 have large question spaces (some tier-3 families have ~30 questions in all)
+    assert len(questions) >= (38 if TIERS[family] < 3 else 10), len(questions)
+
+
+def test_easy_tier_answers_are_not_guessable():
+    """Tiers 1 and 2 are sized so mental arithmetic fails: the answers are large and spread out."""
+    tasks = make_tasks(200, "train", tiers=[1, 2])
+    answers = [int(t["answer"]) for t in tasks]
+    assert len(set(answers)) >= 195
+    assert sum(a >= 100 for a in answers) >= 190
+
+
+def test_tiers_select_families_and_tier3_is_the_old_default():
+    t12 = make_tasks(60, "test", tiers=[1, 2])
+    assert {t["tier"] for t in t12} == {1, 2}
+    assert make_tasks(10, "test", tiers=[2, 1, 2]) == make_tasks(10, "test", tiers=[1, 2])  # a set of tiers
+    # tiers=[3] draws exactly what the generator drew for the tier-3 family list: the pre-tier default.
+    tier3 = [f for f in FAMILIES if TIERS[f] == 3]
+    assert make_tasks(30, "test", tiers=[3]) == make_tasks(30, "test", tier3)
+    assert [GENERATOR.draw(i, tier3)[0] for i in range(30)] == [make_task(i, tiers=[3])["family"] for i in range(30)]
+    assert make_tasks(30, "test") == make_tasks(30, "test", tiers=DEFAULT_TIERS)
+
+
+def test_tier3_reproduces_tasks_of_the_generator_before_tiers():
+    """Golden values: the first test-split tasks of the env's default before tiers (commit c42404d)."""
+    old = [("no_consecutive_subsets-1", "1287"), ("sum_powers-3", "11816364"), ("modpow-5", "91"),
+           ("no_consecutive_subsets-7", "364"), ("modpow-9", "4")]
+    assert [(t["id"], t["answer"]) for t in make_tasks(5, "test", tiers=[3])] == old
+
+
+@pytest.mark.parametrize("bad", [[4], [], [0, 1], "12", [True], 2, [1.5]])
+def test_bad_tiers_name_the_key(bad):
+    with pytest.raises(ValueError, match="tiers"):
+        PythonMathEnv(tiers=bad)
+
+
+def test_families_and_tiers_together():
+    env = PythonMathEnv(families=["mul_sub"], tiers=[1, 2])
+    assert {t["family"] for t in env.heldout_tasks(5)} == {"mul_sub"}
+    with pytest.raises(ValueError, match=r"families \['modpow'\] are not in tiers \[1, 2\]"):
+        PythonMathEnv(families=["modpow"], tiers=[1, 2])
+
+
+def test_env_samples_and_holds_out_its_tier_selection():
+    env = gym.make("AgentRL/PythonMath-v0", tiers=[1]).unwrapped
+    seen = set()
+    for seed in range(20):
+        _, info = env.reset(seed=seed)
+        seen.add(TIERS[info["task_id"].rsplit("-", 1)[0]])
+        assert int(info["task_id"].rsplit("-", 1)[1]) % 2 == 0  # the train split
+    assert seen == {1}
+    assert env.heldout_tasks(8) == make_tasks(8, "test", tiers=[1])
+    assert gym.make("AgentRL/PythonMath-v0").unwrapped.heldout_tasks(8) == make_tasks(8, "test", tiers=DEFAULT_TIERS)
+
+
+@pytest.mark.needs_bwrap
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_reference_code_prints_the_answer_in_the_sandbox(sb, family):
+    for t in make_tasks(3, "train", [family]) + make_tasks(3, "test", [family]):
+        result = sb.run(t["solution_code"], timeout=5)
+        assert result.status == "ok" and result.stdout.strip() == t["answer"], (t, result)
+
+
+@pytest.mark.needs_bwrap
+@pytest.mark.parametrize("call_format", ["hermes", "fenced"])
+def test_demo_is_one_call_then_the_boxed_answer(sb, verifier, call_format):
+    env = PythonMathEnv(sandbox=sb, verifier=verifier, call_format=call_format)
+    for task in make_tasks(4, "train", tiers=[1, 2]):
+        demo = env.demo(task)
+        roles = [m["role"] for m in demo["messages"]]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"], roles
+        assert demo["reward"] == 1.0 and demo["correct"]
+        assert demo["messages"][3]["content"].strip() == task["answer"]
+        assert demo["messages"][4]["content"].endswith(f"\\boxed{{{task['answer']}}}.")
+
+
+def test_instructions_show_the_call_shape_in_the_envs_format_without_numbers_to_copy():
+    task = make_task(0)
+    hermes = PythonMathEnv().system_prompt(task)
+    shape = '{"name": "code_interpreter", "arguments": {"code": "print(<the computation>)"}}'
+    assert f"<tool_call>\n{shape}\n</tool_call>" in hermes
+    instructions = hermes.split("\n\n")[0]
+    assert not any(ch.isdigit() for ch in instructions)  # a number there got copied into answers (docs)
+    fenced = PythonMathEnv(call_format="fenced").system_prompt(task)
+    assert "```python\nprint(<the computation>)\n```" in fenced and "<tool_call>" not in fenced
+
+
+@pytest.mark.needs_bwrap
+def test_text_only_mode_offers_no_tool(sb, verifier):
+    assert PythonMathEnv.supports_text_only
+    env = PythonMathEnv(sandbox=sb, verifier=verifier, tools_enabled=False, tiers=[1])
+    task = make_task(0, tiers=[1])
+    obs, info = env.reset(options={"task": task})
+    system = info["messages"][0]["content"]
+    assert info["tools"] == [] and "code_interpreter" not in system and "\\boxed{}" in system
+    obs, r, term, _, info = env.step(call("print(1)"))
+    assert obs.startswith("Error: no tools are available") and not term and info["metrics"]["invalid_calls"] == 1
+    assert info["metrics"]["code_calls"] == 0
+    _, r, term, _, info = env.step(f"\\boxed{{{task['answer']}}}")
+    assert (r, term, info["correct"]) == (1.0, True, True)
+    demo = env.demo(task)
+    assert [m["role"] for m in demo["messages"]] == ["system", "user", "assistant"] and demo["reward"] == 1.0
+    tasks = gym.make("AgentRL/PythonMath-v0", tools_enabled=False, tiers=[1, 2]).unwrapped.heldout_tasks(4)
+    assert tasks == make_tasks(4, "test", tiers=[1, 2])  # the same held-out tasks as the tool-using env
+
+
+def test_easy_tier_demo_code_is_short_for_the_default_model(tokenizer):
+    """A 135M model copies the demonstrations: tier-1/2 solution programs stay within 60 tokens."""
+    longest = max(len(tokenizer(t["solution_code"])["input_ids"]) for t in make_tasks(100, "train", tiers=[1, 2]))
+    assert 10 < longest <= 60
