@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _CacheEntry:
     tokens: list[int]
-    kv: list[tuple[Any, Any]]  # per layer (keys [1, H, n, D], values [1, H, n, D]); n == len(tokens)
+    kv: list[tuple[Any, Any]] | None  # per layer (keys [1, H, n, D], values [1, H, n, D]) of tokens[len(prefix):]
+    prefix: Any = None  # a _cascade.Prefix shared with other trajectories (its keys/values are not copied), or None
 
 
 @dataclass
@@ -32,6 +33,7 @@ class _Row:
     cached: int
     pending: list[int]
     generator: Any
+    offset: int = 0  # tokens before the row's own cache: the call's shared prefix
     out_ids: list[int] = field(default_factory=list)
     out_lp: list[float] = field(default_factory=list)
     done: bool = False
@@ -51,20 +53,27 @@ class HFPolicy(Policy):
             the trainer, the adapter applied unmerged on every forward pass) instead of a merged sampler copy:
             no second copy of the base weights, at the cost of the LoRA matmuls in every decode step. The
             trainer must not update the model while this policy samples (the synchronous trainer never does).
+        cascade: when all rows of a call share a prompt prefix of at least 32 tokens, keep its keys/values once
+            (also across turns: the stored caches of the trajectories reference it) and attend to it with one
+            matrix product for all rows, merged with each row's own attention (``_cascade.py``). Models whose
+            attention cannot take it (sliding window, soft-capping, no attention interface) decode as without.
 
     The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
-    computed), so the next turn prefills only the tokens the collector appended. Caches are stored densely
-    per trajectory and left-padded into a batch for each call; padding is masked, never attended.
+    computed), so the next turn prefills only the tokens the collector appended. Caches are stored per
+    trajectory (after the shared prefix, with ``cascade``) and left-padded into a batch for each call; padding is
+    masked, never attended.
     """
 
     def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, compact_fraction: float = 0.25,
-                 share_weights: bool = False):
+                 share_weights: bool = False, cascade: bool = True):
         import torch
 
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.compact_fraction = compact_fraction
         self.share_weights = share_weights
+        self.cascade = cascade
+        self._cascade_state = None  # the running call's _cascade.CascadeState, when it decodes with a shared prefix
         self._cache: dict[Hashable, _CacheEntry] = {}
         self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
         self.model = model
@@ -73,8 +82,9 @@ class HFPolicy(Policy):
         self.device = next(model.parameters()).device
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._torch = torch
-        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0}
-        """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled."""
+        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0, "shared_prefix_calls": 0}
+        """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled,
+        calls decoded with a shared prefix."""
         if is_peft(model):
             self.update_weights(model)
 
@@ -137,9 +147,9 @@ class HFPolicy(Policy):
         return len(e.tokens) if e else 0
 
     def _take_cache(self, req: GenerationRequest):
-        """The usable cache of a request: (kv or None, tokens cached) with at least one prompt token pending."""
+        """The usable cache of a request: (prefix, kv, tokens cached) with at least one prompt token pending."""
         if req.key is None or req.key not in self._cache:
-            return None, 0
+            return None, None, 0
         entry = self._cache.pop(req.key)
         limit = min(len(entry.tokens), len(req.prompt_ids) - 1)
         n = 0
@@ -147,9 +157,7 @@ class HFPolicy(Policy):
             n += 1
         if n < len(entry.tokens):
             logger.debug("cache of %r cut from %d to %d tokens (prompt diverges)", req.key, len(entry.tokens), n)
-        if n == 0:
-            return None, 0
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], n
+        return (entry.prefix, entry.kv, n) if n else (None, None, 0)
 
     # ---------------------------------------------------------------- generation
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
@@ -175,19 +183,48 @@ class HFPolicy(Policy):
     def _forward(self, ids, cache, attention_mask, position_ids):
         from agentrl.algos.policy._kv_cache import model_forward
 
+        if self._cascade_state is not None:
+            self._cascade_state.set_mask(attention_mask)
         return model_forward(self.model, ids, cache, attention_mask, position_ids)
 
     def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams):
+        from agentrl.algos.policy import _cascade
+
+        torch = self._torch
+        taken = [self._take_cache(req) for req in requests]
+        prefix = None
+        if self.cascade and _cascade.supported(self.model):
+            prefix = _cascade.choose_prefix([r.prompt_ids for r in requests], taken, self._compute_prefix)
+        rows: list[_Row] = []
+        for req, tk in zip(requests, taken, strict=True):
+            kv, n, offset = _cascade.row_state(prefix, tk)
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+            rows.append(_Row(req, kv, n, list(req.prompt_ids[offset + n:]), gen, offset))
+        if prefix is None:
+            return self._decode(rows, sampling, None)
+        self.stats["shared_prefix_calls"] += 1
+        with _cascade.activate(self.model, prefix) as self._cascade_state:
+            try:
+                return self._decode(rows, sampling, prefix)
+            finally:
+                self._cascade_state = None
+
+    def _compute_prefix(self, tokens):
+        """Keys/values [1, Hkv, n, D] per layer of ``tokens`` from position 0 (one forward pass, no shared prefix)."""
+        from agentrl.algos.policy._kv_cache import new_cache, out_cache
+
+        torch = self._torch
+        ids = torch.tensor([list(tokens)], device=self.device)
+        out = self._forward(ids, new_cache(reserve=0), torch.ones_like(ids), torch.arange(len(tokens))[None].to(ids))
+        self.stats["prefill_tokens"] += len(tokens)
+        return [(layer.keys.clone(), layer.values.clone()) for layer in out_cache(out).layers]
+
+    def _decode(self, rows: list[_Row], sampling: SamplingParams, prefix):
         from agentrl.algos.policy._kv_cache import out_cache
 
         torch = self._torch
         dev = self.device
-        rows: list[_Row] = []
-        for req in requests:
-            kv, n = self._take_cache(req)
-            gen = torch.Generator(device="cpu")
-            gen.manual_seed(req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-            rows.append(_Row(req, kv, n, list(req.prompt_ids[n:]), gen))
         stops = set(sampling.stop_token_ids)
 
         # --- prefill: identical uncached prompts (a group) are computed once, then expanded
@@ -211,7 +248,7 @@ class HFPolicy(Policy):
             cache.batch_select_indices(index)
             logits = logits.index_select(0, index)
             mask = mask.index_select(0, index.cpu())
-        positions = torch.tensor([r.cached + len(r.pending) for r in rows])  # next position of each row
+        positions = torch.tensor([r.offset + r.cached + len(r.pending) for r in rows])  # next position of each row
 
         # --- decode
         active = list(range(len(rows)))  # row index of each batch line
@@ -234,7 +271,7 @@ class HFPolicy(Policy):
             done_lines = [line for line, i in enumerate(active) if rows[i].done]
             if done_lines and len(done_lines) >= max(1, int(self.compact_fraction * len(active))):
                 for line in done_lines:
-                    self._store(rows[active[line]], cache, mask, line)
+                    self._store(rows[active[line]], cache, mask, line, prefix)
                 keep = torch.tensor(live_lines)
                 cache.batch_select_indices(keep.to(dev))
                 mask = mask.index_select(0, keep)
@@ -249,7 +286,7 @@ class HFPolicy(Policy):
             logits = out.logits[:, -1, :]
             positions = positions + step_mask[:, 0]
         for line, i in enumerate(active):
-            self._store(rows[i], cache, mask, line)
+            self._store(rows[i], cache, mask, line, prefix)
 
         self.stats["generated_tokens"] += sum(len(r.out_ids) for r in rows)
         return [GenerationResult(r.out_ids, r.out_lp,
@@ -266,7 +303,7 @@ class HFPolicy(Policy):
         for b, r in enumerate(rows):
             if r.cached:
                 mask[b, width - r.cached:] = 1
-        positions = torch.tensor([r.cached for r in rows])
+        positions = torch.tensor([r.offset + r.cached for r in rows])
         if width == 0:
             return new_cache(reserve=reserve), mask, positions
         ref = next(r.kv for r in rows if r.kv is not None)
@@ -291,21 +328,22 @@ class HFPolicy(Policy):
         for b, r in enumerate(rows):
             n = len(r.pending)
             ids[b, width - n:] = torch.tensor(r.pending)
-            pos[b, width - n:] = torch.arange(r.cached, r.cached + n)
+            pos[b, width - n:] = torch.arange(r.offset + r.cached, r.offset + r.cached + n)
             new_mask[b, width - n:] = 1
         return ids, pos, torch.cat([mask, new_mask], dim=1)
 
-    def _store(self, row: _Row, cache, mask, line: int) -> None:
-        """Keep a finished row's keys/values densely under its key (all but the last sampled token)."""
+    def _store(self, row: _Row, cache, mask, line: int, prefix=None) -> None:
+        """Keep a finished row's keys/values (after the shared prefix) under its key (all but the last sampled token)."""
         if row.request.key is None:
             return
-        keep = mask[line].bool().to(self.device)
-        kv = [(layer.keys[line:line + 1, :, keep].clone(), layer.values[line:line + 1, :, keep].clone())
+        keep = mask[line].nonzero().squeeze(1).to(self.device)  # an index: one gather per layer, not a bool mask each
+        kv = [(layer.keys[line:line + 1].index_select(2, keep), layer.values[line:line + 1].index_select(2, keep))
               for layer in cache.layers]
         tokens = list(row.request.prompt_ids) + row.out_ids[:-1]
-        if kv and kv[0][0].shape[2] != len(tokens):
-            raise RuntimeError(f"internal cache error: {kv[0][0].shape[2]} cached positions for {len(tokens)} tokens")
-        self._cache[row.request.key] = _CacheEntry(tokens, kv)
+        if kv and kv[0][0].shape[2] != len(tokens) - row.offset:
+            raise RuntimeError(f"internal cache error: {kv[0][0].shape[2]} cached positions for "
+                               f"{len(tokens) - row.offset} tokens")
+        self._cache[row.request.key] = _CacheEntry(tokens, kv, prefix)
 
 
 def _fresh_copy(model, dtype, device):
