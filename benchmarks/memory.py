@@ -1,25 +1,34 @@
-"""Peak memory (RSS) of one GRPO training step at 16 x 512 tokens: chunked logprobs vs full logits.
+"""Peak memory (RSS) and time of one GRPO training step at 16 x 512 tokens: how logprobs and activations are kept.
 
 Each variant runs in a fresh subprocess (so one variant's peak cannot hide another's) and reports the process's
 peak resident set size (``VmHWM`` from ``/proc/self/status``, falling back to ``ru_maxrss``) after one training
 step, and its growth over the RSS measured just before the step (model, LoRA and batch already in memory).
 
 One step: LoRA (r=16, all-linear) on the model, a batch of ``--rows`` x ``--seq`` token ids (distinct random rows,
-so no shared prefix helps either side; the first ``--prompt`` tokens of each row are prompt, the rest actions),
-per-token log-probabilities, the GRPO loss (:func:`agentrl.algos.objectives.grpo.grpo_loss`, random +-1 advantages), backward
-and an AdamW step. The variants differ only in how the log-probabilities are computed:
+so no shared prefix helps any variant; the first ``--prompt`` tokens of each row are prompt, the rest actions),
+per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and an AdamW step. The variants:
 
 * ``full logits``     — the naive way, written here: ``model(ids).logits`` (``[B, T, V]``), ``log_softmax`` in fp32,
-  gather the sampled tokens;
+  gather the sampled tokens, :func:`agentrl.algos.objectives.grpo.grpo_loss`;
 * ``chunked, all``    — :func:`agentrl.algos.objectives.logprobs.token_logprobs` over every position (LM head on 1,024
-  positions at a time, hand-written backward);
-* ``chunked, actions`` — the same with ``positions=loss_mask``, as the trainer calls it (the LM head skips the
-  prompt).
+  positions at a time, hand-written backward), same loss;
+* ``chunked, actions`` — the trainer's update (:func:`agentrl.algos.training.update.update`: micro-batches, LM head
+  on the action tokens only) with the settings before memory budgets: ``micro_batch_tokens=16384`` (here one
+  micro-batch of 8,192 tokens), no checkpointing, ``logprob_chunk=1024``. **Today's configuration**: the ratios
+  are taken to it;
+* ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
+  TrainConfig's ``logprob_chunk`` (256);
+* ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
+  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.update.memory_plan`).
 
-    python benchmarks/memory.py                 # 16 x 512 tokens, SmolLM2-135M bf16
-    python benchmarks/memory.py --quick         # the same shape, without the 'chunked, all' variant
+The update variants train on old logprobs of 0 (``sampled=False``): the ratio is not 1, which changes the loss
+value, not what is computed or kept.
 
-Prints a table (peak RSS, growth during the step, step time) and the ratio to the naive baseline; never asserts.
+    python benchmarks/memory.py                 # every variant: 16 x 512 tokens, SmolLM2-135M bf16
+    python benchmarks/memory.py --quick         # the three trainer-update variants only
+
+Prints a table (peak RSS, growth during the step, step time, micro-batches) and the ratios to today's
+configuration; never asserts.
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("full logits", "chunked, all", "chunked, actions")
+TODAY = "chunked, actions"
+VARIANTS = ("full logits", "chunked, all", TODAY, "chunked, actions, checkpointed", "auto micro-batch")
+QUICK = (TODAY, "chunked, actions, checkpointed", "auto micro-batch")
 
 
 def rss_kb(field: str) -> int:
@@ -56,6 +67,31 @@ def naive_logprobs(model, ids, mask):
     return torch.cat([lp.new_zeros(ids.shape[0], 1), lp], dim=1)
 
 
+def trainer_step(model, opt, ids, loss_mask, adv, variant: str) -> dict:
+    """One step through the trainer's update code path; returns the step's settings and train metrics."""
+    from agentrl.algos.objectives.batching import SeqItem, token_weights
+    from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
+    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.training.update import memory_plan, micro_batches, set_gradient_checkpointing, update
+
+    cfg = TrainConfig()
+    if variant == "auto micro-batch":
+        ckpt, tokens = memory_plan(model, gradient_checkpointing=cfg.gradient_checkpointing,
+                                   micro_batch_tokens=cfg.micro_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
+    else:
+        ckpt, tokens = variant.endswith("checkpointed"), 16384
+    set_gradient_checkpointing(model, ckpt)
+    masks = loss_mask.tolist()
+    weights = token_weights(masks)
+    rows = [[SeqItem(token_ids=ids[r].tolist(), loss_mask=masks[r], old_logprobs=[0.0] * ids.shape[1],
+                     weights=weights[r], advantage=float(adv[r]))] for r in range(ids.shape[0])]
+    chunk = 1024 if variant == TODAY else cfg.logprob_chunk  # today's default was 1024
+    out = update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
+                 micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False)
+    return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk, "micro_batches": len(micro_batches(rows, tokens)),
+            "loss": out["train/loss"]}
+
+
 def child(args) -> None:
     import torch
 
@@ -75,27 +111,29 @@ def child(args) -> None:
     mask = torch.ones_like(ids)
     loss_mask = torch.zeros_like(ids)
     loss_mask[:, args.prompt:] = 1
-    old = torch.zeros(ids.shape, dtype=torch.float32)
-    adv = (torch.randint(0, 2, (args.rows, 1), generator=gen).float() * 2 - 1).expand(-1, args.seq)
-    weights = loss_mask.float() / loss_mask.sum()
-    model.train()
+    adv = torch.randint(0, 2, (args.rows,), generator=gen).float() * 2 - 1
     before = rss_kb("VmRSS")
     t0 = time.perf_counter()
-    if args.variant == "full logits":
-        lp = naive_logprobs(model, ids, mask)
+    if args.variant in ("full logits", "chunked, all"):
+        model.train()
+        if args.variant == "full logits":
+            lp = naive_logprobs(model, ids, mask)
+        else:
+            lp = token_logprobs(model, ids, mask, chunk_size=1024)
+        # pi_old := the current policy (detached), as on the first epoch of an on-policy step
+        old = lp.detach() * loss_mask
+        weights = loss_mask.float() / loss_mask.sum()
+        loss, _ = grpo_loss(lp, old, adv[:, None].expand(-1, args.seq), weights, GRPOConfig(beta=0.0))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        info = {"checkpointing": False, "micro_batch_tokens": args.rows * args.seq, "micro_batches": 1,
+                "loss": float(loss)}
     else:
-        lp = token_logprobs(model, ids, mask, chunk_size=1024,
-                            positions=loss_mask if args.variant == "chunked, actions" else None)
-    # pi_old := the current policy (detached), as on the first epoch of an on-policy step
-    old = lp.detach() * loss_mask
-    loss, _ = grpo_loss(lp, old, adv, weights, GRPOConfig(beta=0.0))
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+        info = trainer_step(model, opt, ids, loss_mask, adv, args.variant)
     step_s = time.perf_counter() - t0
     print(json.dumps({"variant": args.variant, "before_kb": before, "peak_kb": rss_kb("VmHWM"),
-                      "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "step_s": step_s,
-                      "loss": float(loss)}))
+                      "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "step_s": step_s, **info}))
 
 
 def main(argv=None) -> None:
@@ -106,13 +144,13 @@ def main(argv=None) -> None:
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence (default 512)")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence (default 128)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--quick", action="store_true", help="skip the 'chunked, all' variant")
+    ap.add_argument("--quick", action="store_true", help="only the trainer-update variants")
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args(argv)
     if args.variant:
         child(args)
         return
-    variants = [v for v in VARIANTS if not (args.quick and v == "chunked, all")]
+    variants = QUICK if args.quick else VARIANTS
     print(f"one GRPO step (LoRA r=16 all-linear, backward + AdamW), {args.model} {args.dtype}, "
           f"{args.rows} x {args.seq} tokens ({args.seq - args.prompt} action tokens per row); "
           f"each variant in a fresh process", flush=True)
@@ -130,16 +168,20 @@ def main(argv=None) -> None:
         results[v] = json.loads(lines[-1])
         r = results[v]
         print(f"  {v}: peak {r['peak_kb'] / 2**20:.2f} GiB, +{(r['peak_kb'] - r['before_kb']) / 2**20:.2f} GiB "
-              f"during the step, {r['step_s']:.1f} s", flush=True)
-    base = results.get("full logits")
+              f"during the step, {r['step_s']:.1f} s ({r['micro_batches']} micro-batches of <= "
+              f"{r['micro_batch_tokens']} tokens, checkpointing {'on' if r['checkpointing'] else 'off'})", flush=True)
+    base = results.get(TODAY)
     print()
-    print("| logprobs | peak RSS GiB | growth during step GiB | step s | peak / full logits | growth / full logits |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| variant | checkpointing | micro-batch tokens | micro-batches | peak RSS GiB | growth during step GiB "
+          "| step s | peak / today | step time / today |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for v, r in results.items():
         growth = r["peak_kb"] - r["before_kb"]
         ratio = f"{r['peak_kb'] / base['peak_kb']:.2f}x" if base else "–"
-        gratio = f"{growth / (base['peak_kb'] - base['before_kb']):.2f}x" if base else "–"
-        print(f"| {v} | {r['peak_kb'] / 2**20:.2f} | {growth / 2**20:.2f} | {r['step_s']:.1f} | {ratio} | {gratio} |")
+        tratio = f"{r['step_s'] / base['step_s']:.2f}x" if base else "–"
+        print(f"| {v} | {'on' if r['checkpointing'] else 'off'} | {r['micro_batch_tokens']} | {r['micro_batches']} "
+              f"| {r['peak_kb'] / 2**20:.2f} | {growth / 2**20:.2f} | {r['step_s']:.1f} | {ratio} | {tratio} |")
+    print(f"\ntoday's configuration: '{TODAY}' (micro_batch_tokens=16384, no checkpointing)")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def _checked_transform(base, decoder, head, input_ids: torch.Tensor) -> tuple[fl
         return known
     mult, cap = _logit_transform(base)
     probe = input_ids[:1, : min(8, input_ids.shape[1])]
-    was_training = base.training
+    modes = [(m, m.training) for m in base.modules()]  # each module's own mode (checkpointing layers may differ)
     base.eval()
     try:
         with torch.no_grad():
@@ -90,7 +90,8 @@ def _checked_transform(base, decoder, head, input_ids: torch.Tensor) -> tuple[fl
             h = decoder(input_ids=probe, use_cache=False).last_hidden_state
             ours = torch.log_softmax(_apply_transform(head(h).float(), mult, cap), dim=-1)
     finally:
-        base.train(was_training)
+        for m, mode in modes:
+            m.training = mode
     tol = 1e-3 if h.dtype == torch.float32 else 5e-2
     err = float((theirs - ours).abs().max())
     if err > tol:
@@ -189,28 +190,71 @@ def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor |
     return int(diff[0, 0]) if diff.numel() else input_ids.shape[1]
 
 
+def _replay_safe_cache(frozen: bool, layers=None):
+    """A KV cache whose ``update`` gives the same answer when a checkpointed layer is replayed in the backward pass.
+
+    Recording (``frozen=False``, the shared prefix): a layer's keys/values are stored on its first ``update`` only; a
+    replay returns the recomputed states and leaves the stored ones (and their autograd graph) alone. Frozen (the
+    rows' tails): returns the stored prefix joined with the new states and stores nothing. Either way the attention
+    sees what a plain :class:`~transformers.DynamicCache` would show it.
+    """
+    from transformers import DynamicCache
+
+    class ReplaySafeCache(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            if frozen:
+                layer = self.layers[layer_idx]
+                return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+            if layer_idx in recorded:  # a backward replay of this layer
+                return key_states, value_states
+            recorded.add(layer_idx)
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    recorded: set[int] = set()
+    return ReplaySafeCache(ddp_cache_data=layers) if layers is not None else ReplaySafeCache()
+
+
+def _checkpointing(decoder) -> list:
+    """The decoder layers that will checkpoint in this forward pass (transformers' activation checkpointing runs
+    a layer under :func:`torch.utils.checkpoint.checkpoint` only in training mode with grad enabled)."""
+    if not torch.is_grad_enabled():
+        return []
+    return [m for m in decoder.modules() if getattr(m, "gradient_checkpointing", False) and m.training
+            and hasattr(m, "_can_checkpoint_with_cache")]
+
+
 def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = 32):
-    """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work."""
+    """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work.
+
+    Under activation checkpointing the prefix's KV cache is kept: both caches are replay-safe
+    (:func:`_replay_safe_cache`), so the layers are told they may checkpoint with a cache."""
     bsz, seq_len = input_ids.shape
     p = common_prefix_length(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
     p = min(p, seq_len - 1)
     if p < min_prefix:
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    from transformers import DynamicCache
-
-    head = decoder(input_ids=input_ids[:1, :p], use_cache=True)
-    cache = getattr(head, "cache", None) or head.past_key_values
-    layers = [(layer.keys.expand(bsz, *layer.keys.shape[1:]), layer.values.expand(bsz, *layer.values.shape[1:]))
-              for layer in cache.layers]
-    shared = DynamicCache(ddp_cache_data=layers)
-    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-    positions = torch.arange(p, seq_len, device=input_ids.device).expand(bsz, -1)
     import inspect
 
     # transformers renames past_key_values -> cache (deprecated in 5.x); use whichever this version takes
     key = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-    tail = decoder(input_ids=input_ids[:, p:], attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{key: shared}).last_hidden_state
+    layers = _checkpointing(decoder)
+    use_cache = not layers  # a checkpointing layer would warn about use_cache=True (the cache is passed anyway)
+    for m in layers:
+        m._can_checkpoint_with_cache = True  # instance attribute: our caches survive the replay
+    try:
+        recording = _replay_safe_cache(frozen=False)
+        head = decoder(input_ids=input_ids[:1, :p], use_cache=use_cache, **{key: recording})
+        shared = _replay_safe_cache(frozen=True, layers=[(layer.keys, layer.values) for layer in recording.layers])
+        for layer in shared.layers:  # expanded views over the rows: the prefix's keys/values are never copied B times
+            layer.keys = layer.keys.expand(bsz, *layer.keys.shape[1:])
+            layer.values = layer.values.expand(bsz, *layer.values.shape[1:])
+        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+        positions = torch.arange(p, seq_len, device=input_ids.device).expand(bsz, -1)
+        tail = decoder(input_ids=input_ids[:, p:], attention_mask=mask, position_ids=positions,
+                       use_cache=use_cache, **{key: shared}).last_hidden_state
+    finally:
+        for m in layers:
+            m.__dict__.pop("_can_checkpoint_with_cache", None)
     return torch.cat([head.last_hidden_state.expand(bsz, -1, -1), tail], dim=1)
 
 

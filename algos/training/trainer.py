@@ -49,7 +49,7 @@ from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import AsyncConfig, TrainConfig
 from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
-from agentrl.algos.training.update import update
+from agentrl.algos.training.update import memory_plan, set_gradient_checkpointing, update
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,13 @@ class Trainer:
             model = load_adapter(model, config.adapter, trainable=True) if config.adapter else apply_lora(model, config.lora)
         self.model = model
         self.model.eval()
+        # Activation memory: checkpointing and the micro-batch size, resolved from memory_budget_gb ('auto')
+        self.checkpointing, self.micro_batch_tokens = memory_plan(
+            model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
+            memory_budget_gb=config.memory_budget_gb)
+        set_gradient_checkpointing(model, self.checkpointing)
+        logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
+                    self.checkpointing, config.memory_budget_gb)
         self.device = next(model.parameters()).device
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -284,7 +291,7 @@ class Trainer:
         publish = (lambda: self.policy.update_weights(self.model)) if self.policy is not None else None
         sampled = self.algo.needs_rollouts and temperature == self.rollout_temperature
         return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
-                      pad_id=self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens,
+                      pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
                       logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
                       sampled=sampled, after_step=publish, ranks=self.ranks)
 
