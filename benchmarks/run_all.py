@@ -57,7 +57,8 @@ QUICK_ARGS: dict[str, list[str]] = {
 }
 
 #: Scripts that are not benchmarks to run here.
-NOT_RUN = {"run_all", "learning", "coldstart_probe", "gpu_check"}  # gpu_check: run it on a GPU machine
+NOT_RUN = {"run_all", "learning", "learning_page", "compare_algorithms", "heldout", "coldstart_probe",
+           "gpu_check"}  # long learning runs and their tools; gpu_check: run it on a GPU machine
 
 _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
 

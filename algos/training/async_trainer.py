@@ -307,7 +307,7 @@ class AsyncTrainer(Trainer):
             return {"async/tis_corrected": 0}
         cfg = self.config
         current = rows_logprobs(self.model, items, temperature=self.rollout_temperature, pad_id=self.pad_id,
-                                micro_batch_tokens=cfg.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
+                                micro_batch_tokens=self.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
         weights = []
         for it, lp in zip(items, current, strict=True):
             w = tis_correct(it, lp, self.async_config.tis_cap)
