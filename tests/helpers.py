@@ -5,7 +5,8 @@ the rootdir conftest.py; Ray workers get it through ``PYTHONPATH``, see test_ray
 
 - chat templates: ``TEMPLATES`` and ``make_template_tokenizer`` (ChatML, Llama-3-style, Qwen-style);
 - collector drivers: ``ScriptedPolicy``, ``EchoEnv``, ``echo_tasks``, ``stop_biased_model``;
-- trainer: ``ScoreEnv`` (registered as "Test/Score-v0" on import), ``tiny_train_model``, ``tiny_train_config``.
+- trainer: ``ScoreEnv`` (registered as "Test/Score-v0" on import), ``tiny_train_model``, ``tiny_train_config``;
+- benchmarks: ``load_benchmark`` (a script of benchmarks/ as a module).
 """
 
 from __future__ import annotations
@@ -285,3 +286,20 @@ def native_scripted_policy(tokenizer, tasks, **kwargs) -> ScriptedPolicy:
     env.use_call_format(policy.fmt.call_format)
     policy.actions = {t["query"]: env.demo_actions(t) for t in tasks}
     return policy
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` imported as module ``bench_<name>`` (benchmarks/ put on ``sys.path`` for its own imports)."""
+    import importlib.util
+    import sys
+
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

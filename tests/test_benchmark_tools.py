@@ -6,21 +6,15 @@ is right.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_benchmark
 
 
 @pytest.fixture(scope="module")

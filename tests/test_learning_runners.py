@@ -6,25 +6,17 @@ needs, reads finished runs back, and that the page shows only what the run direc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def _load(name: str):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_benchmark
 
 
 @pytest.fixture(scope="module")
