@@ -129,14 +129,10 @@ def eval_task_list(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 
 def peak_rss_gib() -> float | None:
-    """This process's peak resident memory (``VmHWM`` of /proc/self/status) in GiB; None where there is none."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**20  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """This process's peak resident memory in GiB (the trainer's ``perf/peak_rss_gib``); None where there is none."""
+    from agentrl.algos.evaluation.run_log import process_memory
+
+    return process_memory().get("perf/peak_rss_gib")
 
 
 def _common(cfg: PipelineConfig) -> dict[str, Any]:
