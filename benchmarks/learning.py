@@ -9,7 +9,9 @@ trained on) with a per-environment preset, then adds:
   is RL's, not "more training".
 * **Search-v0** (offline BM25 backend) — the text-only baseline (the base model without the search tool) and EM
   per data source / Macro-EM in the table.
-* **PythonMath-v0** — Average@4 / Pass@4 (4 samples per task at temperature 0.7) with the tool-use and
+* **PythonMath-v0** — ReTool's comparison: the same pipeline run a second time with the tool switched off
+  (``tools_enabled=False``: text-only demonstrations, SFT and GRPO with the same budgets) in ``<out>/text_only``;
+  Average@4 / Pass@4 (4 samples per task at temperature 0.7), per tier and family, with the tool-use and
   self-correction rates.
 
 Every evaluation uses the env's fixed held-out set ``benchmarks/heldout/<env>.jsonl`` (``benchmarks/heldout.py``:
@@ -38,6 +40,7 @@ the run directories; ``--page`` only regenerates that page.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -71,20 +74,27 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
          "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 48, "max_turns": 2},
     ),
     "AgentRL/PythonMath-v0": (
-        {"sft_families": [], "eval_tasks": 16, "eval_n": 4, "eval_temperature": 0.7, "sft_demos": 32,
-         "sft_steps": 8, "rl_steps": 8, "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 160,
-         "max_turns": 3},
-        {"sft_families": [], "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7, "sft_demos": 8, "sft_steps": 2,
-         "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 96,
-         "max_turns": 2},
+        # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on train
+        # tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the fixed held-out set's first 64
+        # tasks (all three tiers; tier 3 is reported as what this model does not learn).
+        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 64, "eval_n": 4,
+         "eval_temperature": 0.7, "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 16,
+         "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
+        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
+         "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2,
+         "rl_group_size": 4, "max_new_tokens": 96, "max_turns": 2},
     ),
 }
+
+#: Row labels of PythonMath-v0's text-only pipeline (the same stages with ``tools_enabled=False``).
+TEXT_LABELS = {"base": "base, text-only", "sft": "SFT text-only (cold start)", "rl": "RL text-only (GRPO)"}
 
 GOALS = {
     "AgentRL/ToolUse-v0": "RL >= +20 points of held-out success (Average@N) over its cold-start checkpoint, within "
                           "30 minutes on 2 cores; and above the SFT control trained for the same wall time.",
     "AgentRL/Search-v0": "RL above SFT and base in Macro-EM; the tool-using model above the text-only baseline.",
-    "AgentRL/PythonMath-v0": "Average@4 and Pass@4 of the trained model above the base model's.",
+    "AgentRL/PythonMath-v0": "RL Average@4 >= cold start + 15 points; the code-interpreter policy >= the same model "
+                             "trained text-only (same demonstrations, steps and budgets) + 20 points Average@4.",
 }
 
 logger = logging.getLogger("learning")
@@ -178,22 +188,23 @@ def extra_table(rows) -> str:
     return "\n".join(lines)
 
 
-def family_table(out: Path, stages: list[tuple[str, str]], n: int) -> str | None:
-    """Average@N per task ``family`` of each stage's saved eval episodes (None when tasks have no family)."""
+def family_table(stages: list[tuple[str, Path]], n: int, key: str = "family") -> str | None:
+    """Average@N per task ``key`` (``family``, ``tier``) of each stage's saved eval episodes (``(label, path)``
+    pairs; a missing file is left out). None when the tasks have no such field."""
     from agentrl.algos.evaluation.evaluate import summarize
     from agentrl.algos.rollout.trajectory import load_jsonl
 
     reports = {}
-    for label, stem in stages:
-        path = out / "eval" / f"{stem}.jsonl"
+    for label, path in stages:
         if path.is_file():
-            reports[label] = summarize(load_jsonl(path), n, source_key="family")
-    fams = sorted({f for r in reports.values() for f in r.em_by_source})
-    if not fams:
+            reports[label] = summarize(load_jsonl(path), n, source_key=key)
+    groups = sorted({f for r in reports.values() for f in r.em_by_source}, key=str)
+    if not groups:
         return None
-    lines = ["| Model | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams)]
+    head = [f"{key} {g}" if key == "tier" else str(g) for g in groups]
+    lines = ["| Model | " + " | ".join(head) + " |", "|---|" + "---:|" * len(groups)]
     for label, r in reports.items():
-        lines.append(f"| {label} | " + " | ".join(f"{100 * r.em_by_source.get(f, 0.0):.0f}%" for f in fams) + " |")
+        lines.append(f"| {label} | " + " | ".join(f"{100 * r.em_by_source.get(g, 0.0):.0f}%" for g in groups) + " |")
     return "\n".join(lines)
 
 
@@ -228,7 +239,7 @@ def _shown_args(argv: list[str]) -> list[str]:
 
 
 def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: float, page: Path,
-                  stages: dict[str, float]) -> Path:
+                  stages: dict[str, float], tiers: str | None = None) -> Path:
     """``<out>/learning.json``: what the results page needs, all from this run (figures, command, time, machine)."""
     import hashlib
 
@@ -244,11 +255,12 @@ def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: 
         "command": " ".join(["python benchmarks/learning.py", *_shown_args(sys.argv[1:] if argv is None else argv)]),
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds, "stage_seconds": stages,
         "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "results_page": page.name,
-        "config": {"sft_families": list(cfg.sft_families), "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps,
+        "config": {"env_kwargs": dict(cfg.env_kwargs), "sft_families": list(cfg.sft_families), "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps,
                    "rl_steps": cfg.rl_steps, "rl_tasks_per_step": cfg.rl_tasks_per_step,
                    "rl_group_size": cfg.rl_group_size, "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens,
                    "max_turns": cfg.max_turns},
         "rows": [[label, report.to_dict()] for label, report in rows], "family_table": families,
+        "tier_table": tiers,
     }
     path = out / "learning.json"
     path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
@@ -301,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs", help="where --all / --page find the run directories (runs/)")
     ap.add_argument("--model", help="model alias or path (PipelineConfig.model; default the embedded 135M)")
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
-    ap.add_argument("--no-control", action="store_true", help="skip the SFT control (ToolUse-v0)")
+    ap.add_argument("--no-control", action="store_true",
+                    help="skip the control: SFT for the same time (ToolUse-v0), the text-only pipeline (PythonMath-v0)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
     ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
@@ -354,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("SFT control (same time)", report))
     if args.env == "AgentRL/Search-v0":
         rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks)))
+    if args.env == "AgentRL/PythonMath-v0" and not args.no_control:
+        # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
+        text = run_pipeline(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+                                                out=str(out / "text_only")), resume=True)
+        rows += [(TEXT_LABELS[k], r) for k, r in text["rows"]]
 
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -376,12 +394,20 @@ def main(argv: list[str] | None = None) -> int:
         extra_table(rows), "",
         f"RL vs its cold start: {delta:+.1f} points of Average@{n}.",
     ]
-    families = family_table(out, [("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
-                                  ("SFT control (same time)", "sft_control")], n)
+    stages = [("base", out / "eval" / "base.jsonl"), ("SFT (cold start)", out / "eval" / "sft.jsonl"),
+              ("RL (GRPO)", out / "eval" / "rl.jsonl"), ("SFT control (same time)", out / "eval" / "sft_control.jsonl")]
+    stages += [(label, out / "text_only" / "eval" / f"{stem}.jsonl") for stem, label in TEXT_LABELS.items()]
+    families = family_table(stages, n)
+    tiers = family_table(stages, n, key="tier")
     if families:
         saw = f"only {', '.join(cfg.sft_families)}" if cfg.sft_families else "all families"
         lines[-1:-1] = ["Per task family (Average@N on the held-out tasks of each family; the cold start saw "
                         f"{saw}):", "", families, ""]
+    if tiers:
+        lines[-1:-1] = ["Per tier (Average@N):", "", tiers, ""]
+    if "RL text-only (GRPO)" in by:
+        lines.append(f"Code interpreter vs text-only, both after RL: "
+                     f"{100 * (rl.average_at_n - by['RL text-only (GRPO)'].average_at_n):+.1f} points of Average@{n}.")
     if control is not None:
         c = by["SFT control (same time)"]
         lines.append(f"RL vs the SFT control ({control['steps']} more SFT steps in {control['seconds'] / 60:.1f} min, "
@@ -404,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     path = results_dir / f"learning_{name}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     write_summary(out, cfg, args, argv, rows, families, started, time.perf_counter() - t0, path,
-                  {"sft": stage_seconds(out / "sft"), "grpo": rl_s, **({"sft_control": control["seconds"]} if control else {})})
+                  {"sft": stage_seconds(out / "sft"), "grpo": rl_s, **({"sft_control": control["seconds"]} if control else {})},
+                  tiers)
     print("\n".join(lines))
     print(f"written: {path}")
     return 0

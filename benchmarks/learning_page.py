@@ -111,14 +111,19 @@ def env_section(env: str, run: dict[str, Any] | None, run_dir: Path, quick: bool
         f"Settings: cold start {c['sft_steps']} SFT steps on {c['sft_demos']} demos of "
         f"{', '.join(c['sft_families']) or 'all families'}; GRPO {c['rl_steps']} steps of {c['rl_tasks_per_step']} "
         f"tasks x {c['rl_group_size']}, lr {c['rl_lr']}; replies <= {c['max_new_tokens']} tokens, "
-        f"{c['max_turns']} turns.", "",
+        f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "") + ".", "",
         results_table(rows), "",
     ]
     if "SFT (cold start)" in by and "RL (GRPO)" in by:
         delta = 100 * (by["RL (GRPO)"].average_at_n - by["SFT (cold start)"].average_at_n)
         lines += [f"RL vs its cold start: {delta:+.1f} points of Average@{run['eval_n']}.", ""]
+    if "RL (GRPO)" in by and "RL text-only (GRPO)" in by:
+        delta = 100 * (by["RL (GRPO)"].average_at_n - by["RL text-only (GRPO)"].average_at_n)
+        lines += [f"Code interpreter vs text-only, both after RL: {delta:+.1f} points of Average@{run['eval_n']}.", ""]
     if run.get("family_table"):
         lines += ["Per task family (Average@N):", "", run["family_table"], ""]
+    if run.get("tier_table"):
+        lines += ["Per tier (Average@N):", "", run["tier_table"], ""]
     plot_dir = f"{name}{'_quick' if quick else ''}"
     lines += [f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", "",
               f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",

@@ -19,7 +19,9 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
 * ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
   TrainConfig's ``logprob_chunk`` (256);
 * ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
-  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.update.memory_plan`).
+  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.update.memory_plan`)
+  and glibc's mmap threshold at ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave
+  the RSS.
 
 The update variants train on old logprobs of 0 (``sampled=False``): the ratio is not 1, which changes the loss
 value, not what is computed or kept.
@@ -72,10 +74,18 @@ def trainer_step(model, opt, ids, loss_mask, adv, variant: str) -> dict:
     from agentrl.algos.objectives.batching import SeqItem, token_weights
     from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
     from agentrl.algos.training.config import TrainConfig
-    from agentrl.algos.training.update import memory_plan, micro_batches, set_gradient_checkpointing, update
+    from agentrl.algos.training.update import (
+        memory_plan,
+        micro_batches,
+        set_gradient_checkpointing,
+        set_malloc_mmap_threshold,
+        update,
+    )
 
     cfg = TrainConfig()
     if variant == "auto micro-batch":
+        if cfg.malloc_mmap_threshold_mb is not None:  # as the Trainer does
+            set_malloc_mmap_threshold(cfg.malloc_mmap_threshold_mb)
         ckpt, tokens = memory_plan(model, gradient_checkpointing=cfg.gradient_checkpointing,
                                    micro_batch_tokens=cfg.micro_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
     else:

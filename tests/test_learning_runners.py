@@ -181,3 +181,26 @@ def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkey
                         lambda cmd, cwd=None: ran.append(cmd) or type("R", (), {"returncode": 0})())
     assert learning.main(["--all", "--quick", "--runs", str(tmp_path), "--results", str(tmp_path / "res")]) == 0
     assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
+
+
+def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(tiny_dir, tmp_path):
+    """ReTool's comparison: the same stages with the tool switched off, in <out>/text_only, as extra rows."""
+    from agentrl.algos.rollout.trajectory import load_jsonl
+
+    learning = _load("learning")
+    out = tmp_path / "runs" / "learning-pythonmath-quick"
+    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", tiny_dir, "--out", str(out),
+                          "--results", str(tmp_path / "results"), "progress=false", "report_to=none"]) == 0
+    summary = json.loads((out / "learning.json").read_text())
+    assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)", "base, text-only",
+                                                       "SFT text-only (cold start)", "RL text-only (GRPO)"]
+    assert summary["config"]["env_kwargs"] == {"tiers": [1, 2]}
+    text_cfg = json.loads((out / "text_only" / "grpo" / "config.json").read_text())
+    assert text_cfg["env_kwargs"] == {"tiers": [1, 2], "tools_enabled": False}
+    for stage in ("base", "sft", "rl"):  # both pipelines evaluate the same held-out tasks
+        ids = [sorted({t.task["id"] for t in load_jsonl(d / "eval" / f"{stage}.jsonl")}) for d in (out, out / "text_only")]
+        assert ids[0] == ids[1] and len(ids[0]) == 4
+    tier_rows = summary["tier_table"].splitlines()
+    assert tier_rows[0].startswith("| Model | tier ") and len(tier_rows) == 2 + 6  # head, rule, six stages
+    page = (tmp_path / "results" / "learning_pythonmath_quick.md").read_text()
+    assert "Code interpreter vs text-only, both after RL" in page and "Per tier" in page

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from agentrl.algos.training.update import (
     checkpointed_layers,
     memory_plan,
     set_gradient_checkpointing,
+    set_malloc_mmap_threshold,
 )
 
 
@@ -118,11 +121,17 @@ def test_auto_checkpointing_turns_on_when_the_budget_is_short(lora_model):
     ({"micro_batch_tokens": 0}, "micro_batch_tokens"),
     ({"micro_batch_tokens": "big"}, "micro_batch_tokens"),
     ({"gradient_checkpointing": "sometimes"}, "gradient_checkpointing"),
+    ({"malloc_mmap_threshold_mb": 0}, "malloc_mmap_threshold_mb"),
+    ({"malloc_mmap_threshold_mb": -4}, "malloc_mmap_threshold_mb"),
 ])
 def test_bad_values_name_the_key(lora_model, kwargs, key):
-    args = {"gradient_checkpointing": "auto", "micro_batch_tokens": "auto", "memory_budget_gb": 2.0, **kwargs}
-    with pytest.raises(ValueError, match=key):
-        memory_plan(lora_model, **args)
+    if key == "malloc_mmap_threshold_mb":
+        with pytest.raises(ValueError, match=key):
+            set_malloc_mmap_threshold(kwargs[key])
+    else:
+        args = {"gradient_checkpointing": "auto", "micro_batch_tokens": "auto", "memory_budget_gb": 2.0, **kwargs}
+        with pytest.raises(ValueError, match=key):
+            memory_plan(lora_model, **args)
     with pytest.raises(ValueError, match=key):
         TrainConfig.from_dict(kwargs).validate()
 
@@ -152,3 +161,19 @@ def test_trainer_resolves_the_plan_and_reports_peak_rss(tmp_path, tokenizer):
     metrics = trainer.train()[-1]
     assert metrics["perf/peak_rss_gib"] > 0
     assert metrics["train/optimizer_steps"] == 1
+
+
+@pytest.mark.skipif(not platform.libc_ver()[0] == "glibc", reason="mallopt is glibc's")
+def test_malloc_mmap_threshold_is_set_on_glibc_and_by_the_trainer(tmp_path, tokenizer, monkeypatch):
+    from helpers import tiny_train_config, tiny_train_model
+
+    from agentrl.algos.training import trainer as trainer_mod
+
+    assert set_malloc_mmap_threshold(16) is True  # mallopt returned 1: glibc took the value
+    seen = []
+    monkeypatch.setattr(trainer_mod, "set_malloc_mmap_threshold", seen.append)
+    trainer_mod.Trainer(tiny_train_config(tmp_path / "a", malloc_mmap_threshold_mb=8), model=tiny_train_model(tokenizer),
+                        tokenizer=tokenizer)
+    trainer_mod.Trainer(tiny_train_config(tmp_path / "b", malloc_mmap_threshold_mb=None),
+                        model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    assert seen == [8]  # null leaves the allocator alone

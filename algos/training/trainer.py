@@ -49,7 +49,12 @@ from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import AsyncConfig, TrainConfig
 from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
-from agentrl.algos.training.update import memory_plan, set_gradient_checkpointing, update
+from agentrl.algos.training.update import (
+    memory_plan,
+    set_gradient_checkpointing,
+    set_malloc_mmap_threshold,
+    update,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +113,8 @@ class Trainer:
             model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
             memory_budget_gb=config.memory_budget_gb)
         set_gradient_checkpointing(model, self.checkpointing)
+        if config.malloc_mmap_threshold_mb is not None:
+            set_malloc_mmap_threshold(config.malloc_mmap_threshold_mb)
         logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
                     self.checkpointing, config.memory_budget_gb)
         self.device = next(model.parameters()).device
