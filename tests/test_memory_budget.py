@@ -177,3 +177,11 @@ def test_malloc_mmap_threshold_is_set_on_glibc_and_by_the_trainer(tmp_path, toke
     trainer_mod.Trainer(tiny_train_config(tmp_path / "b", malloc_mmap_threshold_mb=None),
                         model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     assert seen == [8]  # null leaves the allocator alone
+
+
+def test_main_job_passes_its_memory_budget_to_both_stages():
+    from agentrl.algos.recipes.main_job import PipelineConfig, rl_train_config, sft_train_config
+
+    cfg = config_from_dict(PipelineConfig, apply_overrides({}, ["memory_budget_gb=3.5"]))
+    assert sft_train_config(cfg, "s").memory_budget_gb == 3.5 and rl_train_config(cfg, "r").memory_budget_gb == 3.5
+    assert rl_train_config(PipelineConfig(), "r").memory_budget_gb == TrainConfig().memory_budget_gb

@@ -107,6 +107,9 @@ class PipelineConfig:
     max_turns: int = 4
     """Assistant turns per episode (rollouts and evaluations)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    memory_budget_gb: float = 2.0
+    """Both stages' TrainConfig.memory_budget_gb: GiB an update may grow the RSS by; sizes the micro-batches (a
+    larger budget: fewer, larger micro-batches, less time per step, more memory)."""
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
     """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True
@@ -138,7 +141,8 @@ def peak_rss_gib() -> float | None:
 def _common(cfg: PipelineConfig) -> dict[str, Any]:
     return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
                 progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
-                attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights)
+                attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights,
+                memory_budget_gb=cfg.memory_budget_gb)
 
 
 def sft_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
