@@ -75,11 +75,11 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "AgentRL/PythonMath-v0": (
         # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on train
-        # tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the fixed held-out set's first 64
-        # tasks (all three tiers; tier 3 is reported as what this model does not learn).
-        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 64, "eval_n": 4,
-         "eval_temperature": 0.7, "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 16,
-         "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
+        # tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out set (128
+        # tasks of all three tiers; tier 3 is reported as what this model does not learn).
+        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 128, "eval_n": 4,
+         "eval_temperature": 0.7, "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 32,
+         "rl_tasks_per_step": 8, "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
         {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
          "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2,
          "rl_group_size": 4, "max_new_tokens": 96, "max_turns": 2},
@@ -215,7 +215,10 @@ def copy_plots(out: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True)
     copied = []
     for png in sorted(out.rglob("*.png")):
-        stage = png.parent.parent.name if png.parent.name == "plots" and png.parent.parent != out else "eval"
+        # <out>/<stage>/plots/x.png -> <stage>_x.png; <out>/plots/x.png -> eval_x.png; nested runs (text_only/)
+        # keep their folder in the name, so the text-only pipeline's curves do not overwrite the tool run's
+        parts = png.relative_to(out).parent.parts
+        stage = "_".join(p for p in parts if p != "plots") or "eval"
         target = dest / f"{stage}_{png.name}"
         shutil.copyfile(png, target)
         copied.append(target)
@@ -386,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on) "
         f"from `{cfg.eval_tasks_file}`, N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
         f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
-        f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}, {cfg.sft_steps} steps of "
+        f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}"
+        f"{f' of env {json.dumps(cfg.env_kwargs)}' if cfg.env_kwargs else ''}, {cfg.sft_steps} steps of "
         f"{cfg.sft_batch_size}. RL: GRPO on the full task mixture, {cfg.rl_steps} steps of {cfg.rl_tasks_per_step} "
         f"tasks x {cfg.rl_group_size} samples, lr {cfg.rl_lr}, beta {cfg.grpo.beta}. Replies of at most "
         f"{cfg.max_new_tokens} tokens, {cfg.max_turns} turns.", "",

@@ -18,6 +18,7 @@ from agentrl.algos.training.update import (
     memory_plan,
     set_gradient_checkpointing,
     set_malloc_mmap_threshold,
+    trim_heap,
 )
 
 
@@ -170,13 +171,16 @@ def test_malloc_mmap_threshold_is_set_on_glibc_and_by_the_trainer(tmp_path, toke
     from agentrl.algos.training import trainer as trainer_mod
 
     assert set_malloc_mmap_threshold(16) is True  # mallopt returned 1: glibc took the value
-    seen = []
+    assert isinstance(trim_heap(), bool)
+    seen, trims = [], []
     monkeypatch.setattr(trainer_mod, "set_malloc_mmap_threshold", seen.append)
-    trainer_mod.Trainer(tiny_train_config(tmp_path / "a", malloc_mmap_threshold_mb=8), model=tiny_train_model(tokenizer),
-                        tokenizer=tokenizer)
+    monkeypatch.setattr(trainer_mod, "trim_heap", lambda: trims.append(1))
+    trainer_mod.Trainer(tiny_train_config(tmp_path / "a", malloc_mmap_threshold_mb=8, steps=2),
+                        model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
+    assert seen == [8] and len(trims) == 2  # the threshold once, a trim after every step
     trainer_mod.Trainer(tiny_train_config(tmp_path / "b", malloc_mmap_threshold_mb=None),
-                        model=tiny_train_model(tokenizer), tokenizer=tokenizer)
-    assert seen == [8]  # null leaves the allocator alone
+                        model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
+    assert seen == [8] and len(trims) == 2  # null leaves the allocator alone
 
 
 def test_main_job_passes_its_memory_budget_to_both_stages():

@@ -53,6 +53,7 @@ from agentrl.algos.training.update import (
     memory_plan,
     set_gradient_checkpointing,
     set_malloc_mmap_threshold,
+    trim_heap,
     update,
 )
 
@@ -282,6 +283,8 @@ class Trainer:
         metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
         self.step += 1
         metrics["train/data_position"] = self.data_pos
+        if self.config.malloc_mmap_threshold_mb is not None:
+            trim_heap()  # glibc: the step's small freed blocks leave the RSS too
         metrics["time/step"] = time.perf_counter() - t_step
         metrics.update(process_memory())
         return metrics

@@ -191,26 +191,40 @@ M_MMAP_THRESHOLD = -3
 """glibc's ``mallopt`` parameter number for the mmap threshold (malloc.h)."""
 
 
-def set_malloc_mmap_threshold(mib: int) -> bool:
-    """Make glibc ``malloc`` serve blocks of at least ``mib`` MiB with ``mmap`` and unmap them when freed
-    (``mallopt(M_MMAP_THRESHOLD)``), so an update's freed activations leave the process's RSS instead of staying
-    in the heap for the next allocation. Process-wide and permanent for the process; it also switches off
-    glibc's dynamic threshold, which otherwise rises to the largest block freed (up to 32 MiB) and keeps such
-    blocks. Returns False where the C library is not glibc (macOS, musl, Windows): nothing changes there."""
-    if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
-        raise ValueError(f"malloc_mmap_threshold_mb must be a positive int (MiB) or null, got {mib!r}")
+def _glibc():
+    """glibc as a ctypes library, or None where the C library is another (macOS, musl, Windows)."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+
+
+def set_malloc_mmap_threshold(mib: int) -> bool:
+    """Make glibc ``malloc`` serve blocks of at least ``mib`` MiB with ``mmap`` and unmap them when freed
+    (``mallopt(M_MMAP_THRESHOLD)``), so an update's freed activations leave the process's RSS instead of staying
+    in the heap for the next allocation. Process-wide and permanent for the process; it also switches off
+    glibc's dynamic threshold, which otherwise rises to the largest block freed (up to 32 MiB) and keeps such
+    blocks. Returns False where the C library is not glibc: nothing changes there."""
+    if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
+        raise ValueError(f"malloc_mmap_threshold_mb must be a positive int (MiB) or null, got {mib!r}")
+    import ctypes
+
+    libc = _glibc()
+    if libc is None:
         return False
-    if not hasattr(libc, "gnu_get_libc_version"):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, mib * 2**20))
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, mib * 2**20))
+
+
+def trim_heap() -> bool:
+    """Give the free pages of glibc's heaps back to the OS (``malloc_trim(0)``): what many small freed tensors
+    leave behind between steps. True when glibc released something; False otherwise or off glibc."""
+    libc = _glibc()
+    return bool(libc is not None and libc.malloc_trim(0))
 
 
 def set_gradient_checkpointing(model, enabled: bool) -> None:
