@@ -5,7 +5,8 @@ peak resident set size (``VmHWM`` from ``/proc/self/status``, falling back to ``
 step, and its growth over the RSS measured just before the step (model, LoRA and batch already in memory).
 
 One step: LoRA (r=16, all-linear) on the model, a batch of ``--rows`` x ``--seq`` token ids (distinct random rows,
-so no shared prefix helps any variant; the first ``--prompt`` tokens of each row are prompt, the rest actions),
+so no shared prefix helps any variant, unless ``--shared N`` makes every row open with the same ``N`` tokens as a
+system prompt with tools does; the first ``--prompt`` tokens of each row are prompt, the rest actions),
 per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and an AdamW step. The variants:
 
 * ``full logits``     — the naive way, written here: ``model(ids).logits`` (``[B, T, V]``), ``log_softmax`` in fp32,
@@ -28,6 +29,7 @@ value, not what is computed or kept.
 
     python benchmarks/memory.py                 # every variant: 16 x 512 tokens, SmolLM2-135M bf16
     python benchmarks/memory.py --quick         # the three trainer-update variants only
+    python benchmarks/memory.py --quick --rows 64 --seq 800 --prompt 650 --shared 600   # main-job-like rows
 
 Prints a table (peak RSS, growth during the step, step time, micro-batches) and the ratios to today's
 configuration; never asserts.
@@ -69,7 +71,7 @@ def naive_logprobs(model, ids, mask):
     return torch.cat([lp.new_zeros(ids.shape[0], 1), lp], dim=1)
 
 
-def trainer_step(model, opt, ids, loss_mask, adv, variant: str) -> dict:
+def trainer_step(model, opt, ids, loss_mask, adv, variant: str, budget: float | None = None) -> dict:
     """One step through the trainer's update code path; returns the step's settings and train metrics."""
     from agentrl.algos.objectives.batching import SeqItem, token_weights
     from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
@@ -82,7 +84,7 @@ def trainer_step(model, opt, ids, loss_mask, adv, variant: str) -> dict:
         update,
     )
 
-    cfg = TrainConfig()
+    cfg = TrainConfig(**({"memory_budget_gb": budget} if budget else {}))
     if variant == "auto micro-batch":
         if cfg.malloc_mmap_threshold_mb is not None:  # as the Trainer does
             set_malloc_mmap_threshold(cfg.malloc_mmap_threshold_mb)
@@ -118,6 +120,10 @@ def child(args) -> None:
     opt = torch.optim.AdamW(params, lr=1e-5)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, len(tokenizer), (args.rows, args.seq), generator=gen)
+    if args.shared:  # every row opens with the same tokens (the update then computes them once per micro-batch)
+        if not 0 < args.shared <= args.prompt:
+            raise SystemExit(f"--shared must be in 1..--prompt ({args.prompt}), got {args.shared}")
+        ids[:, : args.shared] = ids[0, : args.shared]
     mask = torch.ones_like(ids)
     loss_mask = torch.zeros_like(ids)
     loss_mask[:, args.prompt:] = 1
@@ -140,7 +146,7 @@ def child(args) -> None:
         info = {"checkpointing": False, "micro_batch_tokens": args.rows * args.seq, "micro_batches": 1,
                 "loss": float(loss)}
     else:
-        info = trainer_step(model, opt, ids, loss_mask, adv, args.variant)
+        info = trainer_step(model, opt, ids, loss_mask, adv, args.variant, args.budget)
     step_s = time.perf_counter() - t0
     print(json.dumps({"variant": args.variant, "before_kb": before, "peak_kb": rss_kb("VmHWM"),
                       "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "step_s": step_s, **info}))
@@ -154,6 +160,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence (default 512)")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence (default 128)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--shared", type=int, default=0,
+                    help="leading prompt tokens every row shares, like a system prompt with tools (default 0)")
+    ap.add_argument("--budget", type=float, help="memory_budget_gb of the auto variant (default TrainConfig's)")
     ap.add_argument("--quick", action="store_true", help="only the trainer-update variants")
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args(argv)
@@ -162,13 +171,15 @@ def main(argv=None) -> None:
         return
     variants = QUICK if args.quick else VARIANTS
     print(f"one GRPO step (LoRA r=16 all-linear, backward + AdamW), {args.model} {args.dtype}, "
-          f"{args.rows} x {args.seq} tokens ({args.seq - args.prompt} action tokens per row); "
+          f"{args.rows} x {args.seq} tokens ({args.seq - args.prompt} action tokens per row"
+          f"{f', the first {args.shared} shared by every row' if args.shared else ''}); "
           f"each variant in a fresh process", flush=True)
     results = {}
     for v in variants:
         cmd = [sys.executable, os.path.abspath(__file__), "--variant", v, "--model", args.model, "--dtype", args.dtype,
                "--rows", str(args.rows), "--seq", str(args.seq), "--prompt", str(args.prompt),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--shared", str(args.shared),
+               *(["--budget", str(args.budget)] if args.budget else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:

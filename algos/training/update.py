@@ -274,24 +274,10 @@ def checkpointed_layers(model) -> Iterator[int]:
             m.training = False
 
 
-def shared_prefix(rows: Sequence[SeqItem], min_prefix: int = 32) -> int:
-    """Tokens every row opens with (0 when fewer than ``min_prefix``: the forward pass then does not share
-    them, see :mod:`~agentrl.algos.objectives.logprobs`)."""
-    if len(rows) < 2:
-        return 0
-    first, n = rows[0].token_ids, min(len(r.token_ids) for r in rows)
-    for row in rows[1:]:
-        ids = row.token_ids
-        n = next((i for i in range(n) if ids[i] != first[i]), n)
-    return n if n >= min_prefix else 0
-
-
 def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[list[SeqItem]]:
-    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget`` tokens
-    computed (the rows' common prefix counted once per micro-batch)."""
+    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget``."""
     lengths = [max(len(row) for row in g) for g in row_groups]
-    shared = shared_prefix([row for g in row_groups for row in g])
-    bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups], shared=shared)
+    bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups])
     return [[row for i in b for row in row_groups[i]] for b in bins]
 
 
@@ -375,7 +361,7 @@ def rows_logprobs(model, rows: Sequence[SeqItem], *, temperature: float, pad_id:
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",
                                          memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     out: list[list[float] | None] = [None] * len(rows)
-    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared_prefix(rows)):
+    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens):
         batch = collate([rows[i] for i in b], pad_id, device)
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
                             chunk_size=logprob_chunk, positions=batch["loss_mask"])
