@@ -26,7 +26,7 @@ if str(HERE) not in sys.path:
 SECTIONS = {
     "AgentRL/ToolUse-v0": ("ToolUse-v0: the main job (base -> SFT cold start -> GRPO) and the SFT control", "tooluse"),
     "AgentRL/Search-v0": ("Search-v0 (offline BM25): base, text-only, SFT, GRPO", "search"),
-    "AgentRL/PythonMath-v0": ("PythonMath-v0 (ReTool): base, SFT, GRPO", "pythonmath"),
+    "AgentRL/PythonMath-v0": ("PythonMath-v0 (ReTool): base, SFT, GRPO, with the code tool and text-only", "pythonmath"),
 }
 
 CAVEATS = [

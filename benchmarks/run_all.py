@@ -34,9 +34,11 @@ BENCHMARKS: dict[str, str] = {
     "env_throughput": "Env steps/s of ToolUse-v0 driven by its oracle (no model), raw and through gymnasium.make.",
     "sandbox_latency": "Code sandbox (bubblewrap, warm workers) latency vs a plain subprocess; throughput.",
     "search_latency": "Offline BM25 search latency vs a plain-Python BM25.",
-    "rollout_throughput": "Rollout tokens/s: the collector vs no KV-cache reuse vs naive per-trajectory generate.",
+    "rollout_throughput": "Rollout tokens/s: the collector vs itself without shared-prefix attention or KV-cache "
+                          "reuse, transformers' continuous batching, and naive per-trajectory generate.",
     "train_vs_trl": "GRPO step time and training tokens/s vs TRL's GRPOTrainer (same model, LoRA, batch).",
-    "memory": "Peak RSS of one GRPO step at 16 x 512 tokens: chunked logprobs vs full logits.",
+    "memory": "Peak RSS of one GRPO step at 16 x 512 tokens: full logits, chunked logprobs, activation "
+              "checkpointing, and the default auto micro-batches with glibc's mmap threshold.",
     "ray_env_overhead": "Ray env workers: remote step latency, and throughput with a CPU-bound tool.",
     "async_vs_sync": "Step time of the synchronous training loop vs the asynchronous one.",
     "merge_memory": "Peak extra memory of a sampler refresh: LoRA merged layer by layer vs the whole-dict merge; "

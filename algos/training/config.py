@@ -108,7 +108,8 @@ class TrainConfig:
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
     (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and decides
     gradient_checkpointing='auto' (agentrl.algos.training.update.memory_plan). A target, not a bound: at the default the
-    measured growth was 3.46 GiB (16 x 512 tokens, SmolLM2-135M bf16, CPU; freed memory the allocator keeps)."""
+    measured growth of one update was 1.70 GiB with malloc_mmap_threshold_mb=8 and 4.60 GiB without it (16 x 512
+    tokens, SmolLM2-135M bf16, 2-core CPU; the rest is freed memory the allocator keeps)."""
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed
     (mallopt M_MMAP_THRESHOLD, set once by the Trainer for the whole process), and the heap is trimmed after each
