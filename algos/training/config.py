@@ -113,9 +113,10 @@ class TrainConfig:
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed
     (mallopt M_MMAP_THRESHOLD, set once by the Trainer for the whole process), and the heap is trimmed after each
-    step (malloc_trim), so the transients of an update do not stay in the process's RSS. One update at 16 x 512 tokens (SmolLM2-135M bf16, 2-core CPU, auto micro-batch,
-    one run each): peak RSS 5.08 GiB left alone, 3.11 at 16, 2.18 at 8, 1.25 at 2 MiB (but 1.5x the step time).
-    null leaves the allocator as it is; no effect where the C library is not glibc."""
+    step (malloc_trim), so the transients of an update do not stay in the process's RSS. One update at 16 x 512
+    tokens (SmolLM2-135M bf16, 2-core CPU, auto micro-batch, one run each): peak RSS 5.08 GiB left alone, 3.11 at
+    16, 2.18 at 8, 1.25 at 2 MiB (but 1.5x the step time). null leaves the allocator as it is; no effect where the
+    C library is not glibc."""
     logprob_chunk: int = 256
     """Action-token positions per LM-head call when computing logprobs (bounds the logits memory). 256 rather
     than 1024: 1.25 GiB less peak RSS and 0.78x the time of a checkpointed 16 x 512 forward + backward (SmolLM2-135M bf16, CPU)."""
