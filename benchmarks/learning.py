@@ -93,7 +93,8 @@ GOALS = {
     "AgentRL/ToolUse-v0": "RL >= cold start + 15 points of held-out success on the fixed set, no family losing more "
                           "than 10 points, at least six of nine families above 0% after RL, and above the SFT control "
                           "trained for the same wall time (issue 16).",
-    "AgentRL/Search-v0": "RL above SFT and base in Macro-EM; the tool-using model above the text-only baseline.",
+    "AgentRL/Search-v0": "RL >= cold start + 10 points Macro-EM on the 128 dev questions (issue 16); the tool-using "
+                         "model above the text-only baseline.",
     "AgentRL/PythonMath-v0": "RL Average@4 >= cold start + 15 points; the code-interpreter policy >= the same model "
                              "trained text-only (same demonstrations, steps and budgets) + 20 points Average@4.",
 }
