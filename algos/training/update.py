@@ -10,6 +10,7 @@ micro-batches report into the step's ``train/*`` metrics.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -191,8 +192,10 @@ M_MMAP_THRESHOLD = -3
 """glibc's ``mallopt`` parameter number for the mmap threshold (malloc.h)."""
 
 
+@functools.cache
 def _glibc():
-    """glibc as a ctypes library, or None where the C library is another (macOS, musl, Windows)."""
+    """glibc as a ctypes library (loaded once: :func:`trim_heap` runs every step), or None where the C library is
+    another (macOS, musl, Windows)."""
     import ctypes
     import ctypes.util
 
@@ -200,7 +203,10 @@ def _glibc():
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return None
-    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+    if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt")):
+        return None
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return libc
 
 
 def set_malloc_mmap_threshold(mib: int) -> bool:
@@ -211,13 +217,8 @@ def set_malloc_mmap_threshold(mib: int) -> bool:
     blocks. Returns False where the C library is not glibc: nothing changes there."""
     if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
         raise ValueError(f"malloc_mmap_threshold_mb must be a positive int (MiB) or null, got {mib!r}")
-    import ctypes
-
     libc = _glibc()
-    if libc is None:
-        return False
-    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, mib * 2**20))
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, mib * 2**20))
 
 
 def trim_heap() -> bool:
