@@ -30,6 +30,11 @@ value, not what is computed or kept.
     python benchmarks/memory.py                 # every variant: 16 x 512 tokens, SmolLM2-135M bf16
     python benchmarks/memory.py --quick         # the three trainer-update variants only
     python benchmarks/memory.py --quick --rows 64 --seq 800 --prompt 650 --shared 600   # main-job-like rows
+    python benchmarks/memory.py --quick --rows 64 --episodes runs/main/eval/rl.jsonl    # the main job's own rows
+
+``--episodes FILE`` takes the first ``--rows`` saved episodes of an ``agentrl eval`` / main-job run (their token
+ids and loss masks: real lengths, real shared prefixes) instead of random rows; ``--seq``/``--prompt``/``--shared``
+are then ignored.
 
 Prints a table (peak RSS, growth during the step, step time, micro-batches) and the ratios to today's
 configuration; never asserts.
@@ -71,7 +76,8 @@ def naive_logprobs(model, ids, mask):
     return torch.cat([lp.new_zeros(ids.shape[0], 1), lp], dim=1)
 
 
-def trainer_step(model, opt, ids, loss_mask, adv, variant: str, budget: float | None = None) -> dict:
+def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv, variant: str,
+                 budget: float | None = None) -> dict:
     """One step through the trainer's update code path; returns the step's settings and train metrics."""
     from agentrl.algos.objectives.batching import SeqItem, token_weights
     from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
@@ -93,15 +99,38 @@ def trainer_step(model, opt, ids, loss_mask, adv, variant: str, budget: float | 
     else:
         ckpt, tokens = variant.endswith("checkpointed"), 16384
     set_gradient_checkpointing(model, ckpt)
-    masks = loss_mask.tolist()
     weights = token_weights(masks)
-    rows = [[SeqItem(token_ids=ids[r].tolist(), loss_mask=masks[r], old_logprobs=[0.0] * ids.shape[1],
-                     weights=weights[r], advantage=float(adv[r]))] for r in range(ids.shape[0])]
+    rows = [[SeqItem(token_ids=seqs[r], loss_mask=masks[r], old_logprobs=[0.0] * len(seqs[r]),
+                     weights=weights[r], advantage=float(adv[r]))] for r in range(len(seqs))]
     chunk = 1024 if variant == TODAY else cfg.logprob_chunk  # today's default was 1024
     out = update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
                  micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False)
     return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk, "micro_batches": len(micro_batches(rows, tokens)),
             "loss": out["train/loss"]}
+
+
+def load_episodes(path: str, n: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and loss masks of the first ``n`` episodes saved in ``path`` (JSON lines with ``token_ids`` and
+    ``loss_mask``, as ``agentrl eval`` and the main job write them)."""
+    seqs, masks = [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if len(seqs) == n:
+                break
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                ids, mask = list(row["token_ids"]), list(row["loss_mask"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise SystemExit(f"{path}:{lineno}: not an episode with token_ids and loss_mask ({e})") from None
+            if len(ids) != len(mask) or len(ids) < 2:
+                raise SystemExit(f"{path}:{lineno}: token_ids and loss_mask must have the same length >= 2")
+            seqs.append(ids)
+            masks.append(mask)
+    if len(seqs) < n:
+        raise SystemExit(f"--episodes {path}: {len(seqs)} episodes, --rows asks for {n}")
+    return seqs, masks
 
 
 def child(args) -> None:
@@ -119,15 +148,25 @@ def child(args) -> None:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, len(tokenizer), (args.rows, args.seq), generator=gen)
-    if args.shared:  # every row opens with the same tokens (the update then computes them once per micro-batch)
-        if not 0 < args.shared <= args.prompt:
-            raise SystemExit(f"--shared must be in 1..--prompt ({args.prompt}), got {args.shared}")
-        ids[:, : args.shared] = ids[0, : args.shared]
-    mask = torch.ones_like(ids)
+    if args.episodes:
+        seqs, masks = load_episodes(args.episodes, args.rows)
+    else:
+        ids = torch.randint(0, len(tokenizer), (args.rows, args.seq), generator=gen)
+        if args.shared:  # every row opens with the same tokens (the update then computes them once per micro-batch)
+            if not 0 < args.shared <= args.prompt:
+                raise SystemExit(f"--shared must be in 1..--prompt ({args.prompt}), got {args.shared}")
+            ids[:, : args.shared] = ids[0, : args.shared]
+        seqs = ids.tolist()
+        masks = [[0] * args.prompt + [1] * (args.seq - args.prompt) for _ in seqs]
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)  # right-padded, as the update collates
+    mask = torch.zeros_like(ids)
     loss_mask = torch.zeros_like(ids)
-    loss_mask[:, args.prompt:] = 1
-    adv = torch.randint(0, 2, (args.rows,), generator=gen).float() * 2 - 1
+    for r, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+        ids[r, : len(s)] = torch.tensor(s)
+        mask[r, : len(s)] = 1
+        loss_mask[r, : len(s)] = torch.tensor(m)
+    adv = torch.randint(0, 2, (len(seqs),), generator=gen).float() * 2 - 1
     before = rss_kb("VmRSS")
     t0 = time.perf_counter()
     if args.variant in ("full logits", "chunked, all"):
@@ -139,14 +178,14 @@ def child(args) -> None:
         # pi_old := the current policy (detached), as on the first epoch of an on-policy step
         old = lp.detach() * loss_mask
         weights = loss_mask.float() / loss_mask.sum()
-        loss, _ = grpo_loss(lp, old, adv[:, None].expand(-1, args.seq), weights, GRPOConfig(beta=0.0))
+        loss, _ = grpo_loss(lp, old, adv[:, None].expand(-1, width), weights, GRPOConfig(beta=0.0))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        info = {"checkpointing": False, "micro_batch_tokens": args.rows * args.seq, "micro_batches": 1,
+        info = {"checkpointing": False, "micro_batch_tokens": ids.numel(), "micro_batches": 1,
                 "loss": float(loss)}
     else:
-        info = trainer_step(model, opt, ids, loss_mask, adv, args.variant, args.budget)
+        info = trainer_step(model, opt, seqs, masks, adv, args.variant, args.budget)
     step_s = time.perf_counter() - t0
     print(json.dumps({"variant": args.variant, "before_kb": before, "peak_kb": rss_kb("VmHWM"),
                       "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "step_s": step_s, **info}))
@@ -163,6 +202,7 @@ def main(argv=None) -> None:
     ap.add_argument("--shared", type=int, default=0,
                     help="leading prompt tokens every row shares, like a system prompt with tools (default 0)")
     ap.add_argument("--budget", type=float, help="memory_budget_gb of the auto variant (default TrainConfig's)")
+    ap.add_argument("--episodes", help="take the rows from saved episodes (JSON lines with token_ids, loss_mask)")
     ap.add_argument("--quick", action="store_true", help="only the trainer-update variants")
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args(argv)
@@ -170,16 +210,23 @@ def main(argv=None) -> None:
         child(args)
         return
     variants = QUICK if args.quick else VARIANTS
-    print(f"one GRPO step (LoRA r=16 all-linear, backward + AdamW), {args.model} {args.dtype}, "
-          f"{args.rows} x {args.seq} tokens ({args.seq - args.prompt} action tokens per row"
-          f"{f', the first {args.shared} shared by every row' if args.shared else ''}); "
+    if args.episodes:
+        seqs, _ = load_episodes(args.episodes, args.rows)  # checked here too: a bad file fails before any child
+        lengths = sorted(len(s) for s in seqs)
+        shape = (f"{args.rows} saved episodes of {args.episodes} ({lengths[0]}..{lengths[-1]} tokens, "
+                 f"mean {sum(lengths) / len(lengths):.0f})")
+    else:
+        shape = (f"{args.rows} x {args.seq} tokens ({args.seq - args.prompt} action tokens per row"
+                 f"{f', the first {args.shared} shared by every row' if args.shared else ''})")
+    print(f"one GRPO step (LoRA r=16 all-linear, backward + AdamW), {args.model} {args.dtype}, {shape}; "
           f"each variant in a fresh process", flush=True)
     results = {}
     for v in variants:
         cmd = [sys.executable, os.path.abspath(__file__), "--variant", v, "--model", args.model, "--dtype", args.dtype,
                "--rows", str(args.rows), "--seq", str(args.seq), "--prompt", str(args.prompt),
                "--threads", str(args.threads), "--shared", str(args.shared),
-               *(["--budget", str(args.budget)] if args.budget else [])]
+               *(["--budget", str(args.budget)] if args.budget else []),
+               *(["--episodes", args.episodes] if args.episodes else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:

@@ -32,6 +32,30 @@ def test_oversized_item_gets_its_own_microbatch_and_rows_count():
         pack_microbatches([1], 0)
 
 
+def test_shared_prefix_is_counted_once_per_microbatch():
+    # four rows of 700 tokens opening with the same 600: 4 x 700 = 2800 padded, 600 + 4 x 100 = 1000 computed
+    assert pack_microbatches([700] * 4, 1000) == [[0], [1], [2], [3]]
+    assert pack_microbatches([700] * 4, 1000, shared=600) == [[0, 1, 2, 3]]
+    assert pack_microbatches([700] * 5, 1000, shared=600) == [[0, 1, 2, 3], [4]]
+    with pytest.raises(ValueError, match="shared"):
+        pack_microbatches([700, 500], 1000, shared=600)
+
+
+def test_micro_batches_find_the_rows_common_prefix():
+    from agentrl.algos.training.update import micro_batches, shared_prefix
+
+    def item(ids):
+        return SeqItem(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids), weights=[0.0] * len(ids))
+
+    prefix = list(range(100))
+    rows = [item(prefix + [1000 + r] * 20) for r in range(6)]
+    assert shared_prefix(rows) == 100 and shared_prefix(rows[:1]) == 0
+    assert shared_prefix([item(list(range(10)) + [1]), item(list(range(10)) + [2])]) == 0  # below min_prefix
+    # 6 rows of 120 with 100 shared: 100 + 6 x 20 = 220 tokens computed, though 720 padded
+    assert [len(b) for b in micro_batches([[r] for r in rows], 220)] == [6]
+    assert [len(b) for b in micro_batches([[r] for r in rows], 219)] == [5, 1]
+
+
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -72,6 +72,24 @@ def test_naive_baseline_matches_chunked_logprobs():
     assert torch.all(naive[:, 0] == 0)
 
 
+def test_memory_episodes_reads_saved_rows_and_names_bad_lines(tmp_path):
+    """memory.py --episodes: the first n episodes' token ids and masks; a malformed line is named by file:line."""
+    import json
+
+    memory = _load("memory")
+    good = tmp_path / "eps.jsonl"
+    good.write_text("\n".join(json.dumps({"token_ids": list(range(k, k + 5)), "loss_mask": [0, 0, 1, 1, 1],
+                                          "reward": 1.0}) for k in range(3)) + "\n")
+    seqs, masks = memory.load_episodes(str(good), 2)
+    assert seqs == [[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]] and masks == [[0, 0, 1, 1, 1]] * 2
+    with pytest.raises(SystemExit, match="3 episodes, --rows asks for 4"):
+        memory.load_episodes(str(good), 4)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text().splitlines()[0] + "\n{\"token_ids\": [1, 2]}\n")
+    with pytest.raises(SystemExit, match=r"bad.jsonl:2: not an episode"):
+        memory.load_episodes(str(bad), 2)
+
+
 def test_reward_of_the_trl_comparison():
     trl_bench = _load("train_vs_trl")
     assert trl_bench.distinct_word_share("") == 0.0

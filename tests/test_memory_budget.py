@@ -169,18 +169,24 @@ def test_malloc_mmap_threshold_is_set_on_glibc_and_by_the_trainer(tmp_path, toke
     from helpers import tiny_train_config, tiny_train_model
 
     from agentrl.algos.training import trainer as trainer_mod
+    from agentrl.algos.training import update as update_mod
 
     assert set_malloc_mmap_threshold(16) is True  # mallopt returned 1: glibc took the value
     assert isinstance(trim_heap(), bool)
-    seen, trims = [], []
+    seen, trims, micro = [], [], []
     monkeypatch.setattr(trainer_mod, "set_malloc_mmap_threshold", seen.append)
     monkeypatch.setattr(trainer_mod, "trim_heap", lambda: trims.append(1))
-    trainer_mod.Trainer(tiny_train_config(tmp_path / "a", malloc_mmap_threshold_mb=8, steps=2),
-                        model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
-    assert seen == [8] and len(trims) == 2  # the threshold once, a trim after every step
+    monkeypatch.setattr(update_mod, "trim_heap", lambda: micro.append(1))
+    a = trainer_mod.Trainer(tiny_train_config(tmp_path / "a", malloc_mmap_threshold_mb=8, steps=2),
+                            model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    metrics = a.train()
+    assert seen == [8] and len(trims) == 4  # the threshold once; a trim before every update and after every step
+    # and one after every micro-batch of every update (at least one per optimizer step)
+    assert len(micro) >= sum(m["train/optimizer_steps"] for m in metrics) >= 1
+    n_micro = len(micro)
     trainer_mod.Trainer(tiny_train_config(tmp_path / "b", malloc_mmap_threshold_mb=None),
                         model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
-    assert seen == [8] and len(trims) == 2  # null leaves the allocator alone
+    assert seen == [8] and len(trims) == 4 and len(micro) == n_micro  # null leaves the allocator alone
 
 
 def test_main_job_passes_its_memory_budget_to_both_stages():
@@ -188,4 +194,4 @@ def test_main_job_passes_its_memory_budget_to_both_stages():
 
     cfg = config_from_dict(PipelineConfig, apply_overrides({}, ["memory_budget_gb=3.5"]))
     assert sft_train_config(cfg, "s").memory_budget_gb == 3.5 and rl_train_config(cfg, "r").memory_budget_gb == 3.5
-    assert rl_train_config(PipelineConfig(), "r").memory_budget_gb == TrainConfig().memory_budget_gb
+    assert rl_train_config(PipelineConfig(), "r").memory_budget_gb == PipelineConfig().memory_budget_gb

@@ -10,7 +10,10 @@ summing those over micro-batches gives exactly the global loss, so the accumulat
 gradient whatever the packing.
 
 Packing (:func:`pack_microbatches`) is first-fit-decreasing on padded size: sequences sorted longest first,
-each put in the first micro-batch whose padded cost ``rows x longest`` stays within the budget.
+each put in the first micro-batch whose padded cost ``rows x longest`` stays within the budget. When every row
+opens with the same ``shared`` tokens (the system prompt and tools), the forward pass runs them once per
+micro-batch (:mod:`~agentrl.algos.objectives.logprobs`), so the cost counted is ``shared + rows x (longest -
+shared)``: the tokens actually computed, not the padded rectangle.
 """
 
 from __future__ import annotations
@@ -56,14 +59,18 @@ def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean",
     return [[(1.0 / (c * n_seqs) if m else 0.0) for m in mask] for mask, c in zip(masks, counts, strict=True)]
 
 
-def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[int] | None = None) -> list[list[int]]:
-    """First-fit-decreasing packing of items into micro-batches of at most ``token_budget`` padded tokens.
+def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[int] | None = None,
+                      shared: int = 0) -> list[list[int]]:
+    """First-fit-decreasing packing of items into micro-batches of at most ``token_budget`` computed tokens.
 
     Args:
         lengths: each item's length in tokens (its longest sequence, for a multi-row item such as a DPO pair).
-        token_budget: the limit on ``rows x max length`` per micro-batch. An item alone over the budget gets
-            a micro-batch of its own (it is never cut).
+        token_budget: the limit on ``shared + rows x (max length - shared)`` per micro-batch (``rows x max
+            length`` when nothing is shared). An item alone over the budget gets a micro-batch of its own (it
+            is never cut).
         rows: sequences per item (default 1 each; 2 for a chosen/rejected pair).
+        shared: leading tokens common to every item's rows, computed once per micro-batch (0: none); at most
+            the shortest length.
 
     Returns:
         Lists of item indices; every index appears exactly once; within a micro-batch, longest first.
@@ -71,13 +78,15 @@ def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[
     if token_budget <= 0:
         raise ValueError(f"token_budget must be positive, got {token_budget}")
     rows = list(rows) if rows is not None else [1] * len(lengths)
+    if shared < 0 or (lengths and shared > min(lengths)):
+        raise ValueError(f"shared must be in [0, shortest length], got {shared}")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     bins: list[list[int]] = []
     bin_rows: list[int] = []
     for i in order:
         for b, members in enumerate(bins):
             longest = lengths[members[0]]  # sorted decreasing: the first member is the longest
-            if (bin_rows[b] + rows[i]) * longest <= token_budget:
+            if shared + (bin_rows[b] + rows[i]) * (longest - shared) <= token_budget:
                 members.append(i)
                 bin_rows[b] += rows[i]
                 break

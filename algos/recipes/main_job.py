@@ -107,9 +107,10 @@ class PipelineConfig:
     max_turns: int = 4
     """Assistant turns per episode (rollouts and evaluations)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
-    memory_budget_gb: float = 2.0
+    memory_budget_gb: float = 1.5
     """Both stages' TrainConfig.memory_budget_gb: GiB an update may grow the RSS by; sizes the micro-batches (a
-    larger budget: fewer, larger micro-batches, less time per step, more memory)."""
+    larger budget: fewer, larger micro-batches, less time per step, more memory). 1.5 keeps the main job under
+    4 GiB peak RSS on its ~800-token rows (docs/grpo.md, "Memory")."""
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
     """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True

@@ -96,10 +96,10 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping threshold (global L2 norm)."""
     micro_batch_tokens: int | Literal["auto"] = "auto"
-    """Padded tokens (rows x longest) per forward/backward pass, packed first-fit-decreasing; 'auto': as many as
-    memory_budget_gb holds by the model's estimated activation bytes per token (agentrl.algos.training.update.
-    activation_bytes_per_token). The rows' shared prompt prefix is computed once, so the real work per
-    micro-batch is usually far below this."""
+    """Tokens computed per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
+    (the system prompt and tools) counted once, as the forward pass computes it, plus rows x (longest - prefix);
+    'auto': as many as memory_budget_gb holds by the model's estimated activation bytes per token
+    (agentrl.algos.training.update.activation_bytes_per_token)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     activation checkpointing, non-reentrant; off while sampling). 'auto': on when a micro-batch would not fit

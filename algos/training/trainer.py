@@ -278,6 +278,8 @@ class Trainer:
         ``metrics``, which is returned."""
         metrics.update({f"train/{k}": v for k, v in prep_stats.items()})
         t0 = time.perf_counter()
+        if self.config.malloc_mmap_threshold_mb is not None:
+            trim_heap()  # glibc: the rollout's freed KV caches (small blocks) leave the RSS before the update grows it
         metrics.update(self.update(rows, temperature))
         metrics["time/train"] = time.perf_counter() - t0
         metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
@@ -303,7 +305,8 @@ class Trainer:
         return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
                       pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
                       logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
-                      sampled=sampled, after_step=publish, ranks=self.ranks)
+                      sampled=sampled, after_step=publish, ranks=self.ranks,
+                      trim=cfg.malloc_mmap_threshold_mb is not None)
 
     # ------------------------------------------------------------------ SFT data
     def _sft_example(self, k: int) -> tuple[list[int], list[int]]:

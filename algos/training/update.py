@@ -275,17 +275,32 @@ def checkpointed_layers(model) -> Iterator[int]:
             m.training = False
 
 
+def shared_prefix(rows: Sequence[SeqItem], min_prefix: int = 32) -> int:
+    """Tokens every row opens with (0 when fewer than ``min_prefix``: the forward pass then does not share
+    them, see :mod:`~agentrl.algos.objectives.logprobs`)."""
+    if len(rows) < 2:
+        return 0
+    first, n = rows[0].token_ids, min(len(r.token_ids) for r in rows)
+    for row in rows[1:]:
+        ids = row.token_ids
+        n = next((i for i in range(n) if ids[i] != first[i]), n)
+    return n if n >= min_prefix else 0
+
+
 def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[list[SeqItem]]:
-    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget``."""
+    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget`` tokens
+    computed (the rows' common prefix counted once per micro-batch)."""
     lengths = [max(len(row) for row in g) for g in row_groups]
-    bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups])
+    shared = shared_prefix([row for g in row_groups for row in g])
+    bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups], shared=shared)
     return [[row for i in b for row in row_groups[i]] for b in bins]
 
 
 def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float, temperature: float,
            pad_id: int, micro_batch_tokens: int | str, logprob_chunk: int, max_grad_norm: float,
            reference: Reference | None = None, sampled: bool | None = None,
-           after_step: Callable[[], None] | None = None, ranks: Ranks | None = None) -> dict[str, Any]:
+           after_step: Callable[[], None] | None = None, ranks: Ranks | None = None,
+           trim: bool = False) -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
@@ -294,6 +309,9 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
     logprobs are the sampler's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
     eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
     ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the sampler there).
+    ``trim``: give glibc's free heap pages back to the OS after every micro-batch (:func:`trim_heap`), so what one
+    micro-batch freed in small blocks does not stay in the RSS under the next one's (the trainer's
+    ``malloc_mmap_threshold_mb`` setting turns it on).
     ``micro_batch_tokens='auto'``: :func:`memory_plan` at :data:`DEFAULT_BUDGET_GB` (the trainer passes the size
     it resolved from its config). Decoder layers that checkpoint (:func:`set_gradient_checkpointing`) do so in
     these forward passes, eval mode or not (:func:`checkpointed_layers`).
@@ -337,6 +355,9 @@ def update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *,
                 loss.backward()
                 epoch_loss += loss.item()
                 stats.add(epoch, batch, lp, ent, loss_stats, sampled=sampled)
+                if trim:
+                    del batch, ref, lp, ent, loss
+                    trim_heap()
             all_reduce_gradients(params, ranks)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optimizer.step()
@@ -362,7 +383,7 @@ def rows_logprobs(model, rows: Sequence[SeqItem], *, temperature: float, pad_id:
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",
                                          memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     out: list[list[float] | None] = [None] * len(rows)
-    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens):
+    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared_prefix(rows)):
         batch = collate([rows[i] for i in b], pad_id, device)
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
                             chunk_size=logprob_chunk, positions=batch["loss_mask"])
