@@ -369,7 +369,14 @@ def page(summary: dict[str, Any], plot_dir: str) -> str:
         for algo, agg in summary["aggregate"].items():
             lines.append(f"| {LABELS.get(algo, algo)} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
-    lines += ["", *notes, "" if notes else "",
+    notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
+                 "across batch compositions (bf16), so a difference of a task or two is within noise. With the "
+                 "defaults (PPO: group-mean baseline, `epochs=1`; the main job's Dr. GRPO: rewards centred, not "
+                 "scaled, `beta=0`; both clip at [0.8, 1.28] with the dual clip and a token mean) PPO and Dr. GRPO "
+                 "optimise the same objective: their rows differ only by the steps each fitted in its time and "
+                 "by numerics (a seed's first rollouts are identical). `ppo.epochs=2` or "
+                 "`ppo.baseline=leave_one_out` makes PPO a different algorithm.")
+    lines += ["", *notes, "",
               f"![held-out success against wall time]({plot_dir}/heldout_vs_time.png)",
               f"![rollout reward against step]({plot_dir}/reward_vs_step.png)", "",
               f"Command: `{summary['command']}`; {summary['invocation_seconds'] / 60:.1f} min this invocation, peak "
