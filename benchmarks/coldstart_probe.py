@@ -10,6 +10,7 @@ no correct sample to learn from.
 
     python benchmarks/coldstart_probe.py                                   # the main job's candidates
     python benchmarks/coldstart_probe.py --families multiply add_multiply  # a subset
+    python benchmarks/coldstart_probe.py --families all add_multiply       # demonstrations of every family
 
 Never touches the test split (held-out tasks are odd indices; these are even ones from ``--start``). Prints one
 table row per candidate; never asserts. About 1.5 minutes per candidate on 2 cores (bf16).
@@ -68,7 +69,8 @@ def main(argv=None):
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", nargs="+", default=["multiply", "add_multiply", "stock_value", "stock_total"],
-                    help="cold-start candidates (ToolUse-v0 family names)")
+                    help="cold-start candidates: ToolUse-v0 family names, several joined by '+' "
+                         "(multiply+stock_value: demonstrations of both), or 'all' (every family)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--demos", type=int, default=32, help="distinct demonstrations (the main job: 32)")
     ap.add_argument("--steps", type=int, default=8, help="SFT steps of 8 demonstrations (the main job: 8)")
@@ -76,7 +78,8 @@ def main(argv=None):
     ap.add_argument("--tasks", type=int, default=4, help="probe tasks per family")
     ap.add_argument("--start", type=int, default=500, help="first train-split task index of the probe")
     args = ap.parse_args(argv)
-    unknown = set(args.families) - set(FAMILIES)
+    candidates = {c: list(FAMILIES) if c == "all" else c.split("+") for c in args.families}
+    unknown = {f for fams in candidates.values() for f in fams} - set(FAMILIES)
     if unknown:
         ap.error(f"unknown families {sorted(unknown)}; known: {list(FAMILIES)}")
 
@@ -102,13 +105,13 @@ def main(argv=None):
         if cand != "(none)":
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = TrainConfig(env="AgentRL/ToolUse-v0", algo="sft", out=tmp, steps=args.steps, lr=args.lr,
-                                  save_every=0, progress=False, env_kwargs={"families": [cand]},
+                                  save_every=0, progress=False, env_kwargs={"families": candidates[cand]},
                                   sft=SFTConfig(batch_size=8, num_demos=args.demos))
                 trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
                 for _ in range(args.steps):
                     trainer.train_step()
         logp = family_logp(model, batch, families)
-        others = sum(math.exp(v) for f, v in logp.items() if f != cand)
+        others = sum(math.exp(v) for f, v in logp.items() if f not in candidates.get(cand, []))
         print(f"| {cand} | " + " | ".join(f"{logp[f]:.1f}" for f in fams) + f" | {others:.3f} |"
               f"  <!-- {time.perf_counter() - t0:.0f} s -->", flush=True)
     print("\nP(other families): the sum over the families the cold start did not see of exp(log P); the expected "

@@ -354,6 +354,7 @@ def page(summary: dict[str, Any], plot_dir: str) -> str:
              "seeds above | steps per seed | beat its cold start? |", "|---|---:|---:|---:|---:|---|"]
     notes = []
     for algo, agg in summary["aggregate"].items():
+        agg = {**agg, "beat": agg["min"] > cold}  # the rule of aggregate(), also for a compare.json written before it
         verdict = "yes (every seed)" if agg["beat"] else "no (see below)"
         lines.append(f"| {LABELS.get(algo, algo)} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
                      f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
