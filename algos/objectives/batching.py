@@ -59,6 +59,18 @@ def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean",
     return [[(1.0 / (c * n_seqs) if m else 0.0) for m in mask] for mask, c in zip(masks, counts, strict=True)]
 
 
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix common to all ``seqs`` (non-empty)."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
 def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[int] | None = None,
                       shared: int = 0) -> list[list[int]]:
     """First-fit-decreasing packing of items into micro-batches of at most ``token_budget`` computed tokens.

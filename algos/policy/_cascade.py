@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from agentrl.algos.objectives.batching import common_prefix_len
+
 NAME = "agentrl_cascade"
 MIN_PREFIX = 32  # below this many common tokens a call decodes without a shared prefix
 
@@ -193,18 +195,6 @@ def cascade_attention(module, query, key, value, attention_mask, dropout: float 
 
 
 # ------------------------------------------------------------------ planning a call (used by HFPolicy)
-def common_prefix_len(seqs) -> int:
-    """Length of the longest token prefix common to all ``seqs``."""
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for s in seqs[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-    return n
-
-
 def dense(prefix: Prefix | None, kv, n: int):
     """Per layer (keys, values) [1, Hkv, n, D] of a cached trajectory stored as ``prefix`` + ``kv`` (either may be None)."""
     if prefix is None:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from agentrl.algos.objectives import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches
+from agentrl.algos.objectives.batching import SeqItem, collate, common_prefix_len, pack_microbatches
 from agentrl.algos.objectives.logprobs import token_logprobs
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.reference import Reference
@@ -280,10 +280,7 @@ def shared_prefix(rows: Sequence[SeqItem], min_prefix: int = 32) -> int:
     them, see :mod:`~agentrl.algos.objectives.logprobs`)."""
     if len(rows) < 2:
         return 0
-    first, n = rows[0].token_ids, min(len(r.token_ids) for r in rows)
-    for row in rows[1:]:
-        ids = row.token_ids
-        n = next((i for i in range(n) if ids[i] != first[i]), n)
+    n = common_prefix_len([r.token_ids for r in rows])
     return n if n >= min_prefix else 0
 
 
