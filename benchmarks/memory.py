@@ -91,8 +91,9 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
     )
 
     cfg = TrainConfig(**({"memory_budget_gb": budget} if budget else {}))
+    trim = variant == "auto micro-batch" and cfg.malloc_mmap_threshold_mb is not None
     if variant == "auto micro-batch":
-        if cfg.malloc_mmap_threshold_mb is not None:  # as the Trainer does
+        if trim:  # as the Trainer does: the threshold once, the heap trimmed after every micro-batch
             set_malloc_mmap_threshold(cfg.malloc_mmap_threshold_mb)
         ckpt, tokens = memory_plan(model, gradient_checkpointing=cfg.gradient_checkpointing,
                                    micro_batch_tokens=cfg.micro_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
@@ -104,7 +105,7 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
                      weights=weights[r], advantage=float(adv[r]))] for r in range(len(seqs))]
     chunk = 1024 if variant == TODAY else cfg.logprob_chunk  # today's default was 1024
     out = update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
-                 micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False)
+                 micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False, trim=trim)
     return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk, "micro_batches": len(micro_batches(rows, tokens)),
             "loss": out["train/loss"]}
 

@@ -114,7 +114,8 @@ class Trainer:
             model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
             memory_budget_gb=config.memory_budget_gb)
         set_gradient_checkpointing(model, self.checkpointing)
-        if config.malloc_mmap_threshold_mb is not None:
+        self.manages_heap = config.malloc_mmap_threshold_mb is not None  # glibc: mmap threshold set, heap trimmed
+        if self.manages_heap:
             set_malloc_mmap_threshold(config.malloc_mmap_threshold_mb)
         logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
                     self.checkpointing, config.memory_budget_gb)
@@ -278,14 +279,14 @@ class Trainer:
         ``metrics``, which is returned."""
         metrics.update({f"train/{k}": v for k, v in prep_stats.items()})
         t0 = time.perf_counter()
-        if self.config.malloc_mmap_threshold_mb is not None:
+        if self.manages_heap:
             trim_heap()  # glibc: the rollout's freed KV caches (small blocks) leave the RSS before the update grows it
         metrics.update(self.update(rows, temperature))
         metrics["time/train"] = time.perf_counter() - t0
         metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
         self.step += 1
         metrics["train/data_position"] = self.data_pos
-        if self.config.malloc_mmap_threshold_mb is not None:
+        if self.manages_heap:
             trim_heap()  # glibc: the step's small freed blocks leave the RSS too
         metrics["time/step"] = time.perf_counter() - t_step
         metrics.update(process_memory())
@@ -306,7 +307,7 @@ class Trainer:
                       pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
                       logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
                       sampled=sampled, after_step=publish, ranks=self.ranks,
-                      trim=cfg.malloc_mmap_threshold_mb is not None)
+                      trim=self.manages_heap)
 
     # ------------------------------------------------------------------ SFT data
     def _sft_example(self, k: int) -> tuple[list[int], list[int]]:
