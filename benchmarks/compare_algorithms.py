@@ -11,7 +11,8 @@ groups, optimizer steps, clip fractions (PPO), KL, DPO pairs and preference accu
 
 Settings shared by all runs are the main job's (``PipelineConfig``; ``key=value`` overrides, e.g.
 ``rl_group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
-job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28]; online DPO pairs the best and worst halves of
+job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epochs per rollout batch
+(``SECTION_DEFAULTS``; with one it would optimise Dr. GRPO's objective); online DPO pairs the best and worst halves of
 each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed
 ``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
 
@@ -63,6 +64,10 @@ LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online 
 QUICK = {"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2, "rl_group_size": 4,
          "max_new_tokens": 32, "max_turns": 2}
 QUICK_TASKS = 4
+#: Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and win). PPO runs
+#: two epochs over each rollout batch: with one, its group-mean surrogate is the main job's Dr. GRPO objective and
+#: the comparison would show one algorithm twice (docs/results/learning_compare_ppo_epochs2.md).
+SECTION_DEFAULTS = {"ppo": ["epochs=2"], "dpo": []}
 #: Per-step metrics whose run means the page shows (when an algorithm logs them), with their labels.
 DIAGNOSTICS = {
     "rollout/degenerate_group_rate": "equal-reward groups", "train/skipped_groups": "skipped groups/step",
@@ -87,7 +92,7 @@ def parse_fractions(text: str) -> list[float]:
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """PipelineConfig overrides, and those of the ``ppo`` / ``dpo`` sections (``ppo.eps_high=0.3``)."""
-    pipeline, sections = [], {"ppo": [], "dpo": []}
+    pipeline, sections = [], {k: list(v) for k, v in SECTION_DEFAULTS.items()}
     for item in overrides:
         head = item.split(".", 1)[0]
         if head in sections and "=" in item:
@@ -372,12 +377,20 @@ def page(summary: dict[str, Any], plot_dir: str) -> str:
             lines.append(f"| {LABELS.get(algo, algo)} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
     notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
-                 "across batch compositions (bf16), so a difference of a task or two is within noise. With the "
-                 "defaults (PPO: group-mean baseline, `epochs=1`; the main job's Dr. GRPO: rewards centred, not "
-                 "scaled, `beta=0`; both clip at [0.8, 1.28] with the dual clip and a token mean) PPO and Dr. GRPO "
-                 "optimise the same objective: their rows differ only by the steps each fitted in its time and "
-                 "by numerics (a seed's first rollouts are identical). `ppo.epochs=2` or "
-                 "`ppo.baseline=leave_one_out` makes PPO a different algorithm.")
+                 "across batch compositions (bf16), so a difference of a task or two is within noise.")
+    # a compare.json written before "sections" was recorded ran PPO with its command's ppo.* only (default: one epoch)
+    ppo_settings = summary["sections"]["ppo"] if "sections" in summary else [
+        t.split(".", 1)[1] for t in summary["command"].split() if t.startswith("ppo.") and "=" in t]
+    if "ppo" in summary["aggregate"] and not any(s.replace(" ", "").startswith("epochs=") and s.split("=")[1].strip() != "1"
+                                                 for s in ppo_settings):
+        notes.append("- PPO ran one epoch per rollout batch with the group-mean baseline: that is the main job's "
+                     "Dr. GRPO objective (rewards centred, not scaled, `beta=0`; both clip at [0.8, 1.28] with the "
+                     "dual clip and a token mean), so the PPO and GRPO rows differ only by the steps each fitted in "
+                     "its time and by numerics (a seed's first rollouts are identical). The script now runs PPO "
+                     "with `epochs=2` (`SECTION_DEFAULTS`).")
+    elif "ppo" in summary["aggregate"]:
+        notes.append(f"- PPO settings: {', '.join(f'`{s}`' for s in ppo_settings)} (two epochs per rollout batch make "
+                     "it a different algorithm from Dr. GRPO, whose objective one epoch of the group-mean PPO equals).")
     lines += ["", *notes, "",
               f"![held-out success against wall time]({plot_dir}/heldout_vs_time.png)",
               f"![rollout reward against step]({plot_dir}/reward_vs_step.png)", "",
@@ -443,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_sha256": hashlib.sha256(heldout_file.read_bytes()).hexdigest(),
         "cold_start": cold.to_dict(),
         "cold_start_by_family": by_family(out / "eval" / "cold_start.jsonl", cfg.eval_n),
-        "cold_start_source": cold_info["source"], "model": cfg.model,
+        "cold_start_source": cold_info["source"], "model": cfg.model, "sections": sections,
         "command": " ".join(["python benchmarks/compare_algorithms.py", *shown]),
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,
         "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "runs": runs,

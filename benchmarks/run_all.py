@@ -41,6 +41,8 @@ BENCHMARKS: dict[str, str] = {
               "checkpointing, and the default auto micro-batches with glibc's mmap threshold.",
     "ray_env_overhead": "Ray env workers: remote step latency, and throughput with a CPU-bound tool.",
     "async_vs_sync": "Step time of the synchronous training loop vs the asynchronous one.",
+    "load_time": "Load time of the default model in a fresh process: de-quantized weights read from the cache vs "
+                 "de-quantizing the GGUF.",
     "merge_memory": "Peak extra memory of a sampler refresh: LoRA merged layer by layer vs the whole-dict merge; "
                     "decode speed of a shared-weights sampler vs a merged copy.",
 }
@@ -56,6 +58,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "ray_env_overhead": ["--steps", "100", "--envs", "8"],
     "async_vs_sync": ["--quick"],
     "merge_memory": ["--quick"],
+    "load_time": ["--repeats", "1"],
 }
 
 #: Scripts that are not benchmarks to run here.

@@ -107,7 +107,7 @@ def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, caps
 
     monkeypatch.setattr(pipeline, "run_pipeline", fake_pipeline)
     assert cli.main(["train", "--env", "AgentRL/ToolUse-v0"]) == 0
-    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == ["add_multiply"]
+    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == [] and seen["cfg"].sft_steps == 16
     assert seen["cfg"].grpo.scale_std is False  # the main job runs Dr. GRPO
     assert "| table |" in capsys.readouterr().out
     assert cli.main(["train", "--pipeline", "rl_steps=3", "--out", "r"]) == 0
