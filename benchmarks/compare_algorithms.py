@@ -378,19 +378,22 @@ def page(summary: dict[str, Any], plot_dir: str) -> str:
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
     notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
                  "across batch compositions (bf16), so a difference of a task or two is within noise.")
-    # a compare.json written before "sections" was recorded ran PPO with its command's ppo.* only (default: one epoch)
-    ppo_settings = summary["sections"]["ppo"] if "sections" in summary else [
-        t.split(".", 1)[1] for t in summary["command"].split() if t.startswith("ppo.") and "=" in t]
-    if "ppo" in summary["aggregate"] and not any(s.replace(" ", "").startswith("epochs=") and s.split("=")[1].strip() != "1"
-                                                 for s in ppo_settings):
-        notes.append("- PPO ran one epoch per rollout batch with the group-mean baseline: that is the main job's "
-                     "Dr. GRPO objective (rewards centred, not scaled, `beta=0`; both clip at [0.8, 1.28] with the "
-                     "dual clip and a token mean), so the PPO and GRPO rows differ only by the steps each fitted in "
-                     "its time and by numerics (a seed's first rollouts are identical). The script now runs PPO "
-                     "with `epochs=2` (`SECTION_DEFAULTS`).")
-    elif "ppo" in summary["aggregate"]:
-        notes.append(f"- PPO settings: {', '.join(f'`{s}`' for s in ppo_settings)} (two epochs per rollout batch make "
-                     "it a different algorithm from Dr. GRPO, whose objective one epoch of the group-mean PPO equals).")
+    if "ppo" in summary["aggregate"]:
+        from agentrl.algos.config import apply_overrides
+
+        # a compare.json written before "sections" was recorded ran PPO with its command's ppo.* only
+        ppo_settings = summary["sections"]["ppo"] if "sections" in summary else [
+            t.split(".", 1)[1] for t in summary["command"].split() if t.startswith("ppo.") and "=" in t]
+        if apply_overrides({}, ppo_settings).get("epochs", 1) == 1:
+            notes.append("- PPO ran one epoch per rollout batch with the group-mean baseline: that is the main job's "
+                         "Dr. GRPO objective (rewards centred, not scaled, `beta=0`; both clip at [0.8, 1.28] with "
+                         "the dual clip and a token mean), so the PPO and GRPO rows differ only by the steps each "
+                         "fitted in its time and by numerics (a seed's first rollouts are identical). The script now "
+                         "runs PPO with `epochs=2` (`SECTION_DEFAULTS`).")
+        else:
+            notes.append(f"- PPO settings: {', '.join(f'`{s}`' for s in ppo_settings)} (more than one epoch per "
+                         "rollout batch makes it a different algorithm from Dr. GRPO, whose objective one epoch of "
+                         "the group-mean PPO equals).")
     lines += ["", *notes, "",
               f"![held-out success against wall time]({plot_dir}/heldout_vs_time.png)",
               f"![rollout reward against step]({plot_dir}/reward_vs_step.png)", "",
