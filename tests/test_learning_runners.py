@@ -140,12 +140,15 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             assert r["steps"] == 1 and [p["fraction"] for p in r["points"]] == [0.5, 1.0]
             config = json.loads((out / f"{algo}-s{r['seed']}" / "config.json").read_text())
             assert config["algo"] == algo and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
+            if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
+                assert config["ppo"]["epochs"] == 2
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse.jsonl"
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
     assert (plots / "heldout_vs_time.png").stat().st_size > 0 and (plots / "reward_vs_step.png").stat().st_size > 0
     page = (quick_runs["results"] / "learning_compare_algorithms_quick.md").read_text()
     assert "| PPO (clip-higher) |" in page and "heldout_vs_time.png" in page
+    assert summary["sections"]["ppo"] == ["epochs=2"] and "PPO settings: `epochs=2`" in page
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
     assert len(done) == 8

@@ -1,7 +1,7 @@
 """The main job: base eval -> short SFT cold start -> GRPO -> eval, then a base -> SFT -> RL table and plots.
 
 ``agentrl train --env AgentRL/ToolUse-v0`` with nothing else runs this with :class:`PipelineConfig`'s defaults,
-sized for the embedded SmolLM2-135M on a 2-core CPU (about 20 minutes; see ``docs/algorithms/`` for the
+sized for the embedded SmolLM2-135M on a 2-core CPU (20-25 minutes; see ``docs/algorithms/`` for the
 measured budget). The stages share one model in memory: SFT trains a fresh LoRA adapter, GRPO keeps training
 that same adapter, and every evaluation samples through one :class:`~agentrl.algos.policy.HFPolicy` refreshed
 with the current weights.
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class PipelineConfig:
-    """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in about 20 minutes)."""
+    """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes)."""
 
     env: str = "AgentRL/ToolUse-v0"
     """Environment id; it must provide demonstrations (env.demo) and held-out tasks (env.heldout_tasks)."""
