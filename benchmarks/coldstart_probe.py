@@ -73,7 +73,9 @@ def main(argv=None):
                          "(multiply+stock_value: demonstrations of both), or 'all' (every family)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--demos", type=int, default=32, help="distinct demonstrations (the main job: 32)")
-    ap.add_argument("--steps", type=int, default=8, help="SFT steps of 8 demonstrations (the main job: 8)")
+    ap.add_argument("--steps", type=int, default=8,
+                    help="SFT steps of 8 demonstrations (default 8, the main job's until session 7, so the "
+                         "documented probes reproduce; the main job now takes 16)")
     ap.add_argument("--lr", type=float, default=5e-4, help="SFT learning rate (the main job: 5e-4)")
     ap.add_argument("--tasks", type=int, default=4, help="probe tasks per family")
     ap.add_argument("--start", type=int, default=500, help="first train-split task index of the probe")

@@ -70,19 +70,19 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "AgentRL/Search-v0": (
         # rl_steps 32 (session 7; was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, now 33.8 -> 37.6), chosen before running
         # as "a longer RL budget", not tuned on the dev questions
-        {"sft_families": [], "eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32,
+        {"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32,
          "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
-        {"sft_families": [], "eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
+        {"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
          "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 48, "max_turns": 2},
     ),
     "AgentRL/PythonMath-v0": (
         # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on train
         # tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out set (128
         # tasks of all three tiers; tier 3 is reported as what this model does not learn).
-        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 128, "eval_n": 4,
+        {"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 128, "eval_n": 4,
          "eval_temperature": 0.7, "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 32,
          "rl_tasks_per_step": 8, "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
-        {"env_kwargs": {"tiers": [1, 2]}, "sft_families": [], "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
+        {"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
          "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2,
          "rl_group_size": 4, "max_new_tokens": 96, "max_turns": 2},
     ),
