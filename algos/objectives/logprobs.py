@@ -181,6 +181,11 @@ def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entro
     return (torch.cat(lps) if lps else empty), (torch.cat(ents) if ents else empty)
 
 
+#: The shortest common prefix the forward pass runs once for all rows (shorter ones are not worth the second call);
+#: the micro-batch packer counts a prefix once only from this length on, as the forward pass computes it.
+MIN_SHARED_PREFIX = 32
+
+
 def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
     """Length of the token prefix that every row shares (real tokens only)."""
     same = (input_ids == input_ids[:1]).all(dim=0)
@@ -223,7 +228,7 @@ def _checkpointing(decoder) -> list:
             and hasattr(m, "_can_checkpoint_with_cache")]
 
 
-def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = 32):
+def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = MIN_SHARED_PREFIX):
     """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work.
 
     Under activation checkpointing the prefix's KV cache is kept: both caches are replay-safe

@@ -20,7 +20,7 @@ import torch
 
 from agentrl.algos.objectives import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import SeqItem, collate, common_prefix_len, pack_microbatches
-from agentrl.algos.objectives.logprobs import token_logprobs
+from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, token_logprobs
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.reference import Reference
 
@@ -275,7 +275,7 @@ def checkpointed_layers(model) -> Iterator[int]:
             m.training = False
 
 
-def shared_prefix(rows: Sequence[SeqItem], min_prefix: int = 32) -> int:
+def shared_prefix(rows: Sequence[SeqItem], min_prefix: int = MIN_SHARED_PREFIX) -> int:
     """Tokens every row opens with (0 when fewer than ``min_prefix``: the forward pass then does not share
     them, see :mod:`~agentrl.algos.objectives.logprobs`)."""
     if len(rows) < 2:
