@@ -244,3 +244,17 @@ def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
     env = gym.make("AgentRL/Search-v0", **kwargs).unwrapped
     for seed in (0, 3):
         assert env.heldout_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)
+
+
+def test_balance_sources_draws_each_source_equally_and_leaves_heldout_alone():
+    rows = [dict(QUESTION, id=f"big{i}", data_source="big") for i in range(97)] + \
+           [dict(QUESTION, id=f"small{i}", data_source="small") for i in range(3)]
+    plain = SearchEnv(backend=Scripted([SearchResult([])]), dataset=rows)
+    balanced = SearchEnv(backend=Scripted([SearchResult([])]), dataset=rows, balance_sources=True)
+    draws = [balanced.sample_task(np.random.default_rng([0, k]))["data_source"] for k in range(2000)]
+    assert 0.45 < draws.count("small") / len(draws) < 0.55
+    plain_draws = [plain.sample_task(np.random.default_rng([0, k]))["data_source"] for k in range(2000)]
+    assert plain_draws.count("small") / len(plain_draws) < 0.06
+    small = [balanced.sample_task(np.random.default_rng([1, k])) for k in range(400)]
+    assert {r["id"] for r in small if r["data_source"] == "small"} == {"small0", "small1", "small2"}
+    assert balanced.heldout_tasks(16) == plain.heldout_tasks(16)

@@ -100,6 +100,7 @@ class SearchEnv(TextEnv):
         tools_enabled: bool = True,
         parser: ActionParser | None = None,
         tools_in_prompt: bool = True,
+        balance_sources: bool = False,
         render_mode: str | None = None,
     ):
         """
@@ -116,6 +117,9 @@ class SearchEnv(TextEnv):
             tools_enabled: offer the search tool (False: the text-only baseline, answer directly).
             parser: the reply format (default: Hermes tool calls, ``Answer: ...``).
             tools_in_prompt: describe the tool in the system prompt (False when the chat template does it).
+            balance_sources: draw training questions (:meth:`sample_task`) source by source: a ``data_source``
+                uniformly, then a question of it, so a small source is trained on as often as a large one (as
+                Macro-EM, the mean of the per-source EMs, weighs them). Held-out questions are not affected.
             render_mode: ``"ansi"`` or ``"human"``.
         """
         check_split(split, SPLITS)
@@ -126,6 +130,11 @@ class SearchEnv(TextEnv):
         self._own_dataset = dataset is not None
         self.rows = load_questions(dataset) if dataset is not None else load_bundled(split)
         self.split = split
+        self.balance_sources = balance_sources
+        by_source: dict[str, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            by_source.setdefault(row["data_source"], []).append(row)
+        self._by_source = [by_source[k] for k in sorted(by_source)]
         self.tools_enabled = tools_enabled
         self._last_search: dict[str, Any] | None = None
         parser = parser or ActionParser()
@@ -141,6 +150,8 @@ class SearchEnv(TextEnv):
 
     # ------------------------------------------------------------------ task hooks
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
+        if self.balance_sources:
+            return draw_row(self._by_source[int(rng.integers(len(self._by_source)))], rng)
         return draw_row(self.rows, rng)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
