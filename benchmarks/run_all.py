@@ -163,13 +163,34 @@ def learning_sections(results_dir: Path, doc_dir: Path) -> list[str]:
     return out
 
 
+LEARNING_HEADING = "## Proof of learning"
+
+
+def refresh_learning(out: Path) -> int:
+    """Replace the learning section of an existing results page (the benchmark sections are left as they are)."""
+    if not out.exists():
+        raise SystemExit(f"{out} does not exist: run `python benchmarks/run_all.py` first")
+    text = out.read_text(encoding="utf-8")
+    head = text.split(LEARNING_HEADING, 1)[0].rstrip()
+    learned = learning_sections(out.parent / "results", out.parent)
+    lines = [head, "", LEARNING_HEADING, "", *(learned or ["No learning results yet."])]
+    out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    print(f"rewritten: the learning section of {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI-sized runs (each script's quick arguments)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per script (default 3600; quick 1200)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results.md"), help="markdown file to write")
+    ap.add_argument("--learning-only", action="store_true",
+                    help="run nothing: rewrite only the 'Proof of learning' section of --out from the current "
+                         "docs/results/learning_*.md pages (after a learning run)")
     args = ap.parse_args(argv)
+    if args.learning_only:
+        return refresh_learning(Path(args.out))
     scripts = list(BENCHMARKS) + sorted(p.stem for p in HERE.glob("*.py")
                                         if p.stem not in BENCHMARKS and p.stem not in NOT_RUN)
     if args.only:
@@ -200,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         # Output with a markdown table: the table above, the full output folded; otherwise the output itself.
         lines += ["<details><summary>full output</summary>", "", *body, "</details>", ""] if found else body
     learned = learning_sections(out.parent / "results", out.parent)
-    lines += ["## Proof of learning", ""]
+    lines += [LEARNING_HEADING, ""]
     lines += learned or ["No learning results yet: run `python benchmarks/learning.py` (it writes "
                          "`docs/results/learning_*.md`), then this script again.", ""]
     out.parent.mkdir(parents=True, exist_ok=True)

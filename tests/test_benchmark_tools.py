@@ -108,3 +108,19 @@ def test_learning_extra_table_reports_rates():
     assert table[0].endswith("| Self-correction |")
     assert table[2] == "| base | 25.0% | 50.0% | -0.100 | 0.0% | 12.5% |"
     assert table[3] == "| RL | 100.0% | 100.0% | +0.750 | 0.0% | 0.0% |"
+
+
+def test_learning_only_rewrites_just_the_learning_section(run_all, tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "learning_x.md").write_text(
+        "# Proof X\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nRL vs its cold start: +3 points.\n", encoding="utf-8")
+    page = tmp_path / "results.md"
+    page.write_text("# Benchmarks\n\n## Benchmarks\n\nkept\n\n## Proof of learning\n\n### Old\n\nstale\n",
+                    encoding="utf-8")
+    assert run_all.main(["--learning-only", "--out", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "kept" in text and "stale" not in text
+    assert "### Proof X" in text and "| 1 | 2 |" in text and "RL vs its cold start: +3 points." in text
+    assert text.count("## Proof of learning") == 1
+    with pytest.raises(SystemExit, match="does not exist"):
+        run_all.main(["--learning-only", "--out", str(tmp_path / "missing.md")])
