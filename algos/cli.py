@@ -38,6 +38,7 @@ from agentrl.algos.config import (
     load_config_file,
 )
 from agentrl.algos.objectives import algorithm_names
+from agentrl.algos.policy.hf import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.envs import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
@@ -185,7 +186,7 @@ def cmd_eval(args) -> int:
             from agentrl.algos.models.lora import load_adapter
 
             model = load_adapter(model, args.adapter)
-        policy = HFPolicy(model, tokenizer)
+        policy = HFPolicy(model, tokenizer, max_batch_tokens=args.max_batch_tokens or None)
     cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, seed=args.seed)
     try:
@@ -297,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=rollout.temperature, help="sampling temperature (0 = greedy)")
     p.add_argument("--max-new-tokens", type=int, default=rollout.max_new_tokens, help="tokens per assistant reply")
     p.add_argument("--max-turns", type=int, default=rollout.max_turns, help="assistant turns per episode")
+    p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                   help="decode at most this many tokens of context per batch (prompts beyond their shared prefix "
+                        f"plus reply budgets; default {DEFAULT_MAX_BATCH_TOKENS}; 0: no bound)")
     p.add_argument("--seed", type=int, default=rollout.seed)
     p.add_argument("--attn-implementation", help="transformers attention kernel (sdpa, eager, flash_attention_2)")
     add_engine_args(p, device_default="auto", dtype_default="auto")

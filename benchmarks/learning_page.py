@@ -39,8 +39,9 @@ CAVEATS = [
     "cold start on all nine families with 16 steps (the default since session 7) was chosen on the train split "
     "and adopted by a rule written down before its one evaluation on the ToolUse set "
     "([tooluse_coldstart.md](tooluse_coldstart.md)). Search-v0: `rl_steps=32` was decided before running; "
-    "`balance_sources` (session 8) was motivated by reading dev episodes of earlier runs (fanoutqa answered with the "
-    "question's entity), so the Search figures after it are not blind to the dev set. Otherwise nothing on this "
+    "`balance_sources` was tried in session 8 after reading dev episodes of that run (fanoutqa answered with the "
+    "question's entity) and not kept: it scored below the session-7 run on the same dev questions "
+    "([learning_search_balanced.md](learning_search_balanced.md)). Otherwise nothing on this "
     "page was chosen by looking at these held-out sets unless the list of configurations below shows several "
     "configurations judged on the same set, in which case the best of them is a selected, not a held-out, figure.",
     "ToolUse-v0's `stock` and `power` families (and many `convert`, `stock_value`, `stock_total` questions) have "

@@ -15,7 +15,7 @@ from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, native_scrip
 import agentrl.envs  # noqa: F401
 from agentrl.algos.objectives.logprobs import token_logprobs
 from agentrl.algos.objectives.sft import demonstration
-from agentrl.algos.policy import HFPolicy, SamplingParams
+from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, prompt_tools
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
 from agentrl.algos.rollout.envs import env_class, make_text_env
@@ -128,9 +128,9 @@ def test_rollout_logprobs_equal_recomputed_logprobs(smol_tokenizer, model):
         assert worst <= 1e-4, worst
 
 
-def _collect(model, tok, tasks, group_size, max_batch_size=None, **cfg):
-    return collect(lambda: EchoEnv(turns=3), HFPolicy(model, tok, max_batch_size=max_batch_size), tasks, group_size,
-                   config=CollectorConfig(max_new_tokens=16, **cfg))
+def _collect(model, tok, tasks, group_size, max_batch_size=None, max_batch_tokens=None, **cfg):
+    policy = HFPolicy(model, tok, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
+    return collect(lambda: EchoEnv(turns=3), policy, tasks, group_size, config=CollectorConfig(max_new_tokens=16, **cfg))
 
 
 def _assert_same(a, b):
@@ -148,6 +148,32 @@ def test_batched_equals_unbatched(smol_tokenizer, model, temperature):
     assert any(len(t.turns) > 1 for t in batched)
     assert len({tuple(t.token_ids) for t in batched}) > 1
     for a, b in zip(batched, one_by_one, strict=True):
+        _assert_same(a, b)
+
+
+def test_token_budget_splits_a_call_and_changes_no_token(smol_tokenizer, model):
+    """max_batch_tokens cuts a call into batches in order (each request's prompt beyond the call's shared prefix
+    plus max_new_tokens, summed; a long request alone); the trajectories equal those of one batch."""
+    policy = HFPolicy(model, smol_tokenizer, max_batch_tokens=100)
+    reqs = [GenerationRequest(prompt_ids=[1] * n, max_new_tokens=10) for n in (30, 40, 20, 150, 5)]
+    assert [[len(r.prompt_ids) for r in b] for b in policy._batches(reqs)] == [[30, 40], [20], [150], [5]]
+    shared = [GenerationRequest(prompt_ids=[7] * 40 + [1] * n, max_new_tokens=10) for n in (30, 40, 20, 5)]
+    assert [len(b) for b in policy._batches(shared)] == [2, 2]  # 40 shared tokens are not counted
+    assert [len(b) for b in HFPolicy(model, smol_tokenizer, max_batch_tokens=100, cascade=False)._batches(shared)] \
+        == [1, 1, 1, 1]
+    assert [len(b) for b in HFPolicy(model, smol_tokenizer, max_batch_size=2)._batches(reqs)] == [2, 2, 1]
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        HFPolicy(model, smol_tokenizer, max_batch_tokens=0)
+    tasks = echo_tasks(4)
+    whole = _collect(model, smol_tokenizer, tasks, 2, max_batch_tokens=None, temperature=1.0)
+    budgeted = HFPolicy(model, smol_tokenizer, max_batch_tokens=1)
+    sizes = []
+    generate_batch = budgeted._generate_batch
+    budgeted._generate_batch = lambda batch, sampling: sizes.append(len(batch)) or generate_batch(batch, sampling)
+    split = collect(lambda: EchoEnv(turns=3), budgeted, tasks, 2,
+                    config=CollectorConfig(max_new_tokens=16, temperature=1.0))
+    assert set(sizes) == {1} and len(sizes) >= len(whole)  # every request went alone
+    for a, b in zip(whole, split, strict=True):
         _assert_same(a, b)
 
 
@@ -191,8 +217,6 @@ def test_group_prompt_is_prefilled_once(smol_tokenizer, model):
 
 
 def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):
-    from agentrl.algos.policy import GenerationRequest
-
     policy = HFPolicy(model, smol_tokenizer)
     sp = SamplingParams(temperature=0.0)
     prompt = smol_tokenizer("hello there, how are you today?", add_special_tokens=False)["input_ids"]
@@ -207,8 +231,6 @@ def test_cache_is_cut_back_when_a_prompt_diverges(smol_tokenizer, model):
 
 
 def test_sampling_respects_top_k_and_seed(smol_tokenizer, model):
-    from agentrl.algos.policy import GenerationRequest
-
     policy = HFPolicy(model, smol_tokenizer)
     prompt = smol_tokenizer("abc", add_special_tokens=False)["input_ids"]
     reqs = [GenerationRequest(prompt, 20, seed=7)]

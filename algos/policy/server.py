@@ -120,7 +120,8 @@ def _adapter_policy(base: HFPolicy, path: str) -> HFPolicy:
     # load_adapter injects LoRA layers into the model it is given: give it a copy, never the served base.
     peft_model = load_adapter(copy.deepcopy(base.model), path)
     return HFPolicy(peft_model, base.tokenizer, max_batch_size=base.max_batch_size,
-                    compact_fraction=base.compact_fraction, cascade=base.cascade)
+                    max_batch_tokens=base.max_batch_tokens, compact_fraction=base.compact_fraction,
+                    cascade=base.cascade)
 
 
 class _Models:

@@ -40,6 +40,7 @@ from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives.grpo import GRPOConfig
 from agentrl.algos.objectives.sft import SFTConfig
+from agentrl.algos.policy.hf import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
@@ -71,6 +72,9 @@ class PipelineConfig:
     sampler_shares_weights: bool = False
     """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of
     the base weights in memory instead of two, at the cost of the LoRA matmuls in every decode step."""
+    sampler_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+    """The local sampler (rollouts and evaluations) decodes at most this many tokens of context per batch (each
+    prompt beyond the shared prefix plus its reply budget); None: all at once."""
     out: str = "runs/main"
     """Run directory."""
     seed: int = 0
@@ -143,7 +147,7 @@ def _common(cfg: PipelineConfig) -> dict[str, Any]:
     return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
                 progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
                 attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights,
-                memory_budget_gb=cfg.memory_budget_gb)
+                sampler_max_batch_tokens=cfg.sampler_max_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
 
 
 def sft_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
@@ -190,7 +194,8 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
                                   attn_implementation=cfg.attn_implementation)
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
     if policy is None:
-        policy = HFPolicy(model, tokenizer, share_weights=cfg.sampler_shares_weights)
+        policy = HFPolicy(model, tokenizer, share_weights=cfg.sampler_shares_weights,
+                          max_batch_tokens=cfg.sampler_max_batch_tokens)
     tasks = eval_task_list(cfg)
     rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)

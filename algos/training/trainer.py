@@ -159,7 +159,8 @@ class Trainer:
             if self.policy is None:
                 from agentrl.algos.policy import HFPolicy
 
-                self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights)
+                self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
+                                       max_batch_tokens=config.sampler_max_batch_tokens)
             self.policy.update_weights(self.model)
             # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors; for a
             # mixture, a mapping name -> either, each task naming its env.
