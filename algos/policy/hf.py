@@ -74,8 +74,9 @@ class HFPolicy(Policy):
     masked, never attended.
     """
 
-    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None, max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
-                 compact_fraction: float = 0.25, share_weights: bool = False, cascade: bool = True):
+    def __init__(self, model, tokenizer, *, max_batch_size: int | None = None,
+                 max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS, compact_fraction: float = 0.25,
+                 share_weights: bool = False, cascade: bool = True):
         import torch
 
         for name, value in (("max_batch_size", max_batch_size), ("max_batch_tokens", max_batch_tokens)):
@@ -201,7 +202,7 @@ class HFPolicy(Policy):
         size = self.max_batch_size or len(requests)
         budget = self.max_batch_tokens
         shared = 0
-        if budget is not None and self.cascade:
+        if budget is not None and self.cascade and _cascade.supported(self.model):
             shared = common_prefix_len([r.prompt_ids for r in requests])
             shared = shared if shared >= _cascade.MIN_PREFIX else 0
         batches: list[list[GenerationRequest]] = [[]]
