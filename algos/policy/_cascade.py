@@ -205,6 +205,13 @@ def dense(prefix: Prefix | None, kv, n: int):
             for (pk, pv), (k, v) in zip(prefix.kv, kv, strict=True)]
 
 
+def shared_length(prompts) -> int:
+    """Tokens a call's prompts share as a prefix, 0 below :data:`MIN_PREFIX` (every row keeps at least one token
+    to prefill)."""
+    common = min(common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
+    return common if common >= MIN_PREFIX else 0
+
+
 def choose_prefix(prompts, taken, compute) -> Prefix | None:
     """The shared prefix of a call, or None (decode without one).
 
@@ -212,9 +219,8 @@ def choose_prefix(prompts, taken, compute) -> Prefix | None:
     when every prompt starts with it (the one most rows hold); otherwise one of the common length is cut from a
     row that has it cached, or computed by ``compute(tokens)`` (per layer keys/values).
     """
-    limit = min(len(p) for p in prompts) - 1  # every row keeps at least one token to prefill
-    common = min(common_prefix_len(prompts), limit)
-    if common < MIN_PREFIX:
+    common = shared_length(prompts)
+    if not common:
         return None
     counts: dict[int, tuple[int, Prefix]] = {}
     for pre, _, n in taken:

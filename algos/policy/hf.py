@@ -196,15 +196,13 @@ class HFPolicy(Policy):
 
     def _batches(self, requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
         """``requests`` cut, in order, by ``max_batch_size`` and ``max_batch_tokens``."""
-        from agentrl.algos.objectives.batching import common_prefix_len
         from agentrl.algos.policy import _cascade
 
         size = self.max_batch_size or len(requests)
         budget = self.max_batch_tokens
         shared = 0
         if budget is not None and self.cascade and _cascade.supported(self.model):
-            shared = common_prefix_len([r.prompt_ids for r in requests])
-            shared = shared if shared >= _cascade.MIN_PREFIX else 0
+            shared = _cascade.shared_length([r.prompt_ids for r in requests])
         batches: list[list[GenerationRequest]] = [[]]
         used = 0
         for r in requests:
