@@ -4,6 +4,9 @@ The same tasks (``--group-size`` trajectories per task, at each of ``--sizes`` t
 
 * ``collector``           — :func:`agentrl.algos.rollout.collector.collect` with :class:`HFPolicy`: one batch for all
   live trajectories, the group prompt prefilled once, each trajectory's KV cache kept across turns;
+* ``collector, rounds``   — the same with ``continuous=False``: every live trajectory's reply is sampled before any
+  env steps (each round waits for its longest reply) instead of a trajectory's next turn joining the running
+  batch; the row appears when ``CollectorConfig`` has ``continuous``;
 * ``collector, no cascade`` — the same with ``HFPolicy(cascade=False)`` (shared-prefix cascade attention off); the row
   appears when ``HFPolicy`` has the ``cascade`` argument;
 * ``collector, no reuse`` — the same with ``reuse_cache=False`` (every turn re-encodes its whole prompt, still
@@ -287,6 +290,9 @@ def measure_size(model, tokenizer, args, n: int, cfg) -> list[dict]:
     """Every row at ``n`` trajectories (``n // group_size`` tasks)."""
     tasks = make_tasks(n // args.group_size, "train")
     rows = [run("collector", HFPolicy(model, tokenizer), tasks, args.group_size, cfg, n)]
+    if "continuous" in CollectorConfig.__dataclass_fields__:
+        rows.append(run("collector, rounds", HFPolicy(model, tokenizer), tasks, args.group_size,
+                        CollectorConfig(**{**cfg.__dict__, "continuous": False}), n))
     if has_cascade():
         rows.append(run("collector, no cascade", HFPolicy(model, tokenizer, cascade=False), tasks, args.group_size,
                         cfg, n))

@@ -18,12 +18,14 @@ the weight updates the sampler has seen; the collector records it in each trajec
 
 Backends here:
 
-* :class:`HFPolicy` — transformers, CPU or GPU: all requests of a call decoded together in one batch, identical
-  prompts prefilled once, each key's KV cache kept across turns so a turn prefills only its new tokens.
+* :class:`HFPolicy` — transformers, CPU or GPU: requests decoded together in one batch that new requests join
+  while it runs (:meth:`Policy.session`), identical prompts prefilled once, each key's KV cache kept across turns
+  so a turn prefills only its new tokens.
 * :class:`OpenAIPolicy` — an OpenAI-compatible ``/v1/completions`` server that takes token-id prompts and returns
   token ids and log-probabilities (vLLM, SGLang). :func:`serve_policy` serves any :class:`Policy` that way.
 
-The files: ``base.py`` (the interface and its types), ``sampling.py`` (:func:`sample_tokens`, the sampling
+The files: ``base.py`` (the interface and its types, and :class:`Session`, the open generation the collector
+drives), ``sampling.py`` (:func:`sample_tokens`, the sampling
 kernel), ``hf.py`` (:class:`HFPolicy`), ``_kv_cache.py`` (its shim over transformers' cache internals),
 ``openai.py`` (:class:`OpenAIPolicy`), ``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA
 merging (:func:`merged_state_dict`) lives in :mod:`agentrl.algos.models.lora`. Importing this package loads
@@ -36,7 +38,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agentrl.algos.models.lora import merged_state_dict
-from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.algos.policy.sampling import sample_tokens
@@ -52,6 +54,7 @@ __all__ = [
     "Policy",
     "PolicyServer",
     "SamplingParams",
+    "Session",
     "merged_state_dict",
     "sample_tokens",
     "serve_policy",

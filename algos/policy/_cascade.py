@@ -213,11 +213,13 @@ def shared_length(prompts) -> int:
 
 
 def choose_prefix(prompts, taken, compute) -> Prefix | None:
-    """The shared prefix of a call, or None (decode without one).
+    """The shared prefix of a batch, or None (decode without one).
 
     ``taken``: per row ``(prefix, kv, n)`` of its usable cache. A prefix already held by rows' caches is reused
-    when every prompt starts with it (the one most rows hold); otherwise one of the common length is cut from a
-    row that has it cached, or computed by ``compute(tokens)`` (per layer keys/values).
+    when every prompt starts with it (the one most rows hold). Otherwise the prompts' common tokens are cut from
+    the row with the longest cache, only as many as it holds when it holds at least :data:`MIN_PREFIX` (cached
+    tokens are never recomputed); with less cached anywhere, the common tokens are computed by
+    ``compute(tokens)`` (per layer keys/values).
     """
     common = shared_length(prompts)
     if not common:
@@ -229,12 +231,12 @@ def choose_prefix(prompts, taken, compute) -> Prefix | None:
             counts[id(pre)] = (c + 1, pre)
     if counts:
         return max(counts.values(), key=lambda cp: (cp[0], len(cp[1])))[1]
-    tokens = tuple(prompts[0][:common])
     best = max(range(len(taken)), key=lambda i: taken[i][2])
     pre, kv, n = taken[best]
-    if n >= common:
-        return Prefix(tokens, [(k.contiguous(), v.contiguous()) for k, v in dense(pre, kv, common)])
-    return Prefix(tokens, compute(tokens))
+    if n >= MIN_PREFIX:
+        cut = min(n, common)
+        return Prefix(tuple(prompts[0][:cut]), [(k.contiguous(), v.contiguous()) for k, v in dense(pre, kv, cut)])
+    return Prefix(tuple(prompts[0][:common]), compute(tuple(prompts[0][:common])))
 
 
 def row_state(prefix: Prefix | None, taken):

@@ -2,6 +2,7 @@
 
 * :class:`GrowingLayer` — a ``DynamicLayer`` that appends into reserved room instead of re-concatenating.
 * :func:`new_cache` — a ``DynamicCache`` of growing layers, optionally filled with given keys/values.
+* :func:`stack_caches` — the rows of several caches in one, right-aligned (rows joining a running batch).
 * :func:`model_forward` / :func:`out_cache` — call a model with a cache and read the cache back, under the
   argument/attribute name this transformers version uses.
 
@@ -97,6 +98,37 @@ class GrowingLayer(DynamicLayer):
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative number of tokens to remove")
         self._len = max(0, self._len + tokens_to_remove)
+
+
+def stack_caches(parts, width: int, reserve: int) -> DynamicCache:
+    """One cache of the rows of several, right-aligned in ``width`` columns (plus ``reserve`` free ones).
+
+    ``parts``: ``(cache, rows)`` with ``rows`` an index of the rows to take (None: all). Each part's last
+    ``min(its length, width)`` columns land at the right end; the columns cut or filled with zeros must be masked
+    in every row they belong to (left padding).
+    """
+    picked = [[(layer.keys if rows is None else layer.keys.index_select(0, rows),
+                layer.values if rows is None else layer.values.index_select(0, rows)) for layer in cache.layers]
+              for cache, rows in parts]
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = None
+    cache.layers = []
+    for per_part in zip(*picked, strict=True):
+        k0 = per_part[0][0]
+        shape = (sum(k.shape[0] for k, _ in per_part), k0.shape[1], width + reserve, k0.shape[3])
+        kbuf, vbuf = k0.new_zeros(shape), k0.new_zeros(shape)
+        b = 0
+        for k, v in per_part:
+            n = min(k.shape[2], width)
+            kbuf[b: b + k.shape[0], :, width - n: width] = k[:, :, k.shape[2] - n:]
+            vbuf[b: b + k.shape[0], :, width - n: width] = v[:, :, v.shape[2] - n:]
+            b += k.shape[0]
+        layer = GrowingLayer(reserve=reserve)
+        layer.device = k0.device
+        layer.is_initialized = True
+        layer._kbuf, layer._vbuf, layer._len = kbuf, vbuf, width
+        cache.layers.append(layer)
+    return cache
 
 
 def new_cache(layers=None, reserve: int = 64) -> DynamicCache:

@@ -46,6 +46,61 @@ class GenerationResult:
     """``"stop"`` (a stop token was sampled; it is the last id) or ``"length"`` (``max_new_tokens`` reached)."""
 
 
+class Session:
+    """An open generation: requests go in with :meth:`add`; each :meth:`step` advances them and returns the finished.
+
+    This default runs the requests added since the last step in one :meth:`Policy.generate` call (a *round*): every
+    step returns every pending request. A backend that can admit requests into a batch that is already decoding
+    (:class:`~agentrl.algos.policy.HFPolicy`) returns a session whose :meth:`step` is one decode step and whose
+    :meth:`join_ready` says when new requests would be admitted; the collector then adds a trajectory's next turn
+    as soon as that is true instead of waiting for the round (``CollectorConfig.continuous``).
+    """
+
+    def __init__(self, policy: Policy, sampling: SamplingParams):
+        self.policy = policy
+        self.sampling = sampling
+        self._waiting: list[tuple[int, GenerationRequest]] = []
+        self._tickets = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def add(self, request: GenerationRequest) -> int:
+        """Queue ``request``; returns its ticket (the handle :meth:`step` returns its result under)."""
+        ticket = self._tickets
+        self._tickets += 1
+        self._waiting.append((ticket, request))
+        return ticket
+
+    @property
+    def pending(self) -> int:
+        """Requests added whose results have not been returned yet."""
+        return len(self._waiting)
+
+    def join_ready(self, incoming: int) -> bool:
+        """Whether ``incoming`` more requests added now would start at the next :meth:`step` rather than wait for
+        the requests already running (a round: only when none is pending)."""
+        return self.pending == 0
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        """Advance the pending requests; returns ``(ticket, result)`` of those that finished (here: all of them)."""
+        waiting, self._waiting = self._waiting, []
+        if not waiting:
+            return []
+        results = self.policy.generate([r for _, r in waiting], self.sampling)
+        if len(results) != len(waiting):
+            raise RuntimeError(f"{type(self.policy).__name__}.generate returned {len(results)} results for "
+                               f"{len(waiting)} requests")
+        return [(t, res) for (t, _), res in zip(waiting, results, strict=True)]
+
+    def close(self) -> None:
+        """Drop what is still pending."""
+        self._waiting = []
+
+
 class Policy:
     """The backend interface. Subclasses set ``tokenizer`` and implement :meth:`generate`."""
 
@@ -58,6 +113,10 @@ class Policy:
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         """Sample one completion per request (in request order)."""
         raise NotImplementedError
+
+    def session(self, sampling: SamplingParams) -> Session:
+        """An open generation with ``sampling`` (use as a context manager); the default batches by rounds."""
+        return Session(self, sampling)
 
     def release(self, keys: Iterable[Hashable]) -> None:
         """Forget the state kept for ``keys`` (their trajectories have ended). The default keeps none."""

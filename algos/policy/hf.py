@@ -6,6 +6,7 @@ importing this module stays light. ``_fresh_copy`` builds the plain sampler mode
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Hashable, Iterable, Sequence
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.algos.models.lora import is_peft, iter_merged_weights
-from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
 from agentrl.algos.policy.sampling import sample_tokens
 
 logger = logging.getLogger(__name__)
@@ -33,12 +34,15 @@ class _CacheEntry:
 
 @dataclass
 class _Row:
+    ticket: int
     request: GenerationRequest
-    kv: list[tuple[Any, Any]] | None
-    cached: int
-    pending: list[int]
+    taken: tuple  # (prefix, kv, tokens) of the request's usable cache, from HFPolicy._take_cache
     generator: Any
-    offset: int = 0  # tokens before the row's own cache: the call's shared prefix
+    kv: list[tuple[Any, Any]] | None = None  # the cached keys/values it starts from (after the batch's prefix)
+    cached: int = 0
+    pending: list[int] = field(default_factory=list)  # prompt tokens to prefill
+    offset: int = 0  # tokens before the row's own cache: the batch's shared prefix
+    need: int = 0  # tokens it counts against max_batch_tokens
     out_ids: list[int] = field(default_factory=list)
     out_lp: list[float] = field(default_factory=list)
     done: bool = False
@@ -51,14 +55,17 @@ class HFPolicy(Policy):
         model: a causal LM (a PEFT model too: it is merged into a sampler copy at once, see
             :meth:`update_weights`).
         tokenizer: its tokenizer.
-        max_batch_size: decode at most this many requests together (None: all of a call).
-        max_batch_tokens: decode together at most this many tokens of context per batch: a call's requests are
-            cut, in order, into batches whose own tokens (prompt beyond the call's shared prefix, which ``cascade``
-            keeps once, plus ``max_new_tokens``) sum to at most this; a request longer than it goes alone. Bounds
-            the KV caches and the prefill transients of a call of many long prompts (and speeds it up: see
+        max_batch_size: decode at most this many requests together (None: no bound); the others wait, in order,
+            and join the batch as its rows finish.
+        max_batch_tokens: decode together at most this many tokens of context: a request counts its prompt beyond
+            the batch's shared prefix (which ``cascade`` keeps once) plus its ``max_new_tokens``; requests that do
+            not fit wait, in order, and join as rows finish; one longer than the bound runs alone. Bounds the KV
+            caches and the prefill transients of many long prompts (and speeds them up: see
             ``docs/collector.md``); None: no bound. Default :data:`DEFAULT_MAX_BATCH_TOKENS`.
         compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
-            it has finished, then leave together; trades wasted rows against cache copies.
+            it has finished, then leave together; queued requests join a running batch once at least this
+            fraction of its running rows' count is waiting. Trades wasted rows against cache copies and prefill
+            passes.
         share_weights: with a PEFT ``model``, sample through that model itself (its base weights shared with
             the trainer, the adapter applied unmerged on every forward pass) instead of a merged sampler copy:
             no second copy of the base weights, at the cost of the LoRA matmuls in every decode step. The
@@ -68,7 +75,9 @@ class HFPolicy(Policy):
             matrix product for all rows, merged with each row's own attention (``_cascade.py``). Models whose
             attention cannot take it (sliding window, soft-capping, no attention interface) decode as without.
 
-    The KV cache of each ``key`` is kept after a call (the sampled tokens except the last, whose keys were never
+    Decoding is continuous (:meth:`session`): a request added while a batch runs joins it (see :class:`_Decoding`);
+    :meth:`generate` is one session that returns when its requests are done. The KV cache of each ``key`` is kept
+    after its request finishes (the sampled tokens except the last, whose keys were never
     computed), so the next turn prefills only the tokens the collector appended. Caches are stored per
     trajectory (after the shared prefix, with ``cascade``) and left-padded into a batch for each call; padding is
     masked, never attended.
@@ -175,44 +184,20 @@ class HFPolicy(Policy):
         return (entry.prefix, entry.kv, n) if n else (None, None, 0)
 
     # ---------------------------------------------------------------- generation
+    def session(self, sampling: SamplingParams) -> _Decoding:
+        """An open generation whose :meth:`~_Decoding.step` is one decode step of one batch; requests added while
+        it runs join that batch (see :class:`_Decoding`)."""
+        return _Decoding(self, sampling)
+
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         if not requests:
             return []
-        for r in requests:
-            if not r.prompt_ids:
-                raise ValueError("a generation request needs a non-empty prompt")
-            if r.max_new_tokens < 1:
-                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
-        results: list[GenerationResult] = []
-        was_training = self.model.training  # a shared (trainer's) model may be in train mode: sample without dropout
-        self.model.eval()
-        try:
-            with self._torch.inference_mode():
-                for batch in self._batches(requests):
-                    results.extend(self._generate_batch(batch, sampling))
-        finally:
-            self.model.train(was_training)
-        return results
-
-    def _batches(self, requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
-        """``requests`` cut, in order, by ``max_batch_size`` and ``max_batch_tokens``."""
-        from agentrl.algos.policy import _cascade
-
-        size = self.max_batch_size or len(requests)
-        budget = self.max_batch_tokens
-        shared = 0
-        if budget is not None and self.cascade and _cascade.supported(self.model):
-            shared = _cascade.shared_length([r.prompt_ids for r in requests])
-        batches: list[list[GenerationRequest]] = [[]]
-        used = 0
-        for r in requests:
-            need = len(r.prompt_ids) - shared + r.max_new_tokens
-            if batches[-1] and (len(batches[-1]) >= size or (budget is not None and used + need > budget)):
-                batches.append([])
-                used = 0
-            batches[-1].append(r)
-            used += need
-        return batches
+        done: dict[int, GenerationResult] = {}
+        with self.session(sampling) as s:
+            tickets = [s.add(r) for r in requests]
+            while s.pending:
+                done.update(s.step())
+        return [done[t] for t in tickets]
 
     def _forward(self, ids, cache, attention_mask, position_ids):
         from agentrl.algos.policy._kv_cache import model_forward
@@ -220,29 +205,6 @@ class HFPolicy(Policy):
         if self._cascade_state is not None:
             self._cascade_state.set_mask(attention_mask)
         return model_forward(self.model, ids, cache, attention_mask, position_ids)
-
-    def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams):
-        from agentrl.algos.policy import _cascade
-
-        torch = self._torch
-        taken = [self._take_cache(req) for req in requests]
-        prefix = None
-        if self.cascade and _cascade.supported(self.model):
-            prefix = _cascade.choose_prefix([r.prompt_ids for r in requests], taken, self._compute_prefix)
-        rows: list[_Row] = []
-        for req, tk in zip(requests, taken, strict=True):
-            kv, n, offset = _cascade.row_state(prefix, tk)
-            gen = torch.Generator(device="cpu")
-            gen.manual_seed(req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-            rows.append(_Row(req, kv, n, list(req.prompt_ids[offset + n:]), gen, offset))
-        if prefix is None:
-            return self._decode(rows, sampling, None)
-        self.stats["shared_prefix_calls"] += 1
-        with _cascade.activate(self.model, prefix) as self._cascade_state:
-            try:
-                return self._decode(rows, sampling, prefix)
-            finally:
-                self._cascade_state = None
 
     def _compute_prefix(self, tokens):
         """Keys/values [1, Hkv, n, D] per layer of ``tokens`` from position 0 (one forward pass, no shared prefix)."""
@@ -254,14 +216,12 @@ class HFPolicy(Policy):
         self.stats["prefill_tokens"] += len(tokens)
         return [(layer.keys.clone(), layer.values.clone()) for layer in out_cache(out).layers]
 
-    def _decode(self, rows: list[_Row], sampling: SamplingParams, prefix):
+    def _prefill(self, rows: list[_Row]):
+        """Run the rows' pending tokens after their cached ones: (cache, mask [B, C], next positions [B], last
+        logits [B, V]). Identical uncached prompts (a group's) are computed once, then expanded."""
         from agentrl.algos.policy._kv_cache import out_cache
 
         torch = self._torch
-        dev = self.device
-        stops = set(sampling.stop_token_ids)
-
-        # --- prefill: identical uncached prompts (a group) are computed once, then expanded
         unique: dict[tuple, int] = {}
         expand: list[int] = []
         prefill_rows: list[_Row] = []
@@ -273,58 +233,17 @@ class HFPolicy(Policy):
             expand.append(unique[sig])
         cache, mask, positions = self._pack(prefill_rows)
         ids, pos_new, mask = self._pack_pending(prefill_rows, mask, positions)
-        out = self._forward(ids.to(dev), cache, mask.to(dev), pos_new.to(dev))
+        out = self._forward(ids.to(self.device), cache, mask.to(self.device), pos_new.to(self.device))
         self.stats["prefill_tokens"] += sum(len(r.pending) for r in prefill_rows)
         cache = out_cache(out)
         logits = out.logits[:, -1, :]
         if len(prefill_rows) < len(rows):
-            index = torch.tensor(expand, device=dev)
+            index = torch.tensor(expand, device=self.device)
             cache.batch_select_indices(index)
             logits = logits.index_select(0, index)
             mask = mask.index_select(0, index.cpu())
-        positions = torch.tensor([r.offset + r.cached + len(r.pending) for r in rows])  # next position of each row
-
-        # --- decode
-        active = list(range(len(rows)))  # row index of each batch line
-        while True:
-            tokens, lps = sample_tokens(logits, sampling, [rows[i].generator for i in active])
-            tokens_l, lps_l = tokens.tolist(), lps.tolist()
-            live_lines = []
-            for line, i in enumerate(active):
-                row = rows[i]
-                if row.done:
-                    continue
-                row.out_ids.append(tokens_l[line])
-                row.out_lp.append(lps_l[line])
-                if tokens_l[line] in stops or len(row.out_ids) >= row.request.max_new_tokens:
-                    row.done = True
-                else:
-                    live_lines.append(line)
-            if not live_lines:
-                break
-            done_lines = [line for line, i in enumerate(active) if rows[i].done]
-            if done_lines and len(done_lines) >= max(1, int(self.compact_fraction * len(active))):
-                for line in done_lines:
-                    self._store(rows[active[line]], cache, mask, line, prefix)
-                keep = torch.tensor(live_lines)
-                cache.batch_select_indices(keep.to(dev))
-                mask = mask.index_select(0, keep)
-                positions = positions.index_select(0, keep)
-                active = [active[line] for line in live_lines]
-            feed = torch.tensor([[rows[i].out_ids[-1] if not rows[i].done else self._pad_id] for i in active])
-            step_mask = torch.tensor([[0 if rows[i].done else 1] for i in active], dtype=mask.dtype)
-            mask = torch.cat([mask, step_mask], dim=1)
-            out = self._forward(feed.to(dev), cache, mask.to(dev), positions[:, None].to(dev))
-            self.stats["decode_steps"] += 1
-            cache = out_cache(out)
-            logits = out.logits[:, -1, :]
-            positions = positions + step_mask[:, 0]
-        for line, i in enumerate(active):
-            self._store(rows[i], cache, mask, line, prefix)
-
-        self.stats["generated_tokens"] += sum(len(r.out_ids) for r in rows)
-        return [GenerationResult(r.out_ids, r.out_lp,
-                                 "stop" if r.out_ids and r.out_ids[-1] in stops else "length") for r in rows]
+        positions = torch.tensor([r.offset + r.cached + len(r.pending) for r in rows])
+        return cache, mask, positions, logits
 
     def _pack(self, rows: list[_Row]):
         """Left-pad the rows' cached keys/values into one batch cache; returns (cache, mask [B, C], positions)."""
@@ -378,6 +297,198 @@ class HFPolicy(Policy):
             raise RuntimeError(f"internal cache error: {kv[0][0].shape[2]} cached positions for "
                                f"{len(tokens) - row.offset} tokens")
         self._cache[row.request.key] = _CacheEntry(tokens, kv, prefix)
+
+
+class _Decoding(Session):
+    """:class:`HFPolicy`'s session: one batch, decoded a token per :meth:`step`, that requests join as they come.
+
+    A step (1) admits queued requests into the batch when the batch has no running row or at least
+    ``compact_fraction`` of its running rows' count is queued: they are prefilled together and their caches, masks
+    and logits stacked with the running rows' (left padding: columns no row attends are cut); (2) samples one token
+    per row; a row that finishes stores its cache under its key at once (so its trajectory's next turn can take
+    it) and its result is returned; (3) drops finished rows once they are ``compact_fraction`` of the batch;
+    (4) runs the sampled tokens through the model for the next step's logits.
+
+    When the batch starts, a prefix shared by every queued prompt becomes the batch's cascade prefix
+    (``HFPolicy(cascade=...)``); a request that does not start with it waits until the batch is empty.
+    ``max_batch_size`` and ``max_batch_tokens`` bound the running rows; requests beyond wait, in order.
+    """
+
+    def __init__(self, policy: HFPolicy, sampling: SamplingParams):
+        super().__init__(policy, sampling)
+        self.stops = set(sampling.stop_token_ids)
+        self.queue: list[_Row] = []  # added, not yet in the batch
+        self.rows: list[_Row] = []  # the batch's lines; finished rows stay, fed padding, until the batch is cut
+        self.cache = self.mask = self.positions = self.logits = None
+        self.prefix = None  # the batch's _cascade.Prefix
+        self._activation = contextlib.ExitStack()
+
+    def add(self, request: GenerationRequest) -> int:
+        if not request.prompt_ids:
+            raise ValueError("a generation request needs a non-empty prompt")
+        if request.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        torch = self.policy._torch
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(request.seed if request.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        ticket = self._tickets
+        self._tickets += 1
+        self.queue.append(_Row(ticket, request, self.policy._take_cache(request), gen))
+        return ticket
+
+    @property
+    def live(self) -> int:
+        """Rows of the batch still decoding."""
+        return sum(not r.done for r in self.rows)
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue) + self.live
+
+    def _join_threshold(self) -> int:
+        return max(1, int(self.policy.compact_fraction * self.live))
+
+    def join_ready(self, incoming: int) -> bool:
+        return self.live == 0 or len(self.queue) + incoming >= self._join_threshold()
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        model = self.policy.model
+        was_training = model.training  # a shared (trainer's) model may be in train mode: sample without dropout
+        model.eval()
+        try:
+            with self.policy._torch.inference_mode():
+                return self._step()
+        finally:
+            model.train(was_training)
+
+    def close(self) -> None:
+        self._end_batch()
+        self.queue = []
+
+    # ------------------------------------------------------------ one step
+    def _step(self) -> list[tuple[int, GenerationResult]]:
+        p, torch = self.policy, self.policy._torch
+        if self.queue and (self.live == 0 or len(self.queue) >= self._join_threshold()):
+            self._admit()
+        if not self.rows:
+            return []
+        tokens, lps = sample_tokens(self.logits, self.sampling, [r.generator for r in self.rows])
+        tokens_l, lps_l = tokens.tolist(), lps.tolist()
+        finished = []
+        for line, row in enumerate(self.rows):
+            if row.done:
+                continue
+            row.out_ids.append(tokens_l[line])
+            row.out_lp.append(lps_l[line])
+            stopped = tokens_l[line] in self.stops
+            if stopped or len(row.out_ids) >= row.request.max_new_tokens:
+                row.done = True
+                p._store(row, self.cache, self.mask, line, self.prefix)
+                p.stats["generated_tokens"] += len(row.out_ids)
+                finished.append((row.ticket, GenerationResult(row.out_ids, row.out_lp,
+                                                              "stop" if stopped else "length")))
+        live = [line for line, r in enumerate(self.rows) if not r.done]
+        if not live:
+            self._end_batch()
+            return finished
+        if len(self.rows) - len(live) >= max(1, int(p.compact_fraction * len(self.rows))):
+            keep = torch.tensor(live)
+            self.cache.batch_select_indices(keep.to(p.device))
+            self.mask = self.mask.index_select(0, keep)
+            self.positions = self.positions.index_select(0, keep)
+            self.rows = [self.rows[line] for line in live]
+        feed = torch.tensor([[r.out_ids[-1] if not r.done else p._pad_id] for r in self.rows])
+        step_mask = torch.tensor([[0 if r.done else 1] for r in self.rows], dtype=self.mask.dtype)
+        self.mask = torch.cat([self.mask, step_mask], dim=1)
+        out = p._forward(feed.to(p.device), self.cache, self.mask.to(p.device), self.positions[:, None].to(p.device))
+        p.stats["decode_steps"] += 1
+        from agentrl.algos.policy._kv_cache import out_cache
+
+        self.cache = out_cache(out)
+        self.logits = out.logits[:, -1, :]
+        self.positions = self.positions + step_mask[:, 0]
+        return finished
+
+    # ------------------------------------------------------------ the batch
+    def _start_batch(self) -> None:
+        """Choose the new batch's shared prefix over every queued prompt and switch cascade attention on for it."""
+        from agentrl.algos.policy import _cascade
+
+        p = self.policy
+        self.prefix = None
+        if p.cascade and _cascade.supported(p.model):
+            self.prefix = _cascade.choose_prefix([r.request.prompt_ids for r in self.queue],
+                                                 [r.taken for r in self.queue], p._compute_prefix)
+        if self.prefix is not None:
+            p.stats["shared_prefix_calls"] += 1
+            p._cascade_state = self._activation.enter_context(_cascade.activate(p.model, self.prefix))
+
+    def _end_batch(self) -> None:
+        self.rows = []
+        self.cache = self.mask = self.positions = self.logits = None
+        self._activation.close()
+        self._activation = contextlib.ExitStack()
+        self.policy._cascade_state = None
+        self.prefix = None
+
+    def _fits_prefix(self, row: _Row) -> bool:
+        if self.prefix is None:
+            return True
+        n = len(self.prefix)
+        return len(row.request.prompt_ids) > n and tuple(row.request.prompt_ids[:n]) == self.prefix.tokens
+
+    def _admit(self) -> None:
+        """Prefill the queued requests that fit (in order) and stack them into the batch."""
+        from agentrl.algos.policy import _cascade
+
+        p, torch = self.policy, self.policy._torch
+        running = [line for line, r in enumerate(self.rows) if not r.done]
+        if not running:
+            self._end_batch()
+            self._start_batch()
+        shared = len(self.prefix) if self.prefix is not None else 0
+        size = p.max_batch_size or float("inf")
+        used = sum(self.rows[line].need for line in running)
+        admitted: list[_Row] = []
+        for row in self.queue:
+            if not self._fits_prefix(row):
+                break
+            row.need = len(row.request.prompt_ids) - shared + row.request.max_new_tokens
+            if running or admitted:
+                if len(running) + len(admitted) >= size or (
+                        p.max_batch_tokens is not None and used + row.need > p.max_batch_tokens):
+                    break
+            admitted.append(row)
+            used += row.need
+        if not admitted:
+            return
+        self.queue = self.queue[len(admitted):]
+        for row in admitted:
+            row.kv, row.cached, row.offset = _cascade.row_state(self.prefix, row.taken)
+            row.taken = None
+            row.pending = list(row.request.prompt_ids[row.offset + row.cached:])
+        cache, mask, positions, logits = p._prefill(admitted)
+        for row in admitted:
+            row.kv = None  # now in the batch cache
+        if not running:
+            self.rows, self.cache, self.mask, self.positions, self.logits = admitted, cache, mask, positions, logits
+            return
+        from agentrl.algos.policy._kv_cache import stack_caches
+
+        keep = torch.tensor(running)
+        old_mask = self.mask.index_select(0, keep)
+        width = max(old_mask.shape[1], mask.shape[1])
+        both = torch.zeros(len(running) + len(admitted), width, dtype=mask.dtype)
+        both[: len(running), width - old_mask.shape[1]:] = old_mask
+        both[len(running):, width - mask.shape[1]:] = mask
+        first = int(both.any(0).nonzero()[0, 0])  # columns before it are padding in every row
+        rows = [self.rows[line] for line in running] + admitted
+        reserve = max(r.request.max_new_tokens - len(r.out_ids) for r in rows) + 1
+        self.cache = stack_caches([(self.cache, keep.to(p.device)), (cache, None)], width - first, reserve)
+        self.mask = both[:, first:]
+        self.positions = torch.cat([self.positions.index_select(0, keep), positions])
+        self.logits = torch.cat([self.logits.index_select(0, keep.to(p.device)), logits])
+        self.rows = rows
 
 
 def _fresh_copy(model, dtype, device):

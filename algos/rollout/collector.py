@@ -11,11 +11,14 @@
     model, tokenizer = load_model()                       # SmolLM2-135M-Instruct, bf16 where supported
     trajectories = collect("AgentRL/ToolUse-v0", HFPolicy(model, tokenizer), make_tasks(8, "train"), group_size=4)
 
-One round of the loop: every live trajectory asks the policy for its next reply in **one** ``generate`` call
-(the backend batches them; a group's shared prompt is prefilled once; a trajectory's KV cache survives its
-turns), then the env steps of the round run concurrently in a thread pool, then the glue tokens (end of turn,
-observation turn, next assistant header; see :mod:`agentrl.algos.rollout.chat`) are appended and the trajectories
-that ended leave the batch. The sampled token ids go into the trajectory as they are; nothing is re-tokenised.
+Every trajectory's request goes into one open generation of the policy (:meth:`Policy.session`: the backend
+batches them; a group's shared prompt is prefilled once; a trajectory's KV cache survives its turns). A reply
+that finishes is handed to its env in a thread pool while the others decode; once the env answers, the glue tokens
+(end of turn, observation turn, next assistant header; see :mod:`agentrl.algos.rollout.chat`) are appended and
+the trajectory's next request joins the running batch as soon as the backend admits newcomers
+(``CollectorConfig.continuous``; with a backend that cannot, or ``continuous=False``, all of a round's replies
+are sampled before any env steps). The sampled token ids go into the trajectory as they are; nothing is
+re-tokenised.
 
 Termination (``Trajectory.termination``): the env's own (``answered``, ``invalid``, ``budget``, ``error``), or the
 collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an end-of-turn token or the trajectory
@@ -34,7 +37,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +76,10 @@ class CollectorConfig:
     """Threads that run env resets and steps concurrently (bounds concurrent tool calls)."""
     reuse_cache: bool = True
     """Let the backend keep each trajectory's KV cache across turns (False: every turn re-encodes its prompt)."""
+    continuous: bool = True
+    """A trajectory's next turn joins the backend's running batch as soon as the backend would admit it
+    (``Session.join_ready``; :class:`~agentrl.algos.policy.HFPolicy`) instead of waiting for every trajectory of
+    the round to finish its reply. False, or a backend without joining: rounds."""
     call_format: str = "auto"
     """Tool-call format of envs made from an id: "auto" (the one the chat template teaches), "env" (the env's own),
     or a format name (hermes, llama3_json, mistral). Env-chosen tag or fenced-code formats are never changed."""
@@ -218,11 +225,44 @@ class Collector:
 
         sampling = cfg.sampling(self.chat.stop_token_ids)
         bar = _progress(n, progress)
-        live = list(episodes)
         keys = {ep.index: ("collect", id(self), time.monotonic_ns(), ep.index) for ep in episodes}
+        asked: dict[int, tuple[_Episode, GenerationRequest]] = {}  # ticket -> the episode's open request
+        stepping: dict[int, tuple[_Episode, Future]] = {}  # episode index -> its env step of the last reply
+
+        def ask(ep: _Episode) -> None:
+            budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(ep.token_ids))
+            if budget <= 0:
+                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+                return
+            req = GenerationRequest(list(ep.token_ids), budget,
+                                    seed=_seed(cfg.seed, 2, ep.group_id, ep.sample, len(ep.turns)),
+                                    key=keys[ep.index] if cfg.reuse_cache else None)
+            asked[session.add(req)] = (ep, req)
+
         try:
-            while live:
-                live = self._round(live, sampling, keys, bar)
+            with self.policy.session(sampling) as session:
+                for ep in episodes:
+                    ask(ep)
+                while asked or stepping:
+                    # Stepped episodes join when the backend would admit them now (continuous) or when nothing is
+                    # decoding (rounds); in episode order, so the batches do not depend on thread timing.
+                    if stepping and (session.join_ready(len(stepping)) if cfg.continuous else not session.pending):
+                        for index in sorted(stepping):
+                            ep, future = stepping.pop(index)
+                            self._stepped(ep, future.result(), bar)
+                            if not ep.done:
+                                ask(ep)
+                            else:
+                                self.policy.release([keys[ep.index]])
+                    if not session.pending:
+                        continue
+                    for ticket, res in session.step():
+                        ep, req = asked.pop(ticket)
+                        text = self._replied(ep, req, res, sampling, bar)
+                        if text is None:
+                            self.policy.release([keys[ep.index]])
+                        else:
+                            stepping[ep.index] = (ep, self._pool.submit(_safe_step, ep.env, text))
         finally:
             self.policy.release(keys.values())
             if bar is not None:
@@ -237,81 +277,57 @@ class Collector:
         if bar is not None:
             bar.update(1)
 
-    def _round(self, live: list[_Episode], sampling: SamplingParams, keys, bar) -> list[_Episode]:
-        cfg = self.config
-        asking: list[_Episode] = []
-        requests: list[GenerationRequest] = []
-        for ep in live:
-            budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(ep.token_ids))
-            if budget <= 0:
-                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
-                continue
-            asking.append(ep)
-            requests.append(GenerationRequest(list(ep.token_ids), budget,
-                                              seed=_seed(cfg.seed, 2, ep.group_id, ep.sample, len(ep.turns)),
-                                              key=keys[ep.index] if cfg.reuse_cache else None))
-        if not requests:
-            return []
-        results = self.policy.generate(requests, sampling)
-        if len(results) != len(requests):
-            raise RuntimeError(f"{type(self.policy).__name__}.generate returned {len(results)} results for "
-                               f"{len(requests)} requests")
-
-        stepping: list[tuple[_Episode, str, int]] = []
+    def _replied(self, ep: _Episode, req: GenerationRequest, res, sampling: SamplingParams, bar) -> str | None:
+        """Append a reply to its episode; returns the text to step the env with, or None when the episode ended."""
         stops = set(sampling.stop_token_ids)
-        for ep, req, res in zip(asking, requests, results, strict=True):
-            if not res.token_ids or len(res.token_ids) > req.max_new_tokens or len(res.logprobs) != len(res.token_ids):
-                raise RuntimeError(f"{type(self.policy).__name__} returned {len(res.token_ids)} tokens / "
-                                   f"{len(res.logprobs)} logprobs for a budget of {req.max_new_tokens}")
-            start = len(ep.token_ids)
-            ep.token_ids.extend(res.token_ids)
-            ep.loss_mask.extend([1] * len(res.token_ids))
-            ep.logprobs.extend(float(x) for x in res.logprobs)
-            body = res.token_ids[:-1] if res.token_ids[-1] in stops else res.token_ids
-            text = self.policy.tokenizer.decode(body, skip_special_tokens=False)
-            ep.turns.append(Turn(prompt_len=start, completion_len=len(res.token_ids), completion=text, parsed={},
-                                 finish_reason=res.finish_reason))
-            if res.finish_reason != "stop":
-                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
-            else:
-                stepping.append((ep, text, start))
+        if not res.token_ids or len(res.token_ids) > req.max_new_tokens or len(res.logprobs) != len(res.token_ids):
+            raise RuntimeError(f"{type(self.policy).__name__} returned {len(res.token_ids)} tokens / "
+                               f"{len(res.logprobs)} logprobs for a budget of {req.max_new_tokens}")
+        start = len(ep.token_ids)
+        ep.token_ids.extend(res.token_ids)
+        ep.loss_mask.extend([1] * len(res.token_ids))
+        ep.logprobs.extend(float(x) for x in res.logprobs)
+        body = res.token_ids[:-1] if res.token_ids[-1] in stops else res.token_ids
+        text = self.policy.tokenizer.decode(body, skip_special_tokens=False)
+        ep.turns.append(Turn(prompt_len=start, completion_len=len(res.token_ids), completion=text, parsed={},
+                             finish_reason=res.finish_reason))
+        if res.finish_reason != "stop":
+            self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+            return None
+        return text
 
-        futures = [self._pool.submit(_safe_step, ep.env, text) for ep, text, _ in stepping]
-        for (ep, _text, _start), fut in zip(stepping, futures, strict=True):
-            obs, reward, terminated, truncated, info, error = fut.result()
-            turn = ep.turns[-1]
-            if error is not None:
-                turn.parsed = {"kind": "error", "error": error}
-                self._finish(ep, "error", 0.0, bar)
-                continue
-            metrics = info.get("metrics") or {}
-            latency = float(metrics.get("tool_latency_s", ep.tool_latency))
-            turn.parsed = dict(info.get("parsed") or {})
-            turn.observation = obs if isinstance(obs, str) else str(obs)
-            turn.obs_role = info.get("obs_role", "tool")
-            turn.tool_latency_s = max(0.0, latency - ep.tool_latency)
-            ep.tool_latency = latency
-            ep.info = info
-            ep.reward += float(reward)
-            if terminated or truncated:
-                ep.env_ended = True
-                self._finish(ep, info.get("termination") or ("budget" if truncated else "answered"), None, bar)
-                continue
-            if len(ep.turns) >= self.config.max_turns:
-                self._finish(ep, "budget", self._no_answer_reward(ep.env), bar)
-                continue
-            glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_messages(obs, info))
-            if len(ep.token_ids) + len(glue) >= self.config.max_total_tokens:
-                self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
-                continue
-            ep.token_ids = ep.token_ids + glue
-            ep.loss_mask.extend([0] * len(glue))
-            ep.logprobs.extend([0.0] * len(glue))
-            ep.conv.check(ep.token_ids)
-        finished = [keys[ep.index] for ep in live if ep.done]
-        if finished:
-            self.policy.release(finished)
-        return [ep for ep in live if not ep.done]
+    def _stepped(self, ep: _Episode, outcome, bar) -> None:
+        """Record the env's answer to the episode's last reply; end the episode or append the glue tokens."""
+        obs, reward, terminated, truncated, info, error = outcome
+        turn = ep.turns[-1]
+        if error is not None:
+            turn.parsed = {"kind": "error", "error": error}
+            self._finish(ep, "error", 0.0, bar)
+            return
+        metrics = info.get("metrics") or {}
+        latency = float(metrics.get("tool_latency_s", ep.tool_latency))
+        turn.parsed = dict(info.get("parsed") or {})
+        turn.observation = obs if isinstance(obs, str) else str(obs)
+        turn.obs_role = info.get("obs_role", "tool")
+        turn.tool_latency_s = max(0.0, latency - ep.tool_latency)
+        ep.tool_latency = latency
+        ep.info = info
+        ep.reward += float(reward)
+        if terminated or truncated:
+            ep.env_ended = True
+            self._finish(ep, info.get("termination") or ("budget" if truncated else "answered"), None, bar)
+            return
+        if len(ep.turns) >= self.config.max_turns:
+            self._finish(ep, "budget", self._no_answer_reward(ep.env), bar)
+            return
+        glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_messages(obs, info))
+        if len(ep.token_ids) + len(glue) >= self.config.max_total_tokens:
+            self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+            return
+        ep.token_ids = ep.token_ids + glue
+        ep.loss_mask.extend([0] * len(glue))
+        ep.logprobs.extend([0.0] * len(glue))
+        ep.conv.check(ep.token_ids)
 
     def _trajectory(self, ep: _Episode, version: int) -> Trajectory:
         info = ep.info or {}
