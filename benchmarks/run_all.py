@@ -10,6 +10,11 @@ has not; see :data:`QUICK_ARGS`). The learning results written by ``benchmarks/l
     python benchmarks/run_all.py                    # full sizes (tens of minutes on 2 cores)
     python benchmarks/run_all.py --quick            # CI-sized
     python benchmarks/run_all.py --only memory train_vs_trl --out /tmp/results.md
+    python benchmarks/run_all.py --full rollout_throughput memory   # full-size runs, kept beside --quick ones
+
+``--full NAME...`` runs those scripts at their full sizes (:data:`FULL_ARGS`) and writes them into the page's
+"Full-size runs" section, replacing earlier full-size runs of the same scripts and keeping the rest of the page;
+a later ``--quick`` regeneration keeps that section as it is.
 
 Never asserts; the exit status is 0 unless writing the results failed.
 """
@@ -59,6 +64,12 @@ QUICK_ARGS: dict[str, list[str]] = {
     "async_vs_sync": ["--quick"],
     "merge_memory": ["--quick"],
     "load_time": ["--repeats", "1"],
+}
+
+#: Arguments for ``--full`` runs (the sizes the issues' targets name).
+FULL_ARGS: dict[str, list[str]] = {
+    "rollout_throughput": ["--sizes", "16,64", "--naive-max", "16"],
+    "memory": [],
 }
 
 #: Scripts that are not benchmarks to run here.
@@ -164,6 +175,68 @@ def learning_sections(results_dir: Path, doc_dir: Path) -> list[str]:
 
 
 LEARNING_HEADING = "## Proof of learning"
+FULL_HEADING = "## Full-size runs"
+FULL_INTRO = ("Each run below was made with `python benchmarks/run_all.py --full NAME` (at its own date and commit, "
+              "named with it) and is kept when the rest of this page is regenerated.")
+
+
+def result_lines(r: dict, title: str, description: str, note: str = "") -> list[str]:
+    """A benchmark's subsection: heading, what it measures, command and status, its tables, the output."""
+    status = "ok" if r["rc"] == 0 else ("timed out" if r["rc"] is None else f"failed (exit {r['rc']})")
+    lines = [f"### {title}", "", description, "", f"Command: `{r['command']}` — {status}, {r['wall']:.0f} s{note}.", ""]
+    found = tables(r["text"])
+    for t in found:
+        lines += [t, ""]
+    body = ["```text", r["text"].strip() or "(no output)", "```", ""]
+    # Output with a markdown table: the table above, the full output folded; otherwise the output itself.
+    lines += ["<details><summary>full output</summary>", "", *body, "</details>", ""] if found else body
+    return lines
+
+
+def split_sections(text: str, heading: str) -> tuple[str, str, str]:
+    """(before, the ``heading`` section without its heading line, after) of a page; the section ends at the next
+    ``## `` heading."""
+    if heading not in text:
+        return text, "", ""
+    before, rest = text.split(heading, 1)
+    m = re.search(r"^## ", rest, flags=re.M)
+    return before, (rest[:m.start()] if m else rest), (rest[m.start():] if m else "")
+
+
+def full_subsections(section: str) -> dict[str, str]:
+    """The ``### `` subsections of the full-size section, by benchmark name (the heading's first word)."""
+    parts = re.split(r"^(?=### )", section, flags=re.M)
+    return {p.split()[1]: p.rstrip() for p in parts if p.startswith("### ")}
+
+
+def full_section(subsections: dict[str, str]) -> list[str]:
+    if not subsections:
+        return []
+    order = [n for n in BENCHMARKS if n in subsections] + sorted(set(subsections) - set(BENCHMARKS))
+    lines = [FULL_HEADING, "", FULL_INTRO, ""]
+    for name in order:
+        lines += [subsections[name], ""]
+    return lines
+
+
+def write_full(out: Path, results: list[dict], header: list[str], started) -> int:
+    """Put full-size runs into the "Full-size runs" section of ``out`` (created when missing)."""
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Benchmark results\n"
+    before, section, after = split_sections(text, FULL_HEADING)
+    subs = full_subsections(section)
+    machine_line = header[0].removeprefix("- ")
+    commit = header[-1].removeprefix("- git commit ")
+    for r in results:
+        note = f", on {started:%Y-%m-%d %H:%M %Z} at commit {commit}; {machine_line}"
+        subs[r["name"]] = "\n".join(result_lines(r, f"{r['name']} (full size)", BENCHMARKS.get(r["name"], ""),
+                                                 note)).rstrip()
+    if LEARNING_HEADING in before:  # no full section yet: it goes before the learning section
+        head, learning = before.split(LEARNING_HEADING, 1)
+        before, after = head, LEARNING_HEADING + learning + after
+    lines = [before.rstrip(), "", *full_section(subs), after.lstrip()]
+    out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    print(f"written: the full-size section of {out}")
+    return 0
 
 
 def refresh_learning(out: Path) -> int:
@@ -188,9 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learning-only", action="store_true",
                     help="run nothing: rewrite only the 'Proof of learning' section of --out from the current "
                          "docs/results/learning_*.md pages (after a learning run)")
+    ap.add_argument("--full", nargs="+", metavar="NAME", choices=sorted(FULL_ARGS),
+                    help="run these at full size and write only the page's 'Full-size runs' section")
     args = ap.parse_args(argv)
     if args.learning_only:
         return refresh_learning(Path(args.out))
+    if args.full:
+        started = datetime.datetime.now().astimezone()
+        header = machine()
+        results = [run(s, FULL_ARGS[s], args.timeout or 3600) for s in args.full]
+        return write_full(Path(args.out), results, header, started)
     scripts = list(BENCHMARKS) + sorted(p.stem for p in HERE.glob("*.py")
                                         if p.stem not in BENCHMARKS and p.stem not in NOT_RUN)
     if args.only:
@@ -211,15 +291,9 @@ def main(argv: list[str] | None = None) -> int:
              "machine. Each script's docstring says exactly what it measures.", "",
              "## Machine", "", *header, "", "## Benchmarks", ""]
     for r in results:
-        status = "ok" if r["rc"] == 0 else ("timed out" if r["rc"] is None else f"failed (exit {r['rc']})")
-        lines += [f"### {r['name']}", "", BENCHMARKS.get(r["name"], ""), "",
-                  f"Command: `{r['command']}` — {status}, {r['wall']:.0f} s.", ""]
-        found = tables(r["text"])
-        for t in found:
-            lines += [t, ""]
-        body = ["```text", r["text"].strip() or "(no output)", "```", ""]
-        # Output with a markdown table: the table above, the full output folded; otherwise the output itself.
-        lines += ["<details><summary>full output</summary>", "", *body, "</details>", ""] if found else body
+        lines += result_lines(r, r["name"], BENCHMARKS.get(r["name"], ""))
+    kept = split_sections(out.read_text(encoding="utf-8"), FULL_HEADING)[1] if out.exists() else ""
+    lines += full_section(full_subsections(kept))
     learned = learning_sections(out.parent / "results", out.parent)
     lines += [LEARNING_HEADING, ""]
     lines += learned or ["No learning results yet: run `python benchmarks/learning.py` (it writes "

@@ -124,3 +124,31 @@ def test_learning_only_rewrites_just_the_learning_section(run_all, tmp_path):
     assert text.count("## Proof of learning") == 1
     with pytest.raises(SystemExit, match="does not exist"):
         run_all.main(["--learning-only", "--out", str(tmp_path / "missing.md")])
+
+
+def test_full_size_runs_are_kept_beside_quick_ones(run_all, tmp_path, monkeypatch):
+    import datetime
+
+    page = tmp_path / "results.md"
+    page.write_text("# Benchmark results\n\n## Benchmarks\n\nquick rows\n\n## Proof of learning\n\nlearned\n",
+                    encoding="utf-8")
+
+    def fake(name, out):
+        return {"name": name, "command": f"python benchmarks/{name}.py", "rc": 0, "wall": 5.0, "text": out}
+
+    header, started = ["- CPU: a test CPU", "- git commit abc1234"], datetime.datetime(2026, 12, 2, 3, 30)
+    run_all.write_full(page, [fake("memory", "| a |\n|---|\n| old |")], header, started)
+    run_all.write_full(page, [fake("rollout_throughput", "| r |\n|---|\n| 1 |"), fake("memory", "| a |\n|---|\n| new |")],
+                       header, started)
+    text = page.read_text(encoding="utf-8")
+    assert text.index("quick rows") < text.index("## Full-size runs") < text.index("## Proof of learning")
+    assert "| new |" in text and "| old |" not in text and "| 1 |" in text and "learned" in text
+    assert text.index("### rollout_throughput (full size)") < text.index("### memory (full size)")
+    assert "at commit abc1234; CPU: a test CPU" in text
+    # regenerating the quick rows keeps the full-size section as it is
+    monkeypatch.setattr(run_all, "run", lambda name, args, timeout: fake(name, "| q |\n|---|\n| quick again |"))
+    assert run_all.main(["--quick", "--only", "env_throughput", "--out", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "| quick again |" in text and "quick rows" not in text
+    assert text.count("## Full-size runs") == 1 and "| new |" in text and "| 1 |" in text
+    assert text.index("## Full-size runs") < text.index("## Proof of learning")
