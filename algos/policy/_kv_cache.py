@@ -105,24 +105,29 @@ def stack_caches(parts, width: int, reserve: int) -> DynamicCache:
 
     ``parts``: ``(cache, rows)`` with ``rows`` an index of the rows to take (None: all). Each part's last
     ``min(its length, width)`` columns land at the right end; the columns cut or filled with zeros must be masked
-    in every row they belong to (left padding).
+    in every row they belong to (left padding). Layer by layer, each part's layer is released once copied, so the
+    transient is one layer, not a second cache: the parts' caches are consumed.
     """
-    picked = [[(layer.keys if rows is None else layer.keys.index_select(0, rows),
-                layer.values if rows is None else layer.values.index_select(0, rows)) for layer in cache.layers]
-              for cache, rows in parts]
     cache = DynamicCache()
     cache.layer_class_to_replicate = None
     cache.layers = []
-    for per_part in zip(*picked, strict=True):
-        k0 = per_part[0][0]
-        shape = (sum(k.shape[0] for k, _ in per_part), k0.shape[1], width + reserve, k0.shape[3])
+    for layer_index in range(len(parts[0][0].layers)):
+        picked = []
+        for part, rows in parts:
+            layer = part.layers[layer_index]
+            k, v = layer.keys, layer.values
+            picked.append((k, v) if rows is None else (k.index_select(0, rows), v.index_select(0, rows)))
+            part.layers[layer_index] = None  # consumed
+        k0 = picked[0][0]
+        shape = (sum(k.shape[0] for k, _ in picked), k0.shape[1], width + reserve, k0.shape[3])
         kbuf, vbuf = k0.new_zeros(shape), k0.new_zeros(shape)
         b = 0
-        for k, v in per_part:
+        for k, v in picked:
             n = min(k.shape[2], width)
             kbuf[b: b + k.shape[0], :, width - n: width] = k[:, :, k.shape[2] - n:]
             vbuf[b: b + k.shape[0], :, width - n: width] = v[:, :, v.shape[2] - n:]
             b += k.shape[0]
+        del picked
         layer = GrowingLayer(reserve=reserve)
         layer.device = k0.device
         layer.is_initialized = True

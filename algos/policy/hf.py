@@ -461,6 +461,8 @@ class _Decoding(Session):
             admitted.append(row)
             used += row.need
         if not admitted:
+            if not running:  # cannot happen: the prefix is chosen over every queued prompt
+                raise RuntimeError("internal error: no queued request fits the new batch's shared prefix")
             return
         self.queue = self.queue[len(admitted):]
         for row in admitted:
