@@ -190,10 +190,10 @@ def test_token_budget_bounds_the_batch_and_changes_no_token(smol_tokenizer, mode
 
 def _decoding_step(policy, before):
     """Wrap the decode step of every session ``policy`` opens: ``before(session)`` runs first."""
-    from agentrl.algos.policy import hf
+    from agentrl.algos.policy._decoding import Decoding
 
     def session(sampling):
-        s = hf._Decoding(policy, sampling)
+        s = Decoding(policy, sampling)
         inner = s._step
 
         def step():

@@ -25,11 +25,11 @@ Backends here:
   token ids and log-probabilities (vLLM, SGLang). :func:`serve_policy` serves any :class:`Policy` that way.
 
 The files: ``base.py`` (the interface and its types, and :class:`Session`, the open generation the collector
-drives), ``sampling.py`` (:func:`sample_tokens`, the sampling
-kernel), ``hf.py`` (:class:`HFPolicy`), ``_kv_cache.py`` (its shim over transformers' cache internals),
-``openai.py`` (:class:`OpenAIPolicy`), ``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA
-merging (:func:`merged_state_dict`) lives in :mod:`agentrl.algos.models.lora`. Importing this package loads
-neither torch nor transformers.
+drives), ``sampling.py`` (:func:`sample_tokens`, the sampling kernel), ``hf.py`` (:class:`HFPolicy`),
+``_decoding.py`` (its decoding session: the batch that requests join), ``_cascade.py`` (its shared-prefix
+attention), ``_kv_cache.py`` (its shim over transformers' cache internals), ``openai.py`` (:class:`OpenAIPolicy`),
+``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA merging (:func:`merged_state_dict`) lives in
+:mod:`agentrl.algos.models.lora`. Importing this package loads neither torch nor transformers.
 """
 
 from __future__ import annotations
