@@ -233,6 +233,7 @@ class Collector:
             budget = min(cfg.max_new_tokens, cfg.max_total_tokens - len(ep.token_ids))
             if budget <= 0:
                 self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
+                self.policy.release([keys[ep.index]])
                 return
             req = GenerationRequest(list(ep.token_ids), budget,
                                     seed=_seed(cfg.seed, 2, ep.group_id, ep.sample, len(ep.turns)),
@@ -244,9 +245,9 @@ class Collector:
                 for ep in episodes:
                     ask(ep)
                 while asked or stepping:
-                    # Stepped episodes join when the backend would admit them now (continuous) or when nothing is
-                    # decoding (rounds); in episode order, so the batches do not depend on thread timing.
-                    if stepping and (session.join_ready(len(stepping)) if cfg.continuous else not session.pending):
+                    # Stepped episodes join when nothing is decoding (rounds) or, continuous, when the backend
+                    # would admit them now; in episode order, so the batches do not depend on thread timing.
+                    if stepping and (not session.pending or cfg.continuous and session.join_ready(len(stepping))):
                         for index in sorted(stepping):
                             ep, future = stepping.pop(index)
                             self._stepped(ep, future.result(), bar)
