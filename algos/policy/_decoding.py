@@ -47,7 +47,8 @@ class Decoding(Session):
 
     When the batch starts, a prefix shared by every queued prompt becomes the batch's cascade prefix
     (``HFPolicy(cascade=...)``); a request that does not start with it waits until the batch is empty.
-    ``max_batch_size`` and ``max_batch_tokens`` bound the running rows; requests beyond wait, in order.
+    ``max_batch_size`` and ``max_batch_tokens`` bound the running rows; requests beyond wait, in order (identical
+    uncached prompts that follow each other, a group's samples, are admitted together under the token bound).
     """
 
     def __init__(self, policy: HFPolicy, sampling: SamplingParams):
@@ -186,16 +187,24 @@ class Decoding(Session):
         size = p.max_batch_size or float("inf")
         used = sum(self.rows[line].need for line in running)
         admitted: list[Row] = []
-        for row in self.queue:
-            if not self._fits_prefix(row):
+        queue, i = self.queue, 0
+        while i < len(queue) and len(running) + len(admitted) < size:
+            # identical uncached prompts in a row (a group's samples) are prefilled once: admitted together
+            unit = [queue[i]]
+            while (queue[i].taken[2] == 0 and i + len(unit) < len(queue) and queue[i + len(unit)].taken[2] == 0
+                   and queue[i + len(unit)].request.prompt_ids == queue[i].request.prompt_ids):
+                unit.append(queue[i + len(unit)])
+            if not self._fits_prefix(unit[0]):
                 break
-            row.need = len(row.request.prompt_ids) - shared + row.request.max_new_tokens
-            if running or admitted:
-                if len(running) + len(admitted) >= size or (
-                        p.max_batch_tokens is not None and used + row.need > p.max_batch_tokens):
-                    break
-            admitted.append(row)
-            used += row.need
+            for row in unit:
+                row.need = len(row.request.prompt_ids) - shared + row.request.max_new_tokens
+            need = sum(row.need for row in unit)
+            if (running or admitted) and p.max_batch_tokens is not None and used + need > p.max_batch_tokens:
+                break
+            take = unit[: int(min(len(unit), size - len(running) - len(admitted)))]
+            admitted += take
+            used += sum(row.need for row in take)
+            i += len(take)
         if not admitted:
             if not running:  # cannot happen: the prefix is chosen over every queued prompt
                 raise RuntimeError("internal error: no queued request fits the new batch's shared prefix")

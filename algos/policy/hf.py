@@ -42,7 +42,8 @@ class HFPolicy(Policy):
             and join the batch as its rows finish.
         max_batch_tokens: decode together at most this many tokens of context: a request counts its prompt beyond
             the batch's shared prefix (which ``cascade`` keeps once) plus its ``max_new_tokens``; requests that do
-            not fit wait, in order, and join as rows finish; one longer than the bound runs alone. Bounds the KV
+            not fit wait, in order, and join as rows finish; one longer than the bound runs alone (a group's
+            identical uncached prompts count as one: they prefill once). Bounds the KV
             caches and the prefill transients of many long prompts (and speeds them up: see
             ``docs/collector.md``); None: no bound. Default :data:`DEFAULT_MAX_BATCH_TOKENS`.
         compact_fraction: finished rows stay in the decode batch (fed padding) until at least this fraction of
