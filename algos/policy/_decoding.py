@@ -104,8 +104,10 @@ class Decoding(Session):
 
     # ------------------------------------------------------------ one step
     def _step(self) -> list[tuple[int, GenerationResult]]:
+        from agentrl.algos.policy._kv_cache import out_cache
+
         p, torch = self.policy, self.policy._torch
-        if self.queue and (self.live == 0 or len(self.queue) >= self._join_threshold()):
+        if self.queue and self.join_ready(0):
             self._admit()
         if not self.rows:
             return []
@@ -139,8 +141,6 @@ class Decoding(Session):
         self.mask = torch.cat([self.mask, step_mask], dim=1)
         out = p._forward(feed.to(p.device), self.cache, self.mask.to(p.device), self.positions[:, None].to(p.device))
         p.stats["decode_steps"] += 1
-        from agentrl.algos.policy._kv_cache import out_cache
-
         self.cache = out_cache(out)
         self.logits = out.logits[:, -1, :]
         self.positions = self.positions + step_mask[:, 0]

@@ -93,7 +93,7 @@ class HFPolicy(Policy):
         self._torch = torch
         self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0, "shared_prefix_calls": 0}
         """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled,
-        calls decoded with a shared prefix."""
+        batches decoded with a shared prefix ("calls": a batch was one call before batches took joiners)."""
         if is_peft(model):
             self.update_weights(model)
 
