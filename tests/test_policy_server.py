@@ -36,8 +36,10 @@ def test_remote_generation_equals_local(server, model, smol_tokenizer):
     remote.close()
 
 
-def test_collect_through_the_server_matches_the_local_backend(server, model, smol_tokenizer):
-    cfg = CollectorConfig(max_new_tokens=16, temperature=1.0, seed=4)
+@pytest.mark.parametrize("continuous", [True, False])
+def test_collect_through_the_server_matches_the_local_backend(server, model, smol_tokenizer, continuous):
+    """Whether each next turn is posted as soon as its env answers (continuous) or by rounds."""
+    cfg = CollectorConfig(max_new_tokens=16, temperature=1.0, seed=4, continuous=continuous)
     remote = collect(lambda: EchoEnv(turns=3), OpenAIPolicy(server.url, "tiny", smol_tokenizer), echo_tasks(2), 2,
                      config=cfg)
     local = collect(lambda: EchoEnv(turns=3), HFPolicy(model, smol_tokenizer), echo_tasks(2), 2, config=cfg)
@@ -77,3 +79,29 @@ def test_parse_choice_reads_both_token_id_shapes():
         OpenAIPolicy.parse_choice({"logprobs": {"tokens": ["hi"], "token_logprobs": [-1.0]}}, [2])
     with pytest.raises(RuntimeError, match="logprobs"):
         OpenAIPolicy.parse_choice({"token_ids": [1, 2]}, [2])
+
+
+def test_a_session_returns_replies_as_the_server_answers_them(smol_tokenizer):
+    """OpenAIPolicy's session posts each request when added; a step returns what has been answered so far."""
+    import threading
+
+    release = threading.Event()
+    policy = OpenAIPolicy("http://127.0.0.1:9", "m", smol_tokenizer)
+
+    def post(body):  # the "server": a long request waits until the test lets it go
+        if body["max_tokens"] > 1:
+            assert release.wait(10)
+        n = body["max_tokens"]
+        return {"choices": [{"token_ids": [7] * n, "logprobs": {"token_logprobs": [-0.5] * n}}]}
+
+    policy._post = post
+    with policy.session(SamplingParams(temperature=1.0)) as s:
+        long, short = s.add(GenerationRequest([1, 2], 5)), s.add(GenerationRequest([3], 1))
+        assert s.join_ready(1) and s.pending == 2
+        assert [t for t, _ in s.step()] == [short]  # answered while the long one is still out
+        later = s.add(GenerationRequest([4], 1))
+        assert [t for t, _ in s.step()] == [later]
+        release.set()
+        (ticket, result), = s.step()
+        assert ticket == long and result.token_ids == [7] * 5 and s.pending == 0
+    policy.close()

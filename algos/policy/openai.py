@@ -6,12 +6,12 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from agentrl.algos.models.lora import is_peft, save_adapter
-from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,8 @@ class OpenAIPolicy(Policy):
     """A policy served by an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, :func:`serve_policy`).
 
     Each request is sent as its own HTTP call with the prompt as a list of token ids, concurrently (the server
-    batches them). The server must return the sampled token ids — ``choices[i].token_ids`` (vLLM's
+    batches them); in a collector's session (:meth:`session`) a trajectory's next turn is posted as soon as its env
+    answered, while the others' replies are still being sampled. The server must return the sampled token ids — ``choices[i].token_ids`` (vLLM's
     ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's ``return_tokens_as_token_ids``)
     — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
 
@@ -209,5 +210,45 @@ class OpenAIPolicy(Policy):
         futures = [self._pool.submit(self._post, self._payload(r, sampling)) for r in requests]
         return [self.parse_choice(f.result()["choices"][0], sampling.stop_token_ids) for f in futures]
 
+    def session(self, sampling: SamplingParams) -> Session:
+        """Each request is posted when added and a step returns those the server has answered (at least one), so a
+        trajectory's next turn goes out while the others are still being sampled (the server batches them)."""
+        return _Posted(self, sampling)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+
+
+class _Posted(Session):
+    """:class:`OpenAIPolicy`'s session: requests in flight as HTTP calls; the server decides the batches."""
+
+    def __init__(self, policy: OpenAIPolicy, sampling: SamplingParams):
+        super().__init__(policy, sampling)
+        self._inflight: dict[int, Future] = {}
+
+    def add(self, request: GenerationRequest) -> int:
+        ticket = self._tickets
+        self._tickets += 1
+        self._inflight[ticket] = self.policy._pool.submit(self.policy._post,
+                                                          self.policy._payload(request, self.sampling))
+        return ticket
+
+    @property
+    def pending(self) -> int:
+        return len(self._inflight)
+
+    def join_ready(self, incoming: int) -> bool:
+        return True  # a request added now is posted at once
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        if not self._inflight:
+            return []
+        wait(self._inflight.values(), return_when=FIRST_COMPLETED)
+        answered = sorted(t for t, f in self._inflight.items() if f.done())
+        return [(t, self.policy.parse_choice(self._inflight.pop(t).result()["choices"][0],
+                                             self.sampling.stop_token_ids)) for t in answered]
+
+    def close(self) -> None:
+        for future in self._inflight.values():
+            future.cancel()
+        self._inflight = {}

@@ -78,8 +78,9 @@ class CollectorConfig:
     """Let the backend keep each trajectory's KV cache across turns (False: every turn re-encodes its prompt)."""
     continuous: bool = True
     """A trajectory's next turn joins the backend's running batch as soon as the backend would admit it
-    (``Session.join_ready``; :class:`~agentrl.algos.policy.HFPolicy`) instead of waiting for every trajectory of
-    the round to finish its reply. False, or a backend without joining: rounds."""
+    (``Session.join_ready``: :class:`~agentrl.algos.policy.HFPolicy`; :class:`~agentrl.algos.policy.OpenAIPolicy`
+    posts it at once) instead of waiting for every trajectory of the round to finish its reply. False, or a backend
+    without a session of its own: rounds."""
     call_format: str = "auto"
     """Tool-call format of envs made from an id: "auto" (the one the chat template teaches), "env" (the env's own),
     or a format name (hermes, llama3_json, mistral). Env-chosen tag or fenced-code formats are never changed."""
