@@ -151,12 +151,12 @@ def test_batched_equals_unbatched(smol_tokenizer, model, temperature):
         _assert_same(a, b)
 
 
-def _admitted(policy, requests, sampling=SamplingParams(temperature=1.0)):
+def _admitted(policy, requests):
     """The prompt lengths of each group of requests admitted (prefilled) together by ``policy.generate``."""
     groups = []
     prefill = policy._prefill
     policy._prefill = lambda rows: groups.append([len(r.request.prompt_ids) for r in rows]) or prefill(rows)
-    policy.generate(requests, sampling)
+    policy.generate(requests, SamplingParams(temperature=1.0))
     return groups
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl.algos.models.lora import is_peft, iter_merged_weights
