@@ -68,8 +68,7 @@ class Decoding(Session):
         torch = self.policy._torch
         gen = torch.Generator(device="cpu")
         gen.manual_seed(request.seed if request.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        ticket = self._tickets
-        self._tickets += 1
+        ticket = self._next_ticket()
         self.queue.append(Row(ticket, request, self.policy._take_cache(request), gen))
         return ticket
 

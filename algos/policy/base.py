@@ -70,10 +70,13 @@ class Session:
 
     def add(self, request: GenerationRequest) -> int:
         """Queue ``request``; returns its ticket (the handle :meth:`step` returns its result under)."""
-        ticket = self._tickets
-        self._tickets += 1
+        ticket = self._next_ticket()
         self._waiting.append((ticket, request))
         return ticket
+
+    def _next_ticket(self) -> int:
+        self._tickets += 1
+        return self._tickets - 1
 
     @property
     def pending(self) -> int:

@@ -21,9 +21,9 @@ class OpenAIPolicy(Policy):
 
     Each request is sent as its own HTTP call with the prompt as a list of token ids, concurrently (the server
     batches them); in a collector's session (:meth:`session`) a trajectory's next turn is posted as soon as its env
-    answered, while the others' replies are still being sampled. The server must return the sampled token ids — ``choices[i].token_ids`` (vLLM's
-    ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's ``return_tokens_as_token_ids``)
-    — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
+    answered, while the others' replies are still being sampled. The server must return the sampled token ids —
+    ``choices[i].token_ids`` (vLLM's ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's
+    ``return_tokens_as_token_ids``) — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
 
     LoRA weight sync (:meth:`update_weights`): a trainer's PEFT adapter is saved to a new versioned folder under
     ``adapter_dir`` and loaded on the server under a new name (``<model>-lora-v<N>``) through the server's runtime
@@ -227,8 +227,7 @@ class _Posted(Session):
         self._inflight: dict[int, Future] = {}
 
     def add(self, request: GenerationRequest) -> int:
-        ticket = self._tickets
-        self._tickets += 1
+        ticket = self._next_ticket()
         self._inflight[ticket] = self.policy._pool.submit(self.policy._post,
                                                           self.policy._payload(request, self.sampling))
         return ticket
