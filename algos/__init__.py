@@ -1,64 +1,92 @@
 """agentrl.algos — collect episodes from agentrl envs and train LoRA adapters on them (needs ``[train]``).
 
-The public API, importable from here (each name is loaded on first use, so ``import agentrl.algos`` is fast)::
+The public API (each name is loaded on first use, so ``import agentrl.algos`` stays fast; type checkers and IDEs
+read the ``TYPE_CHECKING`` block below)::
 
-    from agentrl.algos import TrainConfig, train          # agentrl train, from Python
-    from agentrl.algos import HFPolicy, collect, load_model
+    from agentrl.algos import TrainConfig, train                 # what `agentrl train` runs, from Python
+    from agentrl.algos import HFPolicy, collect, load_model      # collect episodes with a model
 
-Where things live (one folder per question; docs/architecture.md has the full map):
+Training
+    :class:`TrainConfig` (every setting of a run), :class:`Trainer` / :func:`train` (the synchronous loop),
+    :class:`AsyncTrainer` (rollouts overlapped with training), :class:`MainJobConfig` / :func:`run_main_job`
+    (base eval -> SFT cold start -> GRPO -> eval: what a bare ``agentrl train`` runs).
+Algorithms
+    :class:`Algorithm` (the contract: turn trajectories into training rows, compute a loss) and
+    :func:`register_algorithm` (make a new one a valid ``--algo``). Built in: ``grpo``, ``ppo``, ``dpo``, ``sft``.
+Episodes
+    :func:`collect` / :class:`Collector` / :class:`CollectorConfig` (token-exact, batched multi-turn rollouts),
+    :class:`Trajectory` and :class:`Turn` (what a rollout records).
+Policies (what samples tokens)
+    :class:`Policy` (the interface), :class:`HFPolicy` (transformers, CPU or GPU), :class:`OpenAIPolicy` (a vLLM or
+    SGLang server), :func:`serve_policy` (serve any policy that way), :class:`SamplingParams`,
+    :class:`GenerationRequest`, :class:`GenerationResult`.
+Models
+    :func:`load_model`, :func:`load_tokenizer` (the embedded SmolLM2-135M by default, any hub id or folder) and
+    :class:`LoRAConfig`.
+Evaluation
+    :func:`evaluate` and the :class:`EvalReport` it returns.
 
-* ``rollout/``      where episodes come from: the token-exact collector, chat templates, trajectories
-* ``policy/``       what samples tokens: the policy interface, the transformers backend, OpenAI-compatible
-  servers (vLLM, SGLang) and a server of our own
-* ``models/``       loading models (the embedded SmolLM2 GGUF, hub ids) and LoRA adapters
-* ``objectives/``   what the loss is: one file per algorithm (GRPO, PPO, DPO, SFT) and their registry
-* ``training/``     what runs the loop: config, task order, the update, checkpoints, sync and async trainers
-* ``evaluation/``   how good it is: evaluate, reports, metrics, plots
-* ``integrations/`` plugging into others: TRL's GRPOTrainer, Ray
-* ``recipes/``      the main job (base eval -> SFT cold start -> GRPO -> eval)
-* ``config.py``, ``cli.py``  configs from dicts/files/overrides; the ``agentrl`` command
+Every other name is imported from the module that defines it (docs/architecture.md maps the folders).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentrl.algos import _moved
+if TYPE_CHECKING:
+    from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.report import EvalReport
+    from agentrl.algos.models import load_model, load_tokenizer
+    from agentrl.algos.models.lora import LoRAConfig
+    from agentrl.algos.objectives import register_algorithm
+    from agentrl.algos.objectives.base import Algorithm
+    from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+    from agentrl.algos.policy.hf import HFPolicy
+    from agentrl.algos.policy.openai import OpenAIPolicy
+    from agentrl.algos.policy.server import serve_policy
+    from agentrl.algos.recipes.main_job import MainJobConfig, run_main_job
+    from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
+    from agentrl.algos.rollout.trajectory import Trajectory, Turn
+    from agentrl.algos.training.async_trainer import AsyncTrainer
+    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.training.trainer import Trainer, train
 
-_moved.install()
-
-#: public name -> the module that defines it
+#: public name -> the module that defines it (the same pairs as the TYPE_CHECKING block; a test checks)
 _API: dict[str, str] = {
-    **dict.fromkeys(["Collector", "CollectorConfig", "collect"], "agentrl.algos.rollout.collector"),
-    **dict.fromkeys(["Trajectory", "Turn", "group_indices", "load_trajectories", "save_trajectories"],
-                    "agentrl.algos.rollout.trajectory"),
-    **dict.fromkeys(["ChatFormat"], "agentrl.algos.rollout.chat"),
-    **dict.fromkeys(["GenerationRequest", "GenerationResult", "HFPolicy", "OpenAIPolicy", "Policy",
-                     "SamplingParams", "serve_policy"], "agentrl.algos.policy"),
-    **dict.fromkeys(["DEFAULT_MODEL", "load_model", "load_tokenizer", "tiny_model"], "agentrl.algos.models"),
-    **dict.fromkeys(["LoRAConfig", "apply_lora", "load_adapter", "save_adapter"], "agentrl.algos.models.lora"),
-    **dict.fromkeys(["ALGORITHMS", "Algorithm", "algorithm_class", "register_algorithm"],
-                    "agentrl.algos.objectives"),
-    **dict.fromkeys(["GRPO", "GRPOConfig"], "agentrl.algos.objectives.grpo"),
-    **dict.fromkeys(["PPO", "PPOConfig"], "agentrl.algos.objectives.ppo"),
-    **dict.fromkeys(["DPO", "DPOConfig"], "agentrl.algos.objectives.dpo"),
-    **dict.fromkeys(["SFT", "SFTConfig"], "agentrl.algos.objectives.sft"),
-    **dict.fromkeys(["AsyncConfig", "TrainConfig"], "agentrl.algos.training.config"),
-    **dict.fromkeys(["Trainer", "train"], "agentrl.algos.training.trainer"),
-    **dict.fromkeys(["AsyncTrainer"], "agentrl.algos.training.async_trainer"),
-    **dict.fromkeys(["heldout_tasks", "TaskSource"], "agentrl.algos.training.tasks"),
-    **dict.fromkeys(["latest_checkpoint"], "agentrl.algos.training.checkpoint"),
-    **dict.fromkeys(["evaluate"], "agentrl.algos.evaluation.evaluate"),
-    **dict.fromkeys(["EvalReport", "load_report", "results_table"], "agentrl.algos.evaluation.report"),
-    **dict.fromkeys(["MetricsLogger", "read_metrics"], "agentrl.algos.evaluation.run_log"),
-    **dict.fromkeys(["plot_eval", "plot_run"], "agentrl.algos.evaluation.plot"),
-    **dict.fromkeys(["PipelineConfig", "run_pipeline"], "agentrl.algos.recipes.main_job"),
+    "evaluate": "agentrl.algos.evaluation.evaluate",
+    "EvalReport": "agentrl.algos.evaluation.report",
+    "load_model": "agentrl.algos.models",
+    "load_tokenizer": "agentrl.algos.models",
+    "LoRAConfig": "agentrl.algos.models.lora",
+    "register_algorithm": "agentrl.algos.objectives",
+    "Algorithm": "agentrl.algos.objectives.base",
+    "GenerationRequest": "agentrl.algos.policy.base",
+    "GenerationResult": "agentrl.algos.policy.base",
+    "Policy": "agentrl.algos.policy.base",
+    "SamplingParams": "agentrl.algos.policy.base",
+    "HFPolicy": "agentrl.algos.policy.hf",
+    "OpenAIPolicy": "agentrl.algos.policy.openai",
+    "serve_policy": "agentrl.algos.policy.server",
+    "MainJobConfig": "agentrl.algos.recipes.main_job",
+    "run_main_job": "agentrl.algos.recipes.main_job",
+    "Collector": "agentrl.algos.rollout.collector",
+    "CollectorConfig": "agentrl.algos.rollout.collector",
+    "collect": "agentrl.algos.rollout.collector",
+    "Trajectory": "agentrl.algos.rollout.trajectory",
+    "Turn": "agentrl.algos.rollout.trajectory",
+    "AsyncTrainer": "agentrl.algos.training.async_trainer",
+    "TrainConfig": "agentrl.algos.training.config",
+    "Trainer": "agentrl.algos.training.trainer",
+    "train": "agentrl.algos.training.trainer",
 }
 
-__all__ = sorted(_API)
+__all__ = [
+    "Algorithm", "AsyncTrainer", "Collector", "CollectorConfig", "EvalReport", "GenerationRequest",
+    "GenerationResult", "HFPolicy", "LoRAConfig", "MainJobConfig", "OpenAIPolicy", "Policy",
+    "SamplingParams", "TrainConfig", "Trainer", "Trajectory", "Turn", "collect", "evaluate", "load_model",
+    "load_tokenizer", "register_algorithm", "run_main_job", "serve_policy", "train",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -72,15 +100,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API))
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Importing an old module path such as agentrl.algos.evaluation.evaluate binds the module on this package;
-        # it must not hide the public function of the same name.
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -74,17 +74,17 @@ def build_train_config(args) -> Any:
     return TrainConfig.from_dict(d)
 
 
-def build_pipeline_config(args) -> Any:
-    from agentrl.algos.recipes.main_job import PipelineConfig
+def build_main_job_config(args) -> Any:
+    from agentrl.algos.recipes.main_job import MainJobConfig
 
-    d: dict[str, Any] = load_config_file(args.config, PipelineConfig) if args.config else {}
+    d: dict[str, Any] = load_config_file(args.config, MainJobConfig) if args.config else {}
     if getattr(args, "report_to", None):
         d["report_to"] = args.report_to
     for key in ("env", "model", "out", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
-    return config_from_dict(PipelineConfig, apply_overrides(d, args.overrides))
+    return config_from_dict(MainJobConfig, apply_overrides(d, args.overrides))
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -92,20 +92,20 @@ def build_pipeline_config(args) -> Any:
 
 def cmd_train(args) -> int:
     env = args.env or MAIN_JOB_ENV
-    main_job = args.pipeline or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
+    main_job = args.main_job or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
                                  and not getattr(args, "envs", None)
                                  and not getattr(args, "async_", False))
     if main_job:
-        from agentrl.algos.recipes.main_job import run_pipeline
+        from agentrl.algos.recipes.main_job import run_main_job
 
         args.env = env
-        cfg = build_pipeline_config(args)
+        cfg = build_main_job_config(args)
         print(f"agentrl main job: {cfg.env} with {cfg.model} -> {cfg.out}")
         print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
               f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
         policy = _policy_for(args, cfg.model)
         try:
-            result = run_pipeline(cfg, resume=args.resume, policy=policy)
+            result = run_main_job(cfg, resume=args.resume, policy=policy)
         finally:
             if policy is not None:
                 policy.close()
@@ -149,7 +149,7 @@ def _policy_for(args, model: str):
     if not getattr(args, "policy_url", None):
         return None
     from agentrl.algos.models import load_tokenizer
-    from agentrl.algos.policy import OpenAIPolicy
+    from agentrl.algos.policy.openai import OpenAIPolicy
 
     try:
         return OpenAIPolicy.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
@@ -159,9 +159,10 @@ def _policy_for(args, model: str):
 
 
 def cmd_eval(args) -> int:
-    from agentrl.algos.evaluation.evaluate import evaluate, results_table
+    from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.report import results_table
     from agentrl.algos.models import load_model
-    from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.tasks import heldout_tasks
 
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON or YAML file of config keys (see docs/configuration.md)")
     p.add_argument("--out", help="run directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--pipeline", action="store_true", help="run the main job with key=value PipelineConfig overrides")
+    p.add_argument("--main-job", action="store_true", help="run the main job with key=value MainJobConfig overrides")
     p.add_argument("--executor", choices=list(EXECUTORS),
                    help="where environments run: threads in this process (local, default) or Ray actors")
     p.add_argument("--async", dest="async_", action="store_true",

@@ -277,7 +277,7 @@ def config_sections() -> list[tuple[type, str, str]]:
     """``(config class, key prefix, one-line intro)`` for every section of the reference, algorithms included."""
     from agentrl.algos.models.lora import LoRAConfig
     from agentrl.algos.objectives import algorithm_class, algorithm_names
-    from agentrl.algos.recipes.main_job import PipelineConfig
+    from agentrl.algos.recipes.main_job import MainJobConfig
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import AsyncConfig, TrainConfig
 
@@ -295,8 +295,8 @@ def config_sections() -> list[tuple[type, str, str]]:
     sections += [
         (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
                                        "see [integration.md](integration.md#asynchronous-training)."),
-        (PipelineConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
-                             "or `agentrl train --pipeline key=value ...`)."),
+        (MainJobConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
+                             "or `agentrl train --main-job key=value ...`)."),
     ]
     return sections
 

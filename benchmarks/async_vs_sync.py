@@ -64,7 +64,8 @@ def main() -> None:
     import agentrl.envs  # noqa: F401
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.async_trainer import AsyncTrainer
-    from agentrl.algos.training.trainer import AsyncConfig, TrainConfig, Trainer
+    from agentrl.algos.training.config import AsyncConfig, TrainConfig
+    from agentrl.algos.training.trainer import Trainer
 
     if args.threads:
         torch.set_num_threads(args.threads)  # (a new Python thread gets its own OpenMP team; see the docstring)

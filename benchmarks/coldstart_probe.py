@@ -90,7 +90,8 @@ def main(argv=None):
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import LoRAConfig, apply_lora
     from agentrl.algos.objectives.sft import SFTConfig
-    from agentrl.algos.training.trainer import TrainConfig, Trainer
+    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.training.trainer import Trainer
 
     fams = list(FAMILIES)
     print(f"log mean P(correct demonstration) per family, {args.tasks} train-split tasks each, after a cold start "

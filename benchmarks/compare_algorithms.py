@@ -9,7 +9,7 @@ fixed held-out set (``benchmarks/heldout/tooluse.jsonl``, fixed before any tunin
 it beat the cold start, and shows the metrics that explain a miss: groups with equal rewards (no signal), skipped
 groups, optimizer steps, clip fractions (PPO), KL, DPO pairs and preference accuracy.
 
-Settings shared by all runs are the main job's (``PipelineConfig``; ``key=value`` overrides, e.g.
+Settings shared by all runs are the main job's (``MainJobConfig``; ``key=value`` overrides, e.g.
 ``rl_group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
 job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epochs per rollout batch
 (``SECTION_DEFAULTS``; with one it would optimise Dr. GRPO's objective); online DPO pairs the best and worst halves of
@@ -60,7 +60,7 @@ if str(HERE) not in sys.path:
 ENV = "AgentRL/ToolUse-v0"
 ALGOS = ("grpo", "ppo", "dpo", "sft")
 LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued"}
-#: --quick: CI-sized settings (PipelineConfig keys) and budgets.
+#: --quick: CI-sized settings (MainJobConfig keys) and budgets.
 QUICK = {"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2, "rl_group_size": 4,
          "max_new_tokens": 32, "max_turns": 2}
 QUICK_TASKS = 4
@@ -91,7 +91,7 @@ def parse_fractions(text: str) -> list[float]:
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """PipelineConfig overrides, and those of the ``ppo`` / ``dpo`` sections (``ppo.eps_high=0.3``)."""
+    """MainJobConfig overrides, and those of the ``ppo`` / ``dpo`` sections (``ppo.eps_high=0.3``)."""
     pipeline, sections = [], {k: list(v) for k, v in SECTION_DEFAULTS.items()}
     for item in overrides:
         head = item.split(".", 1)[0]
@@ -114,9 +114,9 @@ def resolve_cold_start(path: str) -> Path:
 def by_family(episodes: Path, n: int) -> dict[str, float]:
     """Average@N per task family of saved eval episodes."""
     from agentrl.algos.evaluation.report import summarize
-    from agentrl.algos.rollout.trajectory import load_jsonl
+    from agentrl.algos.rollout.trajectory import load_trajectories
 
-    return summarize(load_jsonl(episodes), n, source_key="family").em_by_source
+    return summarize(load_trajectories(episodes), n, source_key="family").em_by_source
 
 
 def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -168,7 +168,8 @@ class Runner:
                                temperature=c.eval_temperature)
 
     def evaluate(self, policy, path: Path):
-        from agentrl.algos.evaluation.evaluate import evaluate, load_report
+        from agentrl.algos.evaluation.evaluate import evaluate
+        from agentrl.algos.evaluation.report import load_report
 
         if path.with_suffix(".summary.json").is_file():
             return load_report(path)
@@ -198,7 +199,7 @@ class Runner:
 
     def eval_cold_start(self, adapter: Path):
         from agentrl.algos.models.lora import load_adapter
-        from agentrl.algos.policy import HFPolicy
+        from agentrl.algos.policy.hf import HFPolicy
 
         path = self.out / "eval" / "cold_start.jsonl"
         if path.with_suffix(".summary.json").is_file():
@@ -228,7 +229,7 @@ class Runner:
         """One (algorithm, seed): train for ``seconds`` of wall time, evaluating at each fraction of it."""
         from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
         from agentrl.algos.models.lora import save_adapter
-        from agentrl.algos.policy import HFPolicy
+        from agentrl.algos.policy.hf import HFPolicy
         from agentrl.algos.training.trainer import Trainer
 
         run_dir = self.out / f"{algo}-s{seed}"
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI-sized settings (a smoke test, not a result)")
     ap.add_argument("--out", help="run directory (default runs/compare-algorithms[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the page and plots go (docs/results)")
-    ap.add_argument("overrides", nargs="*", help="PipelineConfig key=value (and ppo.* / dpo.*) overrides")
+    ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value (and ppo.* / dpo.*) overrides")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     import run_all
 
     from agentrl.algos.config import apply_overrides, config_from_dict
-    from agentrl.algos.recipes.main_job import PipelineConfig, peak_rss_gib
+    from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
 
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     unknown = sorted(set(algos) - set(ALGOS))
@@ -440,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline_overrides, sections = split_overrides(args.overrides)
     preset = {**(QUICK if args.quick else {}), "env": ENV, "out": str(out), "progress": False,
               **({"model": args.model} if args.model else {})}
-    cfg = config_from_dict(PipelineConfig, apply_overrides(preset, pipeline_overrides))
+    cfg = config_from_dict(MainJobConfig, apply_overrides(preset, pipeline_overrides))
     check_setup(out, {"pipeline": dataclasses.asdict(cfg), "sections": sections, "minutes": minutes,
                       "eval_points": fractions, "max_steps": args.max_steps, "cold_start": args.cold_start,
                       "heldout_sha256": hashlib.sha256(heldout.dumps(tasks).encode()).hexdigest()})

@@ -3,7 +3,7 @@
 Issue 16: the main job's first 32 test-split tasks were also used to choose the cold start, so figures measured
 on them are not held out. The sets here are drawn from positions no experiment had evaluated and are committed as
 ``benchmarks/heldout/<name>.jsonl`` (one task per line: the env's own task dicts, read by ``agentrl eval
---tasks-file`` and ``PipelineConfig.eval_tasks_file``) with a sidecar ``<name>.json`` saying how the set was made
+--tasks-file`` and ``MainJobConfig.eval_tasks_file``) with a sidecar ``<name>.json`` saying how the set was made
 (env, split, positions, generator command, date, "fixed before tuning") and what it overlaps.
 
 * ``tooluse`` — ToolUse-v0: 128 test-split tasks (odd generator indices) from test position 100,000 on. Earlier

@@ -1,6 +1,6 @@
 """Proof of learning: the main job (base -> SFT cold start -> GRPO -> eval) on held-out tasks, plus controls.
 
-For every environment this runs :func:`agentrl.algos.recipes.main_job.run_pipeline` (read its docstring: base eval, a
+For every environment this runs :func:`agentrl.algos.recipes.main_job.run_main_job` (read its docstring: base eval, a
 small SFT cold start, GRPO on the environment's full task mixture, eval; held-out tasks throughout, never
 trained on) with a per-environment preset, then adds:
 
@@ -16,7 +16,7 @@ trained on) with a per-environment preset, then adds:
 
 Every evaluation uses the env's fixed held-out set ``benchmarks/heldout/<env>.jsonl`` (``benchmarks/heldout.py``:
 written before any tuning, from positions no earlier experiment evaluated; ``--quick`` takes its first rows), set
-as ``PipelineConfig.eval_tasks_file`` (override it with ``eval_tasks_file=...``).
+as ``MainJobConfig.eval_tasks_file`` (override it with ``eval_tasks_file=...``).
 
 Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command), copies the
 training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
@@ -32,7 +32,7 @@ the run directories; ``--page`` only regenerates that page.
     python benchmarks/learning.py --env AgentRL/Search-v0      # ~26 min (32 GRPO steps of 4 x 4)
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
-    python benchmarks/learning.py key=value ...                # any PipelineConfig override (rl_steps=20)
+    python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
     python benchmarks/learning.py --page                       # the page from the run directories as they are
 """
@@ -60,7 +60,7 @@ if str(HERE) not in sys.path:
 #: Short names used for the output files.
 NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
 
-#: PipelineConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is.
+#: MainJobConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is.
 PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "AgentRL/ToolUse-v0": (
         {},
@@ -109,28 +109,30 @@ logger = logging.getLogger("learning")
 def _eval_config(cfg):
     from agentrl.algos.rollout.collector import CollectorConfig
 
-    # exactly the pipeline's evaluation settings (pipeline.run_pipeline: eval_cfg)
+    # exactly the pipeline's evaluation settings (pipeline.run_main_job: eval_cfg)
     return CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                            temperature=cfg.eval_temperature)
 
 
 def stage_seconds(run_dir: Path) -> float:
     """Wall time of a training stage: the sum of its steps' ``time/step`` (survives resumes)."""
-    from agentrl.algos.evaluation.metrics import read_metrics
+    from agentrl.algos.evaluation.run_log import read_metrics
 
     return float(sum(r.get("time/step", 0.0) for r in read_metrics(run_dir)))
 
 
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated."""
-    from agentrl.algos.evaluation.evaluate import evaluate, load_report
-    from agentrl.algos.evaluation.metrics import MetricsLogger
+    from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.plot import plot_run
+    from agentrl.algos.evaluation.report import load_report
+    from agentrl.algos.evaluation.run_log import MetricsLogger
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import save_adapter
     from agentrl.algos.objectives.sft import SFTConfig
-    from agentrl.algos.policy import HFPolicy
-    from agentrl.algos.training.trainer import TrainConfig, Trainer
+    from agentrl.algos.policy.hf import HFPolicy
+    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.training.trainer import Trainer
 
     eval_path = out / "eval" / "sft_control.jsonl"
     if eval_path.with_suffix(".summary.json").is_file():
@@ -168,9 +170,10 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
 
 def run_text_only(cfg, out: Path, tasks: list[dict]):
     """The base model with the env's tools switched off (``tools_enabled=False``)."""
-    from agentrl.algos.evaluation.evaluate import evaluate, load_report
+    from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.models import load_model
-    from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.policy.hf import HFPolicy
 
     path = out / "eval" / "text_only.jsonl"
     if path.with_suffix(".summary.json").is_file():
@@ -198,13 +201,13 @@ def extra_table(rows) -> str:
 def family_table(stages: list[tuple[str, Path]], n: int, key: str = "family") -> str | None:
     """Average@N per task ``key`` (``family``, ``tier``) of each stage's saved eval episodes (``(label, path)``
     pairs; a missing file is left out). None when the tasks have no such field."""
-    from agentrl.algos.evaluation.evaluate import summarize
-    from agentrl.algos.rollout.trajectory import load_jsonl
+    from agentrl.algos.evaluation.report import summarize
+    from agentrl.algos.rollout.trajectory import load_trajectories
 
     reports = {}
     for label, path in stages:
         if path.is_file():
-            reports[label] = summarize(load_jsonl(path), n, source_key=key)
+            reports[label] = summarize(load_trajectories(path), n, source_key=key)
     groups = sorted({f for r in reports.values() for f in r.em_by_source}, key=str)
     if not groups:
         return None
@@ -321,14 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="every env, compare_algorithms.py, then docs/results/learning.md")
     ap.add_argument("--page", action="store_true", help="only regenerate docs/results/learning.md from the run dirs")
     ap.add_argument("--runs", default="runs", help="where --all / --page find the run directories (runs/)")
-    ap.add_argument("--model", help="model alias or path (PipelineConfig.model; default the embedded 135M)")
+    ap.add_argument("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
     ap.add_argument("--no-control", action="store_true",
                     help="skip the control: SFT for the same time (ToolUse-v0), the text-only pipeline (PythonMath-v0)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
     ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
-    ap.add_argument("overrides", nargs="*", help="PipelineConfig key=value overrides (rl_steps=20)")
+    ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
@@ -342,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.config import apply_overrides, config_from_dict
-    from agentrl.algos.evaluation.evaluate import results_table
     from agentrl.algos.evaluation.plot import plot_eval
-    from agentrl.algos.recipes.main_job import PipelineConfig, run_pipeline
+    from agentrl.algos.evaluation.report import results_table
+    from agentrl.algos.recipes.main_job import MainJobConfig, run_main_job
 
     name = NAMES[args.env] + ("_quick" if args.quick else "")
     full, quick = PRESETS[args.env]
@@ -359,10 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         preset["model"] = args.model
     d = apply_overrides({**preset, "env": args.env, "out": str(out)}, args.overrides)
-    cfg: PipelineConfig = config_from_dict(PipelineConfig, d)
+    cfg: MainJobConfig = config_from_dict(MainJobConfig, d)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
-    result = run_pipeline(cfg, resume=True)
+    result = run_main_job(cfg, resume=True)
     rows = list(result["rows"])
     labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
     rows = [(labels.get(k, k), r) for k, r in rows]
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks)))
     if args.env == "AgentRL/PythonMath-v0" and not args.no_control:
         # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
-        text = run_pipeline(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+        text = run_main_job(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
                                                 out=str(out / "text_only")), resume=True)
         rows += [(TEXT_LABELS[k], r) for k, r in text["rows"]]
 

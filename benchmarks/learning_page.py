@@ -95,8 +95,7 @@ def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
 
 
 def env_section(env: str, run: dict[str, Any] | None, run_dir: Path, quick: bool) -> list[str]:
-    from agentrl.algos.evaluation.evaluate import results_table
-    from agentrl.algos.evaluation.report import EvalReport
+    from agentrl.algos.evaluation.report import EvalReport, results_table
 
     title, name = SECTIONS[env]
     lines = [f"## {title}", ""]

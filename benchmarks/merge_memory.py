@@ -28,7 +28,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentrl.algos.models.lora import LoRAConfig, apply_lora, merged_state_dict
-from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, SamplingParams
+from agentrl.algos.policy.hf import HFPolicy
 
 
 class _NoTokenizer:

@@ -38,7 +38,8 @@ import math
 import time
 from collections import Counter
 
-from agentrl.algos.policy import GenerationResult, HFPolicy, Policy
+from agentrl.algos.policy.base import GenerationResult, Policy
+from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.rollout.collector import CollectorConfig, collect
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 

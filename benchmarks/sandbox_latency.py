@@ -19,7 +19,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentrl.envs.sandbox import Sandbox
+from agentrl.envs import Sandbox
 
 COMPUTE = "s = 0\nfor i in range(N):\n    s += i * i\nprint(s % 7)"
 

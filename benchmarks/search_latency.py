@@ -25,7 +25,7 @@ from collections import Counter
 
 import numpy as np
 
-from agentrl.envs.search import backends as B
+from agentrl.envs.search import bm25 as B
 from agentrl.envs.search.questions import load_bundled
 
 

@@ -61,9 +61,11 @@ def run_ours(args, lora) -> dict:
 
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import apply_lora
-    from agentrl.algos.policy import GenerationRequest, HFPolicy, SamplingParams
+    from agentrl.algos.policy.base import GenerationRequest, SamplingParams
+    from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.trajectory import Trajectory
-    from agentrl.algos.training.trainer import TrainConfig, Trainer
+    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.training.trainer import Trainer
 
     model, tokenizer = load_model(args.model, dtype=args.dtype)
     model = apply_lora(model, lora)

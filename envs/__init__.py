@@ -17,10 +17,12 @@ from gymnasium.envs.registration import register, registry
 from agentrl.envs import vector as _vector  # noqa: F401  (async vector envs return real text)
 from agentrl.envs.core import AnyText, Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.sandbox.pool import Sandbox
+from agentrl.envs.sandbox.remote import RemoteSandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool
 
-__all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Rewards", "TextEnv", "Tool",
-           "ToolResult", "ToolSet", "tool"]
+__all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "RemoteSandbox", "Rewards", "Sandbox",
+           "TextEnv", "Tool", "ToolResult", "ToolSet", "tool"]
 
 #: Every environment of the package: id -> (entry point, one-line description). Registered lazily: the
 #: module behind an entry point is imported only when the env is made.

@@ -15,7 +15,9 @@ from typing import Any
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls
-from agentrl.envs.sandbox import CodeSandbox, ExecResult, default_sandbox
+from agentrl.envs.sandbox.config import ExecResult
+from agentrl.envs.sandbox.pool import default_sandbox
+from agentrl.envs.sandbox.protocol import CodeSandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, ToolUnavailable, tool
 
 #: The metric keys every execution counts (set to 0 at each reset by :class:`CodeToolEnv`).

@@ -38,7 +38,7 @@ from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.data.coding_stress import stress_test
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, hash_split, located_rows, seeded_draws
-from agentrl.envs.sandbox import CodeSandbox
+from agentrl.envs.sandbox.protocol import CodeSandbox
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
 

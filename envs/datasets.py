@@ -19,10 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs._shared import default_cache_dir
-
-__all__ = ["DATASETS_SUFFIXES", "DatasetError", "TaskGenerator", "TaskRows", "check_split", "default_cache_dir", "draw_row", "hash_split",
-           "load_jsonl", "load_rows", "located_rows", "seeded_draws", "split_index"]
+__all__ = ["DATASETS_SUFFIXES", "DatasetError", "TaskGenerator", "TaskRows", "check_split", "draw_row",
+           "hash_split", "load_jsonl", "load_rows", "located_rows", "seeded_draws", "split_index"]
 
 
 class DatasetError(ValueError):

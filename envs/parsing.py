@@ -24,12 +24,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from agentrl.envs.answers import answers_match, exact_match, normalize_answer, parse_number
-
 __all__ = ["ANSWER_FORMATS", "CALL_FORMATS", "ActionParser", "CallFormat", "FencedCodeCalls", "HermesCalls",
-           "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls", "answers_match", "exact_match",
-           "extract_answer_colon", "extract_answer_tag", "extract_boxed", "native_call_format", "normalize_answer",
-           "parse_number", "strip_think"]
+           "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls", "extract_answer_colon",
+           "extract_answer_tag", "extract_boxed", "native_call_format", "strip_think"]
 
 # ---------------------------------------------------------------------------------------------- result
 

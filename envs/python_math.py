@@ -42,26 +42,21 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.code_tool import CodeToolEnv, code_interpreter, exec_observation, recovered_from_error
+from agentrl.envs.code_tool import CodeToolEnv, recovered_from_error
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, located_rows
 from agentrl.envs.python_math_tasks import (
     DEFAULT_TIERS,
-    FAMILIES,
     GENERATOR,
-    TIERS,
     check_tiers,
-    make_task,
     make_tasks,
     sample_task,
 )
-from agentrl.envs.sandbox import CodeSandbox
+from agentrl.envs.sandbox.protocol import CodeSandbox
 from agentrl.envs.tools import ToolSet
 from agentrl.envs.verify import MathVerifier, default_verifier
 
-__all__ = ["DEFAULT_TIERS", "FAMILIES", "TIERS", "CodeToolEnv", "PythonMathEnv", "code_interpreter",
-           "exec_observation", "load_math_rows", "make_task", "make_tasks", "recovered_from_error",
-           "strip_dapo_template"]
+__all__ = ["PythonMathEnv", "load_math_rows", "strip_dapo_template"]
 
 
 # ---------------------------------------------------------------------------------------------- data

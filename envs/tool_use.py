@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.envs.answers import answers_match
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import TaskGenerator, check_split, load_rows
-from agentrl.envs.parsing import ActionParser, answers_match
+from agentrl.envs.parsing import ActionParser
 from agentrl.envs.tools import Tool, ToolSet, format_value, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools

@@ -16,7 +16,7 @@ def pytest_configure(config):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("needs_bwrap") is not None:
-        from agentrl.envs.sandbox import bwrap_available
+        from agentrl.envs.sandbox.bwrap import bwrap_available
 
         if not bwrap_available():
             pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
@@ -31,12 +31,6 @@ def tokenizer():
 
 
 @pytest.fixture(scope="session")
-def smol_tokenizer(tokenizer):
-    """Another name of :func:`tokenizer`."""
-    return tokenizer
-
-
-@pytest.fixture(scope="session")
 def template_tokenizers(tokenizer):
     return {kind: make_template_tokenizer(tokenizer, kind) for kind in TEMPLATES}
 
@@ -44,7 +38,8 @@ def template_tokenizers(tokenizer):
 @pytest.fixture(scope="module")
 def sb():
     """A small two-worker sandbox with a 5 s default timeout."""
-    from agentrl.envs.sandbox import Sandbox, bwrap_available
+    from agentrl.envs import Sandbox
+    from agentrl.envs.sandbox.bwrap import bwrap_available
 
     if not bwrap_available():
         pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")

@@ -1,7 +1,7 @@
 """Plain helpers shared by several test modules (no fixtures: those are in conftest.py).
 
-Test modules import these with ``from helpers import ...`` (pytest puts tests/ on ``sys.path``, as the folder of
-the rootdir conftest.py; Ray workers get it through ``PYTHONPATH``, see test_ray_workers.py).
+Test modules import these with ``from helpers import ...`` (pyproject.toml puts tests/ on ``sys.path``; Ray workers get
+it through ``PYTHONPATH``, see tests/algos/integrations/test_ray.py).
 
 - chat templates: ``TEMPLATES`` and ``make_template_tokenizer`` (ChatML, Llama-3-style, Qwen-style);
 - collector drivers: ``ScriptedPolicy``, ``EchoEnv``, ``echo_tasks``, ``stop_biased_model``;
@@ -19,7 +19,7 @@ import gymnasium as gym
 import torch
 
 from agentrl.algos.models import tiny_model
-from agentrl.algos.policy import GenerationResult, Policy
+from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.rollout.chat import ChatFormat
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.envs.core import AnyText, TextEnv
@@ -27,8 +27,12 @@ from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tool_use import ToolUseEnv
 from agentrl.envs.tools import ToolSet
 
+#: tests/ (on ``sys.path`` for every test: pyproject's ``pythonpath``) and the repository root
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
 if TYPE_CHECKING:
-    from agentrl.algos.training.trainer import TrainConfig
+    from agentrl.algos.training.config import TrainConfig
 
 # ---------------------------------------------------------------------------------------------- chat templates
 
@@ -65,7 +69,7 @@ QWEN_TEMPLATE = (
 #: The published chat templates of the model families the collector must handle (tests/data/templates/README.md).
 FAMILIES = ["qwen2_5", "qwen3", "llama3_1", "mistral"]
 TEMPLATES = ["chatml", "llama3", "qwen", *FAMILIES]
-TEMPLATE_DIR = Path(__file__).parent / "data" / "templates"
+TEMPLATE_DIR = TESTS / "data" / "templates"
 
 # Each family's special tokens (and its added tokens that are not special), as its own tokenizer has them.
 _FAMILY_TOKENS = {
@@ -254,9 +258,7 @@ def tiny_train_model(tokenizer, seed=0, stop_scale=5.0):
 
 def tiny_train_config(tmp_path, **kw) -> TrainConfig:
     """A one-step GRPO config on "Test/Score-v0" with tiny groups and replies; ``kw`` overrides any field."""
-    from agentrl.algos.training.trainer import (
-        TrainConfig,  # (imported here: Ray workers import this module too)
-    )
+    from agentrl.algos.training.config import TrainConfig
 
     base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
                 save_every=0, progress=False, tensorboard=False, lr=1e-2,
@@ -288,7 +290,7 @@ def native_scripted_policy(tokenizer, tasks, **kwargs) -> ScriptedPolicy:
     return policy
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def load_benchmark(name: str):
@@ -303,3 +305,14 @@ def load_benchmark(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def install_entry_point(tmp_path: Path, monkeypatch, group: str, name: str, value: str) -> None:
+    """Make ``importlib.metadata`` see an installed distribution that declares ``name = value`` in the entry-point
+    group ``group`` — what ``pip install`` of a third-party package with that ``pyproject.toml`` entry leaves —
+    by writing its ``.dist-info`` folder on ``sys.path``."""
+    dist = tmp_path / "site" / f"agentrl_plugin_{name}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: agentrl-plugin-{name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))

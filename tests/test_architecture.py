@@ -1,11 +1,11 @@
-"""The layout's promises: a new algorithm is one file plus one registry line, documented imports keep working,
-old module paths are the moved modules, no import cycles, no oversized files, every package is installed."""
+"""The layout's promises: a new algorithm is one file plus one registry line, documented imports work, one
+import path per name, a small typed public API, no import cycle (module or function level), no upward import
+between layers, no oversized files, every package is installed."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import importlib
 import io
 import re
 import sys
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_train_config, tiny_train_model
+from helpers import ROOT, tiny_train_config, tiny_train_model
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos"}
 
 
@@ -90,7 +89,8 @@ def test_an_unknown_algorithm_names_the_registered_ones(tmp_path):
 
 
 def test_every_builtin_algorithm_declares_the_contract():
-    from agentrl.algos.objectives import ALGORITHMS, Algorithm, algorithm_class
+    from agentrl.algos.objectives import ALGORITHMS, algorithm_class
+    from agentrl.algos.objectives.base import Algorithm
     from agentrl.algos.training.config import TrainConfig
 
     for name in ALGORITHMS:
@@ -119,20 +119,22 @@ def test_documented_import_works(statement):
     exec(statement, {})
 
 
-def test_old_module_paths_are_the_moved_modules():
-    from agentrl.algos._moved import MOVED
-
-    for old, new in MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-
-
-def test_public_api_names_resolve_and_old_module_imports_do_not_hide_them():
+def test_the_public_api_is_small_typed_and_documented():
+    """``agentrl.algos`` resolves its names lazily; its TYPE_CHECKING block (what type checkers and IDEs read),
+    ``__all__`` and the lazy table name the same modules, and the package docstring documents every name."""
     import agentrl.algos as algos
-    import agentrl.algos.evaluate  # noqa: F401  (an old module path named like the public function)
+    import agentrl.envs as envs
 
-    for name in algos.__all__:
-        assert getattr(algos, name) is not None, name
-    assert callable(algos.evaluate) and algos.evaluate.__module__ == "agentrl.algos.evaluation.evaluate"
+    tree = ast.parse((ROOT / "algos" / "__init__.py").read_text(encoding="utf-8"))
+    [block] = [n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    typed = {a.name: node.module for node in block.body for a in node.names}
+    assert typed == algos._API and sorted(typed) == sorted(algos.__all__)
+    for package in (algos, envs):
+        assert len(package.__all__) <= 25, package.__name__
+        for name in package.__all__:
+            assert getattr(package, name) is not None, name
+            assert re.search(rf"`{name}`", package.__doc__), f"{package.__name__}'s docstring does not document {name}"
+    assert all(getattr(algos, n).__module__ == m for n, m in algos._API.items())
 
 
 # ---------------------------------------------------------------------------------------------- layout rules
@@ -148,40 +150,43 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _module_level_imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
-    """Modules that ``name`` imports at import time (not inside functions, under TYPE_CHECKING or in the
-    ``if __name__ == "__main__"`` block of a script)."""
+def _absolute(node: ast.ImportFrom, name: str, path: Path) -> str:
+    if not node.level:
+        return node.module or ""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """Every project module that ``name`` imports, at module level or inside a function (not under
+    ``TYPE_CHECKING``, which never runs)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for n in ast.walk(node)}
     out = set()
-
-    def visit(body):
-        for node in body:
-            if isinstance(node, ast.If) and ("TYPE_CHECKING" in ast.unparse(node.test)
-                                             or "__main__" in ast.unparse(node.test)):
-                continue
-            if isinstance(node, (ast.If, ast.Try)):
-                visit(node.body + getattr(node, "orelse", []) + [h for x in getattr(node, "handlers", []) for h in x.body])
-            elif isinstance(node, ast.Import):
-                out.update(a.name for a in node.names if a.name in modules)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-                for a in node.names:
-                    target = f"{base}.{a.name}"
-                    if target in modules:
-                        out.add(target)
-                    elif base in modules:
-                        out.add(base)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")).body)
-    out.discard(name)
-    return out
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                target = a.name
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                out.add(target)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, name, path)
+            out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+    return {m for m in out if m in modules} - {name}
 
 
-def test_no_import_cycles():
+def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    graph = {m: _module_level_imports(p, m, modules) for m, p in modules.items()}
+    return {m: _imports(p, m, modules) for m, p in modules.items()}
+
+
+def test_no_import_cycles_at_module_or_function_level():
+    graph = _graph()
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -199,6 +204,85 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in state:
             dfs(m)
+
+
+#: The layers, lowest first: a module imports only from its own layer or lower ones (docs/architecture.md).
+LAYERS = [
+    ("agentrl.envs",),
+    ("agentrl.algos._io", "agentrl.algos.config", "agentrl.algos.models"),
+    ("agentrl.algos.policy", "agentrl.algos.rollout"),
+    ("agentrl.algos.objectives",),
+    ("agentrl.algos.evaluation",),
+    ("agentrl.algos.training",),
+    ("agentrl.algos.recipes", "agentrl.algos.integrations"),
+    ("agentrl.algos.cli", "agentrl.algos"),
+]
+
+
+def _layer(module: str) -> int:
+    prefixes = [p for layer in LAYERS for p in layer if module == p or module.startswith(p + ".")]
+    best = max(prefixes, key=len)
+    return next(i for i, layer in enumerate(LAYERS) if best in layer)
+
+
+def test_lower_layers_never_import_higher_ones():
+    upward = sorted(f"{m} -> {n}" for m, deps in _graph().items() for n in deps
+                    if _layer(n) > _layer(m) and n != "agentrl.algos")
+    assert not upward, upward
+
+
+def _defined_names(path: Path) -> set[str]:
+    """Names a module defines itself (functions, classes, assignments), not the ones it imports."""
+    names = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.Try) or (isinstance(node, ast.If)
+                                               and "TYPE_CHECKING" not in ast.unparse(node.test)):
+                visit(node.body + node.orelse + [x for h in getattr(node, "handlers", []) for x in h.body])
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return names
+
+
+def _import_statements():
+    """``(file, module, name)`` for every ``from agentrl... import name`` in the sources, tests, benchmarks and
+    docs (Python files, and code in the markdown pages)."""
+    for top in ("algos", "envs", "tests", "benchmarks", "docs"):
+        for f in sorted((ROOT / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("agentrl"):
+                    yield from ((f, node.module, a.name) for a in node.names)
+    for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        for m in re.finditer(r"from (agentrl[\w.]*) import (\([\w,\s]+\)|[\w, ]+)", f.read_text(encoding="utf-8")):
+            names = [n.split(" as ")[0].strip() for n in m.group(2).strip("()").split(",")]
+            yield from ((f, m.group(1), n) for n in names if n)
+
+
+def test_every_name_has_one_import_path():
+    """A name is imported from the module that defines it, or from a package's public API (``agentrl.envs``,
+    ``agentrl.algos``: their ``__all__``). No other module re-exports anything."""
+    import agentrl.algos
+    import agentrl.envs
+
+    modules = _modules()
+    defined = {m: _defined_names(p) for m, p in modules.items()}
+    public = {"agentrl.envs": set(agentrl.envs.__all__), "agentrl.algos": set(agentrl.algos.__all__)}
+    wrong = sorted({f"{f.relative_to(ROOT)}: from {module} import {name}" for f, module, name in _import_statements()
+                    if module not in modules or not (name in defined[module] or f"{module}.{name}" in modules
+                                                     or name in public.get(module, ()))})
+    assert not wrong, "import each name from the module that defines it:\n" + "\n".join(wrong)
+    for module, path in modules.items():
+        declared = [e.value for node in ast.parse(path.read_text(encoding="utf-8")).body
+                    if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+                    for e in node.value.elts]
+        extra = set(declared) - defined[module] - public.get(module, set())
+        assert not extra, f"{module}.__all__ lists names it does not define: {sorted(extra)}"
 
 
 def test_envs_never_import_algos():

@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentrl.algos.evaluation.report import (
     EvalReport,
-    load_report,
-    pass_at_k,
-    results_table,
     save_report,
     summarize,
     summary_path,
@@ -144,5 +141,4 @@ def evaluate(
     return report
 
 
-__all__ = ["TOOLS_ENABLED_KWARG", "EvalReport", "evaluate", "load_report", "pass_at_k", "results_table",
-           "save_report", "summarize", "summary_path", "text_only_env_kwargs"]
+__all__ = ["TOOLS_ENABLED_KWARG", "evaluate", "text_only_env_kwargs"]

@@ -18,10 +18,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from agentrl.algos.evaluation.run_log import (
-    METRICS_FILE,
-    MetricsLogger,
-    process_memory,
-    read_metrics,
     to_float,
 )
 from agentrl.algos.rollout.collector import TASK_ENV_KEY
@@ -175,6 +171,5 @@ def _count_kind(t: Trajectory, kind: str) -> int:
     return sum((turn.parsed or {}).get("kind") == kind for turn in t.turns)
 
 
-__all__ = ["METRICS_FILE", "MetricsLogger", "aggregate_rollout_metrics", "env_name", "mean", "mean_env_metrics",
-           "metrics_by_env", "process_memory", "read_metrics", "split_by_env", "to_float", "tool_call_counts",
-           "valid_tool_call_rate"]
+__all__ = ["aggregate_rollout_metrics", "env_name", "mean", "mean_env_metrics", "metrics_by_env",
+           "split_by_env", "tool_call_counts", "valid_tool_call_rate"]

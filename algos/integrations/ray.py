@@ -46,16 +46,13 @@ import numpy as np
 
 from agentrl.algos.rollout.collector import CollectorConfig, collect
 from agentrl.algos.rollout.envs import EXECUTORS as ROLLOUT_EXECUTORS
-from agentrl.algos.rollout.envs import make_text_env, rollout_env
+from agentrl.algos.rollout.envs import make_text_env
 from agentrl.algos.rollout.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
 #: Executor names (``--executor``); :func:`~agentrl.algos.rollout.envs.rollout_env` maps each to its env factory.
 EXECUTORS = tuple(ROLLOUT_EXECUTORS)
-
-#: :func:`~agentrl.algos.rollout.envs.rollout_env` under its name in this module.
-make_env_factory = rollout_env
 
 
 def _ray():
@@ -284,7 +281,8 @@ class RolloutWorker:
     """
 
     def __init__(self, model: Any, *, lora=None, dtype: str = "auto", device: str = "cpu"):
-        from agentrl.algos.policy import HFPolicy, Policy
+        from agentrl.algos.policy.base import Policy
+        from agentrl.algos.policy.hf import HFPolicy
 
         obj = model() if callable(model) and not isinstance(model, str) else model
         self.model = None
@@ -392,5 +390,5 @@ def ray_collect(workers: Sequence[Any], env, tasks: list[dict[str, Any]], group_
     return out
 
 
-__all__ = ["EXECUTORS", "EnvHost", "RayEnvPool", "RemoteEnv", "RolloutWorker", "broadcast_adapter", "ensure_ray",
-           "env_host_actor", "make_env_factory", "make_text_env", "ray_collect", "shard_bounds", "shard_config"]
+__all__ = ["EXECUTORS", "EnvHost", "RayEnvPool", "RemoteEnv", "RolloutWorker", "broadcast_adapter",
+           "ensure_ray", "env_host_actor", "ray_collect", "shard_bounds", "shard_config"]

@@ -188,7 +188,7 @@ class _DefaultPolicy:
         self.model_id: int | None = None
 
     def __call__(self, trainer):
-        from agentrl.algos.policy import HFPolicy
+        from agentrl.algos.policy.hf import HFPolicy
 
         model = trainer.model
         accelerator = getattr(trainer, "accelerator", None)

@@ -27,8 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.models.gguf_cache import NO_WEIGHT_CACHE_ENV, cached_dense_model  # noqa: F401
-from agentrl.algos.models.gguf_cache import gguf_tokenizer as _gguf_tokenizer  # noqa: F401
+from agentrl.algos.models.gguf_cache import cached_dense_model, gguf_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
 
     path, gguf = resolve_model(name)
     if gguf:
-        tok = _gguf_tokenizer(path, gguf)
+        tok = gguf_tokenizer(path, gguf)
     else:
         tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token_id is None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm
 
-__all__ = ["ALGORITHMS", "Algorithm", "RowGroup", "algorithm_class", "algorithm_names", "register_algorithm"]
+__all__ = ["ALGORITHMS", "algorithm_class", "algorithm_names", "register_algorithm"]
 
 #: name -> "module:Class" of an Algorithm subclass (or the class itself, when registered at run time)
 ALGORITHMS: dict[str, str | type[Algorithm]] = {

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.rollout.trajectory import all_equal, group_indices
+from agentrl.algos.rollout.trajectory import group_indices
 
-__all__ = ["AGGREGATIONS", "SeqItem", "advantages_without_errors", "all_equal", "collate", "env_errors",
-           "group_indices", "pack_microbatches", "policy_gradient_items", "token_weights"]
+__all__ = ["AGGREGATIONS", "SeqItem", "advantages_without_errors", "collate", "env_errors",
+           "pack_microbatches", "policy_gradient_items", "token_weights"]
 
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum_norm")
 

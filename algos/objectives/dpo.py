@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import SeqItem, env_errors, group_indices
+from agentrl.algos.objectives.batching import SeqItem, env_errors
+from agentrl.algos.rollout.trajectory import group_indices
 
 
 @dataclass

@@ -43,13 +43,9 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import (
-    advantages_without_errors,
-    all_equal,
-    group_indices,
-    policy_gradient_items,
-)
+from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_items
 from agentrl.algos.objectives.ppo import clipped_surrogate, surrogate_stats
+from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 
 @dataclass

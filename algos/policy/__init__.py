@@ -31,38 +31,3 @@ attention), ``_kv_cache.py`` (its shim over transformers' cache internals), ``op
 ``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA merging (:func:`merged_state_dict`) lives in
 :mod:`agentrl.algos.models.lora`. Importing this package loads neither torch nor transformers.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING
-
-from agentrl.algos.models.lora import merged_state_dict
-from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
-from agentrl.algos.policy.hf import HFPolicy
-from agentrl.algos.policy.openai import OpenAIPolicy
-from agentrl.algos.policy.sampling import sample_tokens
-
-if TYPE_CHECKING:
-    from agentrl.algos.policy.server import PolicyServer, serve_policy
-
-__all__ = [
-    "GenerationRequest",
-    "GenerationResult",
-    "HFPolicy",
-    "OpenAIPolicy",
-    "Policy",
-    "PolicyServer",
-    "SamplingParams",
-    "Session",
-    "merged_state_dict",
-    "sample_tokens",
-    "serve_policy",
-]
-
-
-def __getattr__(name: str):
-    # the server imports http.server: loaded when first asked for, so importing the package stays light
-    if name in ("PolicyServer", "serve_policy"):
-        return getattr(importlib.import_module("agentrl.algos.policy.server"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

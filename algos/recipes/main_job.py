@@ -1,6 +1,6 @@
 """The main job: base eval -> short SFT cold start -> GRPO -> eval, then a base -> SFT -> RL table and plots.
 
-``agentrl train --env AgentRL/ToolUse-v0`` with nothing else runs this with :class:`PipelineConfig`'s defaults,
+``agentrl train --env AgentRL/ToolUse-v0`` with nothing else runs this with :class:`MainJobConfig`'s defaults,
 sized for the embedded SmolLM2-135M on a 2-core CPU (20-25 minutes; see ``docs/algorithms/`` for the
 measured budget). The stages share one model in memory: SFT trains a fresh LoRA adapter, GRPO keeps training
 that same adapter, and every evaluation samples through one :class:`~agentrl.algos.policy.HFPolicy` refreshed
@@ -47,14 +47,14 @@ from agentrl.algos.training.config import TrainConfig
 from agentrl.algos.training.tasks import heldout_tasks
 from agentrl.algos.training.trainer import Trainer
 
-__all__ = ["PipelineConfig", "eval_task_list", "heldout_tasks", "peak_rss_gib", "rl_train_config", "run_pipeline",
+__all__ = ["MainJobConfig", "eval_task_list", "peak_rss_gib", "rl_train_config", "run_main_job",
            "sft_train_config"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class PipelineConfig:
+class MainJobConfig:
     """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes)."""
 
     env: str = "AgentRL/ToolUse-v0"
@@ -124,7 +124,7 @@ class PipelineConfig:
     'tensorboard', 'wandb', 'mlflow', 'trackio' or 'none' (docs/trackers.md)."""
 
 
-def eval_task_list(cfg: PipelineConfig) -> list[dict[str, Any]]:
+def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
     """The held-out tasks of every evaluation: all rows of ``eval_tasks_file``, else the env's first
     ``eval_tasks`` held-out tasks."""
     if cfg.eval_tasks_file:
@@ -143,14 +143,14 @@ def peak_rss_gib() -> float | None:
     return process_memory().get("perf/peak_rss_gib")
 
 
-def _common(cfg: PipelineConfig) -> dict[str, Any]:
+def _common(cfg: MainJobConfig) -> dict[str, Any]:
     return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
                 progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
                 attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights,
                 sampler_max_batch_tokens=cfg.sampler_max_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
 
 
-def sft_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
+def sft_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
     """The cold-start stage's TrainConfig (SFT on ``sft_demos`` demonstrations of ``sft_families``); ``changes``
     replace fields (e.g. ``steps``, ``seed``, ``adapter``)."""
     tc = TrainConfig(
@@ -160,7 +160,7 @@ def sft_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainCo
     return dataclasses.replace(tc, **changes)
 
 
-def rl_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainConfig:
+def rl_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
     """The RL stage's TrainConfig (GRPO on the full task mixture with the main job's rollout settings);
     ``changes`` replace fields (e.g. ``algo="ppo"``, ``steps``, ``seed``)."""
     tc = TrainConfig(
@@ -171,7 +171,7 @@ def rl_train_config(cfg: PipelineConfig, out: str | Path, **changes) -> TrainCon
     return dataclasses.replace(tc, **changes)
 
 
-def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
+def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
     """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path,
     "plots", "timings", "peak_rss_gib"}`` (``peak_rss_gib``: the process's VmHWM at the end, GiB, or None).
 
@@ -180,13 +180,14 @@ def run_pipeline(config: PipelineConfig | None = None, *, resume: bool = False, 
     :class:`~agentrl.algos.policy.HFPolicy` over the trained model."""
     import time
 
-    from agentrl.algos.evaluation.evaluate import evaluate, load_report, results_table
+    from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.plot import plot_eval, plot_run
+    from agentrl.algos.evaluation.report import load_report, results_table
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import apply_lora
-    from agentrl.algos.policy import HFPolicy
+    from agentrl.algos.policy.hf import HFPolicy
 
-    cfg = config or PipelineConfig()
+    cfg = config or MainJobConfig()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()

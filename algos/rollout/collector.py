@@ -5,7 +5,7 @@
     import agentrl.envs
     from agentrl.algos.rollout.collector import collect
     from agentrl.algos.models import load_model
-    from agentrl.algos.policy import HFPolicy
+    from agentrl.algos import HFPolicy
     from agentrl.envs.tool_use import make_tasks
 
     model, tokenizer = load_model()                       # SmolLM2-135M-Instruct, bf16 where supported
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
 from agentrl.algos.rollout.envs import make_text_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn

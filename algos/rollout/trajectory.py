@@ -110,7 +110,3 @@ def load_trajectories(path) -> list[Trajectory]:
     with open(path, encoding="utf-8") as f:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
 
-
-#: Aliases of :func:`save_trajectories` / :func:`load_trajectories` (the same functions).
-save_jsonl = save_trajectories
-load_jsonl = load_trajectories

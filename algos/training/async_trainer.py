@@ -50,9 +50,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.algos.objectives import RowGroup
+from agentrl.algos.objectives.base import RowGroup
 from agentrl.algos.objectives.batching import SeqItem
-from agentrl.algos.policy import GenerationRequest, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.config import AsyncConfig
 from agentrl.algos.training.trainer import Trainer, rollout_metrics
@@ -60,7 +60,7 @@ from agentrl.algos.training.update import rows_logprobs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncConfig", "AsyncTrainer", "VersionedPolicy", "split_stale", "tis_correct", "tis_weights"]
+__all__ = ["AsyncTrainer", "VersionedPolicy", "split_stale", "tis_correct", "tis_weights"]
 
 
 # ---------------------------------------------------------------------------------------------- versions

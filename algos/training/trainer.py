@@ -38,7 +38,6 @@ import numpy as np
 import torch
 
 from agentrl.algos._io import atomic_write_text
-from agentrl.algos.config import config_from_dict
 from agentrl.algos.evaluation.run_log import process_memory
 from agentrl.algos.models.lora import apply_lora, is_peft, load_adapter, save_adapter
 from agentrl.algos.objectives import algorithm_class
@@ -46,7 +45,7 @@ from agentrl.algos.objectives.sft import demonstration, load_conversations, rend
 from agentrl.algos.rollout.envs import rollout_env
 from agentrl.algos.training import checkpoint, distributed
 from agentrl.algos.training.checkpoint import latest_checkpoint
-from agentrl.algos.training.config import AsyncConfig, TrainConfig
+from agentrl.algos.training.config import TrainConfig
 from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
 from agentrl.algos.training.update import (
@@ -58,11 +57,6 @@ from agentrl.algos.training.update import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Names this module has always exported (``from agentrl.algos.training.trainer import TaskSource``, ...).
-__all__ = ["AsyncConfig", "TaskSource", "TrainConfig", "Trainer", "config_from_dict", "latest_checkpoint",
-           "make_algorithm", "rollout_metrics", "train"]
-
 
 def make_algorithm(config: TrainConfig):
     """The algorithm object of ``config.algo``, with its config section."""
@@ -157,7 +151,7 @@ class Trainer:
         self._collector = None
         if self.algo.needs_rollouts:
             if self.policy is None:
-                from agentrl.algos.policy import HFPolicy
+                from agentrl.algos.policy.hf import HFPolicy
 
                 self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
                                        max_batch_tokens=config.sampler_max_batch_tokens)

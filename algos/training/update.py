@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.objectives import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import SeqItem, collate, common_prefix_len, pack_microbatches
 from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, token_logprobs
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects

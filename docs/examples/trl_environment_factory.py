@@ -57,13 +57,14 @@ def main(argv: list[str] | None = None):
     from trl import GRPOConfig, GRPOTrainer
 
     import agentrl.envs  # noqa: F401  (registers the env ids)
-    from agentrl.algos import load_model, load_tokenizer, tiny_model
+    from agentrl.algos import load_model, load_tokenizer
     from agentrl.algos.integrations.trl_env import (
         environment_correct,
         environment_dataset,
         environment_factory,
         environment_reward,
     )
+    from agentrl.algos.models import tiny_model
 
     if args.tiny:
         tokenizer = tool_calling_tokenizer(load_tokenizer(args.model))

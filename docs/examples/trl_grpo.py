@@ -33,8 +33,9 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     import agentrl.envs  # noqa: F401  (registers the env ids)
-    from agentrl.algos import load_model, load_tokenizer, tiny_model
+    from agentrl.algos import load_model, load_tokenizer
     from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
+    from agentrl.algos.models import tiny_model
     from agentrl.envs.tool_use import make_tasks
 
     if args.tiny:

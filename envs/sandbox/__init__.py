@@ -1,6 +1,6 @@
 """An isolated, fast Python sandbox for model-written code (bubblewrap + a warm, forking worker).
 
-    from agentrl.envs.sandbox import Sandbox
+    from agentrl.envs import Sandbox
 
     with Sandbox() as sb:
         r = sb.run("import numpy as np; print(np.arange(4).sum())", timeout=5)
@@ -44,21 +44,3 @@ Any object with the :class:`CodeSandbox` protocol (``config.timeout_s``, ``confi
 ``stats``, ``close``) can be given to the code envs' ``sandbox=``; :class:`RemoteSandbox` runs code on a
 SandboxFusion service (macOS, clusters without bubblewrap).
 """
-
-from agentrl.envs.sandbox.bwrap import build_bwrap_command, bwrap_available
-from agentrl.envs.sandbox.config import (
-    INSTALL_HINT,
-    ExecResult,
-    SandboxConfig,
-    SandboxError,
-    SandboxUnavailable,
-    Status,
-)
-from agentrl.envs.sandbox.pool import Sandbox, default_sandbox
-from agentrl.envs.sandbox.protocol import CodeSandbox, ExecStats
-from agentrl.envs.sandbox.remote import RemoteSandbox, RemoteSandboxConfig
-from agentrl.envs.sandbox.sanitize import SPECIAL_TOKENS, sanitize_output
-
-__all__ = ["INSTALL_HINT", "SPECIAL_TOKENS", "CodeSandbox", "ExecResult", "ExecStats", "RemoteSandbox",
-           "RemoteSandboxConfig", "Sandbox", "SandboxConfig", "SandboxError", "SandboxUnavailable", "Status",
-           "build_bwrap_command", "bwrap_available", "default_sandbox", "sanitize_output"]

@@ -1,0 +1,225 @@
+"""Ray executor on a local Ray instance: remote envs equal local ones, rollout workers, ray_collect layout."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import torch  # noqa: E402
+from helpers import TESTS, ScriptedPolicy, tiny_train_config, tiny_train_model  # noqa: E402
+
+import agentrl.envs  # noqa: E402,F401
+from agentrl.algos.integrations.ray import (  # noqa: E402
+    RayEnvPool,
+    RemoteEnv,
+    RolloutWorker,
+    broadcast_adapter,
+    ray_collect,
+    shard_bounds,
+    shard_config,
+)
+from agentrl.algos.models import tiny_model  # noqa: E402
+from agentrl.algos.models.lora import LoRAConfig, apply_lora, trainable_state_dict  # noqa: E402
+from agentrl.algos.policy.hf import HFPolicy  # noqa: E402
+from agentrl.algos.rollout.collector import CollectorConfig, collect  # noqa: E402
+from agentrl.algos.rollout.envs import rollout_env  # noqa: E402
+from agentrl.envs.tool_use import make_tasks  # noqa: E402
+
+ENV = "AgentRL/ToolUse-v0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    # workers import the test helpers (helpers.ScriptedPolicy) by name, so they get this folder on their path
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+def _comparable(info: dict) -> dict:
+    """``info`` without timings (tool latency differs between runs)."""
+    out = dict(info)
+    out["metrics"] = {k: v for k, v in (info.get("metrics") or {}).items() if "latency" not in k}
+    return out
+
+
+def _play(env, task, actions, seed):
+    obs, info = env.reset(seed=seed, options={"task": task})
+    steps = [(obs, _comparable(info))]
+    for a in actions:
+        obs, reward, term, trunc, info = env.step(a)
+        steps.append((obs, reward, term, trunc, _comparable(info)))
+        if term or trunc:
+            break
+    return steps
+
+
+def test_remote_env_episodes_equal_local_episodes():
+    local = gym.make(ENV)
+    remote = RemoteEnv(ENV)
+    try:
+        assert remote.unwrapped is remote
+        assert remote.tools_in_prompt == local.unwrapped.tools_in_prompt
+        assert remote.rewards == local.unwrapped.rewards
+        for seed, task in enumerate(make_tasks(3, "train")):
+            actions = local.unwrapped.demo_actions(task)
+            wrong = actions[:-1] + ["Answer: 0.5"]
+            for acts in (actions, wrong, ["no tool call, no answer"]):
+                assert _play(remote, task, acts, seed) == _play(local, task, acts, seed)
+        # envs that sample their own task from the seed agree too, and any env method is reachable
+        assert remote.reset(seed=11)[0] == local.reset(seed=11)[0]
+        assert remote.call("demo_actions", make_tasks(1)[0]) == local.unwrapped.demo_actions(make_tasks(1)[0])
+        # a step the env cannot parse never raises through the proxy either
+        obs, reward, term, _, info = remote.step("<tool_call>{not json</tool_call>")
+        assert term and reward == local.unwrapped.rewards.invalid
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_collect_with_remote_envs_equals_local(tokenizer):
+    tasks = make_tasks(4, "train")
+    cfg = CollectorConfig(max_new_tokens=128, env_threads=4)
+    local = collect(ENV, ScriptedPolicy(tokenizer, tasks), tasks, 2, cfg)
+    with RayEnvPool(ENV, num_workers=2) as pool:
+        remote = collect(pool, ScriptedPolicy(tokenizer, tasks), tasks, 2, cfg)
+        # the collector closed its envs; the actors stay up for the next call
+        assert ray.get([h.num_envs.remote() for h in pool.hosts]) == [0, 0]
+        again = collect(pool, ScriptedPolicy(tokenizer, tasks[:1]), tasks[:1], 1, cfg)
+    assert len(remote) == len(local) == 8
+    assert all(t.reward == 1.0 for t in remote)
+    for a, b in zip(local, remote, strict=True):
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask and a.logprobs == b.logprobs
+        assert (a.reward, a.group_id, a.termination, a.task) == (b.reward, b.group_id, b.termination, b.task)
+        assert [t.observation for t in a.turns] == [t.observation for t in b.turns]
+        assert {k: v for k, v in a.metrics.items() if "latency" not in k} == \
+            {k: v for k, v in b.metrics.items() if "latency" not in k}
+    assert again[0].token_ids == local[0].token_ids
+
+
+def test_rollout_env(tokenizer):
+    assert rollout_env("local", ENV, {}) == ENV
+    with pytest.raises(ValueError, match="executor"):
+        rollout_env("dask", ENV, {})
+    pool = rollout_env("ray", ENV, {"families": ["multiply"]}, tokenizer=tokenizer, num_workers=1)
+    try:
+        env = pool()
+        _, info = env.reset(seed=0)
+        assert info["task_id"].startswith("multiply")
+        # SmolLM2's ChatML template has no tools section: the env keeps describing its tools in the prompt
+        assert env.tools_in_prompt and "multiply" in info["messages"][0]["content"]
+        env.close()
+    finally:
+        pool.close()
+
+
+def test_ray_envs_use_the_chat_templates_call_format(template_tokenizers):
+    pool = rollout_env("ray", ENV, {"families": ["multiply"]}, tokenizer=template_tokenizers["llama3_1"],
+                       num_workers=1)
+    try:
+        assert pool.call_format == "llama3_json"  # the collector would impose the same on a local env
+        env = pool()
+        env.reset(seed=0)
+        obs, _, done, _, info = env.step('{"name": "multiply", "parameters": {"a": 3, "b": 4}}')
+        assert not done and info["obs_role"] == "tool" and obs.strip() == "12"
+        env.close()
+    finally:
+        pool.close()
+
+
+def test_shard_bounds():
+    assert shard_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+    assert shard_bounds(0, 3) == []
+    with pytest.raises(ValueError):
+        shard_bounds(3, 0)
+
+
+def test_ray_collect_order_and_group_ids(tokenizer):
+    tasks = make_tasks(5, "train")
+    workers = [RolloutWorker.as_actor(lambda: ScriptedPolicy(tokenizer, tasks)) for _ in range(2)]
+    cfg = CollectorConfig(max_new_tokens=128)
+    trajs = ray_collect(workers, ENV, tasks, 2, cfg)
+    local = collect(ENV, ScriptedPolicy(tokenizer, tasks), tasks, 2, cfg)
+    assert len(trajs) == 10
+    assert [t.group_id for t in trajs] == [i // 2 for i in range(10)]
+    assert [t.task for t in trajs] == [tasks[i // 2] for i in range(10)]
+    assert [t.token_ids for t in trajs] == [t.token_ids for t in local]
+    # more workers than tasks: the idle ones get nothing, the layout is unchanged
+    trajs3 = ray_collect(workers + [RolloutWorker.as_actor(lambda: ScriptedPolicy(tokenizer, tasks))],
+                         ENV, tasks[:2], 1, cfg)
+    assert [(t.group_id, t.task["id"]) for t in trajs3] == [(0, tasks[0]["id"]), (1, tasks[1]["id"])]
+    # remote envs inside remote rollout workers
+    with RayEnvPool(ENV, num_workers=1) as pool:
+        nested = ray_collect(workers, pool, tasks, 2, cfg)
+    assert [t.token_ids for t in nested] == [t.token_ids for t in local]
+
+
+def test_rollout_worker_adapter_round_trip(tokenizer):
+    """The worker samples exactly what a local sampler with the trainer's adapter samples, before and after an
+    update shipped as a state dict."""
+    lora = LoRAConfig(r=4, alpha=8)
+    trainer_model = apply_lora(tiny_model(tokenizer, seed=3), lora)
+    worker = RolloutWorker.as_actor((tiny_model(tokenizer, seed=3), tokenizer), lora=lora)
+    tasks = make_tasks(2, "train")
+    cfg = CollectorConfig(max_new_tokens=6, max_turns=1, temperature=1.0, seed=5)
+
+    def local_rollout():  # what ray_collect's single shard (start 0) samples
+        return collect(ENV, HFPolicy(trainer_model, tokenizer), tasks, 2, shard_config(cfg, 0))
+
+    before = ray_collect([worker], ENV, tasks, 2, cfg)
+    assert [t.token_ids for t in before] == [t.token_ids for t in local_rollout()]
+
+    with torch.no_grad():  # a training step, in effect: move every LoRA B matrix off zero
+        g = torch.Generator().manual_seed(0)
+        for name, p in trainer_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    assert broadcast_adapter([worker], trainable_state_dict(trainer_model), version=7) == [7]
+    after = ray_collect([worker], ENV, tasks, 2, cfg)
+    expected = local_rollout()
+    assert [t.token_ids for t in after] == [t.token_ids for t in expected]
+    for a, b in zip(after, expected, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert all(t.policy_version == 7 for t in after)
+    assert [t.logprobs for t in after] != [t.logprobs for t in before]  # the new adapter changed the sampler
+    assert ray.get(worker.get_version.remote()) == 7
+
+
+def test_a_dead_env_actor_ends_its_trajectories_with_error(tokenizer):
+    tasks = make_tasks(2, "train")
+    scripted = ScriptedPolicy(tokenizer, tasks)
+    pool = RayEnvPool(ENV, num_workers=2)
+
+    class KillingPolicy(ScriptedPolicy):
+        def generate(self, requests, sampling):
+            if not getattr(self, "killed", False):
+                ray.kill(pool.hosts[1])  # the actor of the 2nd and 4th env dies after reset, before any step
+                self.killed = True
+            return scripted.generate(requests, sampling)
+
+    try:
+        trajs = collect(pool, KillingPolicy(tokenizer, tasks), tasks, 2, CollectorConfig(max_new_tokens=128))
+    finally:
+        pool.close()
+    assert [t.termination for t in trajs] == ["answered", "error", "answered", "error"]
+    assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_trainer_with_ray_executor_matches_local(tokenizer, tmp_path):
+    """`agentrl train --executor ray`: the same step as the local executor, with the envs in Ray actors."""
+    from agentrl.algos.training.trainer import Trainer
+
+    runs = {}
+    for executor in ("local", "ray"):
+        cfg = tiny_train_config(tmp_path / executor, env=ENV, executor=executor, env_workers=2, group_size=2,
+                                collector=CollectorConfig(max_new_tokens=8, max_turns=2))
+        trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+        if executor == "ray":
+            assert isinstance(trainer.rollout_env, RayEnvPool)
+        runs[executor] = trainer.train()[0]
+    keys = [k for k in runs["local"] if k.startswith(("reward/", "rollout/")) and "time" not in k]
+    assert keys and {k: runs["ray"][k] for k in keys} == {k: runs["local"][k] for k in keys}

@@ -1,0 +1,87 @@
+"""``agentrl train|eval --policy-url``: rollouts sampled by an OpenAI-compatible server (here the bundled reference
+server on 127.0.0.1) with the trainer's LoRA adapter hot-swapped there after every optimizer step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from helpers import tiny_train_model
+
+from agentrl.algos import cli
+from agentrl.algos.models import load_model
+from agentrl.algos.policy.hf import HFPolicy
+from agentrl.algos.policy.openai import OpenAIPolicy
+from agentrl.algos.policy.server import serve_policy
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_train_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def server(tiny_dir):
+    model, tok = load_model(str(tiny_dir), dtype="fp32", device="cpu")
+    with serve_policy(HFPolicy(model, tok), model_name="tiny-base", enable_lora=True) as srv:
+        yield srv
+
+
+def _listed(server):
+    return [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
+
+
+def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, tiny_dir, tmp_path, monkeypatch, capsys):
+    swaps = []
+    real = OpenAIPolicy.update_weights
+
+    def counted(self, model):
+        real(self, model)
+        swaps.append((self.adapter_name, _listed(server)))
+
+    monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
+    run = tmp_path / "run"
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--out", str(run),
+                     "--policy-url", server.url, "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu",
+                     "--dtype", "fp32", "steps=2", "tasks_per_step=4", "group_size=4", "lr=5e-4",
+                     "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false",
+                     "tensorboard=false"]) == 0
+    assert "rollouts on http://127.0.0.1" in capsys.readouterr().out
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert [r["train/optimizer_steps"] for r in records] == [1, 1]  # (the seed gives both steps a learning signal)
+    # one load at the start, one after each optimizer step; each time the server lists only the newest
+    assert [name for name, _ in swaps] == ["tiny-base-lora-v1", "tiny-base-lora-v2", "tiny-base-lora-v3"]
+    assert all(listed == ["tiny-base", name] for name, listed in swaps)
+    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["tiny-base-lora-v3"]
+    for r in records:
+        # the server sampled with the trainer's current weights (step 2: the adapter swapped in after step 1):
+        # its logprobs are the trainer's up to fp32 rounding
+        assert 0 <= r["train/logprob_gap"] < 1e-4
+
+
+def test_eval_with_policy_url_serves_the_adapter_folder(server, tiny_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--out", str(run),
+                     "--device", "cpu", "--dtype", "fp32", "steps=1", "tasks_per_step=2", "group_size=2",
+                     "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
+                     "tensorboard=false"]) == 0
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": f"Say {i}."}) for i in range(3)) + "\n")
+    out = tmp_path / "eval.jsonl"
+    assert cli.main(["eval", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--policy-url", server.url,
+                     "--adapter", str(run / "adapter"), "--tasks-file", str(tasks), "--max-new-tokens", "4",
+                     "--max-turns", "1", "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 3
+    assert _listed(server) == ["tiny-base", "tiny-base-lora-v1"]
+    assert (run / "adapter" / "adapter_config.json").is_file()  # the user's folder is never deleted
+
+
+def test_policy_url_without_a_server_is_a_clear_error(tiny_dir, capsys):
+    assert cli.main(["eval", "--env", "AgentRL/ToolUse-v0", "--model", str(tiny_dir),
+                     "--policy-url", "http://127.0.0.1:9", "--tasks", "1"]) == 2
+    assert "--policy-url: cannot list the models" in capsys.readouterr().err

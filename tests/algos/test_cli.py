@@ -1,0 +1,205 @@
+"""The ``agentrl`` CLI: overrides, config files, generated docs, and train/eval/plot end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from helpers import ROOT
+
+from agentrl.algos import cli
+from agentrl.algos.training.config import TrainConfig
+from agentrl.envs.core import TextEnv
+from agentrl.envs.parsing import ParsedAction
+from agentrl.envs.tools import ToolSet
+
+
+class _AnyAnswer:
+    def parse(self, text):
+        return ParsedAction(kind="answer", answer=text)
+
+    def format_instructions(self):
+        return "Reply with anything."
+
+    def describe_tools(self, schemas):
+        return ""
+
+
+class EchoEnv(TextEnv):
+    """One turn; reward 1 if the reply is empty, else 0."""
+
+    def __init__(self):
+        super().__init__(tools=ToolSet([]), parser=_AnyAnswer())
+
+    def sample_task(self, rng):
+        return {"id": str(int(rng.integers(100))), "query": "Say nothing."}
+
+    def score(self, answer, task):
+        return float(answer.strip() == ""), answer.strip() == ""
+
+
+if "Test/Echo-v0" not in gym.registry:
+    gym.register("Test/Echo-v0", entry_point=EchoEnv)
+
+
+def test_overrides_parse_json_values_into_nested_keys():
+    d = cli.apply_overrides({"grpo": {"eps_low": 0.2}}, ["grpo.beta=0.04", "steps=5", "env_kwargs.families=[\"add\"]",
+                                                         "model=my/model", "grpo.scale_std=false", "adapter=null"])
+    assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5, "env_kwargs": {"families": ["add"]},
+                 "model": "my/model", "adapter": None}
+    cfg = TrainConfig.from_dict(d)
+    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
+    with pytest.raises(ValueError, match="key=value"):
+        cli.apply_overrides({}, ["steps"])
+    with pytest.raises(ValueError, match="unknown config key .grpo.betta.; did you mean .grpo.beta."):
+        TrainConfig.from_dict({"grpo": {"betta": 1}})
+
+
+def test_partial_nested_override_keeps_the_parents_own_nested_defaults():
+    from agentrl.algos.config import config_from_dict
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    assert MainJobConfig().grpo.scale_std is False  # the main job's GRPO differs from GRPOConfig()
+    cfg = config_from_dict(MainJobConfig, {"grpo": {"beta": 0.04}, "rl_steps": 3})
+    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.rl_steps == 3
+    assert cfg.sft_families == MainJobConfig().sft_families
+
+
+def test_config_files_json_and_yaml(tmp_path):
+    (tmp_path / "a.yaml").write_text("algo: dpo\nsteps: 7\ndpo:\n  beta: 0.2\nlora:\n  r: 4\n")
+    (tmp_path / "b.json").write_text(json.dumps({"algo": "ppo", "ppo": {"baseline": "leave_one_out"}}))
+    args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "a.yaml"), "--out", "x", "steps=9"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.algo, cfg.steps, cfg.dpo.beta, cfg.lora.r, cfg.out) == ("dpo", 9, 0.2, 4, "x")
+    args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "b.json")])
+    assert cli.build_train_config(args).ppo.baseline == "leave_one_out"
+
+
+def test_config_docs_cover_every_field_and_the_committed_page_is_current():
+    import dataclasses
+
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    text = cli.config_docs()
+    for f in dataclasses.fields(TrainConfig):
+        assert f"`{f.name}`" in text
+    cfg = TrainConfig()
+    for section in ("lora", "collector", "grpo", "ppo", "dpo", "sft"):
+        for f in dataclasses.fields(getattr(cfg, section)):
+            assert f"`{section}.{f.name}`" in text
+    for f in dataclasses.fields(MainJobConfig):
+        assert f"`{f.name}`" in text
+    assert "Upper clip (clip-higher)" in text  # help text comes from the field docstrings
+    page = ROOT / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8").strip() == text.strip(), \
+        "docs/configuration.md is stale: python -m agentrl.algos.cli config-docs > docs/configuration.md"
+
+
+def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, capsys):
+    import agentrl.algos.recipes.main_job as pipeline
+
+    seen = {}
+
+    def fake_pipeline(cfg, resume=False, policy=None):
+        seen["cfg"] = cfg
+        return {"table": "| table |", "timings": {"total": 1.0}, "out": Path(cfg.out)}
+
+    monkeypatch.setattr(pipeline, "run_main_job", fake_pipeline)
+    assert cli.main(["train", "--env", "AgentRL/ToolUse-v0"]) == 0
+    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == [] and seen["cfg"].sft_steps == 16
+    assert seen["cfg"].grpo.scale_std is False  # the main job runs Dr. GRPO
+    assert "| table |" in capsys.readouterr().out
+    assert cli.main(["train", "--main-job", "rl_steps=3", "--out", "r"]) == 0
+    assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
+    assert cli.main(["train", "--env", "Test/Echo-v0"]) == 2
+    assert "--algo" in capsys.readouterr().err
+    # --device / --dtype reach the main job's config (a flag, not an override: still the main job)
+    assert seen["cfg"].device == "auto"
+    assert cli.main(["train", "--device", "cuda", "--dtype", "bf16"]) == 0
+    assert seen["cfg"].device == "cuda" and seen["cfg"].dtype == "bf16"
+    assert cli.main(["train", "--main-job", "device=cuda:1"]) == 0
+    assert seen["cfg"].device == "cuda:1"
+
+
+def test_device_and_dtype_flags_reach_the_train_config(tmp_path):
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--algo", "grpo", "--device", "cuda", "--dtype", "bf16", "--out", "x"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.device, cfg.dtype) == ("cuda", "bf16")
+    cfg = cli.build_train_config(parser.parse_args(["train", "--algo", "grpo", "--out", "x"]))
+    assert (cfg.device, cfg.dtype) == ("auto", "auto")  # the defaults: CUDA when there is one
+    # on resume the flags override the run's config.json
+    (tmp_path / "config.json").write_text(json.dumps({"algo": "grpo", "device": "cpu", "dtype": "fp32"}))
+    args = parser.parse_args(["train", "--resume", "--out", str(tmp_path), "--device", "cuda:1"])
+    cfg = cli.build_train_config(args)
+    assert (cfg.device, cfg.dtype) == ("cuda:1", "fp32")
+    ev = parser.parse_args(["eval"])
+    assert (ev.device, ev.dtype, ev.tasks) == ("auto", "auto", None)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from agentrl.algos.models import load_tokenizer, tiny_model
+
+    tok = load_tokenizer()
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_model(tok, hidden_size=32).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["--env", "Test/Echo-v0", "--model", str(tiny_dir), "--out", str(run)]
+    assert cli.main(["train", "--algo", "grpo", *common, "steps=1", "tasks_per_step=2", "group_size=2",
+                     "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    assert json.loads((run / "config.json").read_text())["steps"] == 1
+    # --resume reads the run's config.json back; the override extends the run by one step
+    assert cli.main(["train", "--resume", "--out", str(run), "steps=2"]) == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert "done at step 2" in capsys.readouterr().out
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(3)) + "\n")
+    out = tmp_path / "eval" / "results.jsonl"
+    assert cli.main(["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--adapter", str(run / "adapter"),
+                     "--tasks-file", str(tasks), "--n", "2", "--max-new-tokens", "4", "--out", str(out),
+                     "--dtype", "fp32"]) == 0
+    assert len(out.read_text().splitlines()) == 6
+    assert "Average@2" in capsys.readouterr().out
+    assert cli.main(["plot", str(run)]) == 0
+    assert any(Path(p).suffix == ".png" for p in capsys.readouterr().out.split())
+
+
+def test_eval_tasks_file_means_every_row_unless_tasks_is_given(tiny_dir, tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(40)) + "\n")
+    common = ["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--tasks-file", str(tasks),
+              "--max-new-tokens", "1", "--dtype", "fp32", "--device", "cpu"]
+    out = tmp_path / "all.jsonl"
+    assert cli.main([*common, "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 40  # was 32: --tasks defaulted to 32 and cut the file
+    out = tmp_path / "five.jsonl"
+    assert cli.main([*common, "--tasks", "5", "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 5
+
+
+def test_heldout_tasks_use_the_dev_split_of_question_sets():
+    from agentrl.algos.training.tasks import heldout_tasks
+
+    tasks = heldout_tasks("AgentRL/Search-v0", 3)
+    assert len(tasks) == 3 and all(t["question"] and t["golden_answers"] for t in tasks)
+    dev_ids = {r["id"] for r in _bundled("search_dev.jsonl")}
+    assert {t["id"] for t in tasks} <= dev_ids
+
+
+def _bundled(name):
+    import json
+    from importlib.resources import files
+
+    text = files("agentrl.envs.data").joinpath(name).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -1,0 +1,79 @@
+"""Data-parallel training with two gloo processes on the CPU (torchrun): the gradient is the one-process
+gradient on the same groups, only rank 0 writes, and a killed run resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ddp_worker import ddp_config
+from helpers import TESTS, tiny_train_model
+
+from agentrl.algos import Trainer, Trajectory
+from agentrl.algos.training.checkpoint import latest_checkpoint
+from agentrl.algos.training.update import update
+
+
+def torchrun(out: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(port), str(TESTS / "ddp_worker.py"), str(out), str(steps), *extra]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_two_ranks_step_with_the_one_process_gradient_of_the_same_groups(tokenizer, tmp_path):
+    run = torchrun(tmp_path, 1)
+    assert run.returncode == 0, run.stderr[-3000:]
+    batch = [Trajectory.from_dict(d) for d in torch.load(tmp_path / "batch.pt")]
+    assert len(batch) == 4 * 4 and sorted({t.group_id for t in batch}) == [0, 1, 2, 3]  # both ranks' groups
+    ddp_grads = torch.load(tmp_path / "grads.pt")
+
+    # The same model, adapter and batch in one process.
+    single = Trainer(ddp_config(tmp_path / "single", 1), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    rows, _ = single.algo.prepare(batch)
+    captured = []
+    step = single.optimizer.step
+    single.optimizer.step = lambda *a, **kw: (captured.append([p.grad.clone() for p in single.params]), step())
+    update(single.model, single.optimizer, single.algo, rows, lr=single._lr(), temperature=single.loss_temperature,
+           pad_id=single.pad_id, micro_batch_tokens=single.config.micro_batch_tokens,
+           logprob_chunk=single.config.logprob_chunk, max_grad_norm=single.config.max_grad_norm)
+    [one_process] = captured
+    assert any(g.abs().sum() > 0 for g in one_process)
+    for a, b in zip(ddp_grads, one_process, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+    # rank 0 alone wrote the run directory, once per step
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1]
+    assert lines[0]["train/data_position"] == 4 and lines[0]["train/optimizer_steps"] == 1
+    assert (tmp_path / "run" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_a_killed_two_rank_run_resumes_from_its_checkpoint(tmp_path):
+    killed = torchrun(tmp_path, 2, "--kill-in-step", "1")
+    assert killed.returncode != 0
+    assert latest_checkpoint(tmp_path / "run").name == "step-000001"
+    resumed = torchrun(tmp_path, 2, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    assert lines[-1]["train/data_position"] == 8
+    assert latest_checkpoint(tmp_path / "run").name == "step-000002"
+
+
+@pytest.mark.parametrize("world", [1])
+def test_one_process_is_not_distributed(world, monkeypatch):
+    from agentrl.algos.training.distributed import Ranks, setup
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert setup("cpu") == Ranks() and not Ranks().distributed and Ranks(1, 2).shard(list(range(5))) == [1, 3]

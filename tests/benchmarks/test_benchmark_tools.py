@@ -1,0 +1,152 @@
+"""The pure parts of the benchmark scripts: output parsing (run_all), the naive baseline (memory), tables (learning).
+
+The benchmarks themselves print figures and never assert; these tests check that what they compute and report
+is right.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import ROOT, load_benchmark
+
+BENCH = ROOT / "benchmarks"
+
+
+_load = load_benchmark
+
+
+@pytest.fixture(scope="module")
+def run_all():
+    return _load("run_all")
+
+
+def test_tables_finds_each_markdown_table(run_all):
+    text = "intro\n| a | b |\n|---|---:|\n| 1 | 2 |\nbetween\n| x |\n|---|\n\n| lone row |\ntail"
+    found = run_all.tables(text)
+    assert found == ["| a | b |\n|---|---:|\n| 1 | 2 |", "| x |\n|---|"]  # a single '|' line is not a table
+
+
+def test_clean_drops_progress_bars_and_loader_noise(run_all):
+    raw = ("model ready\n"
+           "rollout:  10%|#         | 1/10 [00:01<00:09,  1.00it/s]\rrollout: 100%|##########| 10/10 [00:10<00:00,"
+           "  1.00it/s]\n"
+           "Converting and de-quantizing GGUF tensors...: 100%\n"
+           "\n"
+           "| a |\n")
+    assert run_all.clean(raw) == "model ready\n| a |"
+
+
+def test_quick_arguments_name_real_options(run_all):
+    """Every --quick argument list only uses flags the script's parser defines."""
+    for name, args in run_all.QUICK_ARGS.items():
+        source = (BENCH / f"{name}.py").read_text()
+        for flag in (a for a in args if a.startswith("--")):
+            assert f'"{flag}"' in source, f"{name}.py has no {flag} option"
+
+
+def test_machine_description_names_cpu_ram_and_versions(run_all):
+    text = "\n".join(run_all.machine())
+    for needle in ("CPU:", "RAM:", "torch", "transformers", "load average"):
+        assert needle in text
+
+
+def test_naive_baseline_matches_chunked_logprobs():
+    """The memory benchmark compares two ways of computing the same numbers."""
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentrl.algos.objectives.logprobs import token_logprobs
+
+    memory = _load("memory")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2)).eval()
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones_like(ids)
+    naive = memory.naive_logprobs(model, ids, mask)
+    chunked = token_logprobs(model, ids, mask, chunk_size=4)
+    assert naive.shape == chunked.shape == ids.shape
+    assert torch.allclose(naive, chunked, atol=1e-5)
+    assert torch.all(naive[:, 0] == 0)
+
+
+def test_memory_episodes_reads_saved_rows_and_names_bad_lines(tmp_path):
+    """memory.py --episodes: the first n episodes' token ids and masks; a malformed line is named by file:line."""
+    import json
+
+    memory = _load("memory")
+    good = tmp_path / "eps.jsonl"
+    good.write_text("\n".join(json.dumps({"token_ids": list(range(k, k + 5)), "loss_mask": [0, 0, 1, 1, 1],
+                                          "reward": 1.0}) for k in range(3)) + "\n")
+    seqs, masks = memory.load_episodes(str(good), 2)
+    assert seqs == [[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]] and masks == [[0, 0, 1, 1, 1]] * 2
+    with pytest.raises(SystemExit, match="3 episodes, --rows asks for 4"):
+        memory.load_episodes(str(good), 4)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text().splitlines()[0] + "\n{\"token_ids\": [1, 2]}\n")
+    with pytest.raises(SystemExit, match=r"bad.jsonl:2: not an episode"):
+        memory.load_episodes(str(bad), 2)
+
+
+def test_reward_of_the_trl_comparison():
+    trl_bench = _load("train_vs_trl")
+    assert trl_bench.distinct_word_share("") == 0.0
+    assert trl_bench.distinct_word_share("a b a b") == 0.5
+    assert trl_bench.distinct_word_share("The the THE") == 1 / 3
+
+
+def test_learning_extra_table_reports_rates():
+    from agentrl.algos.evaluation.report import EvalReport
+
+    learning = _load("learning")
+    rows = [("base", EvalReport(n=4, num_tasks=2, tool_use_rate=0.25, valid_tool_call_rate=0.5, mean_reward=-0.1,
+                                env_metrics={"self_correction": 0.125})),
+            ("RL", EvalReport(n=4, num_tasks=2, tool_use_rate=1.0, valid_tool_call_rate=1.0, mean_reward=0.75))]
+    table = learning.extra_table(rows).splitlines()
+    assert table[0].endswith("| Self-correction |")
+    assert table[2] == "| base | 25.0% | 50.0% | -0.100 | 0.0% | 12.5% |"
+    assert table[3] == "| RL | 100.0% | 100.0% | +0.750 | 0.0% | 0.0% |"
+
+
+def test_learning_only_rewrites_just_the_learning_section(run_all, tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "learning_x.md").write_text(
+        "# Proof X\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nRL vs its cold start: +3 points.\n", encoding="utf-8")
+    page = tmp_path / "results.md"
+    page.write_text("# Benchmarks\n\n## Benchmarks\n\nkept\n\n## Proof of learning\n\n### Old\n\nstale\n",
+                    encoding="utf-8")
+    assert run_all.main(["--learning-only", "--out", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "kept" in text and "stale" not in text
+    assert "### Proof X" in text and "| 1 | 2 |" in text and "RL vs its cold start: +3 points." in text
+    assert text.count("## Proof of learning") == 1
+    with pytest.raises(SystemExit, match="does not exist"):
+        run_all.main(["--learning-only", "--out", str(tmp_path / "missing.md")])
+
+
+def test_full_size_runs_are_kept_beside_quick_ones(run_all, tmp_path, monkeypatch):
+    import datetime
+
+    page = tmp_path / "results.md"
+    page.write_text("# Benchmark results\n\n## Benchmarks\n\nquick rows\n\n## Proof of learning\n\nlearned\n",
+                    encoding="utf-8")
+
+    def fake(name, out):
+        return {"name": name, "command": f"python benchmarks/{name}.py", "rc": 0, "wall": 5.0, "text": out}
+
+    header, started = ["- CPU: a test CPU", "- git commit abc1234"], datetime.datetime(2026, 12, 2, 3, 30)
+    run_all.write_full(page, [fake("memory", "| a |\n|---|\n| old |")], header, started)
+    run_all.write_full(page, [fake("rollout_throughput", "| r |\n|---|\n| 1 |"), fake("memory", "| a |\n|---|\n| new |")],
+                       header, started)
+    text = page.read_text(encoding="utf-8")
+    assert text.index("quick rows") < text.index("## Full-size runs") < text.index("## Proof of learning")
+    assert "| new |" in text and "| old |" not in text and "| 1 |" in text and "learned" in text
+    assert text.index("### rollout_throughput (full size)") < text.index("### memory (full size)")
+    assert "at commit abc1234; CPU: a test CPU" in text
+    # regenerating the quick rows keeps the full-size section as it is
+    monkeypatch.setattr(run_all, "run", lambda name, args, timeout: fake(name, "| q |\n|---|\n| quick again |"))
+    assert run_all.main(["--quick", "--only", "env_throughput", "--out", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "| quick again |" in text and "quick rows" not in text
+    assert text.count("## Full-size runs") == 1 and "| new |" in text and "| 1 |" in text
+    assert text.index("## Full-size runs") < text.index("## Proof of learning")

@@ -1,0 +1,107 @@
+"""docs/examples/openai_policy.py against a local OpenAI-compatible chat server that replays an env's demo actions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import gymnasium as gym
+import pytest
+from helpers import ROOT
+
+import agentrl.envs  # noqa: F401
+
+EXAMPLE = ROOT / "docs" / "examples" / "openai_policy.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("openai_policy_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ScriptedChatServer:
+    """``POST /v1/chat/completions`` answering turn k (counted by assistant messages) with ``replies[k]``."""
+
+    def __init__(self, replies: list[str]):
+        self.replies = replies
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                server.headers.append(dict(self.headers))
+                if self.path != "/v1/chat/completions":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                turn = sum(m["role"] == "assistant" for m in body["messages"])
+                reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": server.replies[turn]}}]}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_openai_example_solves_a_task_with_scripted_replies(seed):
+    env = gym.make("AgentRL/ToolUse-v0")
+    env.reset(seed=seed)  # the example resets with the same seed, so it meets the same task
+    task = env.unwrapped.task
+    actions = env.unwrapped.demo_actions(task)
+    env.close()
+    assert len(actions) >= 2  # at least one tool call before the answer
+
+    server = ScriptedChatServer(actions)
+    try:
+        reward, info = load_example().play("AgentRL/ToolUse-v0", server.url, "scripted", seed=seed, api_key="k")
+    finally:
+        server.close()
+    assert reward == 1.0 and info["correct"] and info["termination"] == "answered"
+    assert len(server.requests) == len(actions)
+    first, last = server.requests[0], server.requests[-1]
+    assert first["model"] == "scripted"
+    assert [m["role"] for m in first["messages"]] == ["system", "user"]
+    assert task["query"] in first["messages"][1]["content"]
+    # tool results went back as user turns, plain {role, content} messages only
+    assert {m["role"] for m in last["messages"]} <= {"system", "user", "assistant"}
+    assert all(set(m) == {"role", "content"} for m in last["messages"])
+    assert any(m["content"].startswith("Tool result:") for m in last["messages"])
+    assert server.headers[0].get("Authorization") == "Bearer k"
+
+
+def test_openai_example_wrong_answer_gets_no_reward():
+    env = gym.make("AgentRL/ToolUse-v0")
+    env.reset(seed=1)
+    actions = env.unwrapped.demo_actions(env.unwrapped.task)
+    env.close()
+    server = ScriptedChatServer(actions[:-1] + ["Answer: not a number"])
+    try:
+        reward, info = load_example().play("AgentRL/ToolUse-v0", server.url, "scripted", seed=1)
+    finally:
+        server.close()
+    assert reward == 0.0 and not info["correct"]
+    assert "Authorization" not in server.headers[0]
