@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from agentrl.algos.rollout.trajectory import Trajectory, Turn
     from agentrl.algos.training.async_trainer import AsyncTrainer
     from agentrl.algos.training.config import TrainConfig
-    from agentrl.algos.training.trainer import Trainer, train
+    from agentrl.algos.training.launch import train
+    from agentrl.algos.training.trainer import Trainer
 
 #: public name -> the module that defines it (the same pairs as the TYPE_CHECKING block; a test checks)
 _API: dict[str, str] = {
@@ -78,7 +79,7 @@ _API: dict[str, str] = {
     "AsyncTrainer": "agentrl.algos.training.async_trainer",
     "TrainConfig": "agentrl.algos.training.config",
     "Trainer": "agentrl.algos.training.trainer",
-    "train": "agentrl.algos.training.trainer",
+    "train": "agentrl.algos.training.launch",
 }
 
 __all__ = [

@@ -29,17 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.config import (
-    apply_overrides,
-    config_docs,
-    config_from_dict,
-    config_keys_help,
-    deep_merge,
-    load_config_file,
-)
+from agentrl.algos.config import apply_overrides, config_from_dict, deep_merge, load_config_file
+from agentrl.algos.config_reference import config_docs, config_keys_help
 from agentrl.algos.objectives import algorithm_names
-from agentrl.algos.policy.hf import DEFAULT_MAX_BATCH_TOKENS
-from agentrl.algos.rollout.envs import EXECUTORS
+from agentrl.algos.policy import POLICIES
+from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.rollout.env_factory import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
 DEFAULT_EVAL_TASKS = 32
@@ -119,7 +114,7 @@ def cmd_train(args) -> int:
         print(f"agentrl train: pass --algo {'|'.join(algorithm_names())} for {env} (the no-argument main job is "
               f"{MAIN_JOB_ENV})", file=sys.stderr)
         return 2
-    from agentrl.algos.training.trainer import train
+    from agentrl.algos.training.launch import train
 
     cfg = build_train_config(args)
     mode = ""
@@ -138,22 +133,32 @@ def cmd_train(args) -> int:
             policy.close()
     last = trainer.history[-1] if trainer.history else {}
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
-    print(f"done at step {trainer.step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")
+    print(f"done at step {trainer.global_step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")
     return 0
 
 
 def _policy_for(args, model: str):
-    """The :class:`~agentrl.algos.policy.OpenAIPolicy` of ``--policy-url`` with ``model``'s tokenizer (None
-    without it): a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps
-    its LoRA adapter there after each optimizer step."""
-    if not getattr(args, "policy_url", None):
+    """The sampler backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
+
+    ``hf``: None (the trainer or ``eval`` samples in process). Any other backend is a server reached at
+    ``--policy-url`` through its class's ``connect(url, tokenizer, *, model, **server_options)`` with ``model``'s
+    tokenizer: a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps its
+    LoRA adapter there after each optimizer step."""
+    name = args.policy or ("openai" if args.policy_url else "hf")
+    if name == "hf":
+        if args.policy_url:
+            raise ValueError("--policy-url needs a server backend (--policy openai), not --policy hf")
         return None
+    backend = POLICIES.get(name)
+    if not args.policy_url:
+        raise ValueError(f"--policy {name} samples through a server: pass its --policy-url")
+    if not callable(getattr(backend, "connect", None)):
+        raise ValueError(f"--policy {name}: {backend.__name__} has no connect(url, tokenizer, ...) classmethod")
     from agentrl.algos.models import load_tokenizer
-    from agentrl.algos.policy.openai import OpenAIPolicy
 
     try:
-        return OpenAIPolicy.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
-                                    lora_api=args.lora_api, adapter_dir=args.adapter_dir)
+        return backend.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
+                               lora_api=args.lora_api, adapter_dir=args.adapter_dir)
     except RuntimeError as e:
         raise ValueError(f"--policy-url: {e}") from e
 
@@ -226,6 +231,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
                    help="torch device: auto (CUDA when available, else CPU; the default), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default=dtype_default,
                    help="auto (bf16 where the hardware has bf16 units, else fp32; the default), bf16, fp32, fp16")
+    p.add_argument("--policy", choices=POLICIES.names(),
+                   help="sampler backend (agentrl.algos.policy.POLICIES): hf in process (the default), or a "
+                        "server at --policy-url (openai, the default with --policy-url)")
     p.add_argument("--policy-url", help="sample through this OpenAI-compatible server (vLLM, SGLang, serve_policy) "
                                         "instead of in-process; the LoRA adapter is hot-swapped after each step")
     p.add_argument("--served-model", help="the server's base model name (default: the first it lists)")
@@ -236,7 +244,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
 
 def _report_to(text: str) -> list[str]:
     """``--report-to wandb,mlflow`` -> ``["wandb", "mlflow"]``, each name checked against the known trackers."""
-    from agentrl.algos.evaluation.run_log import tracker_names
+    from agentrl.algos.evaluation.trackers import tracker_names
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in tracker_names()]

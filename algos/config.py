@@ -2,8 +2,8 @@
 
 Every config in agentrl is a dataclass whose fields carry a docstring (the string literal under the field).
 This module turns dicts into those dataclasses strictly, applies dotted command-line overrides
-(``grpo.beta=0.04``), reads JSON/YAML files, and renders the markdown reference of every key
-(``agentrl config-docs`` -> docs/configuration.md).
+(``grpo.beta=0.04``) and reads JSON/YAML files. The markdown reference of every key (``agentrl config-docs`` ->
+docs/configuration.md) is rendered by :mod:`agentrl.algos.config_reference`.
 
 Every value is checked against its field's annotation when the dict is loaded (:func:`config_from_dict`); a
 mismatch is a ``ValueError`` naming the dotted key, the expected type and the value, and an unknown key names
@@ -271,68 +271,3 @@ def field_docs(cls) -> dict[str, str]:
                 and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
             docs[a.target.id] = " ".join(b.value.value.split())
     return docs
-
-
-def config_sections() -> list[tuple[type, str, str]]:
-    """``(config class, key prefix, one-line intro)`` for every section of the reference, algorithms included."""
-    from agentrl.algos.models.lora import LoRAConfig
-    from agentrl.algos.objectives import algorithm_class, algorithm_names
-    from agentrl.algos.recipes.main_job import MainJobConfig
-    from agentrl.algos.rollout.collector import CollectorConfig
-    from agentrl.algos.training.config import AsyncConfig, TrainConfig
-
-    sections = [
-        (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
-        (LoRAConfig, "lora.", "The LoRA adapter (`lora.r=8`)."),
-        (CollectorConfig, "collector.", "Rollout sampling and budgets (`collector.max_new_tokens=128`)."),
-    ]
-    for name in algorithm_names():
-        cls = algorithm_class(name)
-        summary = (cls.config_class.__doc__ or "").split("\n")[0].rstrip(".")
-        builtin = cls.__module__.startswith("agentrl.algos.objectives.")
-        see = f" See [algorithms/{name}.md](algorithms/{name}.md)." if builtin else ""
-        sections.append((cls.config_class, f"{name}.", f"`--algo {name}`: {summary}.{see}"))
-    sections += [
-        (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
-                                       "see [integration.md](integration.md#asynchronous-training)."),
-        (MainJobConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
-                             "or `agentrl train --main-job key=value ...`)."),
-    ]
-    return sections
-
-
-def config_keys_help(width: int = 100) -> str:
-    """The keys of every config section, one wrapped paragraph per section (``agentrl train --help``'s epilog);
-    their types, defaults and meanings are in ``agentrl config-docs``."""
-    out = []
-    for cls, prefix, _ in config_sections():
-        keys = [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(getattr(cls(), f.name))]
-        head = f"{prefix or '(top level)'} [{cls.__name__}]: "
-        out.append(textwrap.fill(", ".join(keys), width=width, initial_indent="  " + head,
-                                 subsequent_indent="      "))
-    return "\n".join(out)
-
-
-def config_docs() -> str:
-    """Markdown reference of every config dataclass, generated from the code (fields, defaults, help)."""
-    lines = ["# Configuration reference", "",
-             "Generated from the config dataclasses by `agentrl config-docs` — do not edit by hand.", "",
-             "Set any key on the command line as `key=value` (dotted for nested sections; values parse as JSON "
-             "when they can), or put them in a JSON/YAML file passed with `--config`.", ""]
-    for cls, prefix, intro in config_sections():
-        docs = field_docs(cls)
-        hints = typing.get_type_hints(cls)
-        defaults = cls()
-        lines += [f"## `{cls.__name__}`", "", intro, "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        for f in dataclasses.fields(cls):
-            value = getattr(defaults, f.name)
-            if dataclasses.is_dataclass(value):
-                doc = f"see `{type(value).__name__}`"
-                shown = "…"
-            else:
-                doc = docs.get(f.name, "")
-                shown = json.dumps(value)
-            shown_type = type_name(hints[f.name]) if not dataclasses.is_dataclass(value) else type(value).__name__
-            lines.append(f"| `{prefix}{f.name}` | `{shown_type}` | `{shown}` | {doc.replace('|', '/')} |")
-        lines.append("")
-    return "\n".join(lines)

@@ -28,9 +28,9 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401 - registers the env ids
-    from agentrl.algos.objectives.batching import SeqItem, collate
-    from agentrl.algos.objectives.sft import demonstration, render_conversation
+    from agentrl.algos.objectives.batching import TrainRow, collate
     from agentrl.algos.rollout.chat import ChatFormat
+    from agentrl.algos.rollout.demonstrations import demonstration, render_conversation
     from agentrl.envs.tool_use import FAMILIES, make_tasks
 
     env = gym.make("AgentRL/ToolUse-v0").unwrapped
@@ -41,7 +41,7 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
             demo = demonstration(env, task, fmt)  # the env set up as the collector sets up its envs
             ids, mask = render_conversation(fmt, demo["messages"], demo.get("tools"),
                                             tools_in_prompt=demo["tools_in_prompt"])
-            items.append(SeqItem(ids, mask, [0.0] * len(ids), [0.0] * len(ids)))
+            items.append(TrainRow(ids, mask, [0.0] * len(ids), [0.0] * len(ids)))
             families.append(family)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return collate(items, pad), families
@@ -112,7 +112,7 @@ def main(argv=None):
                                   sft=SFTConfig(batch_size=8, num_demos=args.demos))
                 trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
                 for _ in range(args.steps):
-                    trainer.train_step()
+                    trainer.step()
         logp = family_logp(model, batch, families)
         others = sum(math.exp(v) for f, v in logp.items() if f not in candidates.get(cand, []))
         print(f"| {cand} | " + " | ".join(f"{logp[f]:.1f}" for f in fams) + f" | {others:.3f} |"

@@ -1,7 +1,7 @@
 """The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
 
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
-an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.train_step()`` in a loop
+an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
 until ``--minutes`` of training are spent; evaluation time is not counted) and is evaluated greedily on the same
 fixed held-out set (``benchmarks/heldout/tooluse.jsonl``, fixed before any tuning) at a few points of its budget
 (``--eval-points``, fractions of it; the cold start itself is the point at 0). Each algorithm runs once per seed
@@ -247,18 +247,18 @@ class Runner:
         points, clock, pending = [], 0.0, list(fractions)
         try:
             while pending:
-                if clock < pending[0] * seconds and (max_steps is None or trainer.step < max_steps):
+                if clock < pending[0] * seconds and (max_steps is None or trainer.global_step < max_steps):
                     t0 = time.perf_counter()
-                    metrics = trainer.train_step()
+                    metrics = trainer.step()
                     clock += time.perf_counter() - t0
-                    log.log(trainer.step, metrics)
-                    logger.info("%s seed %d step %d: %.0f of %.0f s", algo, seed, trainer.step, clock, seconds)
+                    log.log(trainer.global_step, metrics)
+                    logger.info("%s seed %d step %d: %.0f of %.0f s", algo, seed, trainer.global_step, clock, seconds)
                     continue
                 frac = pending.pop(0)
                 policy.update_weights(trainer.model)
                 episodes = run_dir / "eval" / f"at-{frac:g}.jsonl"
                 report = self.evaluate(policy, episodes)
-                points.append({"fraction": frac, "train_seconds": clock, "step": trainer.step,
+                points.append({"fraction": frac, "train_seconds": clock, "step": trainer.global_step,
                                "average_at_n": report.average_at_n, "pass_at_n": report.pass_at_n})
         finally:
             log.close()
@@ -266,7 +266,7 @@ class Runner:
             if collector is not None:
                 collector.close()
         save_adapter(trainer.model, run_dir / "adapter")
-        result = {"algo": algo, "seed": seed, "steps": trainer.step, "train_seconds": clock, "points": points,
+        result = {"algo": algo, "seed": seed, "steps": trainer.global_step, "train_seconds": clock, "points": points,
                   "final": report.to_dict(),
                   "final_by_family": by_family(episodes, self.cfg.eval_n), "diagnostics": summarize_metrics(read_metrics(run_dir))}
         done.write_text(json.dumps(result, indent=1) + "\n")

@@ -105,7 +105,7 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
     """``--steps`` GRPO steps, then a resume for one more step; the figures of the table row."""
     import torch
 
-    from agentrl.algos.evaluation.run_log import process_memory
+    from agentrl.algos.evaluation.memory import process_memory
     from agentrl.algos.models import _as_dtype, tiny_model
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import TrainConfig
@@ -136,10 +136,10 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
     row["optimizer_steps"] = sum(m.get("train/optimizer_steps", 0) for m in history)
     try:
         resumed = Trainer(config(args.steps + 1), model=model(), tokenizer=tok, resume=True)
-        start = resumed.step
+        start = resumed.global_step
         resumed.train()
-        ok = start == args.steps and resumed.step == args.steps + 1
-        row["resume"] = "ok" if ok else f"wrong: resumed at step {start}, ended at {resumed.step}"
+        ok = start == args.steps and resumed.global_step == args.steps + 1
+        row["resume"] = "ok" if ok else f"wrong: resumed at step {start}, ended at {resumed.global_step}"
     except Exception as e:  # reported in the table, the run goes on
         traceback.print_exc()
         row["resume"] = f"FAILED: {type(e).__name__}: {e}"

@@ -13,7 +13,7 @@ on them are not held out. The sets here are drawn from positions no experiment h
   (the held-out draws of seed 0: ``heldout_tasks(env, 32, seed=0)``) and any whose text occurs in the train
   split: the two sources (fanoutqa, wiki_description) in turn, each in SHA-1 order of its ids, so the set holds
   every remaining question of the rarer source (fanoutqa) and any prefix mixes both.
-* ``pythonmath`` — PythonMath-v0: as ToolUse-v0, with the problem generator of ``envs/python_math.py``. Its
+* ``pythonmath`` — PythonMath-v0: as ToolUse-v0, with the problem generator of ``envs/python_math/tasks.py``. Its
   families change when the generator does; rewrite the file after such a change (``write --only pythonmath``)
   *before* tuning on it, and the check below fails until you do.
 
@@ -99,9 +99,9 @@ def make_tooluse() -> list[dict[str, Any]]:
 
 
 def make_pythonmath() -> list[dict[str, Any]]:
-    from agentrl.envs import python_math
+    from agentrl.envs.python_math import tasks
 
-    return _generated(python_math)
+    return _generated(tasks)
 
 
 def search_evaluated() -> list[dict[str, Any]]:
@@ -178,7 +178,8 @@ def train_overlap(spec: HeldoutSpec, tasks: list[dict[str, Any]]) -> dict[str, i
         train = {task_text(t).strip().lower() for t in load_bundled("train")}
         hits = [t for t in tasks if task_text(t).strip().lower() in train]
     else:
-        from agentrl.envs import python_math, tool_use
+        from agentrl.envs import tool_use
+        from agentrl.envs.python_math import tasks as python_math
 
         module = tool_use if spec.name == "tooluse" else python_math
         train = {task_text(t) for t in module.make_tasks(TRAIN_SCAN, "train")}

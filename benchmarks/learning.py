@@ -151,9 +151,9 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     t0 = time.perf_counter()
     try:
         while time.perf_counter() - t0 < seconds:
-            metrics = trainer.train_step()
-            log.log(cfg.sft_steps + trainer.step, metrics)
-            logger.info("sft control step %d (%.0f of %.0f s): loss %.4f", trainer.step,
+            metrics = trainer.step()
+            log.log(cfg.sft_steps + trainer.global_step, metrics)
+            logger.info("sft control step %d (%.0f of %.0f s): loss %.4f", trainer.global_step,
                         time.perf_counter() - t0, seconds, metrics.get("train/loss", float("nan")))
     finally:
         log.close()
@@ -164,8 +164,8 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     report = evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs,
                       out=eval_path, progress=cfg.progress)
     plot_run(run_dir)
-    (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.step}) + "\n")
-    return report, {"seconds": spent, "steps": trainer.step}
+    (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.global_step}) + "\n")
+    return report, {"seconds": spent, "steps": trainer.global_step}
 
 
 def run_text_only(cfg, out: Path, tasks: list[dict]):

@@ -13,14 +13,14 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
   gather the sampled tokens, :func:`agentrl.algos.objectives.grpo.grpo_loss`;
 * ``chunked, all``    — :func:`agentrl.algos.objectives.logprobs.token_logprobs` over every position (LM head on 1,024
   positions at a time, hand-written backward), same loss;
-* ``chunked, actions`` — the trainer's update (:func:`agentrl.algos.training.update.update`: micro-batches, LM head
+* ``chunked, actions`` — the trainer's update (:func:`agentrl.algos.training.update.apply_update`: micro-batches, LM head
   on the action tokens only) with the settings before memory budgets: ``micro_batch_tokens=16384`` (here one
   micro-batch of 8,192 tokens), no checkpointing, ``logprob_chunk=1024``. **Today's configuration**: the ratios
   are taken to it;
 * ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
   TrainConfig's ``logprob_chunk`` (256);
 * ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
-  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.update.memory_plan`)
+  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.memory.memory_plan`)
   and glibc's mmap threshold at ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave
   the RSS.
 
@@ -79,16 +79,15 @@ def naive_logprobs(model, ids, mask):
 def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv, variant: str,
                  budget: float | None = None) -> dict:
     """One step through the trainer's update code path; returns the step's settings and train metrics."""
-    from agentrl.algos.objectives.batching import SeqItem, token_weights
+    from agentrl.algos.objectives.batching import TrainRow, token_weights
     from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
     from agentrl.algos.training.config import TrainConfig
-    from agentrl.algos.training.update import (
+    from agentrl.algos.training.memory import (
         memory_plan,
-        micro_batches,
         set_gradient_checkpointing,
         set_malloc_mmap_threshold,
-        update,
     )
+    from agentrl.algos.training.update import apply_update, micro_batches
 
     cfg = TrainConfig(**({"memory_budget_gb": budget} if budget else {}))
     trim = variant == "auto micro-batch" and cfg.malloc_mmap_threshold_mb is not None
@@ -101,11 +100,11 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
         ckpt, tokens = variant.endswith("checkpointed"), 16384
     set_gradient_checkpointing(model, ckpt)
     weights = token_weights(masks)
-    rows = [[SeqItem(token_ids=seqs[r], loss_mask=masks[r], old_logprobs=[0.0] * len(seqs[r]),
+    rows = [[TrainRow(token_ids=seqs[r], loss_mask=masks[r], old_logprobs=[0.0] * len(seqs[r]),
                      weights=weights[r], advantage=float(adv[r]))] for r in range(len(seqs))]
     chunk = 1024 if variant == TODAY else cfg.logprob_chunk  # today's default was 1024
-    out = update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
-                 micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False, trim=trim)
+    out = apply_update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
+                       micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False, trim=trim)
     return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk, "micro_batches": len(micro_batches(rows, tokens)),
             "loss": out["train/loss"]}
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium as gym
 
 import agentrl.envs  # noqa: F401
-from agentrl.algos.integrations.ray import RayEnvPool, RemoteEnv
+from agentrl.algos.integrations.ray_envs import RayEnvPool, RemoteEnv
 from agentrl.envs.tool_use import make_tasks
 from agentrl.envs.tools import tool
 

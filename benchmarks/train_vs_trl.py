@@ -102,7 +102,7 @@ def run_ours(args, lora) -> dict:
             t1 = time.perf_counter()
             refresh["s"] = 0.0
             units, _ = trainer.algo.prepare(trajs)
-            m = trainer.update(units, 1.0)
+            m = trainer.apply_update_rows(units, 1.0)
             t_train = time.perf_counter() - t1
             rows.append({"step": time.perf_counter() - t0, "gen": t_gen, "train": t_train, "refresh": refresh["s"],
                          "tokens": m["train/real_tokens"], "completion": sum(t.num_action_tokens for t in trajs),

@@ -21,10 +21,16 @@ from agentrl.envs import ENVS
 gym.register_envs(agentrl.envs)
 
 
+def _env_table() -> dict[str, tuple[str, str]]:
+    """The built-in environments, then those added by ``register_env`` or an entry point."""
+    return {**ENVS, **agentrl.envs._ADDED}
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    width = max(map(len, ENVS))
-    for env_id, (_, description) in ENVS.items():
-        print(f"{env_id:<{width}}  {description}")
+    table = _env_table()
+    width = max(map(len, table))
+    for env_id, (entry, description) in table.items():
+        print(f"{env_id:<{width}}  {description or entry}")
     return 0
 
 
@@ -90,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
-    play.add_argument("env_id", choices=list(ENVS))
+    play.add_argument("env_id", choices=list(_env_table()))
     play.add_argument("--seed", type=int, default=None)
     play.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)

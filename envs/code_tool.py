@@ -15,8 +15,8 @@ from typing import Any
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, FencedCodeCalls, HermesCalls
+from agentrl.envs.sandbox import registry as sandboxes
 from agentrl.envs.sandbox.config import ExecResult
-from agentrl.envs.sandbox.pool import default_sandbox
 from agentrl.envs.sandbox.protocol import CodeSandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, ToolUnavailable, tool
 
@@ -67,22 +67,34 @@ class CodeInterpreter:
     """The state behind one ``code_interpreter`` tool: the sandbox, the time limit, the statuses so far.
 
     Args:
-        sandbox: where code runs (any :class:`~agentrl.envs.sandbox.CodeSandbox`, e.g. a
-            :class:`~agentrl.envs.sandbox.RemoteSandbox`); default the process-wide :func:`default_sandbox`
-            (made on first use).
+        sandbox: where code runs: any :class:`~agentrl.envs.sandbox.protocol.CodeSandbox` (e.g. a
+            :class:`~agentrl.envs.sandbox.remote.RemoteSandbox`), or a name in
+            :data:`~agentrl.envs.sandbox.registry.SANDBOXES` (``"bwrap"``, ``"remote"``, or registered) built
+            with ``sandbox_kwargs``; default ``"bwrap"``: without ``sandbox_kwargs`` the process-wide
+            :func:`~agentrl.envs.sandbox.pool.default_sandbox`. Made on first use, one per name and kwargs.
         timeout_s: wall-clock limit of one execution; default the sandbox's ``config.timeout_s``.
+        sandbox_kwargs: keyword arguments of the named sandbox (JSON-able, e.g. ``{"url": ...}``).
+
+    Raises:
+        ValueError: an unknown sandbox name, or ``sandbox_kwargs`` with a sandbox instance.
     """
 
-    def __init__(self, sandbox: CodeSandbox | None = None, timeout_s: float | None = None):
-        self._sandbox = sandbox
+    def __init__(self, sandbox: CodeSandbox | str | None = None, timeout_s: float | None = None,
+                 sandbox_kwargs: dict[str, Any] | None = None):
+        if isinstance(sandbox, str) and sandbox not in sandboxes.SANDBOXES:
+            sandboxes.SANDBOXES.get(sandbox)  # raises, naming the registered sandboxes
+        if sandbox_kwargs and sandbox is not None and not isinstance(sandbox, str):
+            raise ValueError("sandbox_kwargs apply to a sandbox name, not to a sandbox instance")
+        self._sandbox: CodeSandbox | str = "bwrap" if sandbox is None else sandbox
+        self._sandbox_kwargs = dict(sandbox_kwargs or {})
         self.timeout_s = timeout_s
         self.history: list[str] = []
         """The status of every execution since the last :meth:`reset` (``"ok"``, ``"error"``, ...)."""
 
     @property
     def sandbox(self) -> CodeSandbox:
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
+        if isinstance(self._sandbox, str):
+            self._sandbox = sandboxes.make_sandbox(self._sandbox, **self._sandbox_kwargs)
         return self._sandbox
 
     def reset(self) -> None:
@@ -111,23 +123,24 @@ class CodeInterpreter:
         return tool(self.run, name="code_interpreter")
 
 
-#: A stand-alone ``code_interpreter`` on the shared :func:`default_sandbox`, e.g. for
-#: ``AgentRL/ToolUse-v0(tools=[code_interpreter, ...])``; code envs build their own on their sandbox.
+#: A stand-alone ``code_interpreter`` on the shared :func:`~agentrl.envs.sandbox.pool.default_sandbox`,
+#: e.g. for ``AgentRL/ToolUse-v0(tools=[code_interpreter, ...])``; code envs build their own on their sandbox.
 code_interpreter: Tool = CodeInterpreter().as_tool()
 
 
 class CodeToolEnv(TextEnv):
     """A :class:`TextEnv` whose one tool, ``code_interpreter(code)``, runs in a sandbox (a
-    :class:`~agentrl.envs.sandbox.CodeSandbox`: the local bubblewrap :class:`~agentrl.envs.sandbox.Sandbox` by
-    default, or e.g. a :class:`~agentrl.envs.sandbox.RemoteSandbox`).
+    :class:`~agentrl.envs.sandbox.protocol.CodeSandbox`: the local bubblewrap ``"bwrap"`` by default, or e.g.
+    ``sandbox="remote", sandbox_kwargs={"url": ...}``; see :class:`CodeInterpreter`).
 
     The tool adds the execution metrics (``code_calls``, ``exec_ok``, ``exec_error``, ``exec_timeout``,
     ``exec_latency_s``) to ``info["metrics"]``; the statuses of the episode's executions are in
     ``self.exec_history`` for subclasses.
     """
 
-    def __init__(self, *, sandbox: CodeSandbox | None, code_timeout_s: float, call_format: str, answer: str,
-                 budgets: Budgets, rewards: Rewards, tools_in_prompt: bool, render_mode: str | None):
+    def __init__(self, *, sandbox: CodeSandbox | str | None, code_timeout_s: float, call_format: str,
+                 answer: str, budgets: Budgets, rewards: Rewards, tools_in_prompt: bool,
+                 render_mode: str | None, sandbox_kwargs: dict[str, Any] | None = None):
         if call_format == "hermes":
             calls = HermesCalls()
         elif call_format == "fenced":
@@ -137,14 +150,14 @@ class CodeToolEnv(TextEnv):
         if code_timeout_s <= 0:
             raise ValueError("code_timeout_s must be positive")
         self.code_timeout_s = float(code_timeout_s)
-        self.interpreter = CodeInterpreter(sandbox, self.code_timeout_s)
+        self.interpreter = CodeInterpreter(sandbox, self.code_timeout_s, sandbox_kwargs)
         super().__init__(tools=ToolSet([self.interpreter.as_tool()]), parser=ActionParser(calls=calls, answer=answer),
                          budgets=budgets, rewards=rewards, tools_in_prompt=tools_in_prompt,
                          render_mode=render_mode)
 
     @property
     def sandbox(self) -> CodeSandbox:
-        """The sandbox the code runs in (the shared :func:`default_sandbox` unless one was given)."""
+        """The sandbox the code runs in (the shared default sandbox unless one was chosen)."""
         return self.interpreter.sandbox
 
     @property

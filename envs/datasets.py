@@ -4,6 +4,7 @@ Rows come from a JSONL path (errors name ``file:line``), a Parquet/CSV/TSV/Arrow
 ``datasets.Dataset`` (read with the ``datasets`` library, imported only then; errors name the file or
 ``dataset`` and the 0-based row index), or any iterable of dicts. :class:`TaskRows` adds a column mapping
 (``TaskRows("qa.parquet", columns={"query": "question"})``) and is accepted wherever an env takes ``dataset=``.
+:func:`default_cache_dir` is where what is derived from installed data is cached.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DATASETS_SUFFIXES", "DatasetError", "TaskGenerator", "TaskRows", "check_split", "draw_row",
-           "hash_split", "load_jsonl", "load_rows", "located_rows", "seeded_draws", "split_index"]
+__all__ = ["DATASETS_SUFFIXES", "DatasetError", "TaskGenerator", "TaskRows", "check_split",
+           "default_cache_dir", "draw_row", "hash_split", "load_jsonl", "load_rows", "located_rows", "seeded_draws",
+           "split_index"]
 
 
 class DatasetError(ValueError):
@@ -277,3 +280,12 @@ class TaskGenerator:
         """A task of ``split`` drawn with ``rng`` (an env's ``sample_task``)."""
         k = int(rng.integers(0, 2**31 - 1))
         return make_task(split_index(k, split), families)
+
+
+def default_cache_dir() -> Path:
+    """Where agentrl keeps what it derives from installed data (search indexes, converted tokenizers):
+    ``$AGENTRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentrl``, else ``~/.cache/agentrl``."""
+    if os.environ.get("AGENTRL_CACHE_DIR"):
+        return Path(os.environ["AGENTRL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "agentrl"

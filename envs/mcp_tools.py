@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentrl.envs._shared import SharedHandle
+from agentrl.envs._resources import SharedHandle
 from agentrl.envs.tools import Tool, ToolResult, ToolSet
 
 logger = logging.getLogger(__name__)

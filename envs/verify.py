@@ -26,7 +26,7 @@ import time
 import weakref
 from collections import OrderedDict
 
-from agentrl.envs._shared import ProcessDefault, WorkerPool, stop_process
+from agentrl.envs._resources import ProcessDefault, WorkerPool, stop_process
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import TEMPLATES, make_template_tokenizer
+from helpers import TEMPLATES, make_template_tokenizer, save_model_dir
 
 
 def pytest_configure(config):
@@ -28,6 +28,14 @@ def tokenizer():
     from agentrl.algos.models import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tokenizer):
+    """A random-init tiny model (hidden size 32) with the real tokenizer, saved as a model folder."""
+    from agentrl.algos.models import tiny_model
+
+    return save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, hidden_size=32), tokenizer)
 
 
 @pytest.fixture(scope="session")

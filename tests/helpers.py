@@ -268,16 +268,16 @@ def tiny_train_config(tmp_path, **kw) -> TrainConfig:
 
 
 def kill_in_step(trainer, step: int) -> None:
-    """Make ``trainer`` raise ``KeyboardInterrupt`` inside its update once ``trainer.step == step`` (a simulated kill
+    """Make ``trainer`` raise ``KeyboardInterrupt`` inside its update once ``trainer.global_step == step`` (a simulated kill
     in the middle of step ``step + 1``, after its rollout)."""
-    real_update = trainer.update
+    real_update = trainer.apply_update_rows
 
     def dies(units, temperature):
-        if trainer.step == step:
+        if trainer.global_step == step:
             raise KeyboardInterrupt(f"simulated kill in the middle of step {step + 1}")
         return real_update(units, temperature)
 
-    trainer.update = dies
+    trainer.apply_update_rows = dies
 
 
 def native_scripted_policy(tokenizer, tasks, **kwargs) -> ScriptedPolicy:
@@ -316,3 +316,39 @@ def install_entry_point(tmp_path: Path, monkeypatch, group: str, name: str, valu
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: agentrl-plugin-{name}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+def tiny_llama(vocab: int = 256, seed: int = 0, tie: bool = False):
+    """A 2-layer random-init Llama (hidden 32) over ``vocab`` ids: for loss, batching and LoRA tests that need no
+    tokenizer. Seeded, so two calls with one ``seed`` give the same weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie)
+    return LlamaForCausalLM(cfg)
+
+
+def save_model_dir(path: Path, model, tokenizer) -> Path:
+    """``model`` and ``tokenizer`` saved as a model folder (what ``--model DIR`` and ``load_model(DIR)`` read)."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def run_with_plugin(tmp_path: Path, monkeypatch, group: str, entry: str, module: str, source: str, code: str) -> str:
+    """Run ``code`` in a fresh Python process that sees a third-party plugin as ``pip install`` would leave it:
+    ``source`` saved as ``module.py`` and an installed distribution declaring ``entry`` (``"name = module:Attr"``)
+    in the entry-point group ``group``. Registries read entry points once per process, hence the fresh one.
+    Returns its stdout (asserting it exited 0)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / f"{module}.py").write_text(source)
+    name, _, value = (part.strip() for part in entry.partition("="))
+    install_entry_point(tmp_path, monkeypatch, group, name, value)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(tmp_path)])}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import io
 import re
 import sys
@@ -25,7 +26,7 @@ TOY_SOURCE = '''
 from dataclasses import dataclass
 
 from agentrl.algos.objectives import Algorithm
-from agentrl.algos.objectives.batching import policy_gradient_items
+from agentrl.algos.objectives.batching import policy_gradient_rows
 from agentrl.algos.objectives.grpo import group_advantages
 
 
@@ -43,7 +44,7 @@ class Toy(Algorithm):
 
     def prepare(self, trajectories):
         adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories], False)
-        items, stats = policy_gradient_items(trajectories, adv)
+        items, stats = policy_gradient_rows(trajectories, adv)
         return [[it] for it in items], stats
 
     def loss(self, logprobs, ref_logprobs, batch):
@@ -54,23 +55,26 @@ class Toy(Algorithm):
 
 @pytest.fixture
 def toy_algorithm(tmp_path, monkeypatch):
-    """``toy_algo.py`` written to a folder on sys.path and registered by its ``module:Class`` path."""
+    """``toy_algo.py`` written to a folder on sys.path and registered by its ``module:Class`` path (undone after:
+    the test runs on a copy of the registry; TrainConfig is built first, so no ``toy.`` section outlives it)."""
     from agentrl.algos import objectives
+    from agentrl.algos.training import config  # noqa: F401 - TrainConfig's sections: the built-ins only
 
     (tmp_path / "toy_algo.py").write_text(TOY_SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(objectives.ALGORITHMS, "toy", "toy_algo:Toy")  # the one registry line
+    monkeypatch.setattr(objectives, "ALGORITHMS", copy.deepcopy(objectives.ALGORITHMS))
+    objectives.register_algorithm("toy", "toy_algo:Toy")  # the one registry line
     yield
     sys.modules.pop("toy_algo", None)
 
 
 def test_a_new_algorithm_is_one_file_and_one_registry_line(toy_algorithm, tokenizer, tmp_path):
-    from agentrl.algos import Trainer, cli
+    from agentrl.algos import Trainer, cli, config_reference
 
     trainer = Trainer(tiny_train_config(tmp_path, algo="toy"), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     [m] = trainer.train()
-    assert trainer.step == 1 and m["train/optimizer_steps"] == 1 and m["train/loss_tokens"] > 0
+    assert trainer.global_step == 1 and m["train/optimizer_steps"] == 1 and m["train/loss_tokens"] > 0
     assert type(trainer.algo).__name__ == "Toy" and trainer.algo.config.scale == 1.0
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if p.requires_grad)
 
@@ -78,7 +82,7 @@ def test_a_new_algorithm_is_one_file_and_one_registry_line(toy_algorithm, tokeni
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     assert re.search(r"\{grpo,ppo,dpo,sft,toy\}", out.getvalue()), out.getvalue()
-    assert "## `ToyConfig`" in cli.config_docs() and "`toy.scale`" in cli.config_docs()
+    assert "## `ToyConfig`" in config_reference.config_docs() and "`toy.scale`" in config_reference.config_docs()
 
 
 def test_an_unknown_algorithm_names_the_registered_ones(tmp_path):
@@ -215,7 +219,7 @@ LAYERS = [
     ("agentrl.algos.evaluation",),
     ("agentrl.algos.training",),
     ("agentrl.algos.recipes", "agentrl.algos.integrations"),
-    ("agentrl.algos.cli", "agentrl.algos"),
+    ("agentrl.algos.cli", "agentrl.algos.config_reference", "agentrl.algos"),
 ]
 
 

@@ -6,9 +6,6 @@ definitions in :mod:`agentrl.algos.evaluation.report` and ``docs/evaluation.md``
 
 **Text-only baseline** — the same tasks and sampling settings with the env's tools switched off
 (:func:`text_only_env_kwargs`), to measure what the tools add.
-
-The report names (:class:`EvalReport`, :func:`summarize`, :func:`pass_at_k`, :func:`results_table`,
-:func:`load_report`, …) are importable from here as well.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from agentrl.algos.evaluation.report import (
     summarize,
     summary_path,
 )
-from agentrl.algos.rollout.envs import env_class
+from agentrl.algos.rollout.env_factory import env_class
 from agentrl.algos.rollout.trajectory import save_trajectories
 
 if TYPE_CHECKING:

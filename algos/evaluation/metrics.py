@@ -1,4 +1,4 @@
-"""Rollout-side metrics of a batch of trajectories, and the run-log names trainers import with them.
+"""Rollout-side metrics of a batch of trajectories.
 
 Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
 
@@ -6,8 +6,9 @@ Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
   the ``reward/*``, ``rollout/*`` and ``env/*`` numbers logged at each training step.
 * :func:`tool_call_counts`, :func:`valid_tool_call_rate`, :func:`mean_env_metrics` and :func:`mean` (0 for an
   empty list) are the pieces that evaluation reports share.
-* The run log itself (:class:`MetricsLogger`, :func:`read_metrics`, :func:`process_memory`) lives in
-  :mod:`agentrl.algos.evaluation.run_log` and is importable from here.
+* The run log itself (:class:`~agentrl.algos.evaluation.run_log.MetricsLogger`,
+  :func:`~agentrl.algos.evaluation.run_log.read_metrics`) is :mod:`agentrl.algos.evaluation.run_log`; the
+  ``perf/*`` memory probes are :mod:`agentrl.algos.evaluation.memory`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from agentrl.algos.evaluation.run_log import (
-    to_float,
-)
+from agentrl.algos.evaluation.run_log import to_float
 from agentrl.algos.rollout.collector import TASK_ENV_KEY
 from agentrl.algos.rollout.trajectory import Trajectory, all_equal, group_indices
 

@@ -212,7 +212,7 @@ def make_rollout_func(env: str | Callable[[], Any], *, env_kwargs: dict[str, Any
     Args:
         env: an env id (``gymnasium.make(env, **env_kwargs)``) or a zero-argument env factory — anything
             :func:`~agentrl.algos.rollout.collector.collect` takes (e.g. a Ray env pool from
-            :func:`agentrl.algos.rollout.envs.rollout_env`).
+            :func:`agentrl.algos.rollout.env_factory.rollout_env`).
         env_kwargs: keyword arguments for ``gymnasium.make``.
         collector_config: budgets and sampling; default: :class:`CollectorConfig` with temperature, top-p, top-k,
             seed and the per-reply token budget (``max_completion_length``) taken from the trainer's args. Its

@@ -39,7 +39,7 @@ _MANIFEST_VERSION = 1
 
 
 def _cache_root() -> Path:
-    from agentrl.envs._shared import default_cache_dir
+    from agentrl.envs.datasets import default_cache_dir
 
     return default_cache_dir()
 

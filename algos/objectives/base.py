@@ -4,7 +4,7 @@ The loop (:mod:`agentrl.algos.training`) owns everything an algorithm shares wit
 order, micro-batching, the forward pass, gradient accumulation, the optimizer step, checkpoints and logging.
 An algorithm only says what to train on and what the loss is::
 
-    rows, stats = algo.prepare(batch)          # batch: a rollout's Trajectory list (or SFT examples)
+    rows, stats = algo.prepare(batch)          # batch: a rollout's Trajectory list (or offline examples)
     for epoch in range(algo.epochs):
         for micro-batch of row groups:         # each row group stays in one micro-batch (a DPO pair)
             loss, stats = algo.loss(logprobs, ref_logprobs, batch)
@@ -13,20 +13,27 @@ An algorithm only says what to train on and what the loss is::
 
 ``prepare`` sees the whole batch before it is cut into micro-batches, so advantages and pairs are computed over
 whole groups and every token's weight is fixed on the global batch (:mod:`~agentrl.algos.objectives.batching`).
+
+An algorithm without rollouts (``needs_rollouts = False``, e.g. SFT) trains on data it names itself: the loop
+calls :meth:`Algorithm.offline_data` once and, each step, hands ``prepare`` the next :attr:`Algorithm.batch_size`
+examples of it by data position. A new offline algorithm is one file (its config, ``offline_data``, ``prepare``,
+``loss``) plus one registry line; :class:`~agentrl.algos.rollout.demonstrations.Demonstrations` renders env demos
+or JSONL conversations into ``(token_ids, loss_mask)`` examples for it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     import torch
 
-    from agentrl.algos.objectives.batching import SeqItem
+    from agentrl.algos.objectives.batching import TrainRow
 
 #: Rows that must share a micro-batch (one row for GRPO/PPO/SFT, ``[chosen, rejected]`` for DPO).
-RowGroup = list["SeqItem"]
+RowGroup = list["TrainRow"]
 
 
 class Algorithm(ABC):
@@ -39,7 +46,7 @@ class Algorithm(ABC):
     config_class: ClassVar[type]
     """The algorithm's config dataclass (every field needs a default)."""
     needs_rollouts: ClassVar[bool] = True
-    """``prepare`` takes a rollout's trajectories; False: it takes ``(token_ids, loss_mask)`` demonstrations."""
+    """``prepare`` takes a rollout's trajectories; False: it takes examples of :meth:`offline_data`."""
     needs_reference: ClassVar[bool] = False
     """``loss`` gets the reference policy's logprobs: the policy as it was when the training stage started
     (:mod:`agentrl.algos.training.reference`); the loop skips that pass otherwise."""
@@ -76,6 +83,17 @@ class Algorithm(ABC):
     def epochs(self) -> int:
         """Optimizer steps on each prepared batch (``config.epochs`` when the config has it, else 1)."""
         return int(getattr(self.config, "epochs", 1))
+
+    @property
+    def batch_size(self) -> int:
+        """Examples per step of an algorithm without rollouts (``config.batch_size`` when the config has it, else 1)."""
+        return int(getattr(self.config, "batch_size", 1))
+
+    def offline_data(self, tokenizer, tasks, env_id: str) -> Sequence[Any]:
+        """The training examples of an algorithm without rollouts, by data position: example ``k`` is ``data[k]``
+        (a sequence that cycles, like ``Demonstrations``, trains for any number of steps). Called once when the
+        trainer is built, with the run's tokenizer, task source (``.env``, ``.task(k)``) and env id (for errors)."""
+        raise NotImplementedError(f"{type(self).__name__} has no rollouts: it must implement offline_data")
 
     @abstractmethod
     def prepare(self, batch: list[Any]) -> tuple[list[RowGroup], dict[str, float]]:

@@ -26,8 +26,8 @@ import torch
 
 from agentrl.algos.rollout.trajectory import group_indices
 
-__all__ = ["AGGREGATIONS", "SeqItem", "advantages_without_errors", "collate", "env_errors",
-           "pack_microbatches", "policy_gradient_items", "token_weights"]
+__all__ = ["AGGREGATIONS", "TrainRow", "advantages_without_errors", "collate", "env_errors",
+           "pack_microbatches", "policy_gradient_rows", "token_weights"]
 
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum_norm")
 
@@ -57,18 +57,6 @@ def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean",
         w = 1.0 / (n_seqs * norm_tokens) if n_seqs else 0.0
         return [[(w if m else 0.0) for m in mask] for mask in masks]
     return [[(1.0 / (c * n_seqs) if m else 0.0) for m in mask] for mask, c in zip(masks, counts, strict=True)]
-
-
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest token prefix common to all ``seqs`` (non-empty)."""
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for s in seqs[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-    return n
 
 
 def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[int] | None = None,
@@ -109,8 +97,8 @@ def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[
 
 
 @dataclass
-class SeqItem:
-    """One training sequence with everything a loss needs, aligned token by token."""
+class TrainRow:
+    """One training row: a token sequence with everything a loss needs, aligned token by token."""
 
     token_ids: list[int]
     loss_mask: list[int]
@@ -128,25 +116,25 @@ class SeqItem:
         return len(self.token_ids)
 
 
-def collate(items: Sequence[SeqItem], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """Right-pad ``items`` into tensors: ``input_ids``, ``attention_mask``, ``loss_mask``, ``old_logprobs``,
+def collate(rows: Sequence[TrainRow], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Right-pad ``rows`` into tensors: ``input_ids``, ``attention_mask``, ``loss_mask``, ``old_logprobs``,
     ``weights`` (all ``[B, T]``), ``advantages`` and ``seq_weights`` (``[B]``). Padding has mask and weight 0."""
-    width = max(len(it) for it in items)
-    n = len(items)
+    width = max(len(row) for row in rows)
+    n = len(rows)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention = torch.zeros((n, width), dtype=torch.long)
     loss_mask = torch.zeros((n, width), dtype=torch.float32)
     old = torch.zeros((n, width), dtype=torch.float32)
     weights = torch.zeros((n, width), dtype=torch.float32)
-    for r, it in enumerate(items):
+    for r, it in enumerate(rows):
         k = len(it)
         input_ids[r, :k] = torch.tensor(it.token_ids, dtype=torch.long)
         attention[r, :k] = 1
         loss_mask[r, :k] = torch.tensor(it.loss_mask, dtype=torch.float32)
         old[r, :k] = torch.tensor(it.old_logprobs, dtype=torch.float32)
         weights[r, :k] = torch.tensor(it.weights, dtype=torch.float32)
-    adv = torch.tensor([it.advantage for it in items], dtype=torch.float32)
-    seq_w = torch.tensor([it.seq_weight for it in items], dtype=torch.float32)
+    adv = torch.tensor([row.advantage for row in rows], dtype=torch.float32)
+    seq_w = torch.tensor([row.seq_weight for row in rows], dtype=torch.float32)
     out = {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask,
            "old_logprobs": old, "weights": weights, "advantages": adv, "seq_weights": seq_w}
     return {k: v.to(device) for k, v in out.items()}
@@ -176,16 +164,16 @@ def advantages_without_errors(trajectories: Sequence[Any], advantage_fn) -> tupl
     return adv, len(errors)
 
 
-def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[float | None],
+def policy_gradient_rows(trajectories: Sequence[Any], advantages: Sequence[float | None],
                           aggregation: str = "token_mean", *, keep_zero_groups: bool = False,
-                          norm_tokens: int | None = None) -> tuple[list[SeqItem], dict[str, float]]:
-    """Training items for GRPO/PPO: one per trajectory, its advantage broadcast over its action tokens.
+                          norm_tokens: int | None = None) -> tuple[list[TrainRow], dict[str, float]]:
+    """Training rows for GRPO/PPO: one per trajectory, its advantage broadcast over its action tokens.
 
     A trajectory whose advantage is ``None`` (an env error, see :func:`advantages_without_errors`) is left out,
     and so are trajectories without action tokens. Groups (``group_id``) whose advantages are all zero carry no
     policy-gradient signal and are left out too, unless ``keep_zero_groups`` (a loss with a per-token term
     besides the advantage, GRPO's KL, needs their tokens). Token weights (:func:`token_weights`) are computed
-    over the items kept, so the aggregation is a mean over what actually trains. Returns ``(items, stats)``
+    over the rows kept, so the aggregation is a mean over what actually trains. Returns ``(rows, stats)``
     with ``skipped_groups`` (groups with nothing kept) and ``groups``.
     """
     groups = group_indices(int(t.group_id) for t in trajectories)
@@ -198,7 +186,7 @@ def policy_gradient_items(trajectories: Sequence[Any], advantages: Sequence[floa
         keep.extend(usable)
     keep.sort()
     weights = token_weights([trajectories[i].loss_mask for i in keep], aggregation, norm_tokens) if keep else []
-    items = [SeqItem(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
-                     list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
-             for i, w in zip(keep, weights, strict=True)]
-    return items, {"skipped_groups": skipped, "groups": len(groups)}
+    rows = [TrainRow(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
+                    list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
+            for i, w in zip(keep, weights, strict=True)]
+    return rows, {"skipped_groups": skipped, "groups": len(groups)}

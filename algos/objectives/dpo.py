@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import SeqItem, env_errors
+from agentrl.algos.objectives.batching import TrainRow, env_errors
 from agentrl.algos.rollout.trajectory import group_indices
 
 
@@ -97,7 +97,7 @@ class DPO(Algorithm):
             unit = []
             for i in (c, r):
                 t = trajectories[i]
-                unit.append(SeqItem(list(t.token_ids), list(t.loss_mask), list(t.logprobs),
+                unit.append(TrainRow(list(t.token_ids), list(t.loss_mask), list(t.logprobs),
                                     [float(m) for m in t.loss_mask], seq_weight=1.0 / len(pairs), meta={"index": i}))
             units.append(unit)
         groups = len({t.group_id for t in trajectories})

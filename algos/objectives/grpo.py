@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_items
+from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.objectives.ppo import clipped_surrogate, surrogate_stats
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
@@ -137,10 +137,10 @@ class GRPO(Algorithm):
         kept for their KL term otherwise; one unit per trajectory."""
         adv, errors = advantages_without_errors(
             trajectories, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
-        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation,
+        rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
                                              norm_tokens=self.config.norm_tokens)
-        return [[it] for it in items], {**stats, "env_error_trajectories": errors}
+        return [[row] for row in rows], {**stats, "env_error_trajectories": errors}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
-from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_items
+from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 
@@ -159,8 +159,8 @@ class PPO(Algorithm):
         per trajectory."""
         adv, errors = advantages_without_errors(
             trajectories, lambda rewards, groups: baselined_advantages(rewards, groups, self.config.baseline))
-        items, stats = policy_gradient_items(trajectories, adv, self.config.aggregation)
-        return [[it] for it in items], {**stats, "env_error_trajectories": errors}
+        rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation)
+        return [[row] for row in rows], {**stats, "env_error_trajectories": errors}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         return ppo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config)

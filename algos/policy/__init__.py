@@ -16,7 +16,8 @@ trajectory so far) and must drop it on :meth:`Policy.release`; a request whose p
 key cached is still answered correctly (the cache is cut back to the common prefix). ``Policy.version`` counts
 the weight updates the sampler has seen; the collector records it in each trajectory.
 
-Backends here:
+Backends are named in :data:`POLICIES` (``--policy NAME``); add one with :func:`register_policy` or an entry
+point in the group ``agentrl.policies``. Built in:
 
 * :class:`HFPolicy` — transformers, CPU or GPU: requests decoded together in one batch that new requests join
   while it runs (:meth:`Policy.session`), identical prompts prefilled once, each key's KV cache kept across turns
@@ -31,3 +32,27 @@ attention), ``_kv_cache.py`` (its shim over transformers' cache internals), ``op
 ``server.py`` (:func:`serve_policy`, :class:`PolicyServer`). LoRA merging (:func:`merged_state_dict`) lives in
 :mod:`agentrl.algos.models.lora`. Importing this package loads neither torch nor transformers.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentrl.envs.plugins import Registry
+
+if TYPE_CHECKING:
+    from agentrl.algos.policy.base import Policy
+
+__all__ = ["POLICIES", "register_policy"]
+
+#: name -> a :class:`~agentrl.algos.policy.base.Policy` subclass or its "module:Class" path (group
+#: ``agentrl.policies``). ``hf`` samples in process; any other name is a server the CLI reaches at ``--policy-url``
+#: through the class's ``connect(url, tokenizer, *, model, **server_options)`` (as :class:`OpenAIPolicy` has).
+POLICIES: Registry[type[Policy]] = Registry("policy backend", "agentrl.policies", {
+    "hf": "agentrl.algos.policy.hf:HFPolicy",
+    "openai": "agentrl.algos.policy.openai:OpenAIPolicy",
+})
+
+
+def register_policy(name: str, entry: str | type[Policy]) -> None:
+    """Make ``name`` a valid ``--policy``: ``entry`` is a :class:`Policy` subclass or its ``"module:Class"`` path."""
+    POLICIES.register(name, entry)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.objectives.batching import common_prefix_len
+from agentrl.algos.rollout.trajectory import common_prefix_len
 
 NAME = "agentrl_cascade"
 MIN_PREFIX = 32  # below this many common tokens a call decodes without a shared prefix

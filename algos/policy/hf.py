@@ -14,14 +14,16 @@ from typing import Any
 
 from agentrl.algos.models.lora import is_peft, iter_merged_weights
 from agentrl.algos.policy._decoding import Decoding, Row
-from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams
+from agentrl.algos.policy.base import (
+    DEFAULT_MAX_BATCH_TOKENS,
+    GenerationRequest,
+    GenerationResult,
+    Policy,
+    SamplingParams,
+)
 
 logger = logging.getLogger(__name__)
 
-#: ``HFPolicy``'s default ``max_batch_tokens``. Measured on 128 Search-v0 dev questions (SmolLM2-135M, 2 cores):
-#: 5.74 GiB peak RSS and 122 s without a bound, 4.05 GiB and 87 s with it; 64 ToolUse-v0 rows (~120 own tokens
-#: each beyond the shared prompt) stay one batch.
-DEFAULT_MAX_BATCH_TOKENS = 32768
 
 
 @dataclass

@@ -40,7 +40,7 @@ from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives.grpo import GRPOConfig
 from agentrl.algos.objectives.sft import SFTConfig
-from agentrl.algos.policy.hf import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
@@ -138,7 +138,7 @@ def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
 
 def peak_rss_gib() -> float | None:
     """This process's peak resident memory in GiB (the trainer's ``perf/peak_rss_gib``); None where there is none."""
-    from agentrl.algos.evaluation.run_log import process_memory
+    from agentrl.algos.evaluation.memory import process_memory
 
     return process_memory().get("perf/peak_rss_gib")
 
@@ -218,7 +218,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     sft_cfg = sft_train_config(cfg, out / "sft")
     t0 = time.perf_counter()
     sft = Trainer(sft_cfg, model=model, tokenizer=tokenizer, resume=resume)
-    if sft.step < sft_cfg.steps:
+    if sft.global_step < sft_cfg.steps:
         sft.train()
     timings["sft"] = time.perf_counter() - t0
     policy.update_weights(model)
@@ -229,7 +229,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     # The GRPO stage continues the SFT adapter in place; on resume, its own checkpoint (if any) wins.
     rl = Trainer(rl_cfg, model=model, tokenizer=tokenizer, policy=policy,
                  resume=resume and latest_checkpoint(out / "grpo") is not None)
-    if rl.step < rl_cfg.steps:
+    if rl.global_step < rl_cfg.steps:
         rl.train()
     timings["rl"] = time.perf_counter() - t0
     policy.update_weights(model)

@@ -45,7 +45,7 @@ import numpy as np
 
 from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
-from agentrl.algos.rollout.envs import make_text_env, resolve_call_format
+from agentrl.algos.rollout.env_factory import make_text_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -385,9 +385,9 @@ def collect(env: str | Callable[[], Any] | Mapping[str, str | Callable[[], Any]]
     """Roll out ``group_size`` trajectories for each task with ``policy``.
 
     Args:
-        env: an env id (made with :func:`~agentrl.algos.rollout.envs.make_text_env`: ``gymnasium.make(env,
+        env: an env id (made with :func:`~agentrl.algos.rollout.env_factory.make_text_env`: ``gymnasium.make(env,
             **env_kwargs)`` plus the ``tools_in_prompt`` rule) or a zero-argument factory returning a text env (see
-            :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.envs.rollout_env`'s Ray pool; or a
+            :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.env_factory.rollout_env`'s Ray pool; or a
             mapping ``name -> id or factory`` (a mixture), each task naming its env in ``task["env"]``.
         policy: the backend (:class:`~agentrl.algos.policy.HFPolicy`, :class:`~agentrl.algos.policy.OpenAIPolicy`
             or yours).

@@ -98,6 +98,18 @@ def all_equal(rewards: Sequence[float]) -> bool:
     return max(rewards) == min(rewards)
 
 
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix common to all ``seqs`` (non-empty)."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
 def save_trajectories(trajectories: Iterable[Trajectory], path) -> None:
     """Write one trajectory per line (JSONL of :meth:`Trajectory.to_dict`)."""
     with open(path, "w", encoding="utf-8") as f:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.algos.objectives.base import RowGroup
-from agentrl.algos.objectives.batching import SeqItem
+from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.config import AsyncConfig
@@ -117,15 +117,15 @@ def tis_weights(current: Sequence[float], behaviour: Sequence[float], mask: Sequ
     return [min(math.exp(c - b), cap) if m else 1.0 for c, b, m in zip(current, behaviour, mask, strict=True)]
 
 
-def tis_correct(item: SeqItem, current: Sequence[float], cap: float) -> list[float]:
-    """Turn ``item`` (built from a stale trajectory) into a decoupled-PPO item, in place; returns the weights.
+def tis_correct(row: TrainRow, current: Sequence[float], cap: float) -> list[float]:
+    """Turn ``row`` (built from a stale trajectory) into a decoupled-PPO row, in place; returns the weights.
 
     Its loss weights are multiplied by :func:`tis_weights` and its ``old_logprobs`` (the ratio's denominator)
     become ``current`` on action tokens, so the clipped ratio is taken around the current policy.
     """
-    w = tis_weights(current, item.old_logprobs, item.loss_mask, cap)
-    item.weights = [x * wi for x, wi in zip(item.weights, w, strict=True)]
-    item.old_logprobs = [float(c) if m else o for c, o, m in zip(current, item.old_logprobs, item.loss_mask,
+    w = tis_weights(current, row.old_logprobs, row.loss_mask, cap)
+    row.weights = [x * wi for x, wi in zip(row.weights, w, strict=True)]
+    row.old_logprobs = [float(c) if m else o for c, o, m in zip(current, row.old_logprobs, row.loss_mask,
                                                                   strict=True)]
     return w
 
@@ -182,7 +182,7 @@ class _Producer:
                     self.max_ahead = max(self.max_ahead, len(self.ready) + self.in_flight)
                 pos = self.position
                 with tr.policy.lock:
-                    trajs, n_tasks, seconds = tr.collect_batch(collector, pos)
+                    trajs, n_tasks, seconds = tr._rollout(collector, pos)
                 self.position += n_tasks
                 with self.cond:
                     self.in_flight -= 1
@@ -253,17 +253,17 @@ class AsyncTrainer(Trainer):
     def train(self) -> list[dict[str, Any]]:
         """Start the producer, run the trainer's loop to ``config.steps``, stop the producer."""
         self.producer = _Producer(self, position=self.data_pos, queue_size=self.async_config.queue_size,
-                                  budget=max(0, self.config.steps - self.step))
+                                  budget=max(0, self.config.steps - self.global_step))
         self.producer.start()
         try:
             return super().train()
         finally:
             self.producer.stop()
 
-    def train_step(self) -> dict[str, Any]:
-        """Take the next rollout batch, drop or correct stale groups, update, publish (in ``update``)."""
+    def step(self) -> dict[str, Any]:
+        """Take the next rollout batch, drop or correct stale groups, update, publish (in :meth:`apply_update_rows`)."""
         if self.producer is None:
-            raise RuntimeError("AsyncTrainer.train_step runs inside train() (it needs the producer thread)")
+            raise RuntimeError("AsyncTrainer.step runs inside train() (it needs the producer thread)")
         a = self.async_config
         t_step = time.perf_counter()
         wait = 0.0
@@ -296,23 +296,23 @@ class AsyncTrainer(Trainer):
         rows, prep_stats = self.algo.prepare(trajs)
         if a.staleness == "tis" and stale:
             metrics.update(self._correct_stale(rows, trajs, {id(t) for t in stale}))
-        out = self.learn(rows, prep_stats, self.loss_temperature, metrics, t_step)
+        out = self._optimize(rows, prep_stats, metrics, t_step)
         out["async/publish_wait_s"] = self.policy.publish_wait_s - publish_wait0
         return out
 
     def _correct_stale(self, rows: list[RowGroup], trajs: list[Trajectory], stale_ids: set[int]) -> dict:
-        """Apply :func:`tis_correct` to the items of stale trajectories, with the current weights' logprobs."""
-        items = [it for g in rows for it in g if id(trajs[it.meta["index"]]) in stale_ids]
-        if not items:
+        """Apply :func:`tis_correct` to the rows of stale trajectories, with the current weights' logprobs."""
+        stale = [row for g in rows for row in g if id(trajs[row.meta["index"]]) in stale_ids]
+        if not stale:
             return {"async/tis_corrected": 0}
         cfg = self.config
-        current = rows_logprobs(self.model, items, temperature=self.rollout_temperature, pad_id=self.pad_id,
+        current = rows_logprobs(self.model, stale, temperature=self.rollout_temperature, pad_id=self.pad_id,
                                 micro_batch_tokens=self.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
         weights = []
-        for it, lp in zip(items, current, strict=True):
+        for it, lp in zip(stale, current, strict=True):
             w = tis_correct(it, lp, self.async_config.tis_cap)
             weights.extend(x for x, m in zip(w, it.loss_mask, strict=True) if m)
-        return {"async/tis_corrected": len(items),
+        return {"async/tis_corrected": len(stale),
                 "async/tis_weight_mean": sum(weights) / len(weights) if weights else 1.0,
                 "async/tis_truncated_frac": (sum(1 for x in weights if x >= self.async_config.tis_cap) / len(weights)
                                              if weights else 0.0)}

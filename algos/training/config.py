@@ -1,12 +1,14 @@
 """The settings of a training run: :class:`TrainConfig` (``agentrl train``'s keys) and :class:`AsyncConfig`.
 
 Every registered algorithm (:data:`agentrl.algos.objectives.ALGORITHMS`) gets a section named after it, of its
-own config class (``grpo.beta=0.04``), so an algorithm's keys are declared once, next to its loss.
+own config class (``grpo.beta=0.04``), so an algorithm's keys are declared once, next to its loss. Importing this
+module imports no algorithm (and no torch): a section's config class is looked up when a config is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -14,22 +16,29 @@ from agentrl.algos.config import config_from_dict, nested_dicts_to_configs
 from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives import algorithm_class, algorithm_names
-from agentrl.algos.policy.hf import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.collector import CollectorConfig
-from agentrl.algos.rollout.envs import EXECUTORS
+from agentrl.algos.rollout.env_factory import EXECUTORS
 from agentrl.algos.training.tasks import EnvComponent, parse_mixture
 
 
+def algorithm_section(name: str) -> Any:
+    """The default ``<name>.`` section: the registered algorithm's config class with its defaults (the
+    algorithm's module is imported here, on first use, not when :class:`TrainConfig` is); None when ``name`` is
+    no longer registered (a test's registry copy, undone)."""
+    return algorithm_class(name).config_class() if name in algorithm_names() else None
+
+
 def with_algorithm_sections(cls):
-    """Add one field per registered algorithm (``grpo: GRPOConfig = GRPOConfig()``, ...) after ``collector``."""
+    """Add one field per registered algorithm (``grpo = <GRPOConfig defaults>``, ...) after ``collector``: typed
+    ``Any`` with a default factory that names the algorithm, so no algorithm module is imported here."""
     annotations = {}
     for name, hint in cls.__dict__.get("__annotations__", {}).items():
         annotations[name] = hint
         if name == "collector":
             for algo in algorithm_names():
-                config_class = algorithm_class(algo).config_class
-                annotations[algo] = config_class
-                setattr(cls, algo, field(default_factory=config_class))
+                annotations[algo] = Any
+                setattr(cls, algo, field(default_factory=functools.partial(algorithm_section, algo)))
     cls.__annotations__ = annotations
     return cls
 
@@ -77,7 +86,7 @@ class TrainConfig:
     """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
     sampler_shares_weights: bool = False
     """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of the
-    base weights instead of two, slower decoding (0.61x measured on a tiny model)."""
+    base weights instead of two, slower decoding."""
     sampler_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
     """The local sampler decodes at most this many tokens of context per batch (each prompt beyond the shared
     prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live trajectories at once."""
@@ -103,7 +112,7 @@ class TrainConfig:
     """Tokens computed per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
     (the system prompt and tools) counted once, as the forward pass computes it, plus rows x (longest - prefix);
     'auto': as many as memory_budget_gb holds by the model's estimated activation bytes per token
-    (agentrl.algos.training.update.activation_bytes_per_token)."""
+    (agentrl.algos.training.memory.activation_bytes_per_token)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     activation checkpointing, non-reentrant; off while sampling). 'auto': on when a micro-batch would not fit
@@ -111,20 +120,16 @@ class TrainConfig:
     memory_budget_gb: float = 2.0
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
     (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and decides
-    gradient_checkpointing='auto' (agentrl.algos.training.update.memory_plan). A target, not a bound: at the default the
-    measured growth of one update was 1.70 GiB with malloc_mmap_threshold_mb=8 and 4.60 GiB without it (16 x 512
-    tokens, SmolLM2-135M bf16, 2-core CPU; the rest is freed memory the allocator keeps)."""
+    gradient_checkpointing='auto' (agentrl.algos.training.memory.memory_plan). A target, not a bound: the process
+    also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb)."""
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed
     (mallopt M_MMAP_THRESHOLD, set once by the Trainer for the whole process), and the heap is trimmed
     (malloc_trim) before each update, after each micro-batch and after each step, so the rollout's and the
-    update's freed transients do not stay in the process's RSS. One update at 16 x 512
-    tokens (SmolLM2-135M bf16, 2-core CPU, auto micro-batch, one run each): peak RSS 5.08 GiB left alone, 3.11 at
-    16, 2.18 at 8, 1.25 at 2 MiB (but 1.5x the step time). null leaves the allocator as it is; no effect where the
-    C library is not glibc."""
+    update's freed transients do not stay in the process's RSS (smaller: less memory, slower steps). null leaves
+    the allocator as it is; no effect where the C library is not glibc."""
     logprob_chunk: int = 256
-    """Action-token positions per LM-head call when computing logprobs (bounds the logits memory). 256 rather
-    than 1024: 1.25 GiB less peak RSS and 0.78x the time of a checkpointed 16 x 512 forward + backward (SmolLM2-135M bf16, CPU)."""
+    """Action-token positions per LM-head call when computing logprobs (bounds the logits memory)."""
     save_every: int = 10
     """Checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -152,10 +157,17 @@ class TrainConfig:
     def __post_init__(self):
         nested_dicts_to_configs(self)
 
+    def __getattr__(self, name: str) -> Any:
+        """``config.<name>`` of an algorithm registered after this class was built (so without a field of its
+        own): its config class's defaults, kept on the instance."""
+        if name.startswith("_") or name not in algorithm_names():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        section = self.__dict__[name] = algorithm_section(name)
+        return section
+
     def algorithm_config(self) -> Any:
-        """The config section of ``algo`` (its class defaults when the algorithm was registered after this
-        class was built, so it has no section of its own)."""
-        return getattr(self, self.algo, None)
+        """The config section of ``algo``."""
+        return getattr(self, self.algo)
 
     def env_mixture(self) -> list[EnvComponent]:
         """The components of ``envs`` (:func:`~agentrl.algos.training.tasks.parse_mixture`); empty for a

@@ -12,10 +12,11 @@ One logical step::
             loss.backward()
         clip_grad_norm_; optimizer.step(); policy.update_weights(model)
 
-SFT replaces the rollout with demonstrations (``env.demo(task)`` or a JSONL of conversations). The pieces live
-beside this file: the run's settings in :mod:`~agentrl.algos.training.config`, task order and rollout seeds in
-:mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`,
-checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
+An algorithm without rollouts (SFT) replaces the rollout with its own examples
+(:meth:`~agentrl.algos.objectives.base.Algorithm.offline_data`). The pieces live beside this file: the run's
+settings in :mod:`~agentrl.algos.training.config`, task order and rollout seeds in
+:mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`, memory
+settings in :mod:`~agentrl.algos.training.memory`, checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
 ``(seed, collector.seed, data position)``, so a resumed run repeats the killed run's next step exactly.
 
 Use from Python::
@@ -38,23 +39,22 @@ import numpy as np
 import torch
 
 from agentrl.algos._io import atomic_write_text
-from agentrl.algos.evaluation.run_log import process_memory
+from agentrl.algos.evaluation.memory import process_memory
 from agentrl.algos.models.lora import apply_lora, is_peft, load_adapter, save_adapter
 from agentrl.algos.objectives import algorithm_class
-from agentrl.algos.objectives.sft import demonstration, load_conversations, render_conversation
-from agentrl.algos.rollout.envs import rollout_env
+from agentrl.algos.rollout.env_factory import rollout_env
 from agentrl.algos.training import checkpoint, distributed
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
-from agentrl.algos.training.reference import Reference
-from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
-from agentrl.algos.training.update import (
+from agentrl.algos.training.memory import (
     memory_plan,
     set_gradient_checkpointing,
     set_malloc_mmap_threshold,
     trim_heap,
-    update,
 )
+from agentrl.algos.training.reference import Reference
+from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
+from agentrl.algos.training.update import apply_update
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,28 @@ class Trainer:
         random.seed(config.seed)  # the same on every rank: identical LoRA initialisation
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
+        self.global_step = 0
+        """Optimizer steps (logical steps) taken, resumed ones included."""
+        self.data_pos = 0
+        self._setup_model(model, tokenizer)
+        self._setup_optimizer()
+        self._setup_tasks()
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
+            else:
+                self.load_checkpoint(ckpt)
+        if self.ranks.is_main:
+            atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
+        self._setup_sampler(policy)
+        self._logger = None
+        self.history: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ setup
+    def _setup_model(self, model, tokenizer) -> None:
+        """The model (``config.model`` unless given) with its LoRA adapter, and the activation-memory plan."""
+        config = self.config
         if model is None:
             from agentrl.algos.models import load_model
 
@@ -103,6 +125,7 @@ class Trainer:
             model = load_adapter(model, config.adapter, trainable=True) if config.adapter else apply_lora(model, config.lora)
         self.model = model
         self.model.eval()
+        self.device = next(model.parameters()).device
         # Activation memory: checkpointing and the micro-batch size, resolved from memory_budget_gb ('auto')
         self.checkpointing, self.micro_batch_tokens = memory_plan(
             model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
@@ -113,16 +136,21 @@ class Trainer:
             set_malloc_mmap_threshold(config.malloc_mmap_threshold_mb)
         logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
                     self.checkpointing, config.memory_budget_gb)
-        self.device = next(model.parameters()).device
-        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def _setup_optimizer(self) -> None:
+        """AdamW over the adapter, the algorithm, and the reference policy when the algorithm needs one."""
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters (a PEFT model loaded without is_trainable?)")
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay)
-        self.algo = make_algorithm(config)
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        self.algo = make_algorithm(self.config)
         # The policy at the start of this stage (before any resumed checkpoint): the reference of KL and DPO.
         self.reference = Reference(self.model) if self.algo.needs_reference else None
-        self.step = 0
-        self.data_pos = 0
+
+    def _setup_tasks(self) -> None:
+        """The task order (one env, a task file or a mixture) and, for an algorithm without rollouts, its data
+        (:meth:`~agentrl.algos.objectives.base.Algorithm.offline_data`)."""
+        config = self.config
         rows = None
         if config.tasks:
             from agentrl.envs.datasets import load_rows
@@ -133,64 +161,58 @@ class Trainer:
             self.tasks = MixtureTaskSource(self.mixture, seed=config.seed)
         else:
             self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
-        self._sft_cache: dict[int, tuple[list[int], list[int]]] = {}
-        self._chat_format = None
-        # Algorithms without rollouts train on demonstrations: their config says how many and from where.
-        demos = None if self.algo.needs_rollouts else self.algo.config
-        self._conversations = load_conversations(demos.data) if demos is not None and demos.data else None
-        if resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is None:
-                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
-            else:
-                self.load_checkpoint(ckpt)
-        if self.ranks.is_main:
-            atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
+        self.examples = None if self.algo.needs_rollouts else self.algo.offline_data(self.tokenizer, self.tasks,
+                                                                                      self.env_label)
+
+    def _setup_sampler(self, policy) -> None:
+        """For a rollout algorithm: the sampling policy (an ``HFPolicy`` over the model unless given), given the
+        current weights, and what ``collect`` gets as its env: the id itself (local threads) or a pool of Ray env
+        actors; for a mixture, a mapping name -> either, each task naming its env."""
+        config = self.config
         self.policy = policy
         self.rollout_env = None
         self._collector = None
-        if self.algo.needs_rollouts:
-            if self.policy is None:
-                from agentrl.algos.policy.hf import HFPolicy
+        if not self.algo.needs_rollouts:
+            return
+        if self.policy is None:
+            from agentrl.algos.policy.hf import HFPolicy
 
-                self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
-                                       max_batch_tokens=config.sampler_max_batch_tokens)
-            self.policy.update_weights(self.model)
-            # What collect() gets as its env: the id itself (local threads) or a pool of Ray env actors; for a
-            # mixture, a mapping name -> either, each task naming its env.
-            def make(env_id, env_kwargs):
-                return rollout_env(config.executor, env_id, env_kwargs, tokenizer=self.tokenizer,
-                                   num_workers=config.env_workers, call_format=config.collector.call_format)
+            self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
+                                   max_batch_tokens=config.sampler_max_batch_tokens)
+        self.policy.update_weights(self.model)
 
-            if self.mixture:
-                self.rollout_env = {c.name: make(c.id, c.env_kwargs) for c in self.mixture}
-            else:
-                self.rollout_env = make(config.env, config.env_kwargs)
-        self._logger = None
-        self.history: list[dict[str, Any]] = []
+        def make(env_id, env_kwargs):
+            return rollout_env(config.executor, env_id, env_kwargs, tokenizer=self.tokenizer,
+                               num_workers=config.env_workers, call_format=config.collector.call_format)
+
+        if self.mixture:
+            self.rollout_env = {c.name: make(c.id, c.env_kwargs) for c in self.mixture}
+        else:
+            self.rollout_env = make(config.env, config.env_kwargs)
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> list[dict[str, Any]]:
         """Run until ``config.steps``; returns the metrics of the steps run here (also in metrics.jsonl)."""
         from tqdm.auto import tqdm
 
+        from agentrl.algos.evaluation.plot import plot_run
         from agentrl.algos.evaluation.run_log import MetricsLogger
 
         cfg = self.config
         main = self.ranks.is_main  # rank 0 logs, checkpoints and saves; every rank trains
         self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, report_to=cfg.report_to,
-                                     config=cfg.to_dict()) if main else None
-        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {self.env_label}",
+                                     config=cfg.to_dict(), plots=plot_run) if main else None
+        bar = tqdm(total=cfg.steps, initial=self.global_step, desc=f"{cfg.algo} {self.env_label}",
                    disable=not (cfg.progress and main), unit="step", dynamic_ncols=True)
         try:
-            while self.step < cfg.steps:
-                metrics = self.train_step()
+            while self.global_step < cfg.steps:
+                metrics = self.step()
                 if main:
-                    self._logger.log(self.step, metrics)
+                    self._logger.log(self.global_step, metrics)
                 self.history.append(metrics)
                 bar.update(1)
                 bar.set_postfix(_postfix(metrics), refresh=False)
-                if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
+                if (cfg.save_every and self.global_step % cfg.save_every == 0) or self.global_step == cfg.steps:
                     self.save_checkpoint()
         finally:
             bar.close()
@@ -208,7 +230,7 @@ class Trainer:
         distributed.barrier(self.ranks)
         return self.history
 
-    def collect_batch(self, collector, position: int) -> tuple[list, int, float]:
+    def _rollout(self, collector, position: int) -> tuple[list, int, float]:
         """Collect the rollout batch that starts at data ``position``: ``(trajectories, tasks taken, seconds)``.
 
         Its tasks and sampling seed are functions of ``position`` alone, so a resumed run repeats it exactly.
@@ -234,26 +256,24 @@ class Trainer:
         """What ``collect`` gets as ``env_kwargs``: the run's, or a mixture's ``name -> kwargs``."""
         return {c.name: c.env_kwargs for c in self.mixture} if self.mixture else self.config.env_kwargs
 
-    def train_step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, Any]:
         """One logical step: data -> (rollout) -> update -> sampler refresh. Returns the step's metrics."""
-        cfg = self.config
         t_step = time.perf_counter()
         metrics: dict[str, Any] = {}
         if self.algo.needs_rollouts:
             if self._collector is None:  # envs and env threads live for the whole run
                 from agentrl.algos.rollout.collector import Collector
 
-                self._collector = Collector(self.policy, cfg.collector)
-            trajs, n_tasks, seconds = self.collect_batch(self._collector, self.data_pos)
+                self._collector = Collector(self.policy, self.config.collector)
+            trajs, n_tasks, seconds = self._rollout(self._collector, self.data_pos)
             self.data_pos += n_tasks
             metrics.update(rollout_metrics(trajs, seconds))
             rows, prep_stats = self.algo.prepare(trajs)
-        else:
-            batch_size = self.algo.config.batch_size
-            examples = [self._sft_example(k) for k in range(self.data_pos, self.data_pos + batch_size)]
-            self.data_pos += batch_size
-            rows, prep_stats = self.algo.prepare(examples)
-        return self.learn(rows, prep_stats, self.loss_temperature, metrics, t_step)
+        else:  # offline: the algorithm's own examples, by data position
+            n = self.algo.batch_size
+            rows, prep_stats = self.algo.prepare([self.examples[k] for k in range(self.data_pos, self.data_pos + n)])
+            self.data_pos += n
+        return self._optimize(rows, prep_stats, metrics, t_step)
 
     @property
     def rollout_temperature(self) -> float:
@@ -267,19 +287,18 @@ class Trainer:
         algorithm without rollouts: there is no sampler)."""
         return self.rollout_temperature if self.algo.needs_rollouts and self.algo.sampler_temperature else 1.0
 
-    def learn(self, rows, prep_stats: dict[str, Any], temperature: float, metrics: dict[str, Any],
-              t_step: float) -> dict[str, Any]:
-        """The update half of a step (shared with the asynchronous trainer): :meth:`update` on prepared
-        ``rows``, then the step counter, data position and timings (``t_step``: when the step began) go into
-        ``metrics``, which is returned."""
+    def _optimize(self, rows, prep_stats: dict[str, Any], metrics: dict[str, Any], t_step: float) -> dict[str, Any]:
+        """The update half of a step (shared with the asynchronous trainer): :meth:`apply_update_rows` on prepared
+        ``rows`` at :attr:`loss_temperature`, then the step counter, data position and timings (``t_step``: when
+        the step began) go into ``metrics``, which is returned."""
         metrics.update({f"train/{k}": v for k, v in prep_stats.items()})
         t0 = time.perf_counter()
         if self.manages_heap:
             trim_heap()  # glibc: the rollout's freed KV caches (small blocks) leave the RSS before the update grows it
-        metrics.update(self.update(rows, temperature))
+        metrics.update(self.apply_update_rows(rows, self.loss_temperature))
         metrics["time/train"] = time.perf_counter() - t0
         metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
-        self.step += 1
+        self.global_step += 1
         metrics["train/data_position"] = self.data_pos
         if self.manages_heap:
             trim_heap()  # glibc: the step's small freed blocks leave the RSS too
@@ -289,56 +308,28 @@ class Trainer:
 
     def _lr(self) -> float:
         w = self.config.warmup_steps
-        return self.config.lr * (min(1.0, (self.step + 1) / w) if w > 0 else 1.0)
+        return self.config.lr * (min(1.0, (self.global_step + 1) / w) if w > 0 else 1.0)
 
-    def update(self, rows, temperature: float) -> dict[str, Any]:
-        """``algo.epochs`` optimizer steps over prepared row groups (:func:`~agentrl.algos.training.update.update`)."""
+    def apply_update_rows(self, rows, temperature: float) -> dict[str, Any]:
+        """``algo.epochs`` optimizer steps over prepared row groups (:func:`~agentrl.algos.training.update.apply_update`)."""
         if not rows:
-            logger.info("step %d: nothing to train on (no group with a signal); no optimizer step", self.step)
+            logger.info("step %d: nothing to train on (no group with a signal); no optimizer step", self.global_step)
         cfg = self.config
         publish = (lambda: self.policy.update_weights(self.model)) if self.policy is not None else None
         sampled = self.algo.needs_rollouts and temperature == self.rollout_temperature
-        return update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
-                      pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
-                      logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
-                      sampled=sampled, after_step=publish, ranks=self.ranks,
-                      trim=self.manages_heap)
-
-    # ------------------------------------------------------------------ SFT data
-    def _sft_example(self, k: int) -> tuple[list[int], list[int]]:
-        """Demonstration ``k mod num_demos`` rendered to ``(token_ids, loss_mask)`` (cached)."""
-        from agentrl.algos.rollout.chat import ChatFormat
-
-        n = len(self._conversations) if self._conversations is not None else self.algo.config.num_demos
-        i = k % n
-        if i not in self._sft_cache:
-            if self._chat_format is None:
-                self._chat_format = ChatFormat(self.tokenizer)
-            conv = self._conversations[i] if self._conversations is not None else self._demo(i)
-            self._sft_cache[i] = render_conversation(self._chat_format, conv["messages"], conv.get("tools"),
-                                                     tools_in_prompt=conv.get("tools_in_prompt", False))
-        return self._sft_cache[i]
-
-    def _demo(self, i: int) -> dict[str, Any]:
-        env = self.tasks.env
-        if env is None or not hasattr(env, "demo"):
-            raise ValueError(f"{self.config.env} cannot produce demonstrations; pass sft.data=conversations.jsonl")
-        # Scan forward from task i for one with a known solution (deterministic: the same i, the same demo).
-        num_demos = self.algo.config.num_demos
-        for k in range(i, i + 1000 * num_demos, num_demos):
-            demo = demonstration(env, self.tasks.task(k), self._chat_format)  # set up as the collector would
-            if demo is not None and demo.get("correct", True):
-                return demo
-        raise ValueError(f"{self.config.env} produced no correct demonstration; pass sft.data=conversations.jsonl")
+        return apply_update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
+                            pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
+                            logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
+                            sampled=sampled, after_step=publish, ranks=self.ranks, trim=self.manages_heap)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step-NNNNNN`` atomically and point ``checkpoints/latest`` at it (rank 0; the
         other ranks of a data-parallel run wait until it is written)."""
-        path = self.run_dir / checkpoint.CHECKPOINTS / f"step-{self.step:06d}"
+        path = self.run_dir / checkpoint.CHECKPOINTS / f"step-{self.global_step:06d}"
         if self.ranks.is_main:
             path = checkpoint.save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer,
-                                              step=self.step, data_position=self.data_pos,
+                                              step=self.global_step, data_position=self.data_pos,
                                               config=self.config.to_dict(), keep=self.config.keep_checkpoints)
         distributed.barrier(self.ranks)
         return path
@@ -346,7 +337,7 @@ class Trainer:
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore adapter, optimizer, RNG states, step and data position from a checkpoint folder."""
         state = checkpoint.load_checkpoint(path, model=self.model, optimizer=self.optimizer)
-        self.step, self.data_pos = state.step, state.data_position
+        self.global_step, self.data_pos = state.step, state.data_position
 
 
 def rollout_metrics(trajectories, seconds: float) -> dict[str, Any]:
@@ -370,16 +361,3 @@ def _postfix(m: dict[str, Any]) -> dict[str, str]:
         if key in m:
             out[label] = f"{m[key]:.3g}"
     return out
-
-
-def train(config: TrainConfig, *, resume: bool = False, **kwargs) -> Trainer:
-    """Build a :class:`Trainer` for ``config`` (an :class:`~agentrl.algos.training.async_trainer.AsyncTrainer`
-    when ``config.asynchronous.enabled``), run it to ``config.steps`` and return it."""
-    if config.asynchronous.enabled:
-        from agentrl.algos.training.async_trainer import AsyncTrainer
-
-        trainer = AsyncTrainer(config, resume=resume, **kwargs)
-    else:
-        trainer = Trainer(config, resume=resume, **kwargs)
-    trainer.train()
-    return trainer

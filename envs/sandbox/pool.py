@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs._shared import ProcessDefault, WorkerPool, stop_process
+from agentrl.envs._resources import ProcessDefault, WorkerPool, stop_process
 from agentrl.envs.sandbox.bwrap import (
     _release_uid,
     _sandbox_env,

@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs._shared import default_cache_dir
-from agentrl.envs.datasets import DatasetError, load_jsonl
+from agentrl.envs.datasets import DatasetError, default_cache_dir, load_jsonl
 from agentrl.envs.search.types import SearchBackend, SearchItem, SearchResult, split_contents
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
-"""Build the bundled question set of ``AgentRL/Search-v0`` (``envs/data/search_{train,dev}.jsonl``).
+"""Build the bundled question set of ``AgentRL/Search-v0`` (``envs/search/search_{train,dev}.jsonl``).
 
-    python -m agentrl.envs.search.build_questions build      # or: python -m agentrl.envs.search.questions build
+    python -m agentrl.envs.search.build_questions build
 
 The questions are answerable from the default corpus and come from what two installed packages ship:
 
@@ -176,8 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agentrl.envs.search.build_questions",
                                 description="build the bundled offline question set of AgentRL/Search-v0")
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="rebuild envs/data/search_{train,dev}.jsonl from the installed packages")
-    b.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent.parent / "data")
+    b = sub.add_parser("build", help="rebuild envs/search/search_{train,dev}.jsonl from installed packages")
+    b.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent)
     b.add_argument("--topk", type=int, default=3, help="a question is kept only if BM25 finds it in this many")
     b.add_argument("--max-train", type=int, default=2000, help="cap on train questions per data source")
     b.add_argument("--max-dev", type=int, default=250, help="cap on dev questions per data source")

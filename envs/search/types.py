@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.envs._shared import SharedHandle
+from agentrl.envs._resources import SharedHandle
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 from helpers import ROOT
 
-from agentrl.algos import cli
+from agentrl.algos import cli, config_reference
 from agentrl.algos.training.config import TrainConfig
 from agentrl.envs.core import TextEnv
 from agentrl.envs.parsing import ParsedAction
@@ -82,7 +82,7 @@ def test_config_docs_cover_every_field_and_the_committed_page_is_current():
 
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    text = cli.config_docs()
+    text = config_reference.config_docs()
     for f in dataclasses.fields(TrainConfig):
         assert f"`{f.name}`" in text
     cfg = TrainConfig()
@@ -139,17 +139,6 @@ def test_device_and_dtype_flags_reach_the_train_config(tmp_path):
     assert (ev.device, ev.dtype, ev.tasks) == ("auto", "auto", None)
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from agentrl.algos.models import load_tokenizer, tiny_model
-
-    tok = load_tokenizer()
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_model(tok, hidden_size=32).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     run = tmp_path / "run"
     common = ["--env", "Test/Echo-v0", "--model", str(tiny_dir), "--out", str(run)]
@@ -201,5 +190,5 @@ def _bundled(name):
     import json
     from importlib.resources import files
 
-    text = files("agentrl.envs.data").joinpath(name).read_text(encoding="utf-8")
+    text = files("agentrl.envs.search").joinpath(name).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]

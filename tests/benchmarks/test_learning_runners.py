@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, load_benchmark
+from helpers import ROOT, load_benchmark, save_model_dir
 
 BENCH = ROOT / "benchmarks"
 
@@ -44,8 +44,9 @@ def test_committed_heldout_set_equals_its_generator_today(heldout, name):
 
 @pytest.mark.parametrize("name", ["tooluse", "pythonmath"])
 def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, name):
-    from agentrl.envs import python_math, tool_use
+    from agentrl.envs import tool_use
     from agentrl.envs.datasets import split_index
+    from agentrl.envs.python_math import tasks as python_math
 
     module = tool_use if name == "tooluse" else python_math
     tasks = heldout.SPECS[name].make()  # what the file holds (checked equal above)
@@ -90,25 +91,22 @@ def test_eval_tasks_file_errors_name_the_key(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from agentrl.algos.models import load_tokenizer, tiny_model
+def stopping_model_dir(tmp_path_factory, tokenizer):
+    """A tiny model that ends its replies soon (``end_scale``), saved as a folder."""
+    from agentrl.algos.models import tiny_model
 
-    path = tmp_path_factory.mktemp("tiny")
-    tok = load_tokenizer()
-    tiny_model(tok, end_scale=5.0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
 
 
 @pytest.fixture(scope="module")
-def quick_runs(tiny_dir, tmp_path_factory):
+def quick_runs(stopping_model_dir, tmp_path_factory):
     """learning.py --quick (ToolUse-v0) and compare_algorithms.py --quick into one runs/ folder."""
     root = tmp_path_factory.mktemp("learning")
     runs, results = root / "runs", root / "results"
     learning, compare = _load("learning"), _load("compare_algorithms")
-    assert learning.main(["--quick", "--model", tiny_dir, "--out", str(runs / "learning-tooluse-quick"),
+    assert learning.main(["--quick", "--model", stopping_model_dir, "--out", str(runs / "learning-tooluse-quick"),
                           "--results", str(results), "progress=false", "report_to=none"]) == 0
-    cmp_args = ["--quick", "--model", tiny_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
+    cmp_args = ["--quick", "--model", stopping_model_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
                 str(results), "--seeds", "0,1", "--max-steps", "1", "--eval-points", "0.5,1"]
     assert compare.main(cmp_args) == 0
     return {"runs": runs, "results": results, "cmp_args": cmp_args, "compare": compare, "learning": learning}
@@ -186,13 +184,13 @@ def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkey
     assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
 
 
-def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(tiny_dir, tmp_path):
+def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stopping_model_dir, tmp_path):
     """ReTool's comparison: the same stages with the tool switched off, in <out>/text_only, as extra rows."""
     from agentrl.algos.rollout.trajectory import load_trajectories
 
     learning = _load("learning")
     out = tmp_path / "runs" / "learning-pythonmath-quick"
-    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", tiny_dir, "--out", str(out),
+    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", stopping_model_dir, "--out", str(out),
                           "--results", str(tmp_path / "results"), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)", "base, text-only",

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import agentrl.envs
-from agentrl.envs.coding import CodingEnv, extract_program, load_coding_tasks, outputs_match
-from agentrl.envs.data.coding_stress import GENERATORS, stress_test
+from agentrl.envs.coding.env import CodingEnv, extract_program, load_coding_tasks, outputs_match
+from agentrl.envs.coding.stress import GENERATORS, stress_test
 from agentrl.envs.datasets import DatasetError
 
 gym.register_envs(agentrl.envs)

@@ -123,7 +123,7 @@ def test_search_and_coding_accept_task_rows(tmp_path):
     assert "Who wrote Hamlet?" in env.reset(seed=0)[0]
     tasks = datasets.Dataset.from_list([{"text": "Print the sum of two ints.",
                                          "cases": [{"input": "1 2\n", "output": "3\n"}]}])
-    from agentrl.envs.coding import load_coding_tasks
+    from agentrl.envs.coding.env import load_coding_tasks
 
     (task,) = load_coding_tasks(TaskRows(tasks, columns={"prompt": "text", "tests": "cases"}))
     assert task["prompt"] == "Print the sum of two ints." and task["tests"][0]["output"] == "3\n"

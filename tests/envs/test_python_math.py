@@ -11,8 +11,8 @@ import pytest
 import agentrl.envs
 from agentrl.envs.code_tool import recovered_from_error
 from agentrl.envs.datasets import DatasetError
-from agentrl.envs.python_math import PythonMathEnv, load_math_rows, strip_dapo_template
-from agentrl.envs.python_math_tasks import DEFAULT_TIERS, FAMILIES, GENERATOR, TIERS, make_task, make_tasks
+from agentrl.envs.python_math.env import PythonMathEnv, load_math_rows, strip_dapo_template
+from agentrl.envs.python_math.tasks import DEFAULT_TIERS, FAMILIES, GENERATOR, TIERS, make_task, make_tasks
 from agentrl.envs.verify import MathVerifier, wrap_latex
 
 gym.register_envs(agentrl.envs)

@@ -244,13 +244,6 @@ def test_evaluate_needs_tasks(fake_collect):
 # ---------------------------------------------------------------------------------------------- real collector
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from agentrl.algos.models import load_tokenizer
-
-    return load_tokenizer()
-
-
 def test_evaluate_tiny_model_on_tool_use(tokenizer, tmp_path):
     collector = pytest.importorskip("agentrl.algos.rollout.collector")
     from agentrl.algos.models import tiny_model

@@ -1,11 +1,14 @@
-"""plot_run / plot_eval write readable PNGs; smoothing is the debiased EMA."""
+"""plot_run / plot_eval write readable PNGs; smoothing is the debiased EMA; plot sits on top of the evaluation
+modules (the run log never imports it)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 
 import pytest
+from helpers import ROOT
 
 from agentrl.algos.evaluation.plot import find_eval_reports, plot_eval, plot_run, smooth
 from agentrl.algos.evaluation.report import EvalReport
@@ -93,3 +96,28 @@ def test_plot_eval_with_sources(tmp_path):
     assert h > w * 0.6  # the per-source row makes it taller than the plain chart
     with pytest.raises(ValueError):
         plot_eval([], tmp_path / "x.png")
+
+
+#: The evaluation modules, lowest first (algos/evaluation/__init__.py): each imports only modules before it.
+ORDER = ["memory", "trackers", "run_log", "metrics", "report", "evaluate", "plot"]
+
+
+def test_evaluation_modules_import_only_lower_ones():
+    """At module or function level: the run log draws no plots, so run_log -> plot -> report -> metrics -> run_log
+    cannot come back."""
+    folder = ROOT / "algos" / "evaluation"
+    assert sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__") == sorted(ORDER)
+    package = "agentrl.algos.evaluation"
+    upward = []
+    for i, name in enumerate(ORDER):
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == package:
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + "."):
+                targets = [node.module.split(".")[3]]
+            elif isinstance(node, ast.Import):
+                targets = [a.name.split(".")[3] for a in node.names if a.name.startswith(package + ".")]
+            else:
+                continue
+            upward += [f"{name} -> {t}" for t in targets if ORDER.index(t) >= i]
+    assert not upward, upward

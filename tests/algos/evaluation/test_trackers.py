@@ -1,5 +1,7 @@
-"""Experiment trackers (report_to): config, metrics and plots reach W&B (offline run files), MLflow (a local
-SQLite store read back with its client) and trackio (its local store), each through the real library; skipped when absent."""
+"""Experiment trackers (report_to): the TRACKERS registry and its contract (a third party's tracker, declared by an
+entry point or registered at run time, is used by MetricsLogger when named in report_to; plots go only to the
+trackers that take them); config, metrics and plots reach W&B (offline run files), MLflow (a local SQLite store
+read back with its client) and trackio (its local store), each through the real library; skipped when absent."""
 
 from __future__ import annotations
 
@@ -8,16 +10,32 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+from helpers import TESTS, install_entry_point
 
-from agentrl.algos.evaluation.run_log import MetricsLogger, resolve_report_to
+from agentrl.algos.evaluation import trackers
+from agentrl.algos.evaluation.plot import plot_run
+from agentrl.algos.evaluation.run_log import MetricsLogger
+from agentrl.algos.evaluation.trackers import (
+    TRACKERS,
+    MLflowTracker,
+    TensorBoardTracker,
+    Tracker,
+    TrackioTracker,
+    WandbTracker,
+    register_tracker,
+    resolve_report_to,
+    tracker_names,
+)
+from agentrl.envs.plugins import Registry
 
 CONFIG = {"algo": "grpo", "group_size": 4, "grpo": {"beta": 0.04}}
 
 
 def _log_run(run_dir, report_to, steps=(1, 2)):
-    with MetricsLogger(run_dir, report_to=report_to, config=CONFIG, run_name="t") as log:
+    with MetricsLogger(run_dir, report_to=report_to, config=CONFIG, run_name="t", plots=plot_run) as log:
         for s in steps:
             log.log(s, {"train/loss": 1.0 / s, "reward/mean": 0.25 * s, "note": "text"})
 
@@ -30,6 +48,143 @@ def test_report_to_resolution_and_errors():
         resolve_report_to(["wandbb"])
     with pytest.raises(ValueError, match="'none' cannot be combined"):
         resolve_report_to(["none", "wandb"])
+
+
+def test_the_builtin_trackers_are_registered_and_declare_the_contract():
+    names = tracker_names()  # built-ins first, then any installed entry points, "none" last
+    assert names[:4] == ["tensorboard", "wandb", "mlflow", "trackio"] and names[-1] == "none"
+    builtins = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MLflowTracker,
+                "trackio": TrackioTracker}
+    for name, cls in builtins.items():
+        assert TRACKERS.get(name) is cls
+        assert all(callable(getattr(cls, m)) for m in ("log", "log_images", "close")), name
+    assert not TensorBoardTracker.run_plots and WandbTracker.run_plots and MLflowTracker.run_plots
+    assert isinstance(TensorBoardTracker(Path("."), "t", {}), Tracker)
+
+
+# ---------------------------------------------------------------------------------------------- a third party's tracker
+
+THIRD_PARTY = '''
+"""A tracker as a third party writes it: one class, nothing of agentrl imported."""
+EVENTS = []
+
+
+class ListTracker:
+    run_plots = True
+
+    def __init__(self, run_dir, run_name, config):
+        EVENTS.append(("init", run_dir.name, run_name, config))
+
+    def log(self, step, scalars):
+        EVENTS.append(("log", step, scalars))
+
+    def log_images(self, step, paths):
+        EVENTS.append(("images", step, [p.name for p in paths]))
+
+    def close(self):
+        EVENTS.append(("close",))
+
+
+class NoPlots(ListTracker):
+    run_plots = False
+
+
+class Incomplete:
+    def __init__(self, run_dir, run_name, config):
+        pass
+
+    def log(self, step, scalars):
+        pass
+'''
+
+
+@pytest.fixture
+def fresh_trackers(tmp_path, monkeypatch):
+    """A fresh ``TRACKERS`` (as in a new process: entry points not read yet) and the module ``listtracker`` (the
+    classes of ``THIRD_PARTY``) importable; yields the module."""
+    monkeypatch.setattr(trackers, "TRACKERS", Registry(TRACKERS.kind, TRACKERS.group,
+                                                       {n: TRACKERS.get(n) for n in ("tensorboard", "wandb",
+                                                                                     "mlflow", "trackio")}))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "listtracker.py").write_text(THIRD_PARTY)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    import listtracker
+
+    yield listtracker
+    sys.modules.pop("listtracker", None)
+
+
+def _fake_plots(run_dir):
+    """What ``plot_run`` does, without matplotlib: PNG paths under ``run_dir/plots`` (the logger reads none)."""
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") == 2  # drawn from the closed, complete log
+    return [run_dir / "plots" / "reward.png", str(run_dir / "plots" / "train.png")]
+
+
+def test_a_tracker_declared_by_an_entry_point_is_used_when_named_in_report_to(fresh_trackers, tmp_path,
+                                                                              monkeypatch):
+    install_entry_point(tmp_path, monkeypatch, "agentrl.trackers", "listtracker", "listtracker:ListTracker")
+    assert "listtracker" in tracker_names() and tracker_names()[-1] == "none"
+    assert resolve_report_to(["listtracker", "tensorboard"], tensorboard=False) == ["listtracker"]
+
+    with MetricsLogger(tmp_path / "run", report_to=["listtracker"], config=CONFIG, run_name="t",
+                       plots=_fake_plots) as log:
+        log.log(1, {"train/loss": 1.0, "note": "text"})
+        log.log(2, {"train/loss": 0.5})
+    assert fresh_trackers.EVENTS == [("init", "run", "t", CONFIG), ("log", 1, {"train/loss": 1.0}),
+                                     ("log", 2, {"train/loss": 0.5}), ("images", 2, ["reward.png", "train.png"]),
+                                     ("close",)]
+
+    from agentrl.algos import cli  # the flag and the config key accept the name too
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "--report-to", "wandb,listtracker"])
+    assert cli.build_train_config(args).report_to == ["wandb", "listtracker"]
+
+
+def test_register_tracker_at_run_time_and_plots_only_for_trackers_that_take_them(fresh_trackers, tmp_path):
+    register_tracker("lists", "listtracker:ListTracker")
+    register_tracker("noplots", fresh_trackers.NoPlots)
+    with MetricsLogger(tmp_path, report_to=["noplots", "lists"], plots=_fake_plots) as log:
+        log.log(1, {"x": 1})
+        log.log(3, {"x": 2})
+    images = [e for e in fresh_trackers.EVENTS if e[0] == "images"]
+    assert images == [("images", 3, ["reward.png", "train.png"])]  # once: for "lists", not for "noplots"
+    assert [e[0] for e in fresh_trackers.EVENTS].count("close") == 2
+
+    fresh_trackers.EVENTS.clear()  # without plots=, the logger draws nothing itself
+    with MetricsLogger(tmp_path / "b", report_to="lists") as log:
+        log.log(1, {"x": 1})
+    assert [e[0] for e in fresh_trackers.EVENTS] == ["init", "log", "close"]
+
+    with pytest.raises(ValueError, match="reserved"):
+        register_tracker("none", fresh_trackers.ListTracker)
+    with pytest.raises(ValueError, match="identifier"):
+        register_tracker("my-tracker", fresh_trackers.ListTracker)
+
+
+def test_a_failing_plot_is_a_warning_and_the_trackers_still_close(fresh_trackers, tmp_path, caplog):
+    register_tracker("lists", fresh_trackers.ListTracker)
+
+    def broken(run_dir):
+        raise RuntimeError("no matplotlib")
+
+    with caplog.at_level("WARNING"), MetricsLogger(tmp_path, report_to=["lists"], plots=broken) as log:
+        log.log(1, {"x": 1})
+    assert "could not send the run's plots" in caplog.text and "no matplotlib" in caplog.text
+    assert fresh_trackers.EVENTS[-1] == ("close",)
+
+
+def test_a_tracker_that_breaks_the_contract_is_named(fresh_trackers, tmp_path):
+    register_tracker("incomplete", "listtracker:Incomplete")
+    with pytest.raises(TypeError, match=r"tracker 'incomplete' \(Incomplete\) lacks \['run_plots', 'log_images', "
+                                        r"'close'\]"):
+        MetricsLogger(tmp_path, report_to=["incomplete"])
+    register_tracker("missing", "no_such_package.trackers:Mine")
+    with pytest.raises(ValueError, match="cannot import 'no_such_package.trackers'"):
+        MetricsLogger(tmp_path, report_to=["missing"])
+
+
+# ---------------------------------------------------------------------------------------------- the real libraries
 
 
 @pytest.mark.parametrize("name", ["wandb", "mlflow", "trackio"])
@@ -112,7 +267,7 @@ def test_trackio_local_run_has_config_and_metrics(tmp_path):
     # trackio reads TRACKIO_DIR when it is imported: a fresh process keeps the store inside tmp_path
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(TESTS)!r}]
         from test_trackers import _log_run
         _log_run({str(tmp_path / "run")!r}, ["trackio"])
         from trackio.sqlite_storage import SQLiteStorage

@@ -11,9 +11,8 @@ import torch  # noqa: E402
 from helpers import TESTS, ScriptedPolicy, tiny_train_config, tiny_train_model  # noqa: E402
 
 import agentrl.envs  # noqa: E402,F401
-from agentrl.algos.integrations.ray import (  # noqa: E402
-    RayEnvPool,
-    RemoteEnv,
+from agentrl.algos.integrations.ray_envs import RayEnvPool, RemoteEnv  # noqa: E402
+from agentrl.algos.integrations.ray_rollout import (  # noqa: E402
     RolloutWorker,
     broadcast_adapter,
     ray_collect,
@@ -24,7 +23,7 @@ from agentrl.algos.models import tiny_model  # noqa: E402
 from agentrl.algos.models.lora import LoRAConfig, apply_lora, trainable_state_dict  # noqa: E402
 from agentrl.algos.policy.hf import HFPolicy  # noqa: E402
 from agentrl.algos.rollout.collector import CollectorConfig, collect  # noqa: E402
-from agentrl.algos.rollout.envs import rollout_env  # noqa: E402
+from agentrl.algos.rollout.env_factory import rollout_env  # noqa: E402
 from agentrl.envs.tool_use import make_tasks  # noqa: E402
 
 ENV = "AgentRL/ToolUse-v0"

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from agentrl.algos.evaluation import run_log
-from agentrl.algos.models import default_dtype, load_model, resolve_device, tiny_model
+from agentrl.algos.evaluation import memory
+from agentrl.algos.models import default_dtype, load_model, resolve_device
 from agentrl.algos.recipes.main_job import MainJobConfig
 from agentrl.algos.training.config import TrainConfig
 
@@ -24,14 +24,6 @@ def test_auto_is_cuda_when_torch_sees_one_else_cpu(monkeypatch):
 
 def test_auto_is_the_default_of_every_config():
     assert TrainConfig().device == "auto" and MainJobConfig().device == "auto"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_model(tokenizer, hidden_size=32).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
@@ -55,7 +47,7 @@ def test_attn_implementation_reaches_the_model(tiny_dir):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path")
 def test_process_memory_on_cpu_has_rss_and_no_gpu_entries():
-    mem = run_log.process_memory()
+    mem = memory.process_memory()
     assert mem["perf/rss_gib"] > 0 and mem["perf/peak_rss_gib"] >= mem["perf/rss_gib"] * 0.5
     assert not [k for k in mem if "gpu" in k]
     assert not torch.cuda.is_initialized()  # measuring never starts CUDA
@@ -69,8 +61,8 @@ def test_gpu_memory_reads_the_caching_allocator_once_cuda_is_initialised(monkeyp
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     for name, value in fake.items():
         monkeypatch.setattr(torch.cuda, name, lambda *a, v=value, **k: v)
-    assert run_log.gpu_memory() == {"perf/gpu_allocated_gib": 1.0, "perf/gpu_peak_allocated_gib": 3.0,
+    assert memory.gpu_memory() == {"perf/gpu_allocated_gib": 1.0, "perf/gpu_peak_allocated_gib": 3.0,
                                     "perf/gpu_reserved_gib": 4.0, "perf/gpu_peak_reserved_gib": 6.0}
-    assert run_log.process_memory()["perf/gpu_peak_allocated_gib"] == 3.0
+    assert memory.process_memory()["perf/gpu_peak_allocated_gib"] == 3.0
     monkeypatch.setitem(sys.modules, "torch", None)  # torch never imported: nothing, and no import
-    assert run_log.gpu_memory() == {}
+    assert memory.gpu_memory() == {}

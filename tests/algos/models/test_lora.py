@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from helpers import tiny_llama
 
 from agentrl.algos.models.lora import (
     LoRAConfig,
@@ -15,26 +16,17 @@ from agentrl.algos.models.lora import (
 from agentrl.algos.objectives.logprobs import token_logprobs
 
 
-def _tiny_llama(seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
-    return LlamaForCausalLM(cfg)
-
-
 def test_default_targets_all_linear_layers_but_the_head():
-    model = apply_lora(_tiny_llama(), LoRAConfig(r=4, alpha=8))
+    model = apply_lora(tiny_llama(), LoRAConfig(r=4, alpha=8))
     adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n}
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
-    only_q = apply_lora(_tiny_llama(), LoRAConfig(r=2, target_modules=["q_proj"]))
+    only_q = apply_lora(tiny_llama(), LoRAConfig(r=2, target_modules=["q_proj"]))
     assert {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in only_q.named_parameters() if "lora_A" in n} == {"q_proj"}
 
 
 def test_training_changes_lora_params_only_and_reference_stays_base():
-    base = _tiny_llama()
+    base = tiny_llama()
     ids = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         base_lp = token_logprobs(base, ids)
@@ -59,7 +51,7 @@ def test_training_changes_lora_params_only_and_reference_stays_base():
 def test_adapter_saves_in_peft_format_and_loads_with_plain_peft(tmp_path):
     from peft import PeftModel
 
-    model = apply_lora(_tiny_llama(), LoRAConfig(r=4, alpha=8))
+    model = apply_lora(tiny_llama(), LoRAConfig(r=4, alpha=8))
     with torch.no_grad():
         for _n, p in model.named_parameters():
             if p.requires_grad:
@@ -71,13 +63,13 @@ def test_adapter_saves_in_peft_format_and_loads_with_plain_peft(tmp_path):
     assert (path / "adapter_config.json").is_file() and (path / "adapter_model.safetensors").is_file()
     save_adapter(model, tmp_path / "adapter")  # overwriting is atomic too
     assert not (tmp_path / "adapter.tmp").exists() and not (tmp_path / "adapter.old").exists()
-    loaded = PeftModel.from_pretrained(_tiny_llama(), str(path))  # plain transformers + peft
+    loaded = PeftModel.from_pretrained(tiny_llama(), str(path))  # plain transformers + peft
     with torch.no_grad():
         torch.testing.assert_close(token_logprobs(loaded, ids), want)
-    again = load_adapter(_tiny_llama(), path, trainable=True)
+    again = load_adapter(tiny_llama(), path, trainable=True)
     assert any(p.requires_grad for p in again.parameters())
     state = trainable_state_dict(model)
-    fresh = apply_lora(_tiny_llama(), LoRAConfig(r=4, alpha=8))
+    fresh = apply_lora(tiny_llama(), LoRAConfig(r=4, alpha=8))
     load_trainable_state_dict(fresh, state)
     with torch.no_grad():
         torch.testing.assert_close(token_logprobs(fresh, ids), want)

@@ -6,8 +6,9 @@ import random
 
 import pytest
 import torch
+from helpers import tiny_llama
 
-from agentrl.algos.objectives.batching import SeqItem, collate, pack_microbatches, token_weights
+from agentrl.algos.objectives.batching import TrainRow, collate, pack_microbatches, token_weights
 from agentrl.algos.objectives.grpo import GRPOConfig, grpo_loss
 from agentrl.algos.objectives.logprobs import token_logprobs
 
@@ -45,7 +46,7 @@ def test_micro_batches_find_the_rows_common_prefix():
     from agentrl.algos.training.update import micro_batches, shared_prefix
 
     def item(ids):
-        return SeqItem(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids), weights=[0.0] * len(ids))
+        return TrainRow(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids), weights=[0.0] * len(ids))
 
     prefix = list(range(100))
     rows = [item(prefix + [1000 + r] * 20) for r in range(6)]
@@ -56,18 +57,9 @@ def test_micro_batches_find_the_rows_common_prefix():
     assert [len(b) for b in micro_batches([[r] for r in rows], 219)] == [5, 1]
 
 
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
-    return LlamaForCausalLM(cfg)
-
-
 @pytest.mark.parametrize("mode", ["token_mean", "seq_mean"])
 def test_microbatched_gradient_equals_full_batch_gradient(mode):
-    model = _tiny_llama()
+    model = tiny_llama(vocab=200)
     g = torch.Generator().manual_seed(1)
     items_raw = []
     for _ in range(7):
@@ -78,7 +70,7 @@ def test_microbatched_gradient_equals_full_batch_gradient(mode):
         old = [(-float(torch.rand(1, generator=g)) if m else 0.0) for m in mask]
         items_raw.append((ids, mask, old, float(torch.randn(1, generator=g))))
     weights = token_weights([m for _, m, _, _ in items_raw], mode)
-    items = [SeqItem(ids, mask, old, w, adv) for (ids, mask, old, adv), w in zip(items_raw, weights, strict=True)]
+    items = [TrainRow(ids, mask, old, w, adv) for (ids, mask, old, adv), w in zip(items_raw, weights, strict=True)]
     cfg = GRPOConfig(aggregation=mode)
 
     def loss_of(batch_items):

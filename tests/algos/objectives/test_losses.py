@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import tiny_llama
 
 from agentrl.algos.objectives.batching import token_weights
 from agentrl.algos.objectives.dpo import dpo_loss, make_pairs, sequence_logprob
@@ -153,13 +154,8 @@ def test_token_weights_modes():
         token_weights(masks, "sum")
 
 
-def _tiny_llama(vocab=300, seed=0, tie=True):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).eval()
+def _tiny_llama(seed=0):
+    return tiny_llama(vocab=300, seed=seed, tie=True).eval()
 
 
 def test_token_logprobs_matches_full_logits_chunked_with_entropy():

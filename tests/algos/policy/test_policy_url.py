@@ -7,7 +7,7 @@ import json
 
 import pytest
 import requests
-from helpers import tiny_train_model
+from helpers import save_model_dir, tiny_train_model
 
 from agentrl.algos import cli
 from agentrl.algos.models import load_model
@@ -17,16 +17,13 @@ from agentrl.algos.policy.server import serve_policy
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_train_model(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+def train_model_dir(tmp_path_factory, tokenizer):
+    return save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_train_model(tokenizer), tokenizer)
 
 
 @pytest.fixture
-def server(tiny_dir):
-    model, tok = load_model(str(tiny_dir), dtype="fp32", device="cpu")
+def server(train_model_dir):
+    model, tok = load_model(str(train_model_dir), dtype="fp32", device="cpu")
     with serve_policy(HFPolicy(model, tok), model_name="tiny-base", enable_lora=True) as srv:
         yield srv
 
@@ -35,7 +32,7 @@ def _listed(server):
     return [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
 
 
-def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, tiny_dir, tmp_path, monkeypatch, capsys):
+def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_model_dir, tmp_path, monkeypatch, capsys):
     swaps = []
     real = OpenAIPolicy.update_weights
 
@@ -45,7 +42,7 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, tiny_dir,
 
     monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
     run = tmp_path / "run"
-    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--out", str(run),
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
                      "--policy-url", server.url, "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu",
                      "--dtype", "fp32", "steps=2", "tasks_per_step=4", "group_size=4", "lr=5e-4",
                      "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false",
@@ -64,16 +61,16 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, tiny_dir,
         assert 0 <= r["train/logprob_gap"] < 1e-4
 
 
-def test_eval_with_policy_url_serves_the_adapter_folder(server, tiny_dir, tmp_path, capsys):
+def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--out", str(run),
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
                      "--device", "cpu", "--dtype", "fp32", "steps=1", "tasks_per_step=2", "group_size=2",
                      "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
                      "tensorboard=false"]) == 0
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(json.dumps({"id": str(i), "query": f"Say {i}."}) for i in range(3)) + "\n")
     out = tmp_path / "eval.jsonl"
-    assert cli.main(["eval", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--policy-url", server.url,
+    assert cli.main(["eval", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--policy-url", server.url,
                      "--adapter", str(run / "adapter"), "--tasks-file", str(tasks), "--max-new-tokens", "4",
                      "--max-turns", "1", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 3
@@ -81,7 +78,7 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, tiny_dir, tmp_pa
     assert (run / "adapter" / "adapter_config.json").is_file()  # the user's folder is never deleted
 
 
-def test_policy_url_without_a_server_is_a_clear_error(tiny_dir, capsys):
-    assert cli.main(["eval", "--env", "AgentRL/ToolUse-v0", "--model", str(tiny_dir),
+def test_policy_url_without_a_server_is_a_clear_error(train_model_dir, capsys):
+    assert cli.main(["eval", "--env", "AgentRL/ToolUse-v0", "--model", str(train_model_dir),
                      "--policy-url", "http://127.0.0.1:9", "--tasks", "1"]) == 2
     assert "--policy-url: cannot list the models" in capsys.readouterr().err

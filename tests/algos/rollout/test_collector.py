@@ -14,12 +14,12 @@ from helpers import TEMPLATES, EchoEnv, ScriptedPolicy, echo_tasks, native_scrip
 
 import agentrl.envs  # noqa: F401
 from agentrl.algos.objectives.logprobs import token_logprobs
-from agentrl.algos.objectives.sft import demonstration
 from agentrl.algos.policy.base import GenerationRequest, SamplingParams
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.rollout.chat import ChatFormat, prompt_tools
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
-from agentrl.algos.rollout.envs import env_class, make_text_env
+from agentrl.algos.rollout.demonstrations import demonstration
+from agentrl.algos.rollout.env_factory import env_class, make_text_env
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from helpers import FAMILIES, EchoEnv, echo_tasks, native_scripted_policy
 
-from agentrl.algos.objectives.sft import demonstration, render_conversation
 from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.rollout.chat import PLACEHOLDER, ChatFormat, Conversation, TemplateError, prompt_tools
 from agentrl.algos.rollout.collector import CollectorConfig, collect
+from agentrl.algos.rollout.demonstrations import demonstration, render_conversation
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
 CONFIG = CollectorConfig(max_total_tokens=4096)

@@ -17,7 +17,7 @@ from helpers import (  # (importing helpers registers Test/Score-v0)
     tiny_train_model,
 )
 
-from agentrl.algos.objectives.batching import SeqItem
+from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.async_trainer import (
@@ -28,7 +28,8 @@ from agentrl.algos.training.async_trainer import (
     tis_weights,
 )
 from agentrl.algos.training.checkpoint import latest_checkpoint
-from agentrl.algos.training.trainer import Trainer, train
+from agentrl.algos.training.launch import train
+from agentrl.algos.training.trainer import Trainer
 
 
 def _traj(group, version, n=3):
@@ -74,7 +75,7 @@ def test_tis_weights_and_correction_by_hand():
     mask = [0, 1, 1, 1, 0]
     # by hand: exp(0.5) = 1.6487, exp(-0.5) = 0.6065, exp(1.0) = 2.718 -> truncated at 2
     assert tis_weights(current, behaviour, mask, cap=2.0) == pytest.approx([1.0, 1.6487213, 0.6065307, 2.0, 1.0])
-    item = SeqItem(token_ids=[1, 2, 3, 4, 5], loss_mask=mask, old_logprobs=list(behaviour),
+    item = TrainRow(token_ids=[1, 2, 3, 4, 5], loss_mask=mask, old_logprobs=list(behaviour),
                    weights=[0.0, 1 / 3, 1 / 3, 1 / 3, 0.0], advantage=0.7)
     tis_correct(item, current, cap=2.0)
     assert item.weights == pytest.approx([0.0, math.exp(0.5) / 3, math.exp(-0.5) / 3, 2.0 / 3, 0.0])
@@ -135,13 +136,13 @@ def test_cli_async_flag_sets_the_section():
 
 def _slow_updates(trainer, seconds: float) -> None:
     """Make every update of ``trainer`` take ``seconds`` longer, so the producer can run ahead."""
-    real = trainer.update
+    real = trainer.apply_update_rows
 
     def slow(units, temperature):
         time.sleep(seconds)
         return real(units, temperature)
 
-    trainer.update = slow
+    trainer.apply_update_rows = slow
 
 
 def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path):
@@ -150,7 +151,7 @@ def test_one_step_off_policy_versions_and_the_queue_bound(tokenizer, tmp_path):
     seen = _record_versions(trainer)
     _slow_updates(trainer, 0.3)
     hist = trainer.train()
-    assert trainer.step == 3
+    assert trainer.global_step == 3
     # one publication per optimizer step (a step whose groups all had equal rewards makes none)
     assert trainer.policy.version == sum(h["train/optimizer_steps"] for h in hist) >= 1
     # Every batch is sampled by one version; the first by the initial weights, the others at most one update
@@ -182,7 +183,7 @@ def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_pa
     seen = _record_versions(trainer)
     _slow_updates(trainer, 0.4)
     hist = trainer.train()
-    assert trainer.step == 3
+    assert trainer.global_step == 3
     assert all(current == v for current, versions in seen for v in versions)  # nothing stale was trained on
     dropped = sum(h["async/dropped_trajectories"] for h in hist)
     assert dropped > 0 and dropped % 16 == 0  # whole batches (2 tasks x 8) sampled while the trainer moved on
@@ -231,7 +232,7 @@ def test_resume_continues_an_async_run_without_lost_or_repeated_tasks(tokenizer,
     want = {n: p.detach().clone() for n, p in killed.model.named_parameters() if p.requires_grad}
 
     resumed = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer, resume=True)
-    assert resumed.step == 2 and resumed.data_pos == 4  # the batch queued at the kill is collected again
+    assert resumed.global_step == 2 and resumed.data_pos == 4  # the batch queued at the kill is collected again
     got = {n: p.detach().clone() for n, p in resumed.model.named_parameters() if p.requires_grad}
     for n in want:  # the adapter after two steps (the kill came before step 3's optimizer step)
         torch.testing.assert_close(got[n], want[n], rtol=0, atol=0)

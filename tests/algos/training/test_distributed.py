@@ -17,7 +17,7 @@ from helpers import TESTS, tiny_train_model
 
 from agentrl.algos import Trainer, Trajectory
 from agentrl.algos.training.checkpoint import latest_checkpoint
-from agentrl.algos.training.update import update
+from agentrl.algos.training.update import apply_update
 
 
 def torchrun(out: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
@@ -44,7 +44,7 @@ def test_two_ranks_step_with_the_one_process_gradient_of_the_same_groups(tokeniz
     captured = []
     step = single.optimizer.step
     single.optimizer.step = lambda *a, **kw: (captured.append([p.grad.clone() for p in single.params]), step())
-    update(single.model, single.optimizer, single.algo, rows, lr=single._lr(), temperature=single.loss_temperature,
+    apply_update(single.model, single.optimizer, single.algo, rows, lr=single._lr(), temperature=single.loss_temperature,
            pad_id=single.pad_id, micro_batch_tokens=single.config.micro_batch_tokens,
            logprob_chunk=single.config.logprob_chunk, max_grad_norm=single.config.max_grad_norm)
     [one_process] = captured

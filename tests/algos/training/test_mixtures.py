@@ -73,7 +73,7 @@ def test_one_training_step_on_a_mixture_keeps_groups_single_env_and_logs_per_env
     start = next(p for p in range(0, 400, 4)
                  if len({t[TASK_ENV_KEY] for t in trainer.tasks.take(p, 4)}) == 2)
     with Collector(trainer.policy, trainer.config.collector) as collector:
-        trajs, n_tasks, seconds = trainer.collect_batch(collector, start)
+        trajs, n_tasks, seconds = trainer._rollout(collector, start)
     assert n_tasks == 4 and len(trajs) == 8
     tasks = trainer.tasks.take(start, 4)
     for g, task in enumerate(tasks):
@@ -99,7 +99,7 @@ def test_one_training_step_on_a_mixture_keeps_groups_single_env_and_logs_per_env
     # Resume: the checkpoint's data position leads to the same next tasks the uninterrupted run would take.
     resumed = Trainer(_mixture_config(tmp_path, steps=2), model=tiny_train_model(tokenizer), tokenizer=tokenizer,
                       resume=True)
-    assert resumed.step == 1 and resumed.data_pos == 4
+    assert resumed.global_step == 1 and resumed.data_pos == 4
     assert resumed.tasks.take(resumed.data_pos, 4) == trainer.tasks.take(4, 4)
 
 

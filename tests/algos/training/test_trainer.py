@@ -99,7 +99,7 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
 
     resumed = Trainer(tiny_train_config(tmp_path / "killed", **cfg), model=tiny_train_model(tokenizer),
                       tokenizer=tokenizer, resume=True)
-    assert resumed.step == 2 and resumed.data_pos == full_hist[1]["train/data_position"]
+    assert resumed.global_step == 2 and resumed.data_pos == full_hist[1]["train/data_position"]
     [m3] = resumed.train()
     for key in ("reward/mean", "train/loss", "train/grad_norm", "train/data_position"):
         assert m3[key] == pytest.approx(full_hist[2][key], rel=1e-6, abs=1e-7), key
@@ -112,8 +112,8 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
 
 
 def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
-    from agentrl.algos.objectives.sft import render_conversation
     from agentrl.algos.rollout.chat import ChatFormat
+    from agentrl.algos.rollout.demonstrations import render_conversation
     from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
     env = ToolUseEnv()
@@ -151,7 +151,7 @@ def test_sft_demos_list_the_tools_as_rollouts_do_with_a_tool_aware_template(temp
     cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", env_kwargs={"families": ["multiply"]},
                             sft={"batch_size": 1, "num_demos": 1})
     trainer = Trainer(cfg, model=tiny_train_model(tok), tokenizer=tok)
-    ids, mask = trainer._sft_example(0)
+    ids, mask = trainer.examples[0]
     text = tok.decode(ids)
     # as in a rollout: the schemas once, in the template's own tools block (the env's prompt leaves them out)
     assert text.count('Multiply two integers.') == 1 and "<tools>" in text, text

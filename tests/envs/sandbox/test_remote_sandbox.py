@@ -192,3 +192,17 @@ def test_coding_with_a_remote_sandbox(server):
     answer = f"<answer>\n```python\n{program}\n```\n</answer>"
     _, reward, term, _, info = env.step(answer)
     assert term and info["correct"]
+
+
+def test_a_remote_sandbox_by_name_from_json_kwargs(server):
+    sandbox_kwargs = {"url": server.url, "backoff_s": 0.01}
+    kwargs = json.loads(json.dumps({"sandbox": "remote", "sandbox_kwargs": sandbox_kwargs}))  # --env-kwargs
+    dataset = [{"question": "What is 6*7?", "answer": "42"}]
+    env = gym.make("AgentRL/PythonMath-v0", code_timeout_s=1, dataset=dataset, **kwargs)
+    env.reset(seed=0)
+    obs, *_ = env.step(_call("print(6*7)"))
+    assert obs.strip() == "42"
+    sb = env.unwrapped.sandbox
+    assert isinstance(sb, RemoteSandbox) and sb.config.url == server.url
+    assert gym.make("AgentRL/Coding-v0", **kwargs).unwrapped.sandbox is sb  # one per name and kwargs
+    sb.close()

@@ -1,6 +1,6 @@
 """Stress tests of the bundled coding tasks: large inputs made from a seed, with their expected outputs.
 
-A task row of ``coding_tasks.jsonl`` may carry ``"stress": [{"generator": NAME, "seed": S, "n": N,
+A task row of ``envs/coding/tasks.jsonl`` may carry ``"stress": [{"generator": NAME, "seed": S, "n": N,
 "time_limit_s": T}, ...]``. :func:`stress_test` turns one such spec into a hidden test ``{"input", "output",
 "kind": "stress", "time_limit_s"}``: the input comes from ``numpy.random.default_rng(seed)``, the expected
 output from an efficient solver here, so the data file stays small and the big inputs are the same on every

@@ -1,5 +1,5 @@
-"""Small pieces several environment modules share: handles on shared resources, process-wide defaults, the
-cache directory."""
+"""Shared resources of the envs: handles that copies share, worker-process pools, process-wide defaults, and
+stopping a worker process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import subprocess
 import threading
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -89,12 +88,3 @@ def stop_process(proc: subprocess.Popen, *, wait_s: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
-
-
-def default_cache_dir() -> Path:
-    """Where agentrl keeps what it derives from installed data (search indexes, converted tokenizers):
-    ``$AGENTRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentrl``, else ``~/.cache/agentrl``."""
-    if os.environ.get("AGENTRL_CACHE_DIR"):
-        return Path(os.environ["AGENTRL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentrl"

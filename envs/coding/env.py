@@ -12,12 +12,12 @@ Reward: the fraction of hidden tests passed (``reward_mode="fraction"``, default
 ``invalid_reward`` (0 by default).
 
 Tests are of two kinds: ``basic`` (small inputs) and ``stress`` (large inputs generated from a seed by
-:mod:`agentrl.envs.data.coding_stress`, each with its own ``time_limit_s``), where a task implies an efficient
+:mod:`agentrl.envs.coding.stress`, each with its own ``time_limit_s``), where a task implies an efficient
 algorithm; ``tests_passed_basic`` / ``tests_passed_stress`` count them apart in ``info["metrics"]``.
 
 Expected outputs never enter the sandbox, so a program cannot pass by reading them or by exiting early.
 
-Data: 36 bundled tasks (``envs/data/coding_tasks.jsonl``; each with a reference ``solution``, used for
+Data: 36 bundled tasks (``envs/coding/tasks.jsonl``; each with a reference ``solution``, used for
 demonstrations) or your own JSONL / list of ``{"prompt", "tests": [{"input", "output"}, ...]}`` rows
 (optional ``id`` and ``solution``). The bundled set is split by a fixed hash of the task id (``split="train"``
 about 80 %, ``"test"`` the rest); ``split="all"`` uses every task.
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.code_tool import CodeToolEnv
+from agentrl.envs.coding.stress import stress_test
 from agentrl.envs.core import Budgets, Rewards
-from agentrl.envs.data.coding_stress import stress_test
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, hash_split, located_rows, seeded_draws
 from agentrl.envs.sandbox.protocol import CodeSandbox
 
@@ -45,7 +45,7 @@ _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 def bundled_tasks_path() -> Path:
     """Path of the bundled task file."""
-    return Path(str(resources.files("agentrl.envs.data").joinpath("coding_tasks.jsonl")))
+    return Path(str(resources.files("agentrl.envs.coding").joinpath("tasks.jsonl")))
 
 
 def load_coding_tasks(source: str | Path | Iterable[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -149,7 +149,8 @@ class CodingEnv(CodeToolEnv):
         max_obs_chars: int = 2_000,
         code_timeout_s: float = 10.0,
         call_format: str = "hermes",
-        sandbox: CodeSandbox | None = None,
+        sandbox: CodeSandbox | str | None = None,
+        sandbox_kwargs: dict[str, Any] | None = None,
         tools_in_prompt: bool = True,
         render_mode: str | None = None,
     ):
@@ -160,8 +161,8 @@ class CodingEnv(CodeToolEnv):
             reward_mode: ``"fraction"`` (fraction of tests passed) or ``"all"`` (1 only if every test passes).
             invalid_reward: reward of an invalid reply or of no answer before a budget ran out.
             test_timeout_s: wall-clock limit of the program on one test.
-            max_turns, max_code_calls, max_obs_chars, code_timeout_s, call_format, sandbox: as in
-                :class:`~agentrl.envs.python_math.PythonMathEnv`.
+            max_turns, max_code_calls, max_obs_chars, code_timeout_s, call_format, sandbox, sandbox_kwargs: as
+                in :class:`~agentrl.envs.python_math.env.PythonMathEnv`.
         """
         if reward_mode not in ("fraction", "all"):
             raise ValueError(f"reward_mode must be 'fraction' or 'all', got {reward_mode!r}")
@@ -172,7 +173,8 @@ class CodingEnv(CodeToolEnv):
         self.reward_mode = reward_mode
         self.test_timeout_s = float(test_timeout_s)
         super().__init__(
-            sandbox=sandbox, code_timeout_s=code_timeout_s, call_format=call_format, answer="answer_tag",
+            sandbox=sandbox, sandbox_kwargs=sandbox_kwargs, code_timeout_s=code_timeout_s,
+            call_format=call_format, answer="answer_tag",
             budgets=Budgets(max_turns=max_turns, max_tool_calls=max_code_calls, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=invalid_reward),
             tools_in_prompt=tools_in_prompt, render_mode=render_mode,

@@ -6,25 +6,50 @@
   The collector applies it to env ids; Ray env actors apply it to the envs they host.
 * :func:`rollout_env` — what to pass as :func:`~agentrl.algos.rollout.collector.collect`'s ``env`` for an
   executor: the id itself (``"local"``: the collector makes the envs in-process) or a pool of remote envs
-  (``"ray"``). Executors are named in :data:`EXECUTORS` by entry point, so this module never imports Ray.
+  (``"ray"``). Executors are named in :data:`EXECUTORS` by import path, so this module never imports Ray; add one
+  with :func:`register_executor` or an entry point in the group ``agentrl.executors`` (an :class:`EnvPool` class).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from agentrl.envs.plugins import Registry
 
 logger = logging.getLogger(__name__)
 
-#: executor name -> ``"module:Class"`` of the env-pool factory it uses (``None``: envs made in-process by id).
-#: A pool class takes ``(env_id, env_kwargs, *, num_workers, template_tools, actor_options)`` and is itself a
-#: zero-argument env factory with a ``close()``.
-EXECUTORS: dict[str, str | None] = {
+
+
+@runtime_checkable
+class EnvPool(Protocol):
+    """The contract of an executor's env pool (an entry of :data:`EXECUTORS`): built by :func:`rollout_env`, it is a
+    zero-argument env factory the collector calls for each episode, closed when training ends."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, *, num_workers: int | None,
+                 template_tools: bool, call_format: str | None, actor_options: dict[str, Any] | None) -> None:
+        """``num_workers`` hosts of ``env_id`` envs made with ``env_kwargs``, ``tools_in_prompt = not
+        template_tools`` and ``call_format`` (as :func:`make_text_env` does); ``actor_options`` go to the hosts."""
+
+    def __call__(self) -> Any:
+        """A new env (a ``TextEnv``-like object; the collector resets it)."""
+
+    def close(self) -> None:
+        """Release the hosts."""
+
+
+#: executor name -> an :class:`EnvPool` class or its ``"module:Class"`` path (``None``: envs made in-process by
+#: id); entry-point group ``agentrl.executors``.
+EXECUTORS: Registry[type[EnvPool] | None] = Registry("executor", "agentrl.executors", {
     "local": None,
-    "ray": "agentrl.algos.integrations.ray:RayEnvPool",
-}
+    "ray": "agentrl.algos.integrations.ray_envs:RayEnvPool",
+})
+
+
+def register_executor(name: str, pool: str | type[EnvPool]) -> None:
+    """Make ``name`` a valid ``--executor``: ``pool`` is an :class:`EnvPool` class or its ``"module:Class"`` path."""
+    EXECUTORS.register(name, pool)
 
 
 def env_spec(env: str):
@@ -109,21 +134,20 @@ def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = 
 
     * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with :func:`make_text_env`
       (pass ``env_kwargs`` to ``collect``).
-    * ``"ray"``: a :class:`~agentrl.algos.integrations.ray.RayEnvPool` of ``num_workers`` env actors (a
+    * ``"ray"``: a :class:`~agentrl.algos.integrations.ray_envs.RayEnvPool` of ``num_workers`` env actors (a
       zero-argument factory of remote envs made with ``env_kwargs``); ``tokenizer`` and ``call_format`` (a
       :attr:`CollectorConfig.call_format` setting) decide ``tools_in_prompt`` and the tool-call format the way the
-      collector does for env ids. Call its ``close()`` when training ends.
+      collector does for env ids. Call its ``close()`` when training ends. Any other executor: its
+      :class:`EnvPool`, built the same way.
 
     Raises:
         ValueError: an unknown executor.
     """
     if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {executor!r}")
-    entry = EXECUTORS[executor]
-    if entry is None:
+        raise ValueError(f"executor must be one of {tuple(EXECUTORS.names())}, got {executor!r}")
+    pool_class = EXECUTORS.get(executor)
+    if pool_class is None:
         return env_id
-    module, _, name = entry.partition(":")
-    pool_class = getattr(importlib.import_module(module), name)
     template_tools, fmt = False, None
     if tokenizer is not None:
         from agentrl.algos.rollout.chat import ChatFormat

@@ -9,7 +9,7 @@ format, or no answer before a budget ran out).
 
 Data:
 
-* the built-in seeded generator (:mod:`agentrl.envs.python_math_tasks`): 20 families in three tiers — tier 1,
+* the built-in seeded generator (:mod:`agentrl.envs.python_math.tasks`): 20 families in three tiers — tier 1,
   one line of Python copies the question (``What is 48213 * 9127 - 3391?``); tier 2, a short loop or
   comprehension (the sum of the squares of the odd numbers below N); tier 3, competition-style problems (counting
   with conditions, modular arithmetic, combinatorics, primes). Every task has an exact answer and a solution
@@ -45,7 +45,7 @@ import numpy as np
 from agentrl.envs.code_tool import CodeToolEnv, recovered_from_error
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.datasets import DatasetError, check_split, draw_row, located_rows
-from agentrl.envs.python_math_tasks import (
+from agentrl.envs.python_math.tasks import (
     DEFAULT_TIERS,
     GENERATOR,
     check_tiers,
@@ -165,7 +165,8 @@ class PythonMathEnv(CodeToolEnv):
         max_obs_chars: int = 2_000,
         code_timeout_s: float = 10.0,
         call_format: str = "hermes",
-        sandbox: CodeSandbox | None = None,
+        sandbox: CodeSandbox | str | None = None,
+        sandbox_kwargs: dict[str, Any] | None = None,
         verifier: MathVerifier | None = None,
         tools_enabled: bool = True,
         tools_in_prompt: bool = True,
@@ -187,9 +188,12 @@ class PythonMathEnv(CodeToolEnv):
             code_timeout_s: wall-clock limit of one execution.
             call_format: ``"hermes"`` (``<tool_call>{"name": "code_interpreter", ...}</tool_call>``) or
                 ``"fenced"`` (a reply ending with a fenced python block runs it).
-            sandbox: where code runs (any :class:`~agentrl.envs.sandbox.CodeSandbox`, e.g.
-                ``RemoteSandbox("http://host:8080")``); default the process-wide shared :func:`default_sandbox`
-                (bubblewrap).
+            sandbox: where code runs: any :class:`~agentrl.envs.sandbox.protocol.CodeSandbox` (e.g.
+                ``RemoteSandbox("http://host:8080")``), or a name in
+                :data:`~agentrl.envs.sandbox.registry.SANDBOXES` (``"bwrap"``, ``"remote"``, or registered);
+                default the process-wide shared bubblewrap sandbox.
+            sandbox_kwargs: keyword arguments of a named ``sandbox`` (JSON-able:
+                ``sandbox="remote", sandbox_kwargs={"url": "http://host:8080"}``).
             verifier: answer checker; default the shared :func:`default_verifier`.
             tools_enabled: offer ``code_interpreter`` (False: the text-only baseline).
 
@@ -204,7 +208,8 @@ class PythonMathEnv(CodeToolEnv):
         self.tools_enabled = bool(tools_enabled)
         self._verifier = verifier
         super().__init__(
-            sandbox=sandbox, code_timeout_s=code_timeout_s, call_format=call_format, answer="boxed",
+            sandbox=sandbox, sandbox_kwargs=sandbox_kwargs, code_timeout_s=code_timeout_s,
+            call_format=call_format, answer="boxed",
             budgets=Budgets(max_turns=max_turns, max_tool_calls=max_code_calls, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=-1.0, invalid=-1.0),
             tools_in_prompt=tools_in_prompt, render_mode=render_mode,

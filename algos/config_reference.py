@@ -1,0 +1,81 @@
+"""The configuration reference: every config section of a run, as ``agentrl train --help``'s key list and as the
+markdown page ``agentrl config-docs`` writes (docs/configuration.md), generated from the config dataclasses.
+
+It imports every config class (algorithms included), so it sits above the training and recipe layers; the
+parsing it relies on (:func:`~agentrl.algos.config.field_docs`, :func:`~agentrl.algos.config.type_name`) is in
+:mod:`agentrl.algos.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+import typing
+
+from agentrl.algos.config import field_docs, type_name
+
+
+def config_sections() -> list[tuple[type, str, str]]:
+    """``(config class, key prefix, one-line intro)`` for every section of the reference, algorithms included."""
+    from agentrl.algos.models.lora import LoRAConfig
+    from agentrl.algos.objectives import algorithm_class, algorithm_names
+    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.algos.rollout.collector import CollectorConfig
+    from agentrl.algos.training.config import AsyncConfig, TrainConfig
+
+    sections = [
+        (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
+        (LoRAConfig, "lora.", "The LoRA adapter (`lora.r=8`)."),
+        (CollectorConfig, "collector.", "Rollout sampling and budgets (`collector.max_new_tokens=128`)."),
+    ]
+    for name in algorithm_names():
+        cls = algorithm_class(name)
+        summary = (cls.config_class.__doc__ or "").split("\n")[0].rstrip(".")
+        builtin = cls.__module__.startswith("agentrl.algos.objectives.")
+        see = f" See [algorithms/{name}.md](algorithms/{name}.md)." if builtin else ""
+        sections.append((cls.config_class, f"{name}.", f"`--algo {name}`: {summary}.{see}"))
+    sections += [
+        (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
+                                       "see [integration.md](integration.md#asynchronous-training)."),
+        (MainJobConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
+                             "or `agentrl train --main-job key=value ...`)."),
+    ]
+    return sections
+
+
+def config_keys_help(width: int = 100) -> str:
+    """The keys of every config section, one wrapped paragraph per section (``agentrl train --help``'s epilog);
+    their types, defaults and meanings are in ``agentrl config-docs``."""
+    out = []
+    for cls, prefix, _ in config_sections():
+        keys = [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(getattr(cls(), f.name))]
+        head = f"{prefix or '(top level)'} [{cls.__name__}]: "
+        out.append(textwrap.fill(", ".join(keys), width=width, initial_indent="  " + head,
+                                 subsequent_indent="      "))
+    return "\n".join(out)
+
+
+def config_docs() -> str:
+    """Markdown reference of every config dataclass, generated from the code (fields, defaults, help)."""
+    lines = ["# Configuration reference", "",
+             "Generated from the config dataclasses by `agentrl config-docs` — do not edit by hand.", "",
+             "Set any key on the command line as `key=value` (dotted for nested sections; values parse as JSON "
+             "when they can), or put them in a JSON/YAML file passed with `--config`.", ""]
+    for cls, prefix, intro in config_sections():
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        defaults = cls()
+        lines += [f"## `{cls.__name__}`", "", intro, "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            value = getattr(defaults, f.name)
+            if dataclasses.is_dataclass(value):
+                doc = f"see `{type(value).__name__}`"
+                shown = "…"
+            else:
+                doc = docs.get(f.name, "")
+                shown = json.dumps(value)
+            shown_type = type_name(hints[f.name]) if not dataclasses.is_dataclass(value) else type(value).__name__
+            lines.append(f"| `{prefix}{f.name}` | `{shown_type}` | `{shown}` | {doc.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,176 @@
+"""Training memory: the activation-memory model that plans micro-batches, gradient checkpointing, glibc's heap.
+
+:func:`memory_plan` resolves ``gradient_checkpointing`` / ``micro_batch_tokens='auto'`` against
+``memory_budget_gb`` with :func:`activation_bytes_per_token`; :func:`set_gradient_checkpointing` and
+:func:`checkpointed_layers` switch transformers' activation checkpointing; :func:`set_malloc_mmap_threshold` and
+:func:`trim_heap` make glibc give freed memory back to the OS (``malloc_mmap_threshold_mb``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Iterator
+
+logger = logging.getLogger(__name__)
+
+
+# Peak-RSS growth of one GRPO step per token, in units of hidden_size x (bytes per parameter element), fitted
+# (growth = FIXED_BYTES + tokens x per-token bytes) to benchmarks/memory.py-style steps of 4 x 512 and 16 x 512
+# tokens on SmolLM2-135M bf16 (30 layers, hidden 576), LoRA r=16 all-linear, CPU: 1.45 MB/token without
+# checkpointing (logprob_chunk 1024), 0.27 MB/token with it (logprob_chunk 256). The figures are RSS, so they
+# include what the allocator keeps of freed transients, not only the tensors autograd saves (measured: 0.12 GiB
+# saved at 2,048 checkpointed tokens against 1.6 GiB of RSS growth).
+LAYER_UNITS = 42.0
+"""One decoder layer per token, without checkpointing (1.45 MB / 30 layers / 1,152 bytes)."""
+CHECKPOINT_UNITS = 6.5
+"""One checkpointed layer per token: its kept input plus what the recomputation leaves in the allocator
+((0.27 MB / 1,152 bytes - LAYER_UNITS) / 30 layers)."""
+FIXED_BYTES = 2**30
+"""The step's growth that does not scale with the micro-batch (LM-head chunks, gradients, optimizer state on
+first use): 0.7-1.1 GiB in the fits above; the budget is taken net of it."""
+DEFAULT_BUDGET_GB = 2.0
+"""TrainConfig.memory_budget_gb's default, used when an update gets ``micro_batch_tokens='auto'``."""
+AUTO_CHECKPOINT_TOKENS = 4096
+"""gradient_checkpointing='auto' with micro_batch_tokens='auto': on when the budget holds fewer tokens than this
+without it."""
+
+
+def activation_bytes_per_token(model, checkpointing: bool) -> float:
+    """Estimated bytes one token of a micro-batch adds to a training step's peak RSS: ``layers x LAYER_UNITS x
+    hidden x element bytes`` without checkpointing; with it, every layer keeps ``CHECKPOINT_UNITS`` and one layer
+    at a time is recomputed (``LAYER_UNITS``). Calibrated on one model and row length (see the constants above),
+    not a bound: attention that saves ``T x T`` scores grows faster with long rows."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    hidden, layers = int(cfg.hidden_size), int(cfg.num_hidden_layers)
+    elem = next(base.parameters()).element_size()
+    unit = hidden * elem
+    if checkpointing:
+        return unit * (layers * CHECKPOINT_UNITS + LAYER_UNITS)
+    return unit * layers * LAYER_UNITS
+
+
+def memory_plan(model, *, gradient_checkpointing: bool | str, micro_batch_tokens: int | str,
+                memory_budget_gb: float, min_tokens: int = 256) -> tuple[bool, int]:
+    """``(checkpointing, micro_batch_tokens)`` for a run: the ``'auto'`` settings resolved against
+    ``memory_budget_gb`` (GiB of activations per micro-batch, see :func:`activation_bytes_per_token`).
+
+    ``gradient_checkpointing='auto'``: with a fixed ``micro_batch_tokens``, on when that many tokens would exceed
+    the budget without it; with ``'auto'`` tokens, on when the budget holds fewer than
+    :data:`AUTO_CHECKPOINT_TOKENS` tokens without it. ``micro_batch_tokens='auto'``: the tokens the budget holds
+    (with or without checkpointing, as decided), rounded down to a multiple of 256, at least ``min_tokens``.
+    """
+    if gradient_checkpointing not in (True, False, "auto"):
+        raise ValueError(f"gradient_checkpointing must be true, false or 'auto', got {gradient_checkpointing!r}")
+    if micro_batch_tokens != "auto" and (isinstance(micro_batch_tokens, bool) or not isinstance(micro_batch_tokens, int)
+                                         or micro_batch_tokens < 1):
+        raise ValueError(f"micro_batch_tokens must be a positive int or 'auto', got {micro_batch_tokens!r}")
+    if isinstance(memory_budget_gb, bool) or not isinstance(memory_budget_gb, (int, float)) or not memory_budget_gb > 0:
+        raise ValueError(f"memory_budget_gb must be > 0 (GiB), got {memory_budget_gb!r}")
+    budget = memory_budget_gb * 2**30 - FIXED_BYTES
+
+    def fits(ckpt: bool) -> int:
+        return max(0, int(budget // activation_bytes_per_token(model, ckpt)))
+
+    ckpt = gradient_checkpointing
+    if ckpt == "auto":
+        if micro_batch_tokens == "auto":
+            ckpt = fits(False) < AUTO_CHECKPOINT_TOKENS
+        else:
+            ckpt = fits(False) < micro_batch_tokens
+    if micro_batch_tokens == "auto":
+        tokens = fits(ckpt) // 256 * 256
+        if tokens < min_tokens:
+            logger.warning("memory_budget_gb=%s holds about %d tokens of %s; using micro_batch_tokens=%d",
+                           memory_budget_gb, tokens, type(model).__name__, min_tokens)
+        return bool(ckpt), max(tokens, min_tokens)
+    return bool(ckpt), int(micro_batch_tokens)
+
+
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter number for the mmap threshold (malloc.h)."""
+
+
+@functools.cache
+def _glibc():
+    """glibc as a ctypes library (loaded once: :func:`trim_heap` runs every step), or None where the C library is
+    another (macOS, musl, Windows)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt")):
+        return None
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return libc
+
+
+def set_malloc_mmap_threshold(mib: int) -> bool:
+    """Make glibc ``malloc`` serve blocks of at least ``mib`` MiB with ``mmap`` and unmap them when freed
+    (``mallopt(M_MMAP_THRESHOLD)``), so an update's freed activations leave the process's RSS instead of staying
+    in the heap for the next allocation. Process-wide and permanent for the process; it also switches off
+    glibc's dynamic threshold, which otherwise rises to the largest block freed (up to 32 MiB) and keeps such
+    blocks. Returns False where the C library is not glibc: nothing changes there."""
+    if isinstance(mib, bool) or not isinstance(mib, int) or mib < 1:
+        raise ValueError(f"malloc_mmap_threshold_mb must be a positive int (MiB) or null, got {mib!r}")
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, mib * 2**20))
+
+
+def trim_heap() -> bool:
+    """Give the free pages of glibc's heaps back to the OS (``malloc_trim(0)``): what many small freed tensors
+    leave behind between steps. True when glibc released something; False otherwise or off glibc."""
+    libc = _glibc()
+    return bool(libc is not None and libc.malloc_trim(0))
+
+
+def set_gradient_checkpointing(model, enabled: bool) -> None:
+    """Turn transformers' activation checkpointing of the decoder layers on or off (a PEFT model: on its base).
+
+    Non-reentrant (``use_reentrant=False``): it needs no input that requires grad, so the hook transformers adds
+    for the reentrant variant is removed again. A layer checkpoints only in a forward pass with grad enabled
+    while the layer is in training mode, so sampling (``no_grad``, eval mode) and the no-grad logprob passes run
+    as without it, KV cache included; :func:`checkpointed_layers` puts the layers in training mode for the
+    update's forward passes, which otherwise run in eval mode.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not enabled:
+        if checkpointing_layers(base):
+            off = getattr(base, "activation_checkpointing_disable", None) or base.gradient_checkpointing_disable
+            off()
+        return
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"gradient_checkpointing: {type(base).__name__} does not support activation checkpointing; "
+                         "set gradient_checkpointing=false")
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if hasattr(base, "disable_input_require_grads"):
+        base.disable_input_require_grads()
+
+
+def checkpointing_layers(model) -> list:
+    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)
+            and hasattr(m, "_can_checkpoint_with_cache")]
+
+
+@contextlib.contextmanager
+def checkpointed_layers(model) -> Iterator[int]:
+    """Inside: the checkpointing decoder layers themselves are in training mode (their sub-modules keep their
+    mode, so dropout stays off in an eval-mode update); yields how many layers checkpoint (0: none)."""
+    checkpointing = checkpointing_layers(model)
+    layers = [m for m in checkpointing if not m.training]
+    for m in layers:
+        m.training = True
+    try:
+        yield len(checkpointing)
+    finally:
+        for m in layers:
+            m.training = False

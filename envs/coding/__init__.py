@@ -1,0 +1,2 @@
+"""``AgentRL/Coding-v0``: the env (``env.py``), its bundled tasks (``tasks.jsonl``) and their generated stress
+tests (``stress.py``)."""

@@ -1,1 +1,0 @@
-"""Bundled data files (read with importlib.resources)."""

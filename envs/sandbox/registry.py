@@ -1,0 +1,71 @@
+"""The sandbox registry: :data:`SANDBOXES` and :func:`make_sandbox` (a sandbox by name, shared per config).
+
+============  ===================================================================================
+``bwrap``     :class:`~agentrl.envs.sandbox.pool.Sandbox`: local bubblewrap workers (the default).
+``remote``    :class:`~agentrl.envs.sandbox.remote.RemoteSandbox`: a SandboxFusion service
+              (``sandbox_kwargs={"url": "http://host:8080"}``).
+============  ===================================================================================
+
+The code envs take ``sandbox="remote"`` (a name) plus ``sandbox_kwargs={...}`` (the constructor's keyword
+arguments), so JSON env kwargs (``--env-kwargs``, configs) can choose one. A third party adds a sandbox with
+:func:`register_sandbox` or an entry point in the group ``agentrl.sandboxes``; what it makes must have the
+:class:`~agentrl.envs.sandbox.protocol.CodeSandbox` protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from agentrl.envs.plugins import Registry
+from agentrl.envs.sandbox.pool import Sandbox, default_sandbox
+from agentrl.envs.sandbox.protocol import CodeSandbox
+
+__all__ = ["SANDBOXES", "make_sandbox", "register_sandbox"]
+
+#: Sandbox name -> a class (or factory) whose keyword arguments are ``sandbox_kwargs``.
+SANDBOXES: Registry[Callable[..., CodeSandbox]] = Registry("sandbox", "agentrl.sandboxes", {
+    "bwrap": "agentrl.envs.sandbox.pool:Sandbox",
+    "remote": "agentrl.envs.sandbox.remote:RemoteSandbox",
+})
+_SHARED: dict[tuple[str, str], CodeSandbox] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def register_sandbox(name: str, sandbox: Callable[..., CodeSandbox] | str) -> None:
+    """Make ``sandbox=name`` build ``sandbox`` (a class or factory, or its ``"module:Attr"`` import path) with
+    the env's ``sandbox_kwargs``; it replaces a built-in of the same name."""
+    SANDBOXES.register(name, sandbox)
+
+
+def make_sandbox(sandbox: str | CodeSandbox = "bwrap", *, shared: bool = True, **config: Any) -> CodeSandbox:
+    """A sandbox by name (built with ``config``) or the instance given.
+
+    With ``shared=True`` (the default) one instance per (name, config) serves the whole process (made again
+    once closed), so its concurrency limit and stats hold across every env that uses it; ``"bwrap"`` without
+    config is the process-wide :func:`~agentrl.envs.sandbox.pool.default_sandbox`.
+
+    Raises:
+        ValueError: an unknown name (the message lists the registered ones), or ``config`` with an instance.
+        TypeError: what the name made lacks the :class:`CodeSandbox` protocol.
+    """
+    if not isinstance(sandbox, str):
+        if config:
+            raise ValueError("sandbox_kwargs apply to a sandbox name, not to a sandbox instance")
+        return sandbox
+    factory = SANDBOXES.get(sandbox)
+    if factory is Sandbox and not config and shared:
+        return default_sandbox()
+    key = (sandbox, json.dumps(config, sort_keys=True, default=str))
+    with _SHARED_LOCK:
+        inst = _SHARED.get(key) if shared else None
+        if inst is None or getattr(inst, "closed", False):
+            inst = factory(**config)
+            if not isinstance(inst, CodeSandbox):
+                raise TypeError(f"sandbox {sandbox!r} made a {type(inst).__name__}, without the CodeSandbox "
+                                "protocol (config.timeout_s, config.max_concurrency, run, stats, close)")
+            if shared:
+                _SHARED[key] = inst
+    return inst
