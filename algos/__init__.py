@@ -9,7 +9,7 @@ read the ``TYPE_CHECKING`` block below)::
 Training
     :class:`TrainConfig` (every setting of a run), :class:`Trainer` / :func:`train` (the synchronous loop),
     :class:`AsyncTrainer` (rollouts overlapped with training), :class:`MainJobConfig` / :func:`run_main_job`
-    (base eval -> SFT cold start -> GRPO -> eval: what a bare ``agentrl train`` runs).
+    (base eval -> SFT cold start -> GRPO -> eval: what ``agentrl main-job`` runs).
 Algorithms
     :class:`Algorithm` (the contract: turn trajectories into training rows, compute a loss) and
     :func:`register_algorithm` (make a new one a valid ``--algo``). Built in: ``grpo``, ``ppo``, ``dpo``, ``sft``.

@@ -2,7 +2,8 @@
 
 ::
 
-    agentrl train --env AgentRL/ToolUse-v0                      # the main job: base eval -> SFT -> GRPO -> eval
+    agentrl main-job                                            # base eval -> SFT cold start -> GRPO -> eval
+    agentrl main-job rl_steps=20 eval_tasks=64 --out runs/main  # the main job, resized
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo steps=50 grpo.beta=0.04 lora.r=8 --out runs/g
     agentrl train --config run.yaml --resume                    # a file of TrainConfig keys, continued
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --async asynchronous.max_staleness=2   # overlap rollouts
@@ -85,34 +86,32 @@ def build_main_job_config(args) -> Any:
 # ---------------------------------------------------------------------------------------------- commands
 
 
-def cmd_train(args) -> int:
-    env = args.env or MAIN_JOB_ENV
-    main_job = args.main_job or (args.algo is None and not args.config and not args.overrides and env == MAIN_JOB_ENV
-                                 and not getattr(args, "envs", None)
-                                 and not getattr(args, "async_", False))
-    if main_job:
-        from agentrl.algos.recipes.main_job import run_main_job
+def cmd_main_job(args) -> int:
+    from agentrl.algos.recipes.main_job import run_main_job
 
-        args.env = env
-        cfg = build_main_job_config(args)
-        print(f"agentrl main job: {cfg.env} with {cfg.model} -> {cfg.out}")
-        print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
-              f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
-        policy = _policy_for(args, cfg.model)
-        try:
-            result = run_main_job(cfg, resume=args.resume, policy=policy)
-        finally:
-            if policy is not None:
-                policy.close()
-        print()
-        print(result["table"])
-        print()
-        print("timings:", ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items()))
-        print(f"results: {result['out'] / 'results.md'}; plots: {result['out'] / 'plots'}")
-        return 0
+    cfg = build_main_job_config(args)
+    print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
+    print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
+          f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
+    policy = _policy_for(args, cfg.model)
+    try:
+        result = run_main_job(cfg, resume=args.resume, policy=policy)
+    finally:
+        if policy is not None:
+            policy.close()
+    print()
+    print(result["table"])
+    print()
+    print("timings:", ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items()))
+    print(f"results: {result['out'] / 'results.md'}; plots: {result['out'] / 'plots'}")
+    return 0
+
+
+def cmd_train(args) -> int:
     if args.algo is None and not args.config and not (args.resume and args.out):
-        print(f"agentrl train: pass --algo {'|'.join(algorithm_names())} for {env} (the no-argument main job is "
-              f"{MAIN_JOB_ENV})", file=sys.stderr)
+        print(f"agentrl train: pass --algo NAME ({', '.join(algorithm_names())}), a --config file that sets algo, "
+              f"or --resume --out RUN_DIR; the main job (base eval -> SFT cold start -> GRPO -> eval) is "
+              f"`agentrl main-job`", file=sys.stderr)
         return 2
     from agentrl.algos.training.launch import train
 
@@ -260,9 +259,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     algos = algorithm_names()
-    p = sub.add_parser("train", help="train a LoRA adapter (no options: the base -> SFT -> GRPO main job)",
-                       description=f"Train with a registered algorithm ({', '.join(algos)}). With only --env "
-                                   f"{MAIN_JOB_ENV} (or nothing), run the main job.",
+    p = sub.add_parser("main-job", help=f"the main job: base eval -> SFT cold start -> GRPO -> eval on {MAIN_JOB_ENV}",
+                       description="Evaluate the model, teach it the tool-call format with a short SFT cold start, "
+                                   "train it with GRPO, evaluate again and print the table (MainJobConfig keys: "
+                                   "agentrl config-docs).")
+    p.add_argument("--env", default=MAIN_JOB_ENV, help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
+    p.add_argument("--config", help="JSON or YAML file of MainJobConfig keys")
+    p.add_argument("--out", help="run directory (default runs/main)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last finished stage")
+    p.add_argument("--report-to", type=_report_to, metavar="SINKS",
+                   help="experiment trackers, comma-separated (the report_to key; docs/trackers.md)")
+    add_engine_args(p, device_default=None, dtype_default=None)
+    p.add_argument("overrides", nargs="*", help="key=value MainJobConfig overrides (rl_steps=20 eval_tasks=64)")
+    p.set_defaults(func=cmd_main_job)
+
+    p = sub.add_parser("train", help="train a LoRA adapter with one algorithm",
+                       description=f"Train with a registered algorithm ({', '.join(algos)}). The main job is "
+                                   "`agentrl main-job`.",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="config keys (key=value, dotted for sections; types, defaults and meanings: "
                               "agentrl config-docs, docs/configuration.md):\n" + config_keys_help())
@@ -276,7 +290,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON or YAML file of config keys (see docs/configuration.md)")
     p.add_argument("--out", help="run directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--main-job", action="store_true", help="run the main job with key=value MainJobConfig overrides")
     p.add_argument("--executor", choices=list(EXECUTORS),
                    help="where environments run: threads in this process (local, default) or Ray actors")
     p.add_argument("--async", dest="async_", action="store_true",
@@ -328,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides may come after options (argparse stops collecting positionals there)
-        if args.command != "train" or any(x.startswith("-") or "=" not in x for x in extra):
+        if args.command not in ("train", "main-job") or any(x.startswith("-") or "=" not in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

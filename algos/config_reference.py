@@ -38,8 +38,7 @@ def config_sections() -> list[tuple[type, str, str]]:
     sections += [
         (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
                                        "see [integration.md](integration.md#asynchronous-training)."),
-        (MainJobConfig, "", "The main job (`agentrl train --env AgentRL/ToolUse-v0` with no other argument, "
-                             "or `agentrl train --main-job key=value ...`)."),
+        (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`)."),
     ]
     return sections
 

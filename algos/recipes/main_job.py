@@ -1,6 +1,6 @@
 """The main job: base eval -> short SFT cold start -> GRPO -> eval, then a base -> SFT -> RL table and plots.
 
-``agentrl train --env AgentRL/ToolUse-v0`` with nothing else runs this with :class:`MainJobConfig`'s defaults,
+``agentrl main-job`` runs this with :class:`MainJobConfig`'s defaults,
 sized for the embedded SmolLM2-135M on a 2-core CPU (20-25 minutes; see ``docs/algorithms/`` for the
 measured budget). The stages share one model in memory: SFT trains a fresh LoRA adapter, GRPO keeps training
 that same adapter, and every evaluation samples through one :class:`~agentrl.algos.policy.HFPolicy` refreshed

@@ -97,30 +97,37 @@ def test_config_docs_cover_every_field_and_the_committed_page_is_current():
         "docs/configuration.md is stale: python -m agentrl.algos.cli config-docs > docs/configuration.md"
 
 
-def test_train_without_algo_runs_the_main_job_only_for_tooluse(monkeypatch, capsys):
-    import agentrl.algos.recipes.main_job as pipeline
+def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatch, capsys):
+    import agentrl.algos.recipes.main_job as main_job
 
     seen = {}
 
-    def fake_pipeline(cfg, resume=False, policy=None):
+    def fake_main_job(cfg, resume=False, policy=None):
         seen["cfg"] = cfg
         return {"table": "| table |", "timings": {"total": 1.0}, "out": Path(cfg.out)}
 
-    monkeypatch.setattr(pipeline, "run_main_job", fake_pipeline)
-    assert cli.main(["train", "--env", "AgentRL/ToolUse-v0"]) == 0
+    monkeypatch.setattr(main_job, "run_main_job", fake_main_job)
+    assert cli.main(["main-job"]) == 0
     assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == [] and seen["cfg"].sft_steps == 16
     assert seen["cfg"].grpo.scale_std is False  # the main job runs Dr. GRPO
     assert "| table |" in capsys.readouterr().out
-    assert cli.main(["train", "--main-job", "rl_steps=3", "--out", "r"]) == 0
+    assert cli.main(["main-job", "rl_steps=3", "--out", "r"]) == 0
     assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
-    assert cli.main(["train", "--env", "Test/Echo-v0"]) == 2
-    assert "--algo" in capsys.readouterr().err
-    # --device / --dtype reach the main job's config (a flag, not an override: still the main job)
+    # --device / --dtype reach the main job's config, as flags and as keys
     assert seen["cfg"].device == "auto"
-    assert cli.main(["train", "--device", "cuda", "--dtype", "bf16"]) == 0
+    assert cli.main(["main-job", "--device", "cuda", "--dtype", "bf16"]) == 0
     assert seen["cfg"].device == "cuda" and seen["cfg"].dtype == "bf16"
-    assert cli.main(["train", "--main-job", "device=cuda:1"]) == 0
+    assert cli.main(["main-job", "device=cuda:1"]) == 0
     assert seen["cfg"].device == "cuda:1"
+    # train never falls back to the main job: without an algorithm it says what to type
+    for argv in (["train"], ["train", "--env", "AgentRL/ToolUse-v0"], ["train", "--env", "Test/Echo-v0"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "--algo NAME" in err and "agentrl main-job" in err
+    # flags the main job does not use are refused, not dropped
+    with pytest.raises(SystemExit):
+        cli.main(["main-job", "--algo", "grpo"])
+    assert "unrecognized arguments: --algo" in capsys.readouterr().err
 
 
 def test_device_and_dtype_flags_reach_the_train_config(tmp_path):

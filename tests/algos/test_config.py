@@ -117,7 +117,7 @@ def test_cli_bad_value_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     path.write_text(json.dumps({"collector": {"temperature": "hot"}}))
     assert cli.main(argv[:-1] + ["--config", str(path)]) == 2
     assert f"{path}: collector.temperature: expected float, got 'hot'" in capsys.readouterr().err
-    assert cli.main(["train", "--main-job", "rl_steps=many"]) == 2
+    assert cli.main(["main-job", "rl_steps=many"]) == 2
     assert "rl_steps: expected int, got 'many'" in capsys.readouterr().err
 
 
