@@ -352,3 +352,45 @@ def run_with_plugin(tmp_path: Path, monkeypatch, group: str, entry: str, module:
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     return run.stdout
+
+
+class StockTask:
+    """One ToolUse task a tiny model can learn in a few steps (SFT, then GRPO on top): "How many units of item t7
+    are in stock?", whose demonstration answers at once, with a tiny model given an untied, larger output head.
+
+    A random model's logits are nearly flat and LoRA cannot rescale the (frozen) head, so the head is the input
+    embeddings x 16 (the distribution can become peaked) with a random ``<|im_end|>`` row (the pad token's
+    embedding row, all zeros, would never end a reply). :meth:`mean_reward` samples 32 episodes."""
+
+    def __init__(self, tmp_path: Path, tokenizer):
+        import json
+
+        from agentrl.algos.models import tiny_model
+        from agentrl.envs.tool_use import INVENTORY, stock
+
+        self.tokenizer = tokenizer
+        self.row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),
+                    "calls": []}  # the demonstration answers at once: "Answer: 85"
+        data = tmp_path / "task.jsonl"
+        data.write_text(json.dumps(self.row) + "\n")
+        self.env_kwargs = {"tools": [stock], "dataset": str(data), "max_turns": 3}
+        self.collector = CollectorConfig(max_new_tokens=12, max_turns=2)
+        model = tiny_model(tokenizer, hidden_size=64, seed=0)
+        model.config.tie_word_embeddings = False
+        head = model.get_input_embeddings().weight.detach().clone() * 16.0
+        stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        head[stop] = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0)) * head.std()
+        model.lm_head.weight = torch.nn.Parameter(head)
+        self.model = model
+
+    def mean_reward(self, model, seed: int) -> float:
+        import dataclasses
+
+        from agentrl.algos.policy.hf import HFPolicy
+        from agentrl.algos.rollout.collector import collect
+
+        policy = HFPolicy(model, self.tokenizer)
+        policy.update_weights(model)
+        trajs = collect("AgentRL/ToolUse-v0", policy, [self.row], 32,
+                        dataclasses.replace(self.collector, seed=seed), env_kwargs=self.env_kwargs)
+        return sum(t.reward for t in trajs) / len(trajs)

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
-from helpers import (  # (importing helpers registers Test/Score-v0)
-    kill_in_step,
-    tiny_train_config,
-    tiny_train_model,
-)
+from helpers import StockTask, kill_in_step, tiny_train_config, tiny_train_model  # (registers Test/Score-v0)
 
 from agentrl.algos.objectives.batching import TrainRow
-from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.async_trainer import (
     AsyncTrainer,
@@ -252,32 +245,8 @@ def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(toke
     One fixed ToolUse task answered directly, a tiny random model: a short SFT cold start (synchronous), then
     async GRPO (one-step off-policy). Rewards are measured on fresh samples (temperature 1, fixed seeds).
     """
-    from agentrl.algos.models import tiny_model
-    from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.algos.rollout.collector import collect
-    from agentrl.envs.tool_use import INVENTORY, stock
-
-    row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),
-           "calls": []}
-    data = tmp_path / "task.jsonl"
-    data.write_text(json.dumps(row) + "\n")
-    env_kwargs = {"tools": [stock], "dataset": str(data), "max_turns": 3}
-    col = CollectorConfig(max_new_tokens=12, max_turns=2)
-
-    model = tiny_model(tokenizer, hidden_size=64, seed=0)
-    model.config.tie_word_embeddings = False  # an untied, larger head so the distribution can become peaked
-    head = model.get_input_embeddings().weight.detach().clone() * 16.0
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    head[stop] = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0)) * head.std()
-    model.lm_head.weight = torch.nn.Parameter(head)
-
-    def mean_reward(m, seed):
-        policy = HFPolicy(m, tokenizer)
-        policy.update_weights(m)
-        trajs = collect("AgentRL/ToolUse-v0", policy, [row], 32, dataclasses.replace(col, seed=seed),
-                        env_kwargs=env_kwargs)
-        return float(np.mean([t.reward for t in trajs]))
-
+    task = StockTask(tmp_path, tokenizer)
+    env_kwargs, col, model, mean_reward = task.env_kwargs, task.collector, task.model, task.mean_reward
     sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=5, lr=1e-2,
                                     env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
                   model=model, tokenizer=tokenizer)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -10,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import ScoreEnv, kill_in_step, tiny_train_config, tiny_train_model
+from helpers import ScoreEnv, StockTask, kill_in_step, tiny_train_config, tiny_train_model
 
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
@@ -183,34 +182,8 @@ def test_sft_then_grpo_raise_the_reward_on_a_trivially_learnable_tooluse_task(to
     GRPO from there must raise it further. Rewards are measured on fresh samples (temperature 1, fixed seeds),
     not on the training rollouts.
     """
-    from agentrl.algos.models import tiny_model
-    from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.algos.rollout.collector import collect
-    from agentrl.envs.tool_use import INVENTORY, stock
-
-    row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),
-           "calls": []}  # the demonstration answers at once: "Answer: 85"
-    data = tmp_path / "task.jsonl"
-    data.write_text(json.dumps(row) + "\n")
-    env_kwargs = {"tools": [stock], "dataset": str(data), "max_turns": 3}
-    col = CollectorConfig(max_new_tokens=12, max_turns=2)
-
-    model = tiny_model(tokenizer, hidden_size=64, seed=0)
-    # A random model's logits are nearly flat and LoRA cannot rescale the (frozen) head: give the tiny model an
-    # untied, larger output head so that the distribution can become peaked at all.
-    model.config.tie_word_embeddings = False
-    head = model.get_input_embeddings().weight.detach().clone() * 16.0
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    head[stop] = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0)) * head.std()
-    model.lm_head.weight = torch.nn.Parameter(head)  # (the pad token's embedding row, <|im_end|>, is all zeros)
-
-    def mean_reward(m, seed):
-        policy = HFPolicy(m, tokenizer)
-        policy.update_weights(m)
-        trajs = collect("AgentRL/ToolUse-v0", policy, [row], 32, dataclasses.replace(col, seed=seed),
-                        env_kwargs=env_kwargs)
-        return float(np.mean([t.reward for t in trajs]))
-
+    task = StockTask(tmp_path, tokenizer)
+    env_kwargs, col, model, mean_reward = task.env_kwargs, task.collector, task.model, task.mean_reward
     base = mean_reward(model, 1)
     sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=SFT_STEPS,
                                     lr=1e-2, env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
