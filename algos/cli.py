@@ -9,6 +9,8 @@
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --async asynchronous.max_staleness=2   # overlap rollouts
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --device cuda --dtype bf16    # default --device auto
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --policy-url http://127.0.0.1:8000   # rollouts on vLLM
+    agentrl train --env AgentRL/ToolUse-v0 --algo grpo --engine vllm     # starts vLLM itself (docs/engines.md)
+    agentrl export-model models/smollm2 [--model NAME]          # a model folder an engine loads
     agentrl eval --env AgentRL/ToolUse-v0 --adapter runs/g/adapter --n 4 --out results.jsonl [--no-tools]
     agentrl plot runs/g
     agentrl config-docs > docs/configuration.md
@@ -35,6 +37,7 @@ from agentrl.algos.config_reference import config_docs, config_keys_help
 from agentrl.algos.objectives import algorithm_names
 from agentrl.algos.policy import POLICIES
 from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.policy.engine import ENGINES, VLLM_PYTHON_ENV, VLLM_VENV
 from agentrl.algos.rollout.env_factory import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
@@ -87,13 +90,20 @@ def build_main_job_config(args) -> Any:
 
 
 def cmd_main_job(args) -> int:
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise ValueError(f"the main job runs in one process (under torchrun every rank would run the whole job: "
+                         f"WORLD_SIZE={os.environ['WORLD_SIZE']}); launch `agentrl main-job` without torchrun, or "
+                         f"train data-parallel with `torchrun ... -m agentrl.algos.cli train --algo grpo ...`")
     from agentrl.algos.recipes.main_job import run_main_job
 
     cfg = build_main_job_config(args)
+    preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
     print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
     print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
           f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
-    policy = _policy_for(args, cfg.model)
+    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r)
     try:
         result = run_main_job(cfg, resume=args.resume, policy=policy)
     finally:
@@ -116,12 +126,13 @@ def cmd_train(args) -> int:
     from agentrl.algos.training.launch import train
 
     cfg = build_train_config(args)
+    preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
     mode = ""
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
-    policy = _policy_for(args, cfg.model)
-    where = f", rollouts on {args.policy_url}" if policy is not None else ""
+    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r)
+    where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""
     env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env
     print(f"agentrl train: {cfg.algo} on {env_label} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
     try:
@@ -136,13 +147,39 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _policy_for(args, model: str):
+def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str | None = None) -> None:
+    """Fail fast, before any model loads, with one line that says what to do: each ``(env id, env kwargs)`` is
+    registered and its env comes up (:func:`~agentrl.algos.rollout.env_factory.check_env`: a wrong id names the
+    closest, a code env without bubblewrap gives the install line), ``model`` can be loaded here without a
+    network call (:func:`~agentrl.algos.models.check_model_available`) and ``adapter`` was trained on ``model``
+    (:func:`~agentrl.algos.models.lora.check_adapter_base`). Raises ``ValueError`` / ``FileNotFoundError``."""
+    from agentrl.algos.models import check_model_available
+    from agentrl.algos.models.lora import check_adapter_base
+    from agentrl.algos.rollout.env_factory import check_env
+
+    for env_id, env_kwargs in envs:
+        check_env(env_id, env_kwargs)
+    check_model_available(model)
+    if adapter:
+        check_adapter_base(adapter, model)
+
+
+def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16):
     """The sampler backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
 
+    ``--engine vllm``: a vLLM server this process starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
+    its log in ``run_dir``, adapters up to rank ``lora_rank``); closing the policy stops it.
     ``hf``: None (the trainer or ``eval`` samples in process). Any other backend is a server reached at
     ``--policy-url`` through its class's ``connect(url, tokenizer, *, model, **server_options)`` with ``model``'s
     tokenizer: a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps its
     LoRA adapter there after each optimizer step."""
+    if getattr(args, "engine", None):
+        if args.policy_url or args.policy not in (None, "openai"):
+            raise ValueError("--engine starts its own server: pass --engine or --policy-url/--policy, not both")
+        from agentrl.algos.policy.engine import start_engine_policy
+
+        return start_engine_policy(model, engine=args.engine, run_dir=run_dir, lora_rank=lora_rank,
+                                   dtype=args.dtype, python=args.engine_python, adapter_dir=args.adapter_dir)
     name = args.policy or ("openai" if args.policy_url else "hf")
     if name == "hf":
         if args.policy_url:
@@ -164,6 +201,7 @@ def _policy_for(args, model: str):
 
 def cmd_eval(args) -> int:
     from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.report import results_table
     from agentrl.algos.models import load_model
     from agentrl.algos.policy.hf import HFPolicy
@@ -171,6 +209,7 @@ def cmd_eval(args) -> int:
     from agentrl.algos.training.tasks import heldout_tasks
 
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    preflight([(args.env, env_kwargs)], args.model, args.adapter)
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
 
@@ -180,7 +219,12 @@ def cmd_eval(args) -> int:
     else:
         tasks = heldout_tasks(args.env, DEFAULT_EVAL_TASKS if args.tasks is None else args.tasks, env_kwargs,
                               seed=args.seed)
-    policy = _policy_for(args, args.model)
+    rank = 16
+    if args.adapter and getattr(args, "engine", None):
+        from agentrl.algos.policy.engine import adapter_rank
+
+        rank = adapter_rank(args.adapter)
+    policy = _policy_for(args, args.model, run_dir=Path(args.out).parent if args.out else None, lora_rank=rank)
     if policy is not None:
         if args.adapter:
             policy.use_adapter(args.adapter)
@@ -196,6 +240,8 @@ def cmd_eval(args) -> int:
                           temperature=args.temperature, seed=args.seed)
     try:
         report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
+                          ledger={"model": args.model,
+                                  "adapter": adapter_sha256(args.adapter) if args.adapter else "base"},
                           text_only=args.no_tools)
     finally:
         if hasattr(policy, "close"):
@@ -204,6 +250,13 @@ def cmd_eval(args) -> int:
     print(results_table([(label, report)]))
     if args.out:
         print(f"episodes: {args.out}")
+    return 0
+
+
+def cmd_export_model(args) -> int:
+    from agentrl.algos.models.export import export_model
+
+    print(export_model(args.model, args.dir, dtype=args.dtype))
     return 0
 
 
@@ -239,6 +292,11 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
     p.add_argument("--lora-api", choices=["vllm", "sglang"], default="vllm", help="the server's runtime LoRA API")
     p.add_argument("--adapter-dir", help="where adapter versions are written for the server to read (a folder the "
                                          "server sees; default: a temporary folder)")
+    p.add_argument("--engine", choices=ENGINES,
+                   help="start this inference server (on 127.0.0.1, log in the run folder) and sample through it; "
+                        "the model is exported to a model folder first (docs/engines.md)")
+    p.add_argument("--engine-python", help=f"the engine's python (default ${VLLM_PYTHON_ENV}, else "
+                                           f"{VLLM_VENV}/bin/python)")
 
 
 def _report_to(text: str) -> list[str]:
@@ -328,6 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(p, device_default="auto", dtype_default="auto")
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("export-model", help="write a model folder an inference engine (vLLM, SGLang) loads",
+                       description="De-quantized weights, tokenizer and chat template of --model, saved to DIR.")
+    p.add_argument("dir", help="the folder to write (must not exist or be empty)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="weight dtype in the folder (fp32, the default, keeps de-quantized weights exact)")
+    p.set_defaults(func=cmd_export_model)
+
     p = sub.add_parser("plot", help="write PNG training curves (and the eval comparison) of a run")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_plot)
@@ -348,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
         return 2
 

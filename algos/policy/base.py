@@ -15,16 +15,33 @@ DEFAULT_MAX_BATCH_TOKENS = 32768
 
 @dataclass
 class SamplingParams:
-    """How to sample; shared by every request of one :meth:`Policy.generate` call."""
+    """How to sample; shared by every request of one :meth:`Policy.generate` call.
+
+    The distribution a token is drawn from: the logits divided by ``temperature``, cut to the ``top_k`` most likely
+    tokens, then to the ``top_p`` nucleus of what is left, renormalised (vLLM's order). Every backend samples that
+    distribution and records its logprobs (:attr:`GenerationResult.logprobs`), or refuses a setting it cannot
+    honour. Nothing else shapes it: no min-p, no repetition/presence/frequency penalty (:class:`OpenAIPolicy
+    <agentrl.algos.policy.openai.OpenAIPolicy>` sends their neutral values so a server's defaults never apply).
+    """
 
     temperature: float = 1.0
-    """Softmax temperature; 0 means greedy (logprobs are then those of temperature 1)."""
+    """Softmax temperature; 0 means greedy (the argmax; its logprob is then that of temperature 1, untruncated)."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p`` (1 = off)."""
     top_k: int = 0
-    """Keep the ``top_k`` most likely tokens (0 = off)."""
+    """Keep the ``top_k`` most likely tokens (0 = off; -1, vLLM's and SGLang's "off", is read as 0)."""
     stop_token_ids: tuple[int, ...] = ()
     """Sampling one of these ends the completion (the token is included in the output)."""
+
+    def __post_init__(self):
+        if self.top_k == -1:
+            self.top_k = 0
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k!r}")
 
 
 @dataclass
@@ -47,7 +64,9 @@ class GenerationResult:
 
     token_ids: list[int]
     logprobs: list[float]
-    """``log_softmax(logits / temperature)`` at each sampled token (fp32)."""
+    """The log-probability of each sampled token under the distribution it was drawn from (fp32): after
+    temperature, top-k and top-p (:class:`SamplingParams`), so ``log_softmax(logits / temperature)`` only when
+    nothing is truncated; greedy: ``log_softmax(logits)`` at the argmax."""
     finish_reason: str = "stop"
     """``"stop"`` (a stop token was sampled; it is the last id) or ``"length"`` (``max_new_tokens`` reached)."""
 

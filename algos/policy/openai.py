@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -25,12 +27,21 @@ class OpenAIPolicy(Policy):
     ``choices[i].token_ids`` (vLLM's ``return_token_ids``) or ``logprobs.tokens`` as ``"token_id:<id>"`` (vLLM's
     ``return_tokens_as_token_ids``) — and ``logprobs.token_logprobs``. See docs/collector.md for the server flags.
 
+    Sampling: every request states the whole distribution (:class:`SamplingParams`: temperature, top-k as -1 when
+    off, top-p) and the neutral values of what :class:`SamplingParams` does not have (``min_p`` 0, ``repetition_
+    penalty`` 1, presence and frequency penalties 0), so the sampling defaults a server reads from the model's
+    ``generation_config.json`` (Qwen2.5: ``top_k`` 20, ``repetition_penalty`` 1.05) never apply silently. A
+    temperature in (0, 1e-5) is refused: vLLM samples greedily below 1e-5, which is not that distribution.
+
     LoRA weight sync (:meth:`update_weights`): a trainer's PEFT adapter is saved to a new versioned folder under
-    ``adapter_dir`` and loaded on the server under a new name (``<model>-lora-v<N>``) through the server's runtime
-    LoRA endpoint; from then on requests name that adapter, and the previous one is unloaded. vLLM must be
-    started with ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; SGLang with
-    ``--enable-lora --max-lora-rank R --lora-target-modules ...`` (see docs/collector.md). The server reads the
-    adapter from ``adapter_dir``, so that folder must be on a file system the server sees.
+    ``adapter_dir`` and loaded on the server under a new name through the server's runtime LoRA endpoint; from then
+    on requests name that adapter, and the previous one is unloaded. Names are
+    ``f"{adapter_prefix}-{run_id}-r{rank}-v{N}"``: ``run_id`` is random per policy object (a new one for every
+    ``agentrl eval``, ``train`` and ``--resume``), ``rank`` the data-parallel rank (``RANK``), so runs, resumed runs
+    and ranks sharing one server never load a name twice (vLLM answers HTTP 400 "has already been loaded"). vLLM
+    must be started with ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; SGLang
+    with ``--enable-lora --max-lora-rank R --lora-target-modules ...`` (see docs/collector.md). The server reads
+    the adapter from ``adapter_dir``, so that folder must be on a file system the server sees.
 
     Args:
         base_url: e.g. ``"http://127.0.0.1:8000"`` (``/v1`` is added when missing).
@@ -43,15 +54,18 @@ class OpenAIPolicy(Policy):
         lora_api: ``"vllm"`` (``POST /v1/load_lora_adapter``; requests name the adapter as ``model``) or
             ``"sglang"`` (``POST /load_lora_adapter``; requests keep the base ``model`` and name the adapter in
             ``lora_path``).
-        adapter_prefix: adapter names are ``f"{adapter_prefix}-v{N}"`` (default ``f"{model}-lora"``); give each
-            trainer sharing one server its own prefix.
+        adapter_prefix: the first part of adapter names (default ``model``).
+        run_id: the part that tells this policy's adapters from every other's (default: 8 random hex digits).
+        rank: the data-parallel rank in adapter names (default: the ``RANK`` environment variable, else 0).
     """
 
     def __init__(self, base_url: str, model: str, tokenizer, *, max_concurrency: int = 64, timeout_s: float = 600.0,
                  api_key: str | None = None, adapter_dir: str | None = None, lora_api: str = "vllm",
-                 adapter_prefix: str | None = None):
+                 adapter_prefix: str | None = None, run_id: str | None = None, rank: int | None = None):
         if lora_api not in ("vllm", "sglang"):
             raise ValueError(f"lora_api must be 'vllm' or 'sglang', got {lora_api!r}")
+        if rank is None:
+            rank = int(os.environ.get("RANK", "0") or 0)
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
@@ -62,7 +76,9 @@ class OpenAIPolicy(Policy):
         self.api_key = api_key
         self.lora_api = lora_api
         self.adapter_dir = adapter_dir
-        self.adapter_prefix = adapter_prefix or f"{model}-lora"
+        self.run_id = run_id or secrets.token_hex(4)
+        self.adapter_prefix = f"{adapter_prefix or model}-{self.run_id}-r{rank}"
+        """Adapter names are ``f"{adapter_prefix}-v{N}"``: unique to this policy object (run and rank)."""
         self.adapter_name: str | None = None
         """The adapter requests are sampled with (None: the base model)."""
         self._adapter_path: str | None = None
@@ -102,7 +118,8 @@ class OpenAIPolicy(Policy):
     def update_weights(self, source_model) -> None:
         """Sync ``source_model``'s LoRA adapter to the server and sample with it from now on.
 
-        Saves the adapter (PEFT format) to ``adapter_dir/<prefix>-v<N>``, loads it on the server under that name,
+        Saves the adapter (PEFT format) to ``adapter_dir/<name>``, loads it on the server under ``<name>``
+        (:attr:`adapter_prefix` ``-v<N>``),
         switches requests to it, then unloads the previous version and deletes its folder. Only the adapter
         travels (megabytes), never the base weights. Raises ``TypeError`` for a model without a PEFT adapter and
         ``RuntimeError`` (with the server's answer and the flags it needs) when the server refuses the load.
@@ -112,8 +129,8 @@ class OpenAIPolicy(Policy):
                             "server is not supported)")
         if self.adapter_dir is None:
             self.adapter_dir = tempfile.mkdtemp(prefix="agentrl-lora-")
-        name = f"{self.adapter_prefix}-v{self.version + 1}"
-        path = Path(self.adapter_dir).resolve() / name
+        name = self._next_name()
+        path = Path(self.adapter_dir).resolve() / name.replace("/", "--")
         save_adapter(source_model, path)
         self._switch_adapter(name, path, owned=True)
 
@@ -123,7 +140,11 @@ class OpenAIPolicy(Policy):
         path = Path(path).resolve()
         if not (path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
-        self._switch_adapter(f"{self.adapter_prefix}-v{self.version + 1}", path, owned=False)
+        self._switch_adapter(self._next_name(), path, owned=False)
+
+    def _next_name(self) -> str:
+        """The server-side name of the next adapter version."""
+        return f"{self.adapter_prefix}-v{self.version + 1}"
 
     def _switch_adapter(self, name: str, path: Path, *, owned: bool) -> None:
         """Load adapter ``name`` from ``path`` on the server, sample with it, unload the previous one (and delete
@@ -151,13 +172,26 @@ class OpenAIPolicy(Policy):
             if old_path:
                 shutil.rmtree(old_path, ignore_errors=True)
 
+    #: Below this temperature vLLM samples greedily (its ``_SAMPLING_EPS``).
+    MIN_TEMPERATURE = 1e-5
+
     def _payload(self, req: GenerationRequest, sampling: SamplingParams) -> dict[str, Any]:
+        if 0 < sampling.temperature < self.MIN_TEMPERATURE:
+            raise ValueError(f"temperature {sampling.temperature} is greedy on vLLM (below {self.MIN_TEMPERATURE}) "
+                             "but a sampled distribution in process; use temperature=0 for greedy")
         body: dict[str, Any] = {
             "model": self.model_name,
             "prompt": list(req.prompt_ids),
             "max_tokens": req.max_new_tokens,
+            # The whole distribution, always: a server fills an omitted setting from the model's
+            # generation_config.json (vLLM's default --generation-config auto), e.g. Qwen2.5's top_k 20.
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
             "logprobs": 0,
             "stop_token_ids": list(sampling.stop_token_ids),
             "skip_special_tokens": False,
@@ -165,8 +199,6 @@ class OpenAIPolicy(Policy):
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
-        if sampling.top_k:
-            body["top_k"] = sampling.top_k
         if req.seed is not None:
             body["seed"] = int(req.seed)
         if self.lora_api == "sglang" and self.adapter_name is not None:

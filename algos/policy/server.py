@@ -164,20 +164,43 @@ class _PolicyHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], models: _Models, worker: _BatchingWorker, enable_lora: bool):
+    def __init__(self, address: tuple[str, int], models: _Models, worker: _BatchingWorker, enable_lora: bool,
+                 sampling_defaults: dict[str, float] | None = None):
         self.models = models
         self.worker = worker
         self.enable_lora = enable_lora
+        self.sampling_defaults = dict(sampling_defaults or {})
         super().__init__(address, _Handler)
 
 
-def _read_completion_request(body: dict[str, Any]) -> tuple[GenerationRequest, SamplingParams]:
-    """The generation request and sampling parameters of a ``/v1/completions`` body (token-id prompt)."""
+#: The sampling settings of a completion request and their neutral values (vLLM's defaults with
+#: ``--generation-config vllm``); the last four shape the distribution in ways :class:`SamplingParams` cannot.
+NEUTRAL_SAMPLING: dict[str, float] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                                      "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+_GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature
+
+
+def _read_completion_request(body: dict[str, Any],
+                             defaults: dict[str, float] | None = None) -> tuple[GenerationRequest, SamplingParams]:
+    """The generation request and sampling parameters of a ``/v1/completions`` body (token-id prompt).
+
+    A sampling setting the body omits (or sends as null) takes its value from ``defaults`` (the server's, as vLLM
+    reads them from the model's generation_config.json), else the neutral one. Raises ``ValueError`` for a
+    setting this server cannot sample (a non-neutral ``min_p`` or penalty) rather than ignoring it.
+    """
     prompt = body["prompt"]
     if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
         raise ValueError("prompt must be a non-empty list of token ids")
-    sampling = SamplingParams(temperature=float(body.get("temperature", 1.0)),
-                              top_p=float(body.get("top_p", 1.0)), top_k=int(body.get("top_k", 0) or 0),
+    given = {k: (body[k] if body.get(k) is not None else (defaults or {}).get(k, v))
+             for k, v in NEUTRAL_SAMPLING.items()}
+    unsupported = {k: given[k] for k in ("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+                   if float(given[k]) != NEUTRAL_SAMPLING[k]}
+    if unsupported:
+        raise ValueError(f"this server samples temperature, top_k and top_p only; it cannot honour "
+                         f"{', '.join(f'{k}={v}' for k, v in unsupported.items())}")
+    temperature = float(given["temperature"])
+    sampling = SamplingParams(temperature=0.0 if temperature < _GREEDY_BELOW else temperature,
+                              top_p=float(given["top_p"]), top_k=max(0, int(given["top_k"])),
                               stop_token_ids=tuple(body.get("stop_token_ids") or ()))
     return GenerationRequest(prompt, int(body.get("max_tokens", 16)), seed=body.get("seed")), sampling
 
@@ -249,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
         models = self.server.models
         try:
             body = self._body()
-            req, sampling = _read_completion_request(body)
+            req, sampling = _read_completion_request(body, self.server.sampling_defaults)
         except (ValueError, KeyError, TypeError) as e:
             self._error(400, str(e), "invalid_request_error")
             return
@@ -298,7 +321,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str = "agentrl",
-                 batch_window_s: float = 0.01, enable_lora: bool = False) -> PolicyServer:
+                 batch_window_s: float = 0.01, enable_lora: bool = False,
+                 sampling_defaults: dict[str, float] | None = None) -> PolicyServer:
     """Serve ``policy`` as an OpenAI-compatible ``/v1/completions`` endpoint (token-id prompts) in a thread.
 
     A small reference server for tests and for sharing one model between processes on a machine; at scale
@@ -311,12 +335,22 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
     endpoints, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
     ``{"lora_name"}`` (also under SGLang's paths, without ``/v1``): a loaded PEFT adapter is merged into its own
     sampler copy of the base model and served under its name, chosen by a request's ``model`` (vLLM) or
-    ``lora_path`` (SGLang). Loading an existing name is a 400; unloading an unknown one a 404.
+    ``lora_path`` (SGLang). Loading an existing name is a 400 (vLLM's "has already been loaded"); unloading an
+    unknown one a 404.
+
+    Sampling as vLLM reads a request: ``temperature``, ``top_k`` (-1 or 0: off) and ``top_p``; a temperature below
+    1e-5 is greedy. A setting the request omits takes its value from ``sampling_defaults`` (what vLLM's default
+    ``--generation-config auto`` reads from the model's generation_config.json, e.g. ``{"top_k": 20}``), else
+    the neutral one. A non-neutral ``min_p``, ``repetition_penalty``, ``presence_penalty`` or
+    ``frequency_penalty`` (requested or default) is answered 400: this server cannot sample it.
     """
     if enable_lora and (not isinstance(policy, HFPolicy) or is_peft(policy.model)):
         raise TypeError("serve_policy(enable_lora=True) needs an HFPolicy of a plain (non-PEFT) model")
+    unknown = set(sampling_defaults or {}) - set(NEUTRAL_SAMPLING)
+    if unknown:
+        raise ValueError(f"sampling_defaults: unknown settings {sorted(unknown)} (known: {list(NEUTRAL_SAMPLING)})")
     worker = _BatchingWorker(batch_window_s)
-    httpd = _PolicyHTTPServer((host, port), _Models(policy, model_name), worker, enable_lora)
+    httpd = _PolicyHTTPServer((host, port), _Models(policy, model_name), worker, enable_lora, sampling_defaults)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="policy-server")
     thread.start()
     return PolicyServer(httpd, thread, worker)

@@ -114,7 +114,7 @@ class MainJobConfig:
     memory_budget_gb: float = 1.5
     """Both stages' TrainConfig.memory_budget_gb: GiB an update may grow the RSS by; sizes the micro-batches (a
     larger budget: fewer, larger micro-batches, less time per step, more memory). 1.5 keeps the main job under
-    4 GiB peak RSS on its ~800-token rows (docs/grpo.md, "Memory")."""
+    4 GiB peak RSS on its ~800-token rows (docs/algorithms/grpo.md, "Memory")."""
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
     """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True

@@ -1,6 +1,8 @@
 """Where a rollout's envs come from: resolve an env id, make a text env, choose the executor that hosts them.
 
-* :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env.
+* :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env;
+  :func:`check_env_id` / :func:`check_env` — a one-line error for a wrong id (naming the closest) or an env that
+  cannot come up, before any model loads.
 * :func:`make_text_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
   the tool schemas itself, the env must not list them again in its prompt (see :mod:`agentrl.algos.rollout.chat`).
   The collector applies it to env ids; Ray env actors apply it to the envs they host.
@@ -63,6 +65,62 @@ def env_spec(env: str):
     import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
 
     return gym.spec(env.split(":", 1)[1] if ":" in env else env)
+
+
+def registered_env_ids() -> list[str]:
+    """Every env id gymnasium knows once :mod:`agentrl.envs` is imported (the ``AgentRL/*`` ids, those added with
+    ``register_env`` or an entry point, and gymnasium's own)."""
+    import gymnasium as gym
+
+    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+
+    return sorted(gym.registry)
+
+
+def check_env_id(env: str) -> None:
+    """Raise a one-line :class:`ValueError` unless ``env`` (``"module:Id"`` read as ``"Id"``) is a registered id;
+    it names the closest registered id and the ``AgentRL/*`` ones (``agentrl-env list``).
+
+    Raises:
+        ValueError: no env is registered under that id.
+    """
+    import difflib
+
+    ids = registered_env_ids()
+    name = env.split(":", 1)[1] if ":" in env else env
+    if name in ids:
+        return
+    if ":" in env:
+        env_spec(env)  # imports the module, which may register the id; gymnasium's own error if it does not
+        return
+    ours = [i for i in ids if i.startswith("AgentRL/")]
+    close = difflib.get_close_matches(name, ids, n=1, cutoff=0.6)
+    close = close or difflib.get_close_matches(name.lower(), [i.lower() for i in ours], n=1, cutoff=0.4)
+    hint = f"did you mean {next(i for i in ids if i.lower() == close[0].lower())!r}? " if close else ""
+    raise ValueError(f"unknown environment {env!r}; {hint}registered: {', '.join(ours)} (agentrl-env list; "
+                     "a new env needs register_env, docs/integration.md)")
+
+
+def check_env(env: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Fail fast, before any model loads: ``env`` is a registered id (:func:`check_env_id`) and one env made with
+    ``env_kwargs`` comes up (a code env without bubblewrap, or a wrong keyword, is refused here rather than after
+    the model has loaded). The env is closed again.
+
+    Raises:
+        ValueError: an unknown id, or the env refused ``env_kwargs`` or its sandbox (the message says what to do).
+    """
+    import gymnasium as gym
+
+    from agentrl.envs.sandbox.config import SandboxUnavailable
+
+    check_env_id(env)
+    try:
+        made = gym.make(env, **dict(env_kwargs or {}))
+    except SandboxUnavailable as e:
+        raise ValueError(f"{env}: {e}") from None
+    except TypeError as e:
+        raise ValueError(f"{env}: bad env kwargs {sorted(env_kwargs or {})}: {e}") from None
+    made.close()
 
 
 def env_class(env: str | Callable[[], Any]) -> type | None:

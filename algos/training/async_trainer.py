@@ -31,6 +31,13 @@ range. Trajectories (whole groups) more than ``max_staleness`` versions stale ar
   weight is multiplied by ``min(pi_cur / pi_sampler, tis_cap)``, the importance weight from the sampler's
   distribution to the current one, truncated to bound its variance.
 
+The sampler-mismatch correction of GRPO/PPO (``grpo.correction``, on by default with a server sampler:
+:func:`~agentrl.algos.training.update.resolve_correction`) runs here as in the synchronous trainer: its
+``pi_old`` is the first epoch's own logprobs, which here are the *current* weights' (the trainer has moved on
+since the batch was sampled), so every row is trained as decoupled PPO around the current policy, with
+``min(pi_cur / pi_sampler, correction_cap)`` correcting staleness and the server's numerics together (a row
+already corrected by ``staleness="tis"`` has ``pi_old = pi_cur`` and gets weight 1 there).
+
 Everything else is the synchronous trainer's: task order (a batch's tasks and rollout seed are a function of its
 data position), advantages and losses (``algo.prepare`` / ``algo.loss``), micro-batching, checkpoints (the data
 position saved is that of the last batch *consumed*, so batches still queued at a kill are collected again on
@@ -52,7 +59,7 @@ from typing import Any
 
 from agentrl.algos.objectives.base import RowGroup
 from agentrl.algos.objectives.batching import TrainRow
-from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
+from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams, Session
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.config import AsyncConfig
 from agentrl.algos.training.trainer import Trainer, rollout_metrics
@@ -71,7 +78,10 @@ class VersionedPolicy(Policy):
 
     ``version`` counts :meth:`update_weights` calls and is what the collector records in
     ``Trajectory.policy_version``. ``lock`` is held by the producer for a whole ``collect`` and by
-    :meth:`update_weights`, so weights never change in the middle of a rollout batch.
+    :meth:`update_weights`, so weights never change in the middle of a rollout batch. Sampling goes straight to
+    the inner policy (:meth:`generate`, and :meth:`session`: the inner backend's own open generation, so an
+    ``HFPolicy``'s batch that requests join while it decodes, or an ``OpenAIPolicy``'s requests in flight, work
+    as in the synchronous trainer); it takes no lock of its own: the producer's collect holds ``lock``.
     """
 
     def __init__(self, inner: Policy):
@@ -84,6 +94,9 @@ class VersionedPolicy(Policy):
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams):
         return self.inner.generate(requests, sampling)
+
+    def session(self, sampling: SamplingParams) -> Session:
+        return self.inner.session(sampling)
 
     def release(self, keys: Iterable[Hashable]) -> None:
         self.inner.release(keys)

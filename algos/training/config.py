@@ -86,7 +86,8 @@ class TrainConfig:
     """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
     sampler_shares_weights: bool = False
     """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of the
-    base weights instead of two, slower decoding."""
+    base weights instead of two, slower decoding. Synchronous training only (refused with asynchronous.enabled:
+    the producer would sample through the model while it is updated)."""
     sampler_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
     """The local sampler decodes at most this many tokens of context per batch (each prompt beyond the shared
     prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live trajectories at once."""
@@ -212,6 +213,12 @@ class TrainConfig:
                                  f"({per_token}); use 'drop' with {self.algo}")
             if a.queue_size < 1 or a.max_staleness < 0 or a.tis_cap <= 0:
                 raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0, tis_cap > 0")
+            if self.sampler_shares_weights:
+                raise ValueError("asynchronous training samples in a producer thread while the trainer updates the "
+                                 "model, so sampler_shares_weights=true would sample through weights being changed "
+                                 "(and race the backward pass): set sampler_shares_weights=false (the sampler keeps "
+                                 "its own merged copy, published after each step) or train synchronously (drop "
+                                 "--async / asynchronous.enabled)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

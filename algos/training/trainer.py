@@ -54,7 +54,7 @@ from agentrl.algos.training.memory import (
 )
 from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
-from agentrl.algos.training.update import apply_update
+from agentrl.algos.training.update import apply_update, resolve_correction
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +172,8 @@ class Trainer:
         self.policy = policy
         self.rollout_env = None
         self._collector = None
+        self.correction = None
+        """The sampler-mismatch correction of the updates (:func:`~agentrl.algos.training.update.resolve_correction`)."""
         if not self.algo.needs_rollouts:
             return
         if self.policy is None:
@@ -179,6 +181,9 @@ class Trainer:
 
             self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
                                    max_batch_tokens=config.sampler_max_batch_tokens)
+        self.correction = resolve_correction(self.algo, self.policy, config.collector)
+        if self.correction is not None:
+            logger.info("sampler-mismatch correction: %s", self.correction)
         self.policy.update_weights(self.model)
 
         def make(env_id, env_kwargs):
@@ -320,7 +325,8 @@ class Trainer:
         return apply_update(self.model, self.optimizer, self.algo, rows, lr=self._lr(), temperature=temperature,
                             pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
                             logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
-                            sampled=sampled, after_step=publish, ranks=self.ranks, trim=self.manages_heap)
+                            sampled=sampled, after_step=publish, ranks=self.ranks, trim=self.manages_heap,
+                            correction=self.correction if sampled else None)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

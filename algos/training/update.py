@@ -5,6 +5,13 @@ micro-batch's loss is backpropagated and the gradients accumulate; then the grad
 optimizer steps once per epoch. Token weights were fixed on the whole batch by ``algo.prepare``, so the
 accumulated gradient is the full-batch gradient whatever the packing. :class:`StepStats` gathers what the
 micro-batches report into the step's ``train/*`` metrics.
+
+Sampler-mismatch correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first
+epoch's forward pass gives the trainer's own logprobs of the sampled tokens under the weights that sampled them
+(``pi_old``; dropout is off for rollout algorithms, so the same numbers a separate no-gradient pass would give,
+at no extra cost); they replace the sampler's as the ratio's denominator, are kept for the later epochs, and
+:func:`~agentrl.algos.objectives.ppo.importance_weights` of ``pi_old / pi_sampler`` weighs each token's
+policy-gradient term (``train/is_weight_mean``, ``train/is_clipped_frac`` or ``train/is_masked_frac``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import torch
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import TrainRow, collate, pack_microbatches
 from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, token_logprobs
+from agentrl.algos.objectives.ppo import SamplerCorrection, importance_weights
 from agentrl.algos.rollout.trajectory import common_prefix_len
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.memory import (
@@ -66,8 +74,8 @@ class StepStats:
         if epoch == 0:
             self.out["train/padded_tokens"] += batch["input_ids"].numel()
             self.out["train/real_tokens"] += int(batch["attention_mask"].sum())
-            if sampled:
-                gap = (logprobs.detach() - batch["old_logprobs"]).abs()[m]
+            if sampled:  # against the sampler's logprobs (a correction moved them to "sampler_logprobs")
+                gap = (logprobs.detach() - batch.get("sampler_logprobs", batch["old_logprobs"])).abs()[m]
                 if gap.numel():
                     self.gap[0] += float(gap.sum())
                     self.gap[1] += gap.numel()
@@ -139,11 +147,40 @@ def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[lis
     return [[row for i in b for row in row_groups[i]] for b in bins]
 
 
+def resolve_correction(algo: Algorithm, policy, sampling) -> SamplerCorrection | None:
+    """The sampler-mismatch correction a run applies: None, or the algorithm's ``correction`` resolved.
+
+    Only per-token policy-gradient algorithms (:attr:`Algorithm.token_level`: GRPO, PPO) with a ``correction``
+    key have one. ``'auto'`` means ``'tis'`` unless the sampler's logprobs are the trainer's own: ``policy`` (a
+    wrapper's ``inner`` policy) is an in-process :class:`~agentrl.algos.policy.hf.HFPolicy`, which samples the
+    trained weights (a copy merged in fp32, or the model itself) with the logits the trainer recomputes, and
+    ``sampling`` (``CollectorConfig`` or ``SamplingParams``: ``temperature``, ``top_k``, ``top_p``) truncates
+    nothing, so ``pi_sampler == pi_old`` up to the rounding of a batched decode (1e-4 in fp32; bf16 rounds
+    more, see docs/collector.md) and a correction would only cost. A server (vLLM, SGLang: other kernels,
+    other numerics) or top-k/top-p (whose logprobs are renormalised over the kept tokens, while the trainer's
+    are over the whole vocabulary) turns it on.
+    """
+    config = algo.config
+    mode = getattr(config, "correction", "none")
+    if not algo.token_level or mode == "none":
+        return None
+    if mode == "auto":
+        while hasattr(policy, "inner"):
+            policy = policy.inner
+        from agentrl.algos.policy.hf import HFPolicy
+
+        truncated = sampling.temperature > 0 and ((sampling.top_k or 0) > 0 or sampling.top_p < 1)
+        if isinstance(policy, HFPolicy) and not truncated:
+            return None
+        mode = "tis"
+    return SamplerCorrection(mode, config.correction_level, config.correction_cap)
+
+
 def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float,
                  temperature: float, pad_id: int, micro_batch_tokens: int | str, logprob_chunk: int,
                  max_grad_norm: float, reference: Reference | None = None, sampled: bool | None = None,
                  after_step: Callable[[], None] | None = None, ranks: Ranks | None = None,
-                 trim: bool = False) -> dict[str, Any]:
+                 trim: bool = False, correction: SamplerCorrection | None = None) -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
@@ -162,6 +199,10 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     With ``ranks`` of a data-parallel run (:mod:`~agentrl.algos.training.distributed`), ``row_groups`` is the
     whole batch, identical on every rank: each rank backpropagates its share, the gradients are summed over the
     ranks before clipping, and the returned statistics are those of the whole batch on every rank.
+
+    ``correction`` (:func:`resolve_correction`; only when ``sampled`` and ``algo.token_level``): the loss gets
+    ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["sampler_logprobs"]`` = the
+    rows' recorded ones, and ``batch["is_weights"]`` (see the module docstring).
     """
     if algo.needs_reference and reference is None:
         raise ValueError(f"{type(algo).__name__} needs a reference policy: pass reference=Reference(model) "
@@ -179,11 +220,13 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=bool(checkpointing_layers(model)),
                                          micro_batch_tokens="auto", memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     batches = micro_batches(ranks.shard(row_groups), micro_batch_tokens)
+    correct = correction is not None and sampled and algo.token_level
+    kept: dict[int, tuple[torch.Tensor, torch.Tensor, dict[str, float]]] = {}  # micro-batch -> pi_old, weights
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
-            for rows in batches:
+            for i, rows in enumerate(batches):
                 batch = collate(rows, pad_id, device)
                 ref = None
                 if algo.needs_reference:  # first: it may switch adapters, which must not happen under a graph
@@ -194,7 +237,21 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                     lp, ent = token_logprobs(model, batch["input_ids"], batch["attention_mask"],
                                              temperature=temperature, chunk_size=logprob_chunk, return_entropy=True,
                                              positions=batch["loss_mask"])
+                if correct:
+                    if epoch == 0:  # the weights that sampled these rows: pi_old
+                        pi_old = lp.detach().float()
+                        w, is_stats = importance_weights(pi_old, batch["old_logprobs"], batch["loss_mask"],
+                                                         correction)
+                        if algo.epochs > 1:
+                            kept[i] = (pi_old, w, is_stats)
+                    else:
+                        pi_old, w, is_stats = kept[i]
+                    batch["sampler_logprobs"] = batch["old_logprobs"]
+                    batch["old_logprobs"] = pi_old
+                    batch["is_weights"] = w
                 loss, loss_stats = algo.loss(lp, ref, batch)
+                if correct:
+                    loss_stats = {**loss_stats, **is_stats}
                 loss.backward()
                 epoch_loss += loss.item()
                 stats.add(epoch, batch, lp, ent, loss_stats, sampled=sampled)

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrl.envs.plugins import Registry
+from agentrl.envs.sandbox import bwrap
+from agentrl.envs.sandbox.config import SandboxUnavailable
 from agentrl.envs.sandbox.pool import Sandbox, default_sandbox
 from agentrl.envs.sandbox.protocol import CodeSandbox
 
-__all__ = ["SANDBOXES", "make_sandbox", "register_sandbox"]
+__all__ = ["SANDBOXES", "check_sandbox", "make_sandbox", "register_sandbox"]
 
 #: Sandbox name -> a class (or factory) whose keyword arguments are ``sandbox_kwargs``.
 SANDBOXES: Registry[Callable[..., CodeSandbox]] = Registry("sandbox", "agentrl.sandboxes", {
@@ -38,6 +40,31 @@ def register_sandbox(name: str, sandbox: Callable[..., CodeSandbox] | str) -> No
     """Make ``sandbox=name`` build ``sandbox`` (a class or factory, or its ``"module:Attr"`` import path) with
     the env's ``sandbox_kwargs``; it replaces a built-in of the same name."""
     SANDBOXES.register(name, sandbox)
+
+
+#: What a code env without bubblewrap says (one line): the install command or the two alternatives as env kwargs.
+NO_BWRAP = ("bubblewrap (bwrap) is not installed, so model-written code cannot run isolated: install it "
+            "(`sudo apt-get install -y bubblewrap`), or run code on a SandboxFusion service "
+            "(env kwargs {\"sandbox\": \"remote\", \"sandbox_kwargs\": {\"url\": \"http://HOST:8080\"}}), or, only for "
+            "trusted code, without isolation ({\"sandbox_kwargs\": {\"isolation\": \"none\"}}); see "
+            "docs/sandbox-security.md")
+
+
+def check_sandbox(sandbox: str | CodeSandbox | None = "bwrap", sandbox_kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse at once a sandbox that cannot run code here: the bubblewrap ``"bwrap"`` (the default, ``None``)
+    without the ``bwrap`` executable, unless ``sandbox_kwargs`` asks for ``isolation="none"``. Other sandboxes
+    and instances are not checked (a remote one is reached on first use).
+
+    Raises:
+        SandboxUnavailable: with :data:`NO_BWRAP`, the install line and the alternatives.
+    """
+    if sandbox is not None and not isinstance(sandbox, str):
+        return
+    name = "bwrap" if sandbox is None else sandbox
+    if name not in SANDBOXES or SANDBOXES.get(name) is not Sandbox:
+        return
+    if (sandbox_kwargs or {}).get("isolation", "bwrap") == "bwrap" and not bwrap.bwrap_available():
+        raise SandboxUnavailable(NO_BWRAP)
 
 
 def make_sandbox(sandbox: str | CodeSandbox = "bwrap", *, shared: bool = True, **config: Any) -> CodeSandbox:

@@ -63,7 +63,8 @@ SAMPLINGS = (SamplingParams(temperature=0.0, stop_token_ids=(2,)), SamplingParam
 @pytest.mark.parametrize("lora_api", ["vllm", "sglang"])
 def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, base, tokenizer, tmp_path,
                                                                      lora_api):
-    remote = OpenAIPolicy(server.url, "tiny", tokenizer, adapter_dir=str(tmp_path), lora_api=lora_api)
+    remote = OpenAIPolicy(server.url, "tiny", tokenizer, adapter_dir=str(tmp_path), lora_api=lora_api,
+                          run_id="run1", rank=0)
     prompts = _prompts(tokenizer)
     base_local = HFPolicy(base, tokenizer)
     before = _sample(remote, prompts, SAMPLINGS[1])
@@ -71,10 +72,10 @@ def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, bas
 
     trained = _peft(base, seed=1)
     remote.update_weights(trained)
-    assert remote.version == 1 and remote.adapter_name == "tiny-lora-v1"
-    assert (tmp_path / "tiny-lora-v1" / "adapter_config.json").is_file()
+    assert remote.version == 1 and remote.adapter_name == "tiny-run1-r0-v1"
+    assert (tmp_path / "tiny-run1-r0-v1" / "adapter_config.json").is_file()
     listed = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
-    assert listed == ["tiny", "tiny-lora-v1"]
+    assert listed == ["tiny", "tiny-run1-r0-v1"]
     # The server now samples with the adapter: tokens and logprobs are the local HF policy's with the same adapter,
     # and the logprobs of the base model's own samples have changed.
     for sp in SAMPLINGS:
@@ -85,14 +86,14 @@ def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, bas
     # A second update: a new name, the previous adapter unloaded and its folder removed.
     _perturb(trained, seed=2)
     remote.update_weights(trained)
-    assert remote.version == 2 and remote.adapter_name == "tiny-lora-v2"
+    assert remote.version == 2 and remote.adapter_name == "tiny-run1-r0-v2"
     listed = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
-    assert listed == ["tiny", "tiny-lora-v2"]
-    assert not (tmp_path / "tiny-lora-v1").exists()
+    assert listed == ["tiny", "tiny-run1-r0-v2"]
+    assert not (tmp_path / "tiny-run1-r0-v1").exists()
     for sp in SAMPLINGS:
         _same(_sample(remote, prompts, sp), _sample(HFPolicy(trained, tokenizer), prompts, sp))
     old = requests.post(f"{server.url}/v1/completions", timeout=30,
-                        json={"model": "tiny-lora-v1", "prompt": [5, 6], "max_tokens": 2, "logprobs": 0})
+                        json={"model": "tiny-run1-r0-v1", "prompt": [5, 6], "max_tokens": 2, "logprobs": 0})
     assert old.status_code == 404 and "does not exist" in old.json()["error"]["message"]
     remote.close()
 

@@ -4,6 +4,7 @@ server on 127.0.0.1) with the trainer's LoRA adapter hot-swapped there after eve
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import requests
@@ -52,13 +53,17 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_mod
     assert [r["step"] for r in records] == [1, 2]
     assert [r["train/optimizer_steps"] for r in records] == [1, 1]  # (the seed gives both steps a learning signal)
     # one load at the start, one after each optimizer step; each time the server lists only the newest
-    assert [name for name, _ in swaps] == ["tiny-base-lora-v1", "tiny-base-lora-v2", "tiny-base-lora-v3"]
+    prefix = re.fullmatch(r"(tiny-base-[0-9a-f]{8}-r0)-v1", swaps[0][0]).group(1)  # the run's own id, rank 0
+    assert [name for name, _ in swaps] == [f"{prefix}-v1", f"{prefix}-v2", f"{prefix}-v3"]
     assert all(listed == ["tiny-base", name] for name, listed in swaps)
-    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["tiny-base-lora-v3"]
+    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == [f"{prefix}-v3"]
     for r in records:
         # the server sampled with the trainer's current weights (step 2: the adapter swapped in after step 1):
         # its logprobs are the trainer's up to fp32 rounding
         assert 0 <= r["train/logprob_gap"] < 1e-4
+        # a server sampler: the sampler-mismatch correction is on ('auto' -> 'tis'), its weights ~1 here
+        assert r["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-3) and r["train/is_clipped_frac"] == 0
+        assert r["train/ratio_mean"] == pytest.approx(1.0)
 
 
 def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir, tmp_path, capsys):
@@ -74,8 +79,21 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                      "--adapter", str(run / "adapter"), "--tasks-file", str(tasks), "--max-new-tokens", "4",
                      "--max-turns", "1", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 3
-    assert _listed(server) == ["tiny-base", "tiny-base-lora-v1"]
+    listed = _listed(server)
+    assert len(listed) == 2 and re.fullmatch(r"tiny-base-[0-9a-f]{8}-r0-v1", listed[1])
     assert (run / "adapter" / "adapter_config.json").is_file()  # the user's folder is never deleted
+
+    # What a user types next against the same server: train through it, then resume that run. Each command's
+    # adapters get names of their own, so none is refused as "already loaded" (the eval's adapter is still there).
+    for resume in ([], ["--resume"]):
+        assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir),
+                         "--out", str(tmp_path / "served"), "--policy-url", server.url, *resume,
+                         "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu", "--dtype", "fp32",
+                         f"steps={2 if resume else 1}", "tasks_per_step=2", "group_size=2",
+                         "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
+                         "tensorboard=false"]) == 0, capsys.readouterr().err
+    names = _listed(server)[1:]
+    assert len(names) == len(set(names)) == 3 and listed[1] in names  # eval's, train's last, the resumed run's last
 
 
 def test_policy_url_without_a_server_is_a_clear_error(train_model_dir, capsys):

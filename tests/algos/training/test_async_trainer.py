@@ -111,6 +111,33 @@ def test_async_needs_a_rollout_algorithm_and_valid_settings(tmp_path):
     dpo.algo = "dpo"
     with pytest.raises(ValueError, match="grpo, ppo"):
         dpo.validate()
+    shared = _acfg(tmp_path)
+    shared.sampler_shares_weights = True  # the producer would sample through the model being updated
+    with pytest.raises(ValueError, match="set sampler_shares_weights=false .* or train synchronously"):
+        shared.validate()
+    shared.asynchronous.enabled = False
+    shared.validate()
+
+
+def test_the_producer_samples_through_the_inner_policys_session(tokenizer, tmp_path):
+    """The wrapper forwards ``session``: an HFPolicy's batch that requests join while it decodes (continuous
+    turns), not the default rounds of generate calls."""
+    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    inner = trainer.policy.inner
+    opened, generated = [], []
+    real_session, real_generate = inner.session, inner.generate
+
+    def session(sampling):
+        assert trainer.policy.lock.locked()  # inside the producer's collect, which holds the publishing lock
+        opened.append(real_session(sampling))
+        return opened[-1]
+
+    inner.session = session
+    inner.generate = lambda *a: (generated.append(1), real_generate(*a))[1]
+    trainer.config.steps = 1
+    trainer.train()
+    assert opened and all(type(s).__module__ == "agentrl.algos.policy._decoding" for s in opened)
+    assert not generated  # no request went through the round-by-round default
 
 
 def test_cli_async_flag_sets_the_section():

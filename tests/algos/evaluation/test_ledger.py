@@ -1,0 +1,107 @@
+"""The held-out sets' ledger: a row for every evaluation on a fixed set (found by content), none otherwise."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+from helpers import ROOT
+
+import agentrl.algos.evaluation.evaluate as ev
+from agentrl.algos.evaluation import ledger
+from agentrl.algos.rollout.trajectory import Trajectory
+
+SETS = ROOT / "benchmarks" / "heldout"
+
+
+def _set(name: str) -> list[dict]:
+    return [json.loads(line) for line in (SETS / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def collect_half(monkeypatch):
+    """A stand-in collector: the even-numbered tasks are answered correctly by every sample, the others never."""
+    def collect(env, policy, tasks, group_size, config=None, *, env_kwargs=None, progress=False):
+        return [Trajectory(token_ids=[1], loss_mask=[1], logprobs=[0.0], prompt_len=0, reward=0.0, group_id=g,
+                           task=task, metrics={"correct": float(g % 2 == 0)})
+                for g, task in enumerate(tasks) for _ in range(group_size)]
+
+    mod = types.ModuleType("agentrl.algos.rollout.collector")
+    mod.collect = collect
+    monkeypatch.setitem(sys.modules, "agentrl.algos.rollout.collector", mod)
+
+
+def test_tests_never_write_the_repository_ledger(ledger_file):
+    assert ledger.ledger_path() == ledger_file != SETS / "ledger.jsonl"
+
+
+def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, ledger_file):
+    tasks = _set("search")
+    copy = tmp_path / "elsewhere.jsonl"
+    copy.write_text(ledger.dumps(tasks))  # the set under another name: still the set
+    before = len(ledger.read(ledger_file))
+    from agentrl.envs.datasets import load_rows
+
+    report = ev.evaluate("AgentRL/Search-v0", object(), load_rows(copy), n=2, progress=False,
+                         ledger={"adapter": "base"}, out=tmp_path / "eval" / "x.jsonl")
+    rows = ledger.read(ledger_file)
+    assert len(rows) == before + 1
+    row = rows[-1]
+    meta = json.loads((SETS / "search.json").read_text())
+    assert row["set"] == "search" and row["set_sha256"] == meta["sha256"] and row["tasks"] == row["set_tasks"] == 128
+    assert row["primary_metric"] == "macro_em" and row["adapter"] == "base" and row["n"] == 2
+    assert row["weights"] is None  # object() has no local weights
+    assert len(row["per_task"]) == 128 and row["per_task"][tasks[0]["id"]] == 1.0
+    assert set(row["scores"]["by_family"]) == {"fanoutqa", "wiki_description"}
+    assert row["scores"]["average_at_n"] == pytest.approx(report.average_at_n)
+    assert row["commit"] and len(row["commit"]) == 40 and isinstance(row["dirty"], bool)
+    assert row["command"] and row["config_sha256"] and row["time"].endswith("+00:00")
+    assert report.settings["ledger"] == {"id": row["id"], "set": "search"}
+    assert json.loads((tmp_path / "eval" / "x.summary.json").read_text())["settings"]["ledger"]["id"] == row["id"]
+
+
+def test_subsets_are_recorded_as_such_and_other_tasks_not_at_all(collect_half, ledger_file):
+    tasks = _set("tooluse")
+    before = len(ledger.read(ledger_file))
+    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False)
+    row = ledger.read(ledger_file)[-1]
+    assert len(ledger.read(ledger_file)) == before + 1 and row["set"] == "tooluse"
+    assert row["tasks"] == 8 and row["set_tasks"] == 128 and row["primary_metric"] == "average_at_n"
+    changed = [dict(tasks[0], answer="-1"), *tasks[1:8]]  # same ids, other content: not the set
+    ev.evaluate("AgentRL/ToolUse-v0", object(), changed, n=1, progress=False)
+    ev.evaluate("AgentRL/ToolUse-v0", object(), [{"id": "x", "family": "add"}], n=1, progress=False)
+    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False, ledger=False)
+    assert len(ledger.read(ledger_file)) == before + 1
+
+
+def test_ledger_path_switches(monkeypatch, tmp_path):
+    monkeypatch.setenv(ledger.LEDGER_ENV, "off")
+    assert ledger.ledger_path() is None
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "l.jsonl"))
+    assert ledger.ledger_path() == tmp_path / "l.jsonl"
+    monkeypatch.delenv(ledger.LEDGER_ENV)
+    assert ledger.ledger_path() == SETS / "ledger.jsonl"  # a checkout: the repository's file
+
+
+def test_weights_fingerprint_tells_weights_apart():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(8, 4)
+    policy = types.SimpleNamespace(model=model)
+    first = ledger.weights_fingerprint(policy)
+    assert first == ledger.weights_fingerprint(policy)
+    with torch.no_grad():
+        model.weight.add_(0.01)
+    assert ledger.weights_fingerprint(policy) != first
+
+
+def test_command_line_and_adapter_hash(tmp_path):
+    assert ledger.command_line(["/usr/bin/agentrl", "eval", "--tasks-file", "a b.jsonl"]) == \
+        "agentrl eval --tasks-file 'a b.jsonl'"
+    assert ledger.command_line([str(ROOT / "benchmarks" / "learning.py"), "--quick"]) == \
+        "python benchmarks/learning.py --quick"
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"1")
+    first = ledger.adapter_sha256(tmp_path)
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"2")
+    assert ledger.adapter_sha256(tmp_path) != first

