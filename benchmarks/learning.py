@@ -14,27 +14,34 @@ trained on) with a per-environment preset, then adds:
   Average@4 / Pass@4 (4 samples per task at temperature 0.7), per tier and family, with the tool-use and
   self-correction rates.
 
-Every evaluation uses the env's fixed held-out set ``benchmarks/heldout/<env>.jsonl`` (``benchmarks/heldout.py``:
-written before any tuning, from positions no earlier experiment evaluated; ``--quick`` takes its first rows), set
-as ``MainJobConfig.eval_tasks_file`` (override it with ``eval_tasks_file=...``).
+Every evaluation uses the env's fixed held-out set (:data:`HELDOUT`: ``benchmarks/heldout/<env>_v2.jsonl``;
+``benchmarks/heldout.py``: written before any tuning, from positions no earlier experiment evaluated, no question
+text shared with the train split; ``--quick`` takes its first rows), set as ``MainJobConfig.eval_tasks_file``.
+``--heldout NAME`` picks another committed set of the env — the burnt v1 sets (``tooluse``, ``search``,
+``pythonmath``), to re-derive a figure measured on them, never to report a new one; ``eval_tasks_file=...`` any file.
 
 Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command), copies the
 training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
 figures, command, wall time, peak RSS, machine) for the results page. Runs resume: a finished stage (eval report,
 trained adapter) in ``--out`` is read back, not redone, so a killed run continues where it stopped.
 
+At the end of a run the page's raw data is copied to ``docs/results/data/<env>[_quick]/`` (``--data``): per-task
+eval scores of every row (``eval/*.jsonl``), the training stages' metrics and ``learning.json`` with the commit; commit
+it with the page. Every evaluation on a fixed set also appends a row to ``benchmarks/heldout/ledger.jsonl``.
+
 ``--all`` runs every env's experiment and ``benchmarks/compare_algorithms.py``, each in its own process (so each
-records its own peak RSS), then regenerates ``docs/results/learning.md`` (``benchmarks/learning_page.py``) from
-the run directories; ``--page`` only regenerates that page.
+records its own peak RSS), copies the comparison's data, then regenerates ``docs/results/learning.md``
+(``benchmarks/learning_page.py``) from the committed data; ``--page`` only regenerates that page.
 
     python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (~30-45 min)
     python benchmarks/learning.py --quick                      # CI-sized budgets (a smoke test, not a result)
     python benchmarks/learning.py --env AgentRL/Search-v0      # ~26 min (32 GRPO steps of 4 x 4)
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
+    python benchmarks/learning.py --heldout tooluse            # an old figure, on the burnt v1 set
     python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
-    python benchmarks/learning.py --page                       # the page from the run directories as they are
+    python benchmarks/learning.py --page                       # the page from docs/results/data and the ledger
 """
 
 from __future__ import annotations
@@ -59,6 +66,10 @@ if str(HERE) not in sys.path:
 
 #: Short names used for the output files.
 NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
+#: The fixed held-out set every evaluation of an env uses by default (``benchmarks/heldout/<name>.jsonl``): the v2
+#: sets of issue 28. The v1 sets (the names of NAMES) are burnt: settings were chosen on them.
+HELDOUT = {"AgentRL/ToolUse-v0": "tooluse_v2", "AgentRL/Search-v0": "search_v2",
+           "AgentRL/PythonMath-v0": "pythonmath_v2"}
 
 #: MainJobConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is.
 PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -256,8 +267,10 @@ def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: 
     """``<out>/learning.json``: what the results page needs, all from this run (figures, command, time, machine)."""
     import hashlib
 
+    import learning_page
     import run_all
 
+    from agentrl.algos.evaluation.ledger import git_state
     from agentrl.algos.recipes.main_job import peak_rss_gib
 
     tasks_file = Path(cfg.eval_tasks_file)
@@ -273,20 +286,27 @@ def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: 
                    "rl_group_size": cfg.rl_group_size, "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens,
                    "max_turns": cfg.max_turns},
         "rows": [[label, report.to_dict()] for label, report in rows], "family_table": families,
-        "tier_table": tiers,
+        "tier_table": tiers, **git_state(), "primary_metric": learning_page.primary_metric(cfg.env),
     }
     path = out / "learning.json"
     path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
     return path
 
 
-def quick_heldout(env: str, n: int, out: Path) -> Path:
+def heldout_path(env: str, name: str | None = None) -> Path:
+    """The committed file of the held-out set ``name`` of ``env`` (default :data:`HELDOUT`'s)."""
+    import heldout
+
+    return heldout.path_for_env(env, name or HELDOUT[env])
+
+
+def quick_heldout(env: str, n: int, out: Path, name: str | None = None) -> Path:
     """The first ``n`` tasks of ``env``'s fixed held-out set, as ``<out>/heldout-quick.jsonl`` (--quick runs)."""
     import heldout
 
     path = out / "heldout-quick.jsonl"
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(heldout.dumps(heldout.read(heldout.path_for_env(env))[:n]), encoding="utf-8")
+    path.write_text(heldout.dumps(heldout.read(heldout_path(env, name))[:n]), encoding="utf-8")
     return path
 
 
@@ -301,6 +321,11 @@ def all_commands(quick: bool, model: str | None, runs: Path, results: str) -> li
     return cmds
 
 
+def data_dir(args) -> Path:
+    """Where a run's committed data goes and the page reads it: ``--data``, else ``<results>/data``."""
+    return Path(args.data) if args.data else Path(args.results) / "data"
+
+
 def run_everything(args) -> int:
     """``--all``: each experiment in its own process (failures are reported, the rest still run), then the page."""
     import learning_page
@@ -310,7 +335,10 @@ def run_everything(args) -> int:
         logger.info("running %s", " ".join(cmd[1:]))
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
             failed.append(" ".join(cmd[1:]))
-    path = learning_page.write_page(Path(args.runs), Path(args.results), quick=args.quick)
+    suffix = "_quick" if args.quick else ""
+    learning_page.export_compare(Path(args.runs) / f"compare-algorithms{suffix.replace('_', '-')}",
+                                 data_dir(args) / f"compare_algorithms{suffix}")
+    path = learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick)
     print(f"written: {path}")
     for cmd in failed:
         print(f"FAILED: {cmd}", file=sys.stderr)
@@ -322,14 +350,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", default="AgentRL/ToolUse-v0", choices=sorted(PRESETS), help="environment")
     ap.add_argument("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner)")
     ap.add_argument("--all", action="store_true", help="every env, compare_algorithms.py, then docs/results/learning.md")
-    ap.add_argument("--page", action="store_true", help="only regenerate docs/results/learning.md from the run dirs")
-    ap.add_argument("--runs", default="runs", help="where --all / --page find the run directories (runs/)")
+    ap.add_argument("--page", action="store_true", help="only regenerate docs/results/learning.md from committed data")
+    ap.add_argument("--runs", default="runs", help="where --all finds the run directories (runs/)")
     ap.add_argument("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
     ap.add_argument("--no-control", action="store_true",
                     help="skip the control: SFT for the same time (ToolUse-v0), the text-only pipeline (PythonMath-v0)")
+    ap.add_argument("--heldout", metavar="NAME",
+                    help="the env's committed held-out set to evaluate on (default its v2 set, HELDOUT; the burnt v1 "
+                         "sets tooluse/search/pythonmath only to re-derive old figures)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
+    ap.add_argument("--data", help="where the run's committed data goes, read by --page (default <results>/data)")
     ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
     ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
@@ -340,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.page:
         import learning_page
 
-        print(f"written: {learning_page.write_page(Path(args.runs), Path(args.results), quick=args.quick)}")
+        print(f"written: {learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick)}")
         return 0
 
     import agentrl.algos.recipes.main_job as pipeline
@@ -353,12 +385,17 @@ def main(argv: list[str] | None = None) -> int:
     full, quick = PRESETS[args.env]
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
     preset = dict(quick if args.quick else full)
-    if args.quick:  # the first rows of the fixed held-out set
-        preset["eval_tasks_file"] = str(quick_heldout(args.env, preset["eval_tasks"], out))
-    else:
+    try:
+        heldout_path(args.env, args.heldout)
+    except (KeyError, ValueError) as e:
         import heldout
 
-        preset["eval_tasks_file"] = str(heldout.path_for_env(args.env).relative_to(ROOT))
+        raise SystemExit(f"--heldout {args.heldout}: {e}; the sets of {args.env}: "
+                         f"{', '.join(heldout.names_for_env(args.env))}") from None
+    if args.quick:  # the first rows of the fixed held-out set
+        preset["eval_tasks_file"] = str(quick_heldout(args.env, preset["eval_tasks"], out, args.heldout))
+    else:
+        preset["eval_tasks_file"] = str(heldout_path(args.env, args.heldout).relative_to(ROOT))
     if args.model:
         preset["model"] = args.model
     d = apply_overrides({**preset, "env": args.env, "out": str(out)}, args.overrides)
@@ -443,9 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     ]
     path = results_dir / f"learning_{name}.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    write_summary(out, cfg, args, argv, rows, families, started, time.perf_counter() - t0, path,
-                  {"sft": stage_seconds(out / "sft"), "grpo": rl_s, **({"sft_control": control["seconds"]} if control else {})},
-                  tiers)
+    summary = write_summary(out, cfg, args, argv, rows, families, started, time.perf_counter() - t0, path,
+                            {"sft": stage_seconds(out / "sft"), "grpo": rl_s,
+                             **({"sft_control": control["seconds"]} if control else {})}, tiers)
+    episodes = {label: p for label, p in stages if label in by} | (
+        {"base, text-only": out / "eval" / "text_only.jsonl"} if args.env == "AgentRL/Search-v0" else {})
+    import learning_page
+
+    data = learning_page.export_run(out, data_dir(args) / name, json.loads(summary.read_text()), episodes)
+    print(f"data for the page: {data.parent}")
     print("\n".join(lines))
     print(f"written: {path}")
     return 0

@@ -1,18 +1,28 @@
-"""``docs/results/learning.md``: one page of every learning result, filled only from run directories.
+"""``docs/results/learning.md``: one page of every learning result, generated only from committed data.
 
-``python benchmarks/learning.py --all`` runs the experiments and then this; ``python benchmarks/learning.py --page``
-(or ``python benchmarks/learning_page.py``) regenerates the page from the run directories as they are. A section
-whose run directory holds no finished run says "not run yet": the page never shows a figure that was not measured
-by the run it names. Read by it: ``<runs>/learning-<env>[-quick]/learning.json`` (written by
-``benchmarks/learning.py``), ``<runs>/compare-algorithms[-quick]/compare.json`` (``benchmarks/compare_algorithms.py``)
-and the held-out sets' sidecars ``benchmarks/heldout/<name>.json``.
+Read by it, all committed: ``docs/results/data/<experiment>/learning.json`` and ``eval/<stage>.jsonl`` (per-task
+scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the end of a run;
+``docs/results/data/compare_algorithms/compare.json`` (``learning.py --all`` copies it after
+``benchmarks/compare_algorithms.py``); the held-out sets' sidecars ``benchmarks/heldout/<name>.json``; and the
+ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set, whichever command ran it).
+Nothing is read from ``runs/`` (ignored by git), so a fresh clone regenerates the page byte for byte
+(``tests/benchmarks/test_learning_page.py``). A section without committed data says "not run yet".
+
+Each comparison shows both scores on the set's declared primary metric, the difference, its paired bootstrap
+95% interval over tasks (``agentrl.algos.evaluation.intervals``), the verdict against the stated goal, the
+command and the commit. The ledger section lists per set every configuration judged on it; a figure is
+**selected** when several configurations were judged on the same set (same N and temperature) and it is the
+best of them: it was chosen by looking at the set, so it is not a held-out figure.
+
+    python benchmarks/learning_page.py                 # docs/results/learning.md from docs/results/data/
+    python benchmarks/learning_page.py --quick         # learning-quick.md from the *_quick experiments
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,54 +72,154 @@ def heldout_table() -> str:
     """One row per committed held-out set, from its sidecar."""
     import heldout
 
-    lines = ["| Set | Env | Split | Tasks | Positions | Fixed on | Per family | Train-text overlap |",
-             "|---|---|---|---:|---|---|---|---|"]
+    lines = ["| Set | Env | Split | Tasks | Positions | Fixed on | Per family | Train-text overlap | Primary metric |",
+             "|---|---|---|---:|---|---|---|---|---|"]
     for name, spec in heldout.SPECS.items():
         meta = _load(spec.meta_path)
         if meta is None:
             lines.append(f"| `{spec.path.relative_to(ROOT)}` | {spec.env} | {spec.split} | not written yet | "
-                         f"`python benchmarks/heldout.py write --only {name}` | | | |")
+                         f"`python benchmarks/heldout.py write --only {name}` | | | | |")
             continue
         fams = ", ".join(f"{k} {v}" for k, v in meta["families"].items())
         overlap = ", ".join(f"{k} {v}" for k, v in meta["train_text_overlap"].items()) or "none"
         lines.append(f"| `{spec.path.relative_to(ROOT)}` | {meta['env']} | {meta['split']} | {meta['tasks']} | "
-                     f"{meta['positions']} | {meta['date']} | {fams} | {overlap} |")
+                     f"{meta['positions']} | {meta['date']} | {fams} | {overlap} | "
+                     f"{meta.get('primary_metric', spec.primary_metric)} |")
     return "\n".join(lines)
 
 
 def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
-    """Whether a run was judged on a committed fixed set (all of it, unchanged since)."""
+    """Whether a run was judged on a committed fixed set (by content: the file's hash against the sidecars; all of
+    it, unchanged since)."""
     import heldout
 
-    path = (ROOT / file) if not Path(file).is_absolute() else Path(file)
-    for spec in heldout.SPECS.values():
+    for name, spec in heldout.SPECS.items():
+        meta = _load(spec.meta_path) or {}
+        path = (ROOT / file) if not Path(file).is_absolute() else Path(file)
+        if sha is not None and sha == meta.get("sha256"):
+            if used is not None and used < meta["tasks"]:
+                return f"**only the first {used} of the committed fixed set's {meta['tasks']} tasks**"
+            return f"the committed fixed set `{name}`"
         if path.resolve() == spec.path.resolve():
-            now = hashlib.sha256(spec.path.read_bytes()).hexdigest() if spec.path.is_file() else None
-            if now != sha:
-                return "**a different version of the fixed set**"
-            total = len(heldout.read(spec.path))
-            if used is not None and used < total:
-                return f"**only the first {used} of the committed fixed set's {total} tasks**"
-            return "the committed fixed set"
+            return "**a different version of the fixed set**"
     return "**not a committed fixed set** (a subset or another file: not a held-out result)"
 
 
-def env_section(env: str, run: dict[str, Any] | None, run_dir: Path, quick: bool) -> list[str]:
+#: Env id -> the comparisons its section judges: (row A, row B, goal in points, strict: A must be *above* B + goal).
+#: Each goal is the one stated in ``benchmarks/learning.py``'s GOALS, on the set's declared primary metric.
+COMPARISONS: dict[str, list[tuple[str, str, float, bool]]] = {
+    "AgentRL/ToolUse-v0": [("RL (GRPO)", "SFT (cold start)", 15.0, False),
+                           ("RL (GRPO)", "SFT control (same time)", 0.0, True)],
+    "AgentRL/Search-v0": [("RL (GRPO)", "SFT (cold start)", 10.0, False),
+                          ("RL (GRPO)", "base, text-only", 0.0, True)],
+    "AgentRL/PythonMath-v0": [("RL (GRPO)", "SFT (cold start)", 15.0, False),
+                              ("RL (GRPO)", "RL text-only (GRPO)", 20.0, False)],
+}
+DATA = ROOT / "docs" / "results" / "data"
+LEDGER = ROOT / "benchmarks" / "heldout" / "ledger.jsonl"
+
+
+def _shown(path: Path) -> str:
+    """A path as the page shows it: relative to the checkout when inside it."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def primary_metric(env: str) -> str:
+    import heldout
+
+    return heldout.SPECS[heldout.BY_ENV[env]].primary_metric
+
+
+def read_scores(path: Path) -> tuple[dict[str, float], dict[str, str]]:
+    """``({task id: score}, {task id: group})`` of a per-task file (group: ``data_source``, else ``family``)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return ({r["id"]: r["score"] for r in rows},
+            {r["id"]: str(r.get("data_source", r.get("family"))) for r in rows})
+
+
+def selections(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Ledger row id -> K for each row that is the best of K >= 2 configurations judged on the same whole set
+    with the same N and temperature (a configuration: the weights, else the adapter, plus the eval settings)."""
+    groups: dict[tuple, dict[tuple, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("tasks") != r.get("set_tasks"):
+            continue
+        value = (r.get("scores") or {}).get(r.get("primary_metric", "average_at_n"))
+        if value is None:
+            continue
+        config = (r.get("weights") or r.get("adapter") or r["id"], r.get("config_sha256"))
+        best = groups.setdefault((r["set"], r.get("set_sha256"), r.get("n"), r.get("temperature")), {})
+        if config not in best or value > best[config]["_value"]:
+            best[config] = {**r, "_value": value}
+    out = {}
+    for configs in groups.values():
+        if len(configs) >= 2:
+            top = max(c["_value"] for c in configs.values())
+            out.update({c["id"]: len(configs) for c in configs.values() if c["_value"] == top})
+    return out
+
+
+def _commit(run: dict[str, Any]) -> str:
+    commit = run.get("commit")
+    if not commit:
+        return "commit not recorded"
+    return (f"commit `{commit[:10]}`" + (" (uncommitted changes)" if run.get("dirty") else "")
+            + (f", recorded {run['commit_recorded']}" if run.get("commit_recorded") else ""))
+
+
+def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int]) -> list[str]:
+    """The comparison table of a section: scores, difference, paired bootstrap 95% interval, goal, verdict."""
+    from agentrl.algos.evaluation.intervals import METRICS, compare
+
+    metric = primary_metric(env)
+    name = METRICS[metric].replace("@N", f"@{run['eval_n']}")
+    evals, reports = run.get("evals", {}), dict(run["rows"])
+    lines = [f"Comparisons on the set's primary metric, {name} (paired bootstrap over tasks, 10,000 resamples, "
+             "seed 0; verdict: met when the difference reaches the goal; *decided* when the whole interval lies on "
+             "the verdict's side):", "",
+             f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
+             "|---|---:|---:|---:|---|---|---|---|"]
+    for a, b, goal, strict in COMPARISONS[env]:
+        if a not in evals or b not in evals:
+            continue
+        sa, groups = read_scores(exp_dir / evals[a])
+        sb, _ = read_scores(exp_dir / evals[b])
+        c = compare(sa, sb, goal_points=goal, metric=metric, groups=groups, strict=strict)
+        ledger_id = ((reports.get(a) or {}).get("settings") or {}).get("ledger", {}).get("id")
+        sel = (f"**selected** (best of {selected[ledger_id]} on this set)" if ledger_id in selected
+               else "no" if ledger_id else "no ledger row")
+        goal_text = f"> +{goal:g}" if strict else f">= +{goal:g}"
+        lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
+                     f"| {goal_text} | **{c.verdict}**{' (decided)' if c.decided else ' (not decided)'} | {sel} |")
+    if len(lines) == 4:
+        return []
+    return lines + ["", f"Command: `{run['command']}`, {_commit(run)}.", ""]
+
+
+def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path,
+                selected: dict[str, int]) -> list[str]:
     from agentrl.algos.evaluation.report import EvalReport, results_table
 
     title, name = SECTIONS[env]
     lines = [f"## {title}", ""]
     if run is None:
         cmd = f"python benchmarks/learning.py --env {env}{' --quick' if quick else ''}"
-        return lines + [f"Not run yet (no `{run_dir}/learning.json`). Command: `{cmd}`.", ""]
+        return lines + [f"Not run yet: no committed data in `{_shown(exp_dir)}/`. Command: `{cmd}`.", ""]
     rows = [(label, EvalReport.from_dict(d)) for label, d in run["rows"]]
     by = dict(rows)
     c = run["config"]
     stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
     lines += [
-        f"Command: `{run['command']}` (started {run['started']}, {run['invocation_seconds'] / 60:.1f} min this "
-        f"invocation; stage times {stages}; peak RSS {run['peak_rss_gib'] or float('nan'):.2f} GiB). "
-        f"Seed {run['seed']}, model {run['model']}.", "",
+        f"Command: `{run['command']}` ({_commit(run)}; started {run['started']}, {run['invocation_seconds'] / 60:.1f} "
+        f"min this invocation; stage times {stages}; peak RSS {run['peak_rss_gib'] or float('nan'):.2f} GiB). "
+        f"Seed {run['seed']}, model {run['model']}. Data: `{_shown(exp_dir)}/`.", "",
         f"Held-out: {by[rows[0][0]].num_tasks} tasks of `{run['heldout_file']}` "
         f"({heldout_status(run['heldout_file'], run['heldout_sha256'])}), N = {run['eval_n']} at temperature "
         f"{run['eval_temperature']}.", "",
@@ -119,80 +229,173 @@ def env_section(env: str, run: dict[str, Any] | None, run_dir: Path, quick: bool
         f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "") + ".", "",
         results_table(rows), "",
     ]
-    if "SFT (cold start)" in by and "RL (GRPO)" in by:
-        delta = 100 * (by["RL (GRPO)"].average_at_n - by["SFT (cold start)"].average_at_n)
-        lines += [f"RL vs its cold start: {delta:+.1f} points of Average@{run['eval_n']}.", ""]
-    if "RL (GRPO)" in by and "RL text-only (GRPO)" in by:
-        delta = 100 * (by["RL (GRPO)"].average_at_n - by["RL text-only (GRPO)"].average_at_n)
-        lines += [f"Code interpreter vs text-only, both after RL: {delta:+.1f} points of Average@{run['eval_n']}.", ""]
+    lines += comparisons(env, run, exp_dir, selected)
     if run.get("family_table"):
         lines += ["Per task family (Average@N):", "", run["family_table"], ""]
     if run.get("tier_table"):
         lines += ["Per tier (Average@N):", "", run["tier_table"], ""]
     plot_dir = f"{name}{'_quick' if quick else ''}"
-    lines += [f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", "",
-              f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
-              f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", "",
-              "Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
-    return lines
+    for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),
+                         (f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
+                          f"{plot_dir}/eval_eval_comparison.png"),
+                         (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", f"{plot_dir}/grpo_reward.png")):
+        if (results / target).is_file():
+            lines += [text, ""]
+    return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
 
 
-def compare_section(summary: dict[str, Any] | None, run_dir: Path, quick: bool) -> list[str]:
+def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool) -> list[str]:
     import compare_algorithms
 
     lines = ["## The algorithms side by side (ToolUse-v0)", ""]
     if summary is None:
         cmd = f"python benchmarks/compare_algorithms.py{' --quick' if quick else ''}"
-        return lines + [f"Not run yet (no `{run_dir}/compare.json`). Command: `{cmd}`.", ""]
+        return lines + [f"Not run yet: no committed data in `{_shown(exp_dir)}/`. Command: `{cmd}` (then "
+                        "`python benchmarks/learning.py --page`, or `--all`, which copies its data).", ""]
     plot_dir = f"compare_algorithms{'_quick' if quick else ''}"
-    return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}.", "",
-                    compare_algorithms.page(summary, plot_dir), ""]
+    return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}; "
+                    f"{_commit(summary)}.", "", compare_algorithms.page(summary, plot_dir), ""]
 
 
-def configurations(runs: Path) -> list[str]:
-    """Every run found under ``runs`` (quick or not): its settings and the task file it was judged on."""
-    lines = ["## Every configuration tried (run directories found)", ""]
-    found = sorted(runs.glob("*/learning.json")) + sorted(runs.glob("*/compare.json"))
-    if not found:
-        return lines + ["None found.", ""]
-    lines += ["| Run directory | Env | Judged on | Settings | Command |", "|---|---|---|---|---|"]
-    for path in found:
-        d = _load(path) or {}
-        settings = d.get("config") or {k: d.get(k) for k in ("algos", "seeds", "minutes")}
-        text = ", ".join(f"{k}={v}" for k, v in settings.items())
-        lines.append(f"| `{path.parent}` | {d.get('env')} | `{d.get('heldout_file')}` | {text} | "
-                     f"`{d.get('command')}` |")
-    return lines + [""]
+def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str, int]) -> list[str]:
+    """Per held-out set, every evaluation the ledger recorded on it, in the order they ran."""
+    import heldout
+
+    lines = ["## Every configuration judged on each held-out set (the ledger)", "",
+             f"From `{_shown(ledger)}`: one row per evaluation on a fixed set, whichever command ran it "
+             "(`agentrl eval --tasks-file`, `benchmarks/learning.py`, `benchmarks/compare_algorithms.py`, the main "
+             "job). Weights: a fingerprint of the sampled weights; config: a hash of the evaluation settings. A row "
+             "marked **selected** is the best of several configurations judged on the same whole set with the same N "
+             "and temperature: a figure chosen by looking at the set, not a held-out figure.", ""]
+    for name in heldout.SPECS:
+        on = [r for r in rows if r.get("set") == name]
+        lines += [f"### `{name}`", ""]
+        if not on:
+            lines += ["No evaluation recorded on this set.", ""]
+            continue
+        metric = on[0].get("primary_metric", "average_at_n")
+        lines += [f"| Time (UTC) | Commit | Command | Weights | Adapter | Config | Tasks | N, T | {metric} | |",
+                  "|---|---|---|---|---|---|---:|---|---:|---|"]
+        for r in on:
+            commit = (r.get("commit") or "?")[:10] + (" (dirty)" if r.get("dirty") else "")
+            value = (r.get("scores") or {}).get(metric)
+            mark = f"**selected** (best of {selected[r['id']]})" if r["id"] in selected else ""
+            lines.append(f"| {r.get('time')} | `{commit}` | `{_cell(r.get('command'))}` | `{r.get('weights')}` | "
+                         f"{_cell(r.get('adapter'))} | `{r.get('config_sha256')}` | {r.get('tasks')} of "
+                         f"{r.get('set_tasks')} | {r.get('n')}, {r.get('temperature')} | "
+                         f"{'–' if value is None else f'{100 * value:.1f}%'} | {mark} |")
+        lines.append("")
+    return lines
 
 
-def write_page(runs: Path, results: Path, *, quick: bool = False) -> Path:
-    """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs) from the run directories."""
-    suffix = "-quick" if quick else ""
+def without_data(results: Path, data: Path, quick: bool) -> list[str]:
+    """Learning pages in ``results`` whose experiment has no committed data: their figures cannot be re-derived."""
+    pages = [p for p in sorted(results.glob("learning_*.md"))
+             if (p.stem.endswith("_quick") == quick) and not (data / p.stem.removeprefix("learning_")).is_dir()]
+    if not pages:
+        return []
+    return ["## Pages without committed raw data", "",
+            "These pages were written by earlier runs whose per-task outputs and metrics were not committed: their "
+            "figures cannot be re-derived or audited from this repository, and none of them appears above.", "",
+            *[f"- [{p.name}]({p.name})" for p in pages], ""]
+
+
+# ---------------------------------------------------------------------------------------------- the data
+
+
+def _per_task_file(episodes: Path, dest: Path) -> None:
+    """The per-task scores (``ledger.task_scores``: id, family, score, n) of an episodes file, as compact JSONL."""
+    from agentrl.algos.evaluation.ledger import task_scores
+    from agentrl.algos.rollout.trajectory import load_trajectories
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in task_scores(load_trajectories(episodes))),
+                    encoding="utf-8")
+
+
+def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[str, Path],
+               stages: tuple[str, ...] = ("sft", "grpo", "sft_control")) -> Path:
+    """Copy what the page needs from a learning run into ``dest`` (committed): ``eval/<stage>.jsonl`` per row
+    (per-task scores, from ``episodes``: row label -> episodes file), ``metrics/<stage>.jsonl`` (the training
+    stages' metrics) and ``learning.json`` (``summary`` plus ``evals``: row label -> its per-task file)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    evals = {}
+    for label, path in episodes.items():
+        if path.is_file():
+            rel = path.relative_to(out).with_suffix("").as_posix()
+            name = rel.replace("/eval/", "_").removeprefix("eval/").replace("/", "_")
+            _per_task_file(path, dest / "eval" / f"{name}.jsonl")
+            evals[label] = f"eval/{name}.jsonl"
+    for stage in stages:
+        if (out / stage / "metrics.jsonl").is_file():
+            (dest / "metrics").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / stage / "metrics.jsonl", dest / "metrics" / f"{stage}.jsonl")
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "learning.json"
+    path.write_text(json.dumps({**summary, "evals": evals}, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def export_compare(out: Path, dest: Path) -> Path | None:
+    """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json`` and the per-task scores of every evaluation
+    (cold start; each algorithm, seed and point) from its run directory ``out`` into ``dest``; None without one."""
+    from agentrl.algos.evaluation.ledger import git_state
+
+    if not (out / "compare.json").is_file():
+        return None
+    if dest.exists():
+        shutil.rmtree(dest)
+    for episodes in sorted(out.glob("eval/*.jsonl")) + sorted(out.glob("*/eval/*.jsonl")):
+        rel = episodes.relative_to(out).with_suffix("").as_posix()
+        _per_task_file(episodes, dest / "eval" / f"{rel.replace('/eval/', '-').removeprefix('eval/')}.jsonl")
+    summary = json.loads((out / "compare.json").read_text(encoding="utf-8"))
+    summary.setdefault("commit", None)
+    if summary["commit"] is None:  # compare_algorithms.py does not record it: the checkout's, at copy time
+        summary.update(git_state(ROOT), commit_recorded="at copy time (compare_algorithms.py does not record it)")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "compare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return dest / "compare.json"
+
+
+def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, quick: bool = False,
+               ledger: Path = LEDGER, out: Path | None = None) -> Path:
+    """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
+    data; ``results`` is also where the pages and plots it links to are looked for."""
+    from agentrl.algos.evaluation.ledger import read
+
+    suffix = "_quick" if quick else ""
+    rows = read(ledger)
+    selected = selections(rows)
     lines = [f"# Learning results{' (quick smoke runs: not results)' if quick else ''}", "",
-             f"Generated by `python benchmarks/learning.py --all{' --quick' if quick else ''}` (or `--page` from "
-             "existing run directories). Every figure below comes from the run directory its section names; a "
-             "section without a finished run says so.", "",
+             f"Generated by `python benchmarks/learning.py --page{' --quick' if quick else ''}` from committed data "
+             f"only: `{_shown(data)}/` (per-task eval outputs and each run's `learning.json`, copied there by "
+             f"`benchmarks/learning.py`) and the ledger `{_shown(ledger)}`. A section without committed data says "
+             "so; see [docs/evaluation.md](../evaluation.md#results-pages-and-the-ledger) for how figures are made.", "",
              "## Held-out sets", "", heldout_table(), "", "Selection caveats:", "",
              *[f"- {c}" for c in CAVEATS], ""]
     for env, (_, name) in SECTIONS.items():
-        run_dir = runs / f"learning-{name}{suffix}"
-        lines += env_section(env, _load(run_dir / "learning.json"), run_dir, quick)
-    cmp_dir = runs / f"compare-algorithms{suffix}"
+        exp_dir = data / f"{name}{suffix}"
+        lines += env_section(env, _load(exp_dir / "learning.json"), exp_dir, quick, results, selected)
+    cmp_dir = data / f"compare_algorithms{suffix}"
     lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick)
-    lines += configurations(runs)
-    results.mkdir(parents=True, exist_ok=True)
-    path = results / f"learning{suffix}.md"
+    lines += ledger_section(rows, ledger, selected)
+    lines += without_data(results, data, quick)
+    path = out or results / f"learning{'-quick' if quick else ''}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", default="runs", help="the run directories' parent (runs/)")
+    ap.add_argument("--data", default=str(DATA), help="the committed data (docs/results/data)")
+    ap.add_argument("--ledger", default=str(LEDGER), help="the ledger (benchmarks/heldout/ledger.jsonl)")
     ap.add_argument("--results", default=str(ROOT / "docs" / "results"), help="where the page goes")
     ap.add_argument("--quick", action="store_true", help="the --quick runs' page (learning-quick.md)")
     args = ap.parse_args(argv)
-    print(f"written: {write_page(Path(args.runs), Path(args.results), quick=args.quick)}")
+    path = write_page(Path(args.data), Path(args.results), quick=args.quick, ledger=Path(args.ledger))
+    print(f"written: {path}")
     return 0
 
 

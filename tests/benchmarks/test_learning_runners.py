@@ -6,6 +6,7 @@ needs, reads finished runs back, and that the page shows only what the run direc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -27,19 +28,39 @@ def heldout():
 # ---------------------------------------------------------------------------------------------- held-out sets
 
 
-@pytest.mark.parametrize("name", ["tooluse", "search", "pythonmath"])
+V1 = ["tooluse", "search", "pythonmath"]
+V2 = ["tooluse_v2", "search_v2", "pythonmath_v2"]
+ENVS = {"tooluse": "AgentRL/ToolUse-v0", "search": "AgentRL/Search-v0", "pythonmath": "AgentRL/PythonMath-v0"}
+
+
+@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "search_v2",
+                                  # its generator scans 400,000 train tasks (~3.5 min): see the fast check below
+                                  pytest.param("pythonmath_v2", marks=pytest.mark.slow)])
 def test_committed_heldout_set_equals_its_generator_today(heldout, name):
     spec = heldout.SPECS[name]
-    if name == "pythonmath" and not spec.path.is_file():
-        pytest.skip("benchmarks/heldout/pythonmath.jsonl is not written yet (python benchmarks/heldout.py write "
-                    "--only pythonmath, after the PythonMath-v0 generator is final)")
     assert heldout.check(spec) is None, heldout.check(spec)
     meta = json.loads(spec.meta_path.read_text())
     tasks = heldout.read(name)
-    assert len(tasks) == meta["tasks"] == heldout.SIZE == 128
-    assert meta["ids"] == [str(t["id"]) for t in tasks] and len(set(meta["ids"])) == 128
+    assert len(tasks) == meta["tasks"] and meta["ids"] == [str(t["id"]) for t in tasks]
+    assert len(set(meta["ids"])) == len(tasks) == (meta.get("available", heldout.SIZE))
     assert meta["env"] == spec.env and "fixed before tuning" in meta["status"]
     assert meta["generator_command"] == f"python benchmarks/heldout.py write --only {name}"
+    assert meta["primary_metric"] == ("macro_em" if spec.env == "AgentRL/Search-v0" else "average_at_n")
+
+
+def test_v1_sets_are_marked_burnt_and_every_env_evaluates_on_its_v2_set(heldout):
+    from agentrl.algos.evaluation.ledger import sidecars
+
+    metas = sidecars(heldout.FOLDER)  # what the ledger recognises a set by
+    for v1, v2 in zip(V1, V2, strict=True):
+        assert metas[v1]["burnt"] and "burnt" not in metas[v2]
+        assert metas[v2]["fixed_before_tuning"] is True and metas[v2]["train_text_overlap_total"] == 0
+        assert metas[v2]["train_text_overlap"] == {}
+        assert metas[v2]["sha256"] == hashlib.sha256(heldout.SPECS[v2].path.read_bytes()).hexdigest()
+        assert heldout.BY_ENV[ENVS[v1]] == v2 and heldout.path_for_env(ENVS[v1]) == heldout.SPECS[v2].path
+        assert heldout.path_for_env(ENVS[v1], v1) == heldout.SPECS[v1].path  # still selectable by name
+    assert len(heldout.read("tooluse_v2")) == len(heldout.read("pythonmath_v2")) == 128
+    assert set(metas["tooluse_v2"]["left_out_families"]) == {"convert", "power", "stock", "stock_total", "stock_value"}
 
 
 @pytest.mark.parametrize("name", ["tooluse", "pythonmath"])
@@ -58,6 +79,50 @@ def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, nam
     assert not evaluated_texts & {heldout.task_text(t) for t in tasks}
 
 
+def _train_scan_texts(heldout, name, full=True):
+    """The train-split question texts a v2 set must not share, scanned here with the env's generator directly."""
+    from agentrl.envs import tool_use
+    from agentrl.envs.python_math import tasks as python_math
+
+    n = heldout.TRAIN_SCAN
+    if name == "tooluse_v2":
+        return {t["query"] for t in tool_use.make_tasks(n, "train")}
+    tasks = python_math.make_tasks(n, "train", tiers=[1, 2])  # the learning preset's mixture
+    tasks += python_math.make_tasks(32, "train", start=1_000_000, tiers=[1, 2])  # the tier probe
+    if full:  # the default mixture (all tiers): ~3 min, its digit_count family is slow
+        tasks += python_math.make_tasks(n, "train")
+    return {t["question"] for t in tasks}
+
+
+@pytest.mark.parametrize("name", ["tooluse_v2", "pythonmath_v2",
+                                  pytest.param("pythonmath_v2_full_scan", marks=pytest.mark.slow)])
+def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(heldout, name):
+    """Issue 28: fresh test positions, no question text in the train split's scan, at a test position evaluated
+    before or in the v1 set; the left-out (memorisable) families are absent."""
+    from agentrl.envs import tool_use
+    from agentrl.envs.datasets import split_index
+    from agentrl.envs.python_math import tasks as python_math
+
+    full = name.endswith("_full_scan")
+    name = name.removesuffix("_full_scan")
+    v1 = name.removesuffix("_v2")
+    module = tool_use if v1 == "tooluse" else python_math
+    meta = json.loads(heldout.SPECS[name].meta_path.read_text())
+    tasks = heldout.read(name)
+    texts = [heldout.task_text(t) for t in tasks]
+    assert len(set(texts)) == len(tasks) == 128
+    indices = [heldout.generator_index(t) for t in tasks]
+    assert all(i % 2 == 1 and i >= split_index(heldout.START_V2, "test") for i in indices)  # fresh test positions
+    assert indices == sorted(indices) and [module.make_task(i) for i in indices] == tasks  # the generator's own
+    assert meta["left_out_families"] and not {t["family"] for t in tasks} & set(meta["left_out_families"])
+    assert not set(texts) & _train_scan_texts(heldout, name, full=full)
+    assert not set(texts) & {heldout.task_text(t) for t in heldout.read(v1)}
+    tiers = [None, [3], [1, 2]] if v1 == "pythonmath" else [None]
+    evaluated = {heldout.task_text(t) for k in tiers
+                 for t in (module.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test", **({"tiers": k} if k else {})))}
+    assert not set(texts) & evaluated
+
+
 def test_search_heldout_set_is_unevaluated_dev_questions(heldout):
     from agentrl.envs.search.questions import load_bundled, split_of
 
@@ -70,6 +135,32 @@ def test_search_heldout_set_is_unevaluated_dev_questions(heldout):
     texts = {heldout.task_text(t).strip().lower() for t in tasks}
     assert not texts & {heldout.task_text(t).strip().lower() for t in train}
     assert {t["data_source"] for t in tasks} == {"fanoutqa", "wiki_description"}  # both sources, for Macro-EM
+
+
+def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldout):
+    from agentrl.envs.search.questions import load_bundled, split_of
+
+    def norm(t):
+        return heldout.task_text(t).strip().lower()
+
+    tasks, v1, train = heldout.read("search_v2"), heldout.read("search"), load_bundled("train")
+    ids, texts = {t["id"] for t in tasks}, {norm(t) for t in tasks}
+    assert len(ids) == len(texts) == len(tasks) == 106  # every dev question left: fewer than 128
+    assert all(split_of(i) == "dev" for i in ids)
+    assert not ids & ({t["id"] for t in train} | {t["id"] for t in heldout.search_evaluated()} | {t["id"] for t in v1})
+    assert not texts & ({norm(t) for t in train} | {norm(t) for t in v1} | {norm(t) for t in heldout.search_evaluated()})
+    # fanoutqa's 14 dev questions were all used by the evaluated draws and v1: one source left (Macro-EM = its EM)
+    assert {t["data_source"] for t in tasks} == {"wiki_description"}
+
+
+def test_learning_runner_takes_the_v2_set_and_old_sets_by_name():
+    learning = _load("learning")
+    assert learning.heldout_path("AgentRL/ToolUse-v0").name == "tooluse_v2.jsonl"
+    assert learning.heldout_path("AgentRL/Search-v0").name == "search_v2.jsonl"
+    assert learning.heldout_path("AgentRL/PythonMath-v0").name == "pythonmath_v2.jsonl"
+    assert learning.heldout_path("AgentRL/ToolUse-v0", "tooluse").name == "tooluse.jsonl"
+    with pytest.raises(ValueError, match="not AgentRL/ToolUse-v0"):
+        learning.heldout_path("AgentRL/ToolUse-v0", "search_v2")
 
 
 # ---------------------------------------------------------------------------------------------- main job
@@ -117,7 +208,7 @@ def test_learning_quick_evaluates_the_fixed_set_and_records_memory(quick_runs, h
 
     out = quick_runs["runs"] / "learning-tooluse-quick"
     summary = json.loads((out / "learning.json").read_text())
-    first = [t["id"] for t in heldout.read("tooluse")[:8]]  # --quick: the first rows of the fixed set
+    first = [t["id"] for t in heldout.read("tooluse_v2")[:8]]  # --quick: the first rows of the fixed set
     assert [t["id"] for t in heldout.read(out / "heldout-quick.jsonl")] == first
     for stage in ("base", "sft", "rl", "sft_control"):
         assert sorted({t.task["id"] for t in load_trajectories(out / "eval" / f"{stage}.jsonl")}) == sorted(first)
@@ -140,7 +231,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             assert config["algo"] == algo and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
-    assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse.jsonl"
+    assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v2.jsonl"
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
     assert (plots / "heldout_vs_time.png").stat().st_size > 0 and (plots / "reward_vs_step.png").stat().st_size > 0
@@ -156,18 +247,28 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
         quick_runs["compare"].main([*quick_runs["cmp_args"], "--minutes", "0.5"])
 
 
-def test_page_fills_sections_from_run_dirs_only(quick_runs):
+def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     import learning_page
 
-    path = learning_page.write_page(quick_runs["runs"], quick_runs["results"], quick=True)
+    results = quick_runs["results"]
+    data = results / "data"
+    exported = data / "tooluse_quick"  # learning.py copied the run's data at its end
+    assert {p.name for p in (exported / "eval").glob("*.jsonl")} == {"base.jsonl", "sft.jsonl", "rl.jsonl",
+                                                                     "sft_control.jsonl"}
+    assert json.loads((exported / "learning.json").read_text())["evals"]["RL (GRPO)"] == "eval/rl.jsonl"
+    learning_page.export_compare(quick_runs["runs"] / "compare-algorithms-quick", data / "compare_algorithms_quick")
+    path = learning_page.write_page(data, results, quick=True, ledger=ledger_file)
     text = path.read_text()
     assert path.name == "learning-quick.md"
     assert "python benchmarks/learning.py --quick" in text  # the ToolUse section, from its learning.json
-    assert "Not run yet (no `" in text and "learning-search-quick/learning.json" in text  # never made up
-    assert "learning-pythonmath-quick/learning.json" in text
+    assert "Not run yet: no committed data in" in text and "data/search_quick/" in text  # never made up
+    assert "data/pythonmath_quick/" in text
     assert "| online DPO |" in text and "only the first 4 of the committed fixed set's 128 tasks" in text
     assert "not a committed fixed set" in text  # --quick's subset file is flagged as not a held-out result
-    assert "benchmarks/heldout/tooluse.jsonl" in text and "fixed" in text
+    assert "benchmarks/heldout/tooluse_v2.jsonl" in text and "fixed" in text
+    assert "| RL (GRPO) vs SFT (cold start) |" in text and "95% interval" in text  # comparisons from per-task data
+    assert "| 8 of 128 |" in text and "| 4 of 128 |" in text  # the ledger saw both runners' evaluations
+    assert learning_page.write_page(data, results, quick=True, ledger=ledger_file).read_text() == text
 
 
 def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkeypatch, tmp_path):

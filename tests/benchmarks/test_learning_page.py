@@ -1,0 +1,84 @@
+"""The learning page is a function of committed data: the committed page regenerates byte for byte, and a page
+filled from a small crafted dataset shows each comparison's interval, verdict, command, commit and selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import ROOT, load_benchmark
+
+from agentrl.algos.evaluation.report import EvalReport
+
+
+def test_the_committed_page_regenerates_byte_identically_from_committed_data(tmp_path):
+    page = load_benchmark("learning_page")
+    out = page.write_page(out=tmp_path / "learning.md")  # docs/results/data + benchmarks/heldout/ledger.jsonl
+    committed = ROOT / "docs" / "results" / "learning.md"
+    assert out.read_bytes() == committed.read_bytes(), (
+        "docs/results/learning.md differs from what its committed data gives: run python benchmarks/learning.py "
+        "--page and commit it with the data")
+
+
+def _scores(path: Path, correct: list[int], family="add") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"family": family, "id": f"t{i}", "n": 1, "score": float(c)}) + "\n"
+                            for i, c in enumerate(correct)))
+
+
+def _ledger_row(id_, set_name, weights, value, tasks=128):
+    return {"id": id_, "time": "2026-01-01T00:00:00+00:00", "commit": "a" * 40, "dirty": False,
+            "command": f"agentrl eval --tasks-file benchmarks/heldout/{set_name}.jsonl", "config_sha256": "c1",
+            "weights": weights, "adapter": None, "set": set_name, "set_sha256": "s", "tasks": tasks,
+            "set_tasks": 128, "n": 1, "temperature": 0.0, "primary_metric": "average_at_n",
+            "scores": {"average_at_n": value}}
+
+
+def test_a_page_from_crafted_data(tmp_path):
+    page = load_benchmark("learning_page")
+    data, results = tmp_path / "data", tmp_path / "results"
+    exp = data / "tooluse"
+    cold = [1] * 60 + [0] * 40
+    rl = [1] * 90 + [0] * 10  # +30 points
+    control = [1] * 95 + [0] * 5
+    for name, correct in (("sft", cold), ("rl", rl), ("sft_control", control)):
+        _scores(exp / "eval" / f"{name}.jsonl", correct)
+
+    def row(label, correct, ledger_id):
+        r = EvalReport(n=1, num_tasks=100, num_samples=100, average_at_n=sum(correct) / 100,
+                       pass_at_n=sum(correct) / 100, settings={"ledger": {"id": ledger_id, "set": "tooluse"}})
+        return [label, r.to_dict()]
+
+    learning = {
+        "env": "AgentRL/ToolUse-v0", "seed": 0, "model": "m", "eval_n": 1, "eval_temperature": 0.0,
+        "heldout_file": "benchmarks/heldout/tooluse.jsonl", "heldout_sha256": "x", "command": "python "
+        "benchmarks/learning.py", "started": "2026-01-01T00:00+00:00", "invocation_seconds": 60.0,
+        "stage_seconds": {"sft": 6.0}, "peak_rss_gib": 1.0, "machine": ["- cpu"], "commit": "b" * 40, "dirty": True,
+        "config": {"env_kwargs": {}, "sft_families": [], "sft_demos": 1, "sft_steps": 1, "rl_steps": 1,
+                   "rl_tasks_per_step": 1, "rl_group_size": 1, "rl_lr": 1e-4, "max_new_tokens": 8, "max_turns": 1},
+        "rows": [row("SFT (cold start)", cold, "r1"), row("RL (GRPO)", rl, "r2"),
+                 row("SFT control (same time)", control, "r3")],
+        "family_table": None, "tier_table": None,
+        "evals": {"SFT (cold start)": "eval/sft.jsonl", "RL (GRPO)": "eval/rl.jsonl",
+                  "SFT control (same time)": "eval/sft_control.jsonl"},
+    }
+    (exp / "learning.json").write_text(json.dumps(learning))
+    ledger = tmp_path / "ledger.jsonl"
+    rows = [_ledger_row("r1", "tooluse", "w1", 0.60), _ledger_row("r2", "tooluse", "w2", 0.90),
+            _ledger_row("r3", "tooluse", "w3", 0.95), _ledger_row("r4", "tooluse", "w4", 0.99, tasks=8)]
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = page.write_page(data, results, ledger=ledger).read_text()
+    line = next(x for x in text.splitlines() if x.startswith("| RL (GRPO) vs SFT (cold start) |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:4] == ["90.0%", "60.0%", "+30.0"] and cells[5] == ">= +15" and cells[6].startswith("**met**")
+    low, high = (float(v) for v in cells[4].strip("[]").split(","))
+    assert 15 < low < 30 < high  # decided: the whole interval is above the goal
+    assert cells[6] == "**met** (decided)" and cells[7] == "no"  # the control scored higher: RL was not the best
+    control_line = next(x for x in text.splitlines() if x.startswith("| RL (GRPO) vs SFT control (same time) |"))
+    assert "**missed**" in control_line and "> +0" in control_line
+    assert "commit `bbbbbbbbbb` (uncommitted changes)" in text and "python benchmarks/learning.py" in text
+    # the ledger: three configurations on the whole set (the 8-task row is a subset), the best is selected
+    assert "**selected** (best of 3)" in text and "| 8 of 128 |" in text
+    assert "Not run yet: no committed data in" in text  # the other envs
+    assert page.selections(rows) == {"r3": 3}
+    assert page.write_page(data, results, ledger=ledger).read_text() == text  # a function of the data
