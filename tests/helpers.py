@@ -394,3 +394,34 @@ class StockTask:
         trajs = collect("AgentRL/ToolUse-v0", policy, [self.row], 32,
                         dataclasses.replace(self.collector, seed=seed), env_kwargs=self.env_kwargs)
         return sum(t.reward for t in trajs) / len(trajs)
+
+
+def perturb_lora(model, seed: int):
+    """Set every LoRA B matrix of ``model`` to seeded noise (std 0.3), so the adapter changes the outputs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def peft_copy(base, seed: int):
+    """A LoRA-wrapped (r=4) copy of ``base`` whose adapter changes the outputs (:func:`perturb_lora`)."""
+    import copy
+
+    from agentrl.algos.models.lora import LoRAConfig, apply_lora
+
+    return perturb_lora(apply_lora(copy.deepcopy(base), LoRAConfig(r=4, alpha=8)), seed)
+
+
+def served_models(url: str) -> list[str]:
+    """The model names an OpenAI-compatible server at ``url`` lists (``GET /v1/models``): base and adapters."""
+    import requests
+
+    return [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]
+
+
+def two_prompts(tokenizer) -> list[list[int]]:
+    """Two short token prompts of different lengths."""
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("one two", "three four five")]

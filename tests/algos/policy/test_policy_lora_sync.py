@@ -3,48 +3,15 @@ server (``serve_policy(..., enable_lora=True)``, vLLM's runtime LoRA endpoints) 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import requests
 import torch
-from helpers import stop_biased_model
+from helpers import peft_copy, perturb_lora, served_models, two_prompts
 
-from agentrl.algos.models.lora import LoRAConfig, apply_lora
 from agentrl.algos.policy.base import GenerationRequest, SamplingParams
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.algos.policy.server import serve_policy
-
-
-@pytest.fixture(scope="module")
-def base(tokenizer):
-    return stop_biased_model(tokenizer, seed=0)
-
-
-@pytest.fixture
-def server(base, tokenizer):
-    with serve_policy(HFPolicy(base, tokenizer), model_name="tiny", enable_lora=True) as srv:
-        yield srv
-
-
-def _peft(base, seed):
-    """A LoRA-wrapped copy of ``base`` whose adapter changes the outputs (B matrices not zero)."""
-    model = apply_lora(copy.deepcopy(base), LoRAConfig(r=4, alpha=8))
-    _perturb(model, seed)
-    return model
-
-
-def _perturb(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-
-
-def _prompts(tok):
-    return [tok(t, add_special_tokens=False)["input_ids"] for t in ("one two", "three four five")]
 
 
 def _sample(policy, prompts, sp):
@@ -61,20 +28,20 @@ SAMPLINGS = (SamplingParams(temperature=0.0, stop_token_ids=(2,)), SamplingParam
 
 
 @pytest.mark.parametrize("lora_api", ["vllm", "sglang"])
-def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, base, tokenizer, tmp_path,
+def test_update_weights_makes_the_server_sample_with_the_new_adapter(lora_server, base, tokenizer, tmp_path,
                                                                      lora_api):
-    remote = OpenAIPolicy(server.url, "tiny", tokenizer, adapter_dir=str(tmp_path), lora_api=lora_api,
+    remote = OpenAIPolicy(lora_server.url, "tiny", tokenizer, adapter_dir=str(tmp_path), lora_api=lora_api,
                           run_id="run1", rank=0)
-    prompts = _prompts(tokenizer)
+    prompts = two_prompts(tokenizer)
     base_local = HFPolicy(base, tokenizer)
     before = _sample(remote, prompts, SAMPLINGS[1])
     _same(before, _sample(base_local, prompts, SAMPLINGS[1]))
 
-    trained = _peft(base, seed=1)
+    trained = peft_copy(base, seed=1)
     remote.update_weights(trained)
     assert remote.version == 1 and remote.adapter_name == "tiny-run1-r0-v1"
     assert (tmp_path / "tiny-run1-r0-v1" / "adapter_config.json").is_file()
-    listed = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
+    listed = served_models(lora_server.url)
     assert listed == ["tiny", "tiny-run1-r0-v1"]
     # The server now samples with the adapter: tokens and logprobs are the local HF policy's with the same adapter,
     # and the logprobs of the base model's own samples have changed.
@@ -84,33 +51,33 @@ def test_update_weights_makes_the_server_sample_with_the_new_adapter(server, bas
     assert any(a.logprobs != b.logprobs for a, b in zip(rescored, before, strict=True))
 
     # A second update: a new name, the previous adapter unloaded and its folder removed.
-    _perturb(trained, seed=2)
+    perturb_lora(trained, seed=2)
     remote.update_weights(trained)
     assert remote.version == 2 and remote.adapter_name == "tiny-run1-r0-v2"
-    listed = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
+    listed = served_models(lora_server.url)
     assert listed == ["tiny", "tiny-run1-r0-v2"]
     assert not (tmp_path / "tiny-run1-r0-v1").exists()
     for sp in SAMPLINGS:
         _same(_sample(remote, prompts, sp), _sample(HFPolicy(trained, tokenizer), prompts, sp))
-    old = requests.post(f"{server.url}/v1/completions", timeout=30,
+    old = requests.post(f"{lora_server.url}/v1/completions", timeout=30,
                         json={"model": "tiny-run1-r0-v1", "prompt": [5, 6], "max_tokens": 2, "logprobs": 0})
     assert old.status_code == 404 and "does not exist" in old.json()["error"]["message"]
     remote.close()
 
 
-def test_lora_endpoints_answer_like_vllm(server, base, tmp_path):
+def test_lora_endpoints_answer_like_vllm(lora_server, base, tmp_path):
     path = tmp_path / "a"
-    _peft(base, seed=3).save_pretrained(str(path))
-    url = f"{server.url}/v1/load_lora_adapter"
+    peft_copy(base, seed=3).save_pretrained(str(path))
+    url = f"{lora_server.url}/v1/load_lora_adapter"
     r = requests.post(url, json={"lora_name": "a", "lora_path": str(path)}, timeout=30)
     assert r.status_code == 200 and "added successfully" in r.text
     again = requests.post(url, json={"lora_name": "a", "lora_path": str(path)}, timeout=30)
     assert again.status_code == 400 and "already been loaded" in again.json()["error"]["message"]
     missing = requests.post(url, json={"lora_name": "b", "lora_path": str(tmp_path / "none")}, timeout=30)
     assert missing.status_code == 400 and "adapter_config.json" in missing.json()["error"]["message"]
-    r = requests.post(f"{server.url}/v1/unload_lora_adapter", json={"lora_name": "a"}, timeout=30)
+    r = requests.post(f"{lora_server.url}/v1/unload_lora_adapter", json={"lora_name": "a"}, timeout=30)
     assert r.status_code == 200 and "removed" in r.text
-    r = requests.post(f"{server.url}/v1/unload_lora_adapter", json={"lora_name": "a"}, timeout=30)
+    r = requests.post(f"{lora_server.url}/v1/unload_lora_adapter", json={"lora_name": "a"}, timeout=30)
     assert r.status_code == 404
 
 
@@ -118,7 +85,7 @@ def test_a_server_without_runtime_lora_gets_a_clear_error(base, tokenizer, tmp_p
     with serve_policy(HFPolicy(base, tokenizer), model_name="tiny") as srv:
         remote = OpenAIPolicy(srv.url, "tiny", tokenizer, adapter_dir=str(tmp_path))
         with pytest.raises(RuntimeError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
-            remote.update_weights(_peft(base, seed=1))
+            remote.update_weights(peft_copy(base, seed=1))
         assert remote.version == 0 and remote.model_name == "tiny"  # still samples the base model
         with pytest.raises(TypeError, match="PEFT"):
             remote.update_weights(base)

@@ -7,8 +7,7 @@ import json
 import re
 
 import pytest
-import requests
-from helpers import save_model_dir, tiny_train_model
+from helpers import save_model_dir, served_models, tiny_train_model
 
 from agentrl.algos import cli
 from agentrl.algos.models import load_model
@@ -29,17 +28,13 @@ def server(train_model_dir):
         yield srv
 
 
-def _listed(server):
-    return [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
-
-
 def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_model_dir, tmp_path, monkeypatch, capsys):
     swaps = []
     real = OpenAIPolicy.update_weights
 
     def counted(self, model):
         real(self, model)
-        swaps.append((self.adapter_name, _listed(server)))
+        swaps.append((self.adapter_name, served_models(server.url)))
 
     monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
     run = tmp_path / "run"
@@ -79,7 +74,7 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                      "--adapter", str(run / "adapter"), "--tasks-file", str(tasks), "--max-new-tokens", "4",
                      "--max-turns", "1", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 3
-    listed = _listed(server)
+    listed = served_models(server.url)
     assert len(listed) == 2 and re.fullmatch(r"tiny-base-[0-9a-f]{8}-r0-v1", listed[1])
     assert (run / "adapter" / "adapter_config.json").is_file()  # the user's folder is never deleted
 
@@ -92,7 +87,7 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                          f"steps={2 if resume else 1}", "tasks_per_step=2", "group_size=2",
                          "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
                          "tensorboard=false"]) == 0, capsys.readouterr().err
-    names = _listed(server)[1:]
+    names = served_models(server.url)[1:]
     assert len(names) == len(set(names)) == 3 and listed[1] in names  # eval's, train's last, the resumed run's last
 
 

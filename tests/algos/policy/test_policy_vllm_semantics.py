@@ -5,14 +5,11 @@ generation_config.json), and logprobs of the distribution actually sampled from 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import requests
 import torch
-from helpers import stop_biased_model
+from helpers import peft_copy, served_models, two_prompts
 
-from agentrl.algos.models.lora import LoRAConfig, apply_lora
 from agentrl.algos.policy.base import GenerationRequest, SamplingParams
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.policy.openai import OpenAIPolicy
@@ -20,48 +17,16 @@ from agentrl.algos.policy.sampling import sample_tokens
 from agentrl.algos.policy.server import serve_policy
 
 
-@pytest.fixture(scope="module")
-def base(tokenizer):
-    return stop_biased_model(tokenizer, seed=0)
-
-
-@pytest.fixture
-def lora_server(base, tokenizer):
-    with serve_policy(HFPolicy(base, tokenizer), model_name="tiny", enable_lora=True) as srv:
-        yield srv
-
-
-def _peft(base, seed):
-    model = apply_lora(copy.deepcopy(base), LoRAConfig(r=4, alpha=8))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
-
-
-def _listed(server):
-    return [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
-
-
-def _prompts(tok):
-    return [tok(t, add_special_tokens=False)["input_ids"] for t in ("one two", "three four five")]
-
-
-# ---------------------------------------------------------------------------------------------- adapter names
-
-
 def test_adapter_names_never_repeat_across_runs_resumes_and_ranks(lora_server, base, tokenizer, tmp_path):
     """eval --adapter, then train, then a resumed train, then two data-parallel ranks: one server, no name twice
     (before, each counted '<model>-lora-v1', '-v2', ... from 0 and the second load was answered HTTP 400)."""
     folder = tmp_path / "user-adapter"
-    _peft(base, seed=3).save_pretrained(str(folder))
+    peft_copy(base, seed=3).save_pretrained(str(folder))
     evaluated = OpenAIPolicy(lora_server.url, "tiny", tokenizer)
     evaluated.use_adapter(folder)  # agentrl eval --adapter: stays loaded after the command ends
     evaluated.close()
 
-    trained = _peft(base, seed=1)
+    trained = peft_copy(base, seed=1)
     names = []
     for _run in range(2):  # a run, then the same run resumed: a new process, a new policy object
         policy = OpenAIPolicy(lora_server.url, "tiny", tokenizer, adapter_dir=str(tmp_path / "a"))
@@ -76,9 +41,9 @@ def test_adapter_names_never_repeat_across_runs_resumes_and_ranks(lora_server, b
         names.append(policy.adapter_name)
     assert names[4:] == ["tiny-same-r0-v1", "tiny-same-r1-v1"]
     assert len(set(names)) == len(names) and evaluated.adapter_name not in names
-    assert sorted(_listed(lora_server)[1:]) == sorted([evaluated.adapter_name, names[1], names[3], *names[4:]])
+    assert sorted(served_models(lora_server.url)[1:]) == sorted([evaluated.adapter_name, names[1], names[3], *names[4:]])
     # each policy samples with its own adapter
-    req = [GenerationRequest(_prompts(tokenizer)[0], 6, seed=1)]
+    req = [GenerationRequest(two_prompts(tokenizer)[0], 6, seed=1)]
     assert ranks[1].generate(req, SamplingParams(temperature=0.0))[0].token_ids == \
         HFPolicy(trained, tokenizer).generate(req, SamplingParams(temperature=0.0))[0].token_ids
 
@@ -99,7 +64,7 @@ def test_requests_state_the_whole_distribution(base, tokenizer):
     with serve_policy(HFPolicy(base, tokenizer), model_name="tiny", sampling_defaults={"top_k": 1}) as srv:
         remote = OpenAIPolicy(srv.url, "tiny", tokenizer)
         local = HFPolicy(base, tokenizer)
-        reqs = [GenerationRequest(p, 12, seed=9 + i) for i, p in enumerate(_prompts(tokenizer))]
+        reqs = [GenerationRequest(p, 12, seed=9 + i) for i, p in enumerate(two_prompts(tokenizer))]
         for sp in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.9, top_p=0.8),
                    SamplingParams(temperature=1.0, top_k=5)):
             got, want = remote.generate(reqs, sp), local.generate(reqs, sp)
@@ -124,7 +89,7 @@ def test_settings_a_backend_cannot_sample_are_refused(base, tokenizer):
     with serve_policy(HFPolicy(base, tokenizer), model_name="tiny",
                       sampling_defaults={"repetition_penalty": 1.05}) as srv:
         remote = OpenAIPolicy(srv.url, "tiny", tokenizer)
-        req = GenerationRequest(_prompts(tokenizer)[0], 3, seed=1)
+        req = GenerationRequest(two_prompts(tokenizer)[0], 3, seed=1)
         assert len(remote.generate([req], SamplingParams())[0].token_ids) <= 3  # neutral penalty sent: served
         r = requests.post(f"{srv.url}/v1/completions", timeout=30, json={"model": "tiny", "prompt": [5, 6],
                                                                           "max_tokens": 2})
@@ -176,7 +141,7 @@ def test_logprobs_are_those_of_the_distribution_sampled_from():
 
 def test_hf_policy_records_the_truncated_distribution(base, tokenizer):
     """The recorded logprob of each sampled token, recomputed from one forward pass over the whole sequence."""
-    prompt = _prompts(tokenizer)[1]
+    prompt = two_prompts(tokenizer)[1]
     sp = SamplingParams(temperature=0.9, top_k=20, top_p=0.7)
     res = HFPolicy(base, tokenizer).generate([GenerationRequest(prompt, 8, seed=2)], sp)[0]
     ids = torch.tensor([prompt + res.token_ids])

@@ -15,7 +15,7 @@ import stat
 
 import pytest
 import requests
-from helpers import save_model_dir
+from helpers import save_model_dir, served_models
 
 from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
@@ -50,10 +50,6 @@ def tasks_file(tmp_path):
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps({"id": str(i), "query": f"Say {i} things."}) for i in range(4)) + "\n")
     return path
-
-
-def _listed(url):
-    return [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]
 
 
 def _episodes(path):
@@ -94,7 +90,7 @@ def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, m
 
     def counted(self, model):
         real(self, model)
-        swaps.append((self.adapter_name, _listed(server.url)))
+        swaps.append((self.adapter_name, served_models(server.url)))
 
     monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
     run = tmp_path / "run"
