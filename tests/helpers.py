@@ -425,3 +425,19 @@ def served_models(url: str) -> list[str]:
 def two_prompts(tokenizer) -> list[list[int]]:
     """Two short token prompts of different lengths."""
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("one two", "three four five")]
+
+
+def record_adapter_swaps(monkeypatch, url: str) -> list[tuple[str, list[str]]]:
+    """Wrap ``OpenAIPolicy.update_weights`` so each call appends ``(adapter now sampled with, models the server at
+    url lists)`` to the returned list."""
+    from agentrl.algos.policy.openai import OpenAIPolicy
+
+    swaps: list[tuple[str, list[str]]] = []
+    real = OpenAIPolicy.update_weights
+
+    def recorded(self, model):
+        real(self, model)
+        swaps.append((self.adapter_name, served_models(url)))
+
+    monkeypatch.setattr(OpenAIPolicy, "update_weights", recorded)
+    return swaps

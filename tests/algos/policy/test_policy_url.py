@@ -7,12 +7,11 @@ import json
 import re
 
 import pytest
-from helpers import save_model_dir, served_models, tiny_train_model
+from helpers import record_adapter_swaps, save_model_dir, served_models, tiny_train_model
 
 from agentrl.algos import cli
 from agentrl.algos.models import load_model
 from agentrl.algos.policy.hf import HFPolicy
-from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.algos.policy.server import serve_policy
 
 
@@ -29,14 +28,7 @@ def server(train_model_dir):
 
 
 def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_model_dir, tmp_path, monkeypatch, capsys):
-    swaps = []
-    real = OpenAIPolicy.update_weights
-
-    def counted(self, model):
-        real(self, model)
-        swaps.append((self.adapter_name, served_models(server.url)))
-
-    monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
+    swaps = record_adapter_swaps(monkeypatch, server.url)
     run = tmp_path / "run"
     assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
                      "--policy-url", server.url, "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu",

@@ -15,12 +15,11 @@ import stat
 
 import pytest
 import requests
-from helpers import save_model_dir, served_models
+from helpers import record_adapter_swaps, save_model_dir
 
 from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
 from agentrl.algos.policy.engine import VLLM_PYTHON_ENV, VLLMEngine, find_engine_python
-from agentrl.algos.policy.openai import OpenAIPolicy
 
 pytestmark = pytest.mark.slow
 
@@ -85,14 +84,7 @@ def test_eval_with_engine_equals_the_in_process_greedy_eval(greedy_dir, tasks_fi
 
 
 def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, monkeypatch, capsys):
-    swaps = []
-    real = OpenAIPolicy.update_weights
-
-    def counted(self, model):
-        real(self, model)
-        swaps.append((self.adapter_name, served_models(server.url)))
-
-    monkeypatch.setattr(OpenAIPolicy, "update_weights", counted)
+    swaps = record_adapter_swaps(monkeypatch, server.url)
     run = tmp_path / "run"
     assert _train(run, model_dir, tmp_path, "--policy-url", server.url, "--adapter-dir", str(tmp_path / "ad")) == 0
     records = _episodes(run / "metrics.jsonl")
