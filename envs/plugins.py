@@ -19,6 +19,8 @@ Built-in entries come first; a registered name replaces a built-in of the same n
 from __future__ import annotations
 
 import importlib
+import json
+import threading
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
@@ -64,6 +66,14 @@ class Registry(Generic[T]):
         self.kind, self.group = kind, group
         self._entries: dict[str, T | str] = dict(builtins or {})
         self._plugins_read = False
+        self._shared: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo) -> Registry[T]:
+        """A copy with the same entries and no shared instances (tests register on a copy and drop it)."""
+        copy = Registry(self.kind, self.group, dict(self._entries))
+        copy._plugins_read = self._plugins_read
+        return copy
 
     def register(self, name: str, entry: T | str) -> None:
         """Make ``name`` stand for ``entry`` (an object, or its ``"module:Attribute"`` import path)."""
@@ -102,6 +112,20 @@ class Registry(Generic[T]):
         if isinstance(entry, str):
             entry = self._entries[name] = load_object(entry)
         return entry
+
+    def make(self, name: str, *, shared: bool = False, **config: Any) -> Any:
+        """``get(name)(**config)``. With ``shared=True`` one instance per (name, config) serves the whole process
+        (made again once its ``closed`` attribute is true), so a backend's concurrency limit, rate limit and stats
+        hold across every env that uses it."""
+        factory = self.get(name)
+        if not shared:
+            return factory(**config)
+        key = (name, json.dumps(config, sort_keys=True, default=str))
+        with self._lock:
+            inst = self._shared.get(key)
+            if inst is None or getattr(inst, "closed", False):
+                inst = self._shared[key] = factory(**config)
+        return inst
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, group={self.group!r}, names={self.names()})"

@@ -14,8 +14,6 @@ arguments), so JSON env kwargs (``--env-kwargs``, configs) can choose one. A thi
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +30,6 @@ SANDBOXES: Registry[Callable[..., CodeSandbox]] = Registry("sandbox", "agentrl.s
     "bwrap": "agentrl.envs.sandbox.pool:Sandbox",
     "remote": "agentrl.envs.sandbox.remote:RemoteSandbox",
 })
-_SHARED: dict[tuple[str, str], CodeSandbox] = {}
-_SHARED_LOCK = threading.Lock()
 
 
 def register_sandbox(name: str, sandbox: Callable[..., CodeSandbox] | str) -> None:
@@ -85,14 +81,8 @@ def make_sandbox(sandbox: str | CodeSandbox = "bwrap", *, shared: bool = True, *
     factory = SANDBOXES.get(sandbox)
     if factory is Sandbox and not config and shared:
         return default_sandbox()
-    key = (sandbox, json.dumps(config, sort_keys=True, default=str))
-    with _SHARED_LOCK:
-        inst = _SHARED.get(key) if shared else None
-        if inst is None or getattr(inst, "closed", False):
-            inst = factory(**config)
-            if not isinstance(inst, CodeSandbox):
-                raise TypeError(f"sandbox {sandbox!r} made a {type(inst).__name__}, without the CodeSandbox "
-                                "protocol (config.timeout_s, config.max_concurrency, run, stats, close)")
-            if shared:
-                _SHARED[key] = inst
+    inst = SANDBOXES.make(sandbox, shared=shared, **config)
+    if not isinstance(inst, CodeSandbox):
+        raise TypeError(f"sandbox {sandbox!r} made a {type(inst).__name__}, without the CodeSandbox "
+                        "protocol (config.timeout_s, config.max_concurrency, run, stats, close)")
     return inst

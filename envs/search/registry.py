@@ -17,8 +17,6 @@ with :func:`register_search_backend` or an entry point in the group ``agentrl.se
 
 from __future__ import annotations
 
-import json
-import threading
 from typing import Any
 
 from agentrl.envs.plugins import Registry
@@ -34,8 +32,6 @@ BACKENDS: Registry[type[SearchBackend]] = Registry("search backend", "agentrl.se
     "zhihu": "agentrl.envs.search.online:ZhihuBackend",
     "deepseek": "agentrl.envs.search.online:DeepSeekBackend",
 })
-_SHARED: dict[tuple, SearchBackend] = {}
-_SHARED_LOCK = threading.Lock()
 
 
 def register_search_backend(name: str, backend: type[SearchBackend] | str) -> None:
@@ -63,13 +59,4 @@ def make_backend(backend: str | SearchBackend = "local", *, shared: bool = True,
     cls = BACKENDS.get(backend)
     if not (isinstance(cls, type) and issubclass(cls, SearchBackend)):
         raise TypeError(f"search backend {backend!r} is {cls!r}, not a SearchBackend subclass")
-    key = (backend, json.dumps(config, sort_keys=True, default=str))
-    if shared:
-        with _SHARED_LOCK:
-            if key in _SHARED:
-                return _SHARED[key]
-    inst: SearchBackend = cls(**config)
-    if shared:
-        with _SHARED_LOCK:
-            inst = _SHARED.setdefault(key, inst)
-    return inst
+    return BACKENDS.make(backend, shared=shared, **config)

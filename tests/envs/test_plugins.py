@@ -34,3 +34,17 @@ def test_load_object_names_what_failed():
         load_object("no_such_module:x")
     with pytest.raises(ValueError, match="has no attribute 'nope'"):
         load_object("json:nope")
+
+
+def test_make_shares_one_instance_per_config_until_it_is_closed_and_copies_share_none():
+    import copy
+    import types
+
+    reg = Registry("widget", "agentrl.test_widgets", {"ns": types.SimpleNamespace})
+    a = reg.make("ns", shared=True, x=1)
+    assert reg.make("ns", shared=True, x=1) is a and reg.make("ns", shared=True, x=2) is not a
+    assert reg.make("ns", x=1) is not a  # not shared: a new instance
+    a.closed = True
+    assert reg.make("ns", shared=True, x=1) is not a
+    twin = copy.deepcopy(reg)
+    assert twin.names() == reg.names() and twin.make("ns", shared=True, x=1) is not reg.make("ns", shared=True, x=1)

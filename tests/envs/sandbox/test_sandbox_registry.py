@@ -55,7 +55,6 @@ def echo_sandbox(tmp_path, monkeypatch):
     (tmp_path / "echo_sandbox.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "SANDBOXES", copy.deepcopy(SANDBOXES))
-    monkeypatch.setattr(registry, "_SHARED", {})
     yield
     sys.modules.pop("echo_sandbox", None)
 

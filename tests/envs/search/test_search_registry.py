@@ -45,7 +45,6 @@ def test_builtin_backends_are_search_backends():
 
 def test_register_search_backend_and_the_contract(monkeypatch):
     monkeypatch.setattr(registry, "BACKENDS", copy.deepcopy(BACKENDS))  # registrations are undone with the copy
-    monkeypatch.setattr(registry, "_SHARED", {})
     register_search_backend("echo", EchoBackend)
     backend = make_backend("echo", topk=2)
     assert isinstance(backend, EchoBackend) and backend.topk == 2 and make_backend("echo", topk=2) is backend
