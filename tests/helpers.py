@@ -441,3 +441,12 @@ def record_adapter_swaps(monkeypatch, url: str) -> list[tuple[str, list[str]]]:
 
     monkeypatch.setattr(OpenAIPolicy, "update_weights", recorded)
     return swaps
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on (just now): for a server a test starts, or a refused connection."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -13,7 +13,7 @@ import time
 
 import gymnasium as gym
 import pytest
-from helpers import ROOT, TESTS
+from helpers import ROOT, TESTS, free_port
 
 pytest.importorskip("mcp", reason="MCP tools need the `mcp` SDK (the [mcp] extra)")
 
@@ -37,12 +37,6 @@ def tools():
     ts = stdio_tools(timeout_s=20)
     yield ts
     ts.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

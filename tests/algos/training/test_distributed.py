@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from ddp_worker import ddp_config
-from helpers import TESTS, tiny_train_model
+from helpers import TESTS, free_port, tiny_train_model
 
 from agentrl.algos import Trainer, Trajectory
 from agentrl.algos.training.checkpoint import latest_checkpoint
@@ -21,9 +20,7 @@ from agentrl.algos.training.update import apply_update
 
 
 def torchrun(out: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",

@@ -3,7 +3,6 @@ code in a subprocess and answers in SandboxFusion's shapes, and can be told to f
 hang). Every failure must become an ExecResult / an observation, never an exception out of ``step``."""
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -11,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
+from helpers import free_port
 
 import agentrl.envs  # noqa: F401  (registers the ids)
 from agentrl.envs import RemoteSandbox, Sandbox
@@ -156,10 +156,7 @@ def test_a_hanging_service_is_cut_at_the_deadline(server):
 
 
 def test_connection_refused():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
-    sb = RemoteSandbox(f"http://127.0.0.1:{port}", max_retries=1, backoff_s=0.01)
+    sb = RemoteSandbox(f"http://127.0.0.1:{free_port()}", max_retries=1, backoff_s=0.01)
     r = sb.run("print(1)")
     assert r.status == "sandbox_error" and "cannot reach" in r.stderr
     assert sb.stats()["retries"] == 1

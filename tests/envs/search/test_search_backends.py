@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
+from helpers import free_port
 
 from agentrl.envs.search import bm25
 from agentrl.envs.search.bm25 import LocalBackend
@@ -153,11 +154,7 @@ def api():
 
 
 def refused_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 # ---------------------------------------------------------------------------------------------- recorded shapes
