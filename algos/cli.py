@@ -58,7 +58,7 @@ def build_train_config(args) -> Any:
         d = deep_merge(d, load_config_file(args.config, TrainConfig))
     if getattr(args, "report_to", None):
         d["report_to"] = args.report_to
-    for key in ("env", "algo", "model", "out", "adapter", "executor", "device", "dtype"):
+    for key in ("env", "env_kwargs", "algo", "model", "out", "adapter", "executor", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
@@ -79,7 +79,7 @@ def build_main_job_config(args) -> Any:
     d: dict[str, Any] = load_config_file(args.config, MainJobConfig) if args.config else {}
     if getattr(args, "report_to", None):
         d["report_to"] = args.report_to
-    for key in ("env", "model", "out", "device", "dtype"):
+    for key in ("env", "env_kwargs", "model", "out", "device", "dtype"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
@@ -208,7 +208,7 @@ def cmd_eval(args) -> int:
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.tasks import heldout_tasks
 
-    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    env_kwargs = args.env_kwargs or {}
     preflight([(args.env, env_kwargs)], args.model, args.adapter)
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
@@ -299,6 +299,21 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
                                            f"{VLLM_VENV}/bin/python)")
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """``--env-kwargs '{"families": ["multiply"]}'`` -> a dict; anything else is a one-line usage error."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed ({{\"key\": value, ...}}), got {text!r}")
+    return value
+
+
+ENV_KWARGS_HELP = ("JSON object of environment keyword arguments, e.g. '{\"tools\": [\"my_tools:lookup\"], "
+                   "\"dataset\": \"train.jsonl\", \"heldout\": \"test.jsonl\"}' (the env_kwargs key; docs/own-tools.md)")
+
+
 def _report_to(text: str) -> list[str]:
     """``--report-to wandb,mlflow`` -> ``["wandb", "mlflow"]``, each name checked against the known trackers."""
     from agentrl.algos.evaluation.trackers import tracker_names
@@ -322,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "train it with GRPO, evaluate again and print the table (MainJobConfig keys: "
                                    "agentrl config-docs).")
     p.add_argument("--env", default=MAIN_JOB_ENV, help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
     p.add_argument("--config", help="JSON or YAML file of MainJobConfig keys")
     p.add_argument("--out", help="run directory (default runs/main)")
@@ -339,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="config keys (key=value, dotted for sections; types, defaults and meanings: "
                               "agentrl config-docs, docs/configuration.md):\n" + config_keys_help())
     p.add_argument("--env", help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--envs", action="append", metavar="ID[:WEIGHT],...",
                    help="train on a mixture of envs, e.g. --envs ToolUse-v0:2,Search-v0:1 (repeatable; replaces "
                         "--env; see docs/mixtures.md)")
@@ -366,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout = CollectorConfig()  # eval samples like training does unless told otherwise
     p = sub.add_parser("eval", help="evaluate a model (and adapter) on held-out tasks")
     p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id")
-    p.add_argument("--env-kwargs", help="JSON object of environment keyword arguments")
+    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
     p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")
@@ -412,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # as under `python -m`: "my_tools:lookup" refs import from here
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -8,6 +8,11 @@ the ``train`` split uses even indices, ``test`` odd ones, so held-out tasks neve
 Users bring their own tools and data::
 
     gymnasium.make("AgentRL/ToolUse-v0", tools=[my_fn, ...], dataset="tasks.jsonl")  # rows {query, answer}
+    gymnasium.make("AgentRL/ToolUse-v0", tools=["my_tools:lookup"], dataset="train.jsonl", heldout="test.jsonl")
+
+Tools may be named by import path (``"package.module:function"``), so a JSON config or the command line carries
+them (``agentrl train ... env_kwargs.tools='["my_tools:lookup"]' env_kwargs.dataset=train.jsonl``); rows with
+``calls`` are demonstrations for an SFT cold start (docs/own-tools.md).
 
 Reward: 1.0 correct (numeric equality for numbers, else normalised exact match), 0.0 wrong, -0.1 invalid
 format or no answer.
@@ -26,7 +31,7 @@ from agentrl.envs.answers import answers_match
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import TaskGenerator, check_split, load_rows
 from agentrl.envs.parsing import ActionParser
-from agentrl.envs.tools import Tool, ToolSet, format_value, tool
+from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools
 
@@ -228,9 +233,10 @@ class ToolUseEnv(TextEnv):
 
     def __init__(
         self,
-        tools: Iterable[Tool | Callable] | None = None,
+        tools: ToolSet | str | Iterable[Tool | Callable | str] | None = None,
         dataset: str | Path | Iterable[dict[str, Any]] | None = None,
         *,
+        heldout: str | Path | Iterable[dict[str, Any]] | None = None,
         families: Sequence[str] | None = None,
         split: str = "train",
         max_turns: int = 6,
@@ -242,10 +248,14 @@ class ToolUseEnv(TextEnv):
     ):
         """
         Args:
-            tools: your own tools (typed, documented functions or :class:`Tool`, or a :class:`ToolSet` such as
-                :func:`~agentrl.envs.mcp_tools.mcp_tools`, closed with the env); default: the mock tools.
+            tools: your own tools (typed, documented functions or :class:`Tool`, their import paths
+                ``"package.module:function"``, or a :class:`ToolSet` such as
+                :func:`~agentrl.envs.mcp_tools.mcp_tools`, closed with the env; :func:`~agentrl.envs.tools.load_tools`);
+                default: the mock tools.
             dataset: your tasks, as a JSONL path or a list of ``{"query", "answer"}`` rows (optional ``id``,
                 and ``calls`` — ``[[name, arguments], ...]`` — for demonstrations). Required with ``tools``.
+            heldout: your held-out tasks (same row format), what :meth:`heldout_tasks` returns; with your own
+                ``dataset`` and no ``heldout``, :meth:`heldout_tasks` refuses rather than evaluate on the mock tasks.
             families: restrict the built-in generator to these task families (see ``FAMILIES``).
             split: ``"train"`` or ``"test"`` — which built-in tasks ``reset`` samples.
             max_turns, max_tool_calls, max_obs_chars: the episode budgets.
@@ -257,9 +267,10 @@ class ToolUseEnv(TextEnv):
                              "{'query': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
         self.split = check_split(split, ("train", "test"))
         self.rows = load_rows(dataset, ("query", "answer")) if dataset is not None else None
+        self.heldout = load_rows(heldout, ("query", "answer")) if heldout is not None else None
         self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
         super().__init__(
-            tools=tools if isinstance(tools, ToolSet) else ToolSet(tools if tools is not None else MOCK_TOOLS),
+            tools=load_tools(tools) if tools is not None else ToolSet(MOCK_TOOLS),
             parser=parser or ActionParser(),
             budgets=Budgets(max_turns=max_turns, max_tool_calls=max_tool_calls, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
@@ -274,8 +285,18 @@ class ToolUseEnv(TextEnv):
         return GENERATOR.sample(make_task, rng, self.split, self.families)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """The first ``n`` generated tasks of the ``test`` split (of ``families`` when given); ``seed`` is
-        unused: the split is fixed. Built-in tasks even when the env was made with your own dataset."""
+        """The first ``n`` rows of ``heldout`` when given, else the first ``n`` generated tasks of the ``test``
+        split (of ``families`` when given); ``seed`` is unused: the split is fixed.
+
+        Raises:
+            ValueError: the env was made with your own ``dataset`` but no ``heldout`` (the mock tasks would
+                score your tools on questions they cannot answer).
+        """
+        if self.heldout is not None:
+            return [{"id": str(row.get("id", i)), **row} for i, row in enumerate(self.heldout[:n])]
+        if self.rows is not None:
+            raise ValueError("AgentRL/ToolUse-v0 made with your own dataset= has no held-out tasks: pass heldout= "
+                             "(a JSONL of {query, answer} rows) in env_kwargs, or evaluate with --tasks-file")
         return make_tasks(n, split="test", families=self.families)
 
     def task_instructions(self, task: dict[str, Any]) -> str:

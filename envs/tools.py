@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentrl.envs.plugins import load_object
+
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
 
 
@@ -330,3 +332,29 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
         elif current and line.strip():
             arg_docs[current] += " " + line.strip()
     return " ".join(summary_lines), arg_docs
+
+
+def load_tools(spec: ToolSet | str | Iterable[Tool | Callable | str]) -> ToolSet:
+    """The :class:`ToolSet` a ``tools=`` argument stands for, in every form a user writes it.
+
+    ``spec`` is a :class:`ToolSet` (kept as is), or tools, typed documented functions and **import paths**
+    (``"package.module:function"``, or a path naming a list of them or a :class:`ToolSet`) — the form a JSON
+    config or the command line can carry (``env_kwargs.tools='["my_tools:lookup", "my_tools:convert"]'``).
+
+    Raises:
+        ValueError: a path that names nothing importable (the message says which part failed), or a
+            :class:`ToolSet` given beside other tools.
+    """
+    items = [spec] if isinstance(spec, (str, ToolSet)) else list(spec)
+    loaded = [load_object(s) if isinstance(s, str) else s for s in items]
+    sets = [t for t in loaded if isinstance(t, ToolSet)]
+    if sets:
+        if len(loaded) > 1:
+            raise ValueError("tools=: a ToolSet (e.g. MCP tools) must be the only entry; got it beside "
+                             f"{len(loaded) - 1} other tool(s)")
+        return sets[0]
+    flat = [t for obj in loaded for t in (obj if isinstance(obj, (list, tuple)) else [obj])]
+    for t in flat:
+        if not (isinstance(t, Tool) or callable(t)):
+            raise ValueError(f"tools=: {t!r} is not a tool (a typed, documented function or a Tool)")
+    return ToolSet(flat)

@@ -131,6 +131,10 @@ class TrainConfig:
     the allocator as it is; no effect where the C library is not glibc."""
     logprob_chunk: int = 256
     """Action-token positions per LM-head call when computing logprobs (bounds the logits memory)."""
+    stop_without_signal: int = 3
+    """Stop with an error (saying to train a cold start first) after this many consecutive RL steps in which no
+    episode ended in a well-formed answer and every group was skipped (equal rewards: nothing to learn from);
+    0 never stops. A model at 0% format on new tools or data learns nothing from RL alone."""
     save_every: int = 10
     """Checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2

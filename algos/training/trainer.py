@@ -58,6 +58,11 @@ from agentrl.algos.training.update import apply_update, resolve_correction
 
 logger = logging.getLogger(__name__)
 
+
+class NoLearningSignal(ValueError):
+    """RL steps that could not learn anything (0% format, every group skipped): the run stops, saying what to do."""
+
+
 def make_algorithm(config: TrainConfig):
     """The algorithm object of ``config.algo``, with its config section."""
     return algorithm_class(config.algo)(config.algorithm_config())
@@ -103,6 +108,7 @@ class Trainer:
         self._setup_sampler(policy)
         self._logger = None
         self.history: list[dict[str, Any]] = []
+        self._dead_steps = 0  # consecutive steps without a learning signal (_check_learning_signal)
 
     # ------------------------------------------------------------------ setup
     def _setup_model(self, model, tokenizer) -> None:
@@ -215,6 +221,7 @@ class Trainer:
                 if main:
                     self._logger.log(self.global_step, metrics)
                 self.history.append(metrics)
+                self._check_learning_signal(metrics)
                 bar.update(1)
                 bar.set_postfix(_postfix(metrics), refresh=False)
                 if (cfg.save_every and self.global_step % cfg.save_every == 0) or self.global_step == cfg.steps:
@@ -234,6 +241,21 @@ class Trainer:
             save_adapter(self.model, self.run_dir / "adapter")
         distributed.barrier(self.ranks)
         return self.history
+
+    def _check_learning_signal(self, metrics: dict[str, Any]) -> None:
+        """Raise :class:`NoLearningSignal` after ``stop_without_signal`` consecutive steps with 0% format and every
+        group skipped: RL alone cannot leave that state, and the run would burn its budget learning nothing."""
+        groups = metrics.get("train/groups", 0)
+        dead = (self.algo.needs_rollouts and groups and metrics.get("train/skipped_groups") == groups
+                and metrics.get("reward/format", 1.0) == 0)
+        self._dead_steps = self._dead_steps + 1 if dead else 0
+        if self.config.stop_without_signal and self._dead_steps >= self.config.stop_without_signal:
+            raise NoLearningSignal(
+                f"{self._dead_steps} steps in a row: no episode of {self.env_label} ended in a well-formed answer "
+                "and every group had equal rewards, so RL has nothing to learn from. Train a cold start first "
+                "(agentrl train --algo sft, on the env's demonstrations (dataset rows with 'calls') or "
+                "sft.data=your_conversations.jsonl) and pass --adapter; or set stop_without_signal=0 "
+                "(docs/own-tools.md)")
 
     def _rollout(self, collector, position: int) -> tuple[list, int, float]:
         """Collect the rollout batch that starts at data ``position``: ``(trajectories, tasks taken, seconds)``.

@@ -162,3 +162,19 @@ def test_adapter_base_check_matches_the_same_model_under_its_other_names(tmp_pat
     check_adapter_base(smol, "smollm2-135m")
     with pytest.raises(ValueError, match="trained on 'smollm2-135m', not on .*pass --model smollm2-135m$"):
         check_adapter_base(smol, str(model))
+
+
+@pytest.mark.parametrize("command", ["train", "main-job", "eval"])
+def test_env_kwargs_that_are_not_a_json_object_are_a_usage_error_naming_the_flag(command, capsys, no_loading):
+    for bad, says in (("{families: 1}", "not JSON"), ('["multiply"]', "a JSON object is needed")):
+        with pytest.raises(SystemExit) as e:
+            cli.main([command, "--env-kwargs", bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --env-kwargs" in err and says in err and "Traceback" not in err
+
+
+def test_tools_the_env_cannot_import_are_one_line_before_any_model_loads(capsys, no_loading):
+    kw = json.dumps({"tools": ["no_such_module_xyz:lookup"], "dataset": [{"query": "q", "answer": "a"}]})
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env-kwargs", kw])
+    assert "cannot import 'no_such_module_xyz'" in line

@@ -8,7 +8,7 @@ one defined). A block is skipped only when the line just above its fence is a vi
 runs with
 ``HF_HUB_OFFLINE=1`` (no snippet may need the network) and one thread per library.
 
-Pages whose blocks load the real 135M model (README.md, collector.md, quickstart.md) are marked ``slow``, like
+Pages whose blocks load the real 135M model (README.md, collector.md, quickstart.md, own-tools.md) are marked ``slow``, like
 the other tests that load it: ``python -m pytest -m slow tests/docs/test_snippets.py``. Measured on the shared
 2-core development machine: those three pages 112 s, 177 s and 65 s; every other page under 15 s.
 """
@@ -83,7 +83,7 @@ def _page_params():
         if not runnable:
             continue
         name = str(page.relative_to(ROOT))
-        marks = [pytest.mark.slow] if any("load_model(" in s for s in runnable) else []
+        marks = [pytest.mark.slow] if any("load_model(" in s or "cli import main" in s for s in runnable) else []
         if name in KNOWN_FAILING:
             marks.append(pytest.mark.xfail(reason=KNOWN_FAILING[name], strict=True))
         out.append(pytest.param(page, id=name, marks=marks))

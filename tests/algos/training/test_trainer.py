@@ -13,7 +13,7 @@ from helpers import ScoreEnv, StockTask, kill_in_step, tiny_train_config, tiny_t
 
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
-from agentrl.algos.training.trainer import Trainer
+from agentrl.algos.training.trainer import NoLearningSignal, Trainer
 
 
 def _trainable(model):
@@ -65,6 +65,24 @@ def test_zero_advantage_groups_make_no_update(tokenizer, tmp_path):
         assert all(torch.equal(before[n], after[n]) for n in before), algo
         assert m["train/skipped_groups"] == 2 and m["train/optimizer_steps"] == 0 and m["train/loss_tokens"] == 0
         assert m["rollout/degenerate_group_rate"] == 1.0
+
+
+def test_rl_at_zero_format_stops_saying_to_train_a_cold_start(tokenizer, tmp_path):
+    """A random model on ToolUse never answers well-formed: every group has the invalid reward, nothing is learned.
+    The run stops after stop_without_signal such steps with an error that says what to do; 0 lets it run on."""
+    cfg = dict(env="AgentRL/ToolUse-v0", steps=3, collector=CollectorConfig(max_new_tokens=8, max_turns=1))
+    trainer = Trainer(tiny_train_config(tmp_path / "stop", stop_without_signal=2, **cfg),
+                      model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    with pytest.raises(NoLearningSignal, match="Train a cold start first"):
+        trainer.train()
+    assert len(trainer.history) == 2
+    assert all(m["reward/format"] == 0 and m["train/skipped_groups"] == m["train/groups"] for m in trainer.history)
+    on = Trainer(tiny_train_config(tmp_path / "on", stop_without_signal=0, **cfg),
+                 model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    assert len(on.train()) == 3
+    # a graded reward (a signal) never stops the run, whatever the setting
+    assert len(Trainer(tiny_train_config(tmp_path / "score", steps=2, stop_without_signal=1),
+                       model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()) == 2
 
 
 def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
