@@ -15,7 +15,12 @@ The same tasks (``--group-size`` trajectories per task, at each of ``--sizes`` t
   requests, whole prompts, to transformers' own continuous-batching manager (what TRL's
   ``use_transformers_continuous_batching`` runs); settings printed with the row (``--cb-*``);
 * ``naive generate``      — one ``model.generate`` per trajectory per turn with the whole context re-encoded (the
-  from-scratch loop of ``seeds/000`` and ToolBrain); measured only at sizes <= ``--naive-max``.
+  from-scratch loop of ToolBrain); measured only at sizes <= ``--naive-max``.
+* ``vLLM server``, ``vLLM server, rounds`` (``--vllm``) — the collector sampling through a real vLLM server
+  (:class:`~agentrl.algos.policy.engine.VLLMEngine`, its own process, the build in ``.venv-vllm``: the CPU build
+  here) over ``/v1/completions`` with token ids in and out, continuous and in rounds. The server starts after
+  every in-process row has run (so it never competes with them for the cores), serves the same model at the same
+  dtype, and is warmed up before it is measured; its startup time is printed, not counted.
 
 All are driven by the same collector, so only generation differs. An untrained 135M model rarely writes a valid
 tool call, so ToolUse-v0 would end most episodes after one reply. To measure *multi-turn* rollout the env here is
@@ -25,6 +30,7 @@ ToolUse-v0 with one change: an invalid reply gets an error observation and the e
     python benchmarks/rollout_throughput.py                       # smollm2-135m, 16 trajectories (4 tasks x 4)
     python benchmarks/rollout_throughput.py --sizes 16,64 --naive-max 16
     python benchmarks/rollout_throughput.py --quick               # CI-sized: a tiny random model, 4 trajectories
+    python benchmarks/rollout_throughput.py --vllm --skip-naive --skip-cb   # our collector vs a vLLM server
 
 Prints tokens/s (sampled tokens / wall time) for each row and a markdown table with the collector's tokens/s
 divided by each row's; never asserts.
@@ -37,6 +43,7 @@ import inspect
 import math
 import time
 from collections import Counter
+from pathlib import Path
 
 from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.policy.hf import HFPolicy
@@ -335,6 +342,49 @@ def measure_cb(model, tokenizer, args, n: int, cfg, tasks) -> dict:
         policy.close()
 
 
+def measure_vllm(model_name: str, model, tokenizer, args, sizes: list[int], cfg) -> list[dict]:
+    """The vLLM rows at every size: a server for ``model`` (exported to a folder an engine loads) is started,
+    warmed up on a task outside the measured ones, measured continuous and in rounds, and stopped. A server that
+    does not start becomes the rows' note with what it said."""
+    import tempfile
+
+    from agentrl.algos.models.export import engine_model_dir
+    from agentrl.algos.policy.engine import VLLMEngine
+    from agentrl.algos.policy.openai import OpenAIPolicy
+
+    if args.quick:  # the tiny random model: a folder of its own
+        folder = Path(tempfile.mkdtemp(prefix="rollout-vllm-")) / "tiny"
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    else:
+        folder = engine_model_dir(model_name)
+    dtype = {"torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(str(next(model.parameters()).dtype), "auto")
+    server = VLLMEngine(folder, dtype=dtype, max_lora_rank=None, max_model_len=4096)
+    try:
+        t0 = time.perf_counter()
+        server.start()
+        print(f"vLLM server up in {time.perf_counter() - t0:.1f} s ({server.command()[0]}; log {server.log_path})",
+              flush=True)
+    except Exception as exc:  # noqa: BLE001 - the rows report what the server said
+        print(f"vLLM server failed: {type(exc).__name__}: {exc}", flush=True)
+        return [{"name": name, "size": n, "note": f"server failed: {type(exc).__name__}: {str(exc)[:160]}"}
+                for n in sizes for name in ("vLLM server", "vLLM server, rounds")]
+    try:
+        policy = OpenAIPolicy.connect(server.url, tokenizer, model=server.served_model_name)
+        run("vLLM warm-up", policy, make_tasks(max(sizes) // args.group_size + 1, "train")[-1:], 1,
+            CollectorConfig(max_turns=1, max_new_tokens=4))
+        rows = []
+        for n in sizes:
+            tasks = make_tasks(n // args.group_size, "train")
+            rows.append(run("vLLM server", policy, tasks, args.group_size, cfg, n))
+            if "continuous" in CollectorConfig.__dataclass_fields__:
+                rows.append(run("vLLM server, rounds", policy, tasks, args.group_size,
+                                CollectorConfig(**{**cfg.__dict__, "continuous": False}), n))
+        return rows
+    finally:
+        server.stop()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m", help="model alias, hub id or path (default: smollm2-135m)")
@@ -358,6 +408,8 @@ def main(argv=None):
     ap.add_argument("--cb-max-batch-tokens", type=int, default=1024, help="CB tokens per forward pass (default 1024)")
     ap.add_argument("--cb-attn", default="sdpa", help="CB attention: sdpa | paged|eager | flash_attention_2 ...")
     ap.add_argument("--cb-no-block-sharing", action="store_true", help="turn off CB's prefix cache")
+    ap.add_argument("--vllm", action="store_true",
+                    help="add the vLLM server rows (needs .venv-vllm or $AGENTRL_VLLM_PYTHON; docs/engines.md)")
     ap.add_argument("--quick", action="store_true", help="CI-sized: tiny random model, 2 tasks x 2, 16 tokens")
     args = ap.parse_args(argv)
 
@@ -369,7 +421,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     if args.quick:
         tokenizer = load_tokenizer(args.model)
-        model = tiny_model(tokenizer)
+        model = tiny_model(tokenizer, hidden_size=128 if args.vllm else 64)  # vLLM CPU attention: head size >= 32
         args.tasks, args.group_size, args.max_new_tokens, args.max_turns = 2, 2, 16, 2
         args.cb_context = min(args.cb_context, 1024)
     else:
@@ -389,6 +441,9 @@ def main(argv=None):
     for n in sizes:
         print(f"--- {n} trajectories", flush=True)
         rows += measure_size(model, tokenizer, args, n, cfg)
+    if args.vllm:
+        print("--- vLLM server", flush=True)
+        rows += measure_vllm(args.model, model, tokenizer, args, sizes, cfg)
     print()
     print(table(rows))
     print("\ncollector ÷ this: the collector's tokens/s over the row's, at the same size (above 1: the collector is "

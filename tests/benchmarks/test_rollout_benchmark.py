@@ -163,3 +163,14 @@ def test_quick_run_measures_every_row(bench):
         assert {(size, n) for n in expected} <= names
     assert (4, "naive generate") in names and (8, "naive generate") not in names
     assert any(r["name"] == "naive generate" and r["size"] == 8 and "--naive-max" in r["note"] for r in rows)
+
+
+@pytest.mark.slow
+def test_vllm_rows_sample_the_same_episodes_through_a_real_server(bench):
+    """--vllm starts the real engine (.venv-vllm) on the tiny model and measures it like the in-process rows."""
+    rows = bench.main(["--quick", "--vllm", "--skip-naive", "--skip-cb"])
+    by_name = {r["name"]: r for r in rows}
+    for name in ("vLLM server", "vLLM server, rounds"):
+        assert by_name[name].get("tok_s"), by_name[name].get("note")
+        assert by_name[name]["tokens"] > 0 and by_name[name]["size"] == by_name["collector"]["size"]
+    assert "| vLLM server |" in bench.table(rows)
