@@ -141,8 +141,9 @@ class TrainConfig:
     """Most recent checkpoints kept on disk."""
     seed: int = 0
     """Seeds task order, rollout sampling and initialisation."""
-    tasks: str | None = None
-    """JSONL of task rows to train on (default: the env's own task sampler)."""
+    tasks_file: str | None = None
+    """JSONL of task rows to train on (default: the env's own task sampler); `agentrl eval --tasks-file` and the
+    main job's eval_tasks_file name the same kind of file."""
     progress: bool = True
     """Show a progress bar."""
     tensorboard: bool = True
@@ -203,8 +204,8 @@ class TrainConfig:
         if self.group_size < algo.min_group_size:
             raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= "
                              f"{algo.min_group_size}")
-        if self.env_mixture() and self.tasks:
-            raise ValueError("tasks= (a task file) is for one env; a mixture (envs=) draws each env's own tasks")
+        if self.env_mixture() and self.tasks_file:
+            raise ValueError("tasks_file= is for one env; a mixture (envs=) draws each env's own tasks")
         a = self.asynchronous
         if a.enabled:
             if not algo.needs_rollouts:

@@ -53,7 +53,7 @@ class TaskSource:
         if rows is None:
             self.env = make_env(env, env_kwargs)
             if not hasattr(self.env, "sample_task"):
-                raise TypeError(f"{env} has no sample_task(rng); pass a task dataset (tasks=file.jsonl)")
+                raise TypeError(f"{env} has no sample_task(rng); pass a task dataset (tasks_file=file.jsonl)")
 
     def task(self, k: int) -> dict[str, Any]:
         if self.rows is not None:

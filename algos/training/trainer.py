@@ -158,10 +158,10 @@ class Trainer:
         (:meth:`~agentrl.algos.objectives.base.Algorithm.offline_data`)."""
         config = self.config
         rows = None
-        if config.tasks:
+        if config.tasks_file:
             from agentrl.envs.datasets import load_rows
 
-            rows = load_rows(config.tasks, ())
+            rows = load_rows(config.tasks_file, ())
         self.mixture = config.env_mixture()
         if self.mixture:
             self.tasks = MixtureTaskSource(self.mixture, seed=config.seed)

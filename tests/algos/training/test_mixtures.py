@@ -145,5 +145,5 @@ def test_cli_envs_flag_builds_the_mixture(tmp_path):
                                       "--envs", "ToolUse-v0:2", "--envs", "Search-v0:1"])
     cfg = build_train_config(args)
     assert cfg.env_mixture() == [EnvComponent(TOOL, 2.0, {}, "ToolUse-v0"), EnvComponent(SEARCH, 1.0, {}, "Search-v0")]
-    with pytest.raises(ValueError, match="tasks="):
-        tiny_train_config(tmp_path, envs=MIX, tasks="rows.jsonl").validate()
+    with pytest.raises(ValueError, match="tasks_file="):
+        tiny_train_config(tmp_path, envs=MIX, tasks_file="rows.jsonl").validate()
