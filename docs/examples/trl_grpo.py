@@ -1,7 +1,8 @@
-"""Train a LoRA on AgentRL/ToolUse-v0 with TRL's GRPOTrainer, rolling out multi-turn episodes with our collector.
+"""Train a LoRA on any registered env with TRL's GRPOTrainer, rolling out multi-turn episodes with our collector.
 
     pip install "agentrl-gym[train,trl]"
-    python docs/examples/trl_grpo.py --steps 20                 # SmolLM2-135M-Instruct (bundled), LoRA, CPU
+    python docs/examples/trl_grpo.py --steps 20                 # ToolUse-v0, SmolLM2-135M-Instruct (bundled), CPU
+    python docs/examples/trl_grpo.py --env AgentRL/Search-v0 --steps 20   # Search-R1's task, offline BM25 search
     python docs/examples/trl_grpo.py --tiny --steps 1           # a random-init tiny model: a 1-minute smoke run
 
 TRL owns the optimisation (GRPO loss, LoRA via ``peft_config``, logging, checkpoints); agentrl owns the episodes:
@@ -17,7 +18,7 @@ import os
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
 
-def main() -> None:
+def main(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="AgentRL/ToolUse-v0")
     ap.add_argument("--model", default="smollm2-135m", help="alias, hub id or local path")
@@ -26,9 +27,12 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=64, help="training tasks (the env's train split)")
     ap.add_argument("--prompts-per-step", type=int, default=4)
     ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--max-completion-length", type=int, default=128, help="tokens per reply")
     ap.add_argument("--out", default="runs/trl_grpo")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
+    import gymnasium as gym
+    import numpy as np
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
@@ -36,7 +40,6 @@ def main() -> None:
     from agentrl.algos import load_model, load_tokenizer
     from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
     from agentrl.algos.models import tiny_model
-    from agentrl.envs.tool_use import make_tasks
 
     if args.tiny:
         tokenizer = load_tokenizer(args.model)
@@ -45,8 +48,10 @@ def main() -> None:
         model, tokenizer = load_model(args.model)
     bf16 = str(next(model.parameters()).dtype) == "torch.bfloat16"
 
-    # Tasks: any list of dicts the env's reset(options={"task": ...}) accepts, e.g. the env's own train split.
-    tasks = make_tasks(args.tasks, "train")
+    # Tasks: any dicts the env's reset(options={"task": ...}) accepts; here drawn from the env's own train split.
+    env = gym.make(args.env).unwrapped
+    tasks = [env.sample_task(np.random.default_rng([0, k])) for k in range(args.tasks)]
+    env.close()
 
     trainer = GRPOTrainer(
         model=model,
@@ -62,7 +67,7 @@ def main() -> None:
             max_steps=args.steps,
             per_device_train_batch_size=args.prompts_per_step * args.num_generations,
             num_generations=args.num_generations,
-            max_completion_length=128,                       # per reply; the episode is bounded by the collector
+            max_completion_length=args.max_completion_length,  # per reply; the episode is bounded by the collector
             temperature=1.0,
             learning_rate=2e-4,
             beta=0.0,
@@ -78,6 +83,7 @@ def main() -> None:
                   f"loss {row['loss']:+.4f}")
     trainer.save_model(args.out)
     print(f"adapter saved in {args.out}")
+    return trainer
 
 
 if __name__ == "__main__":
