@@ -21,7 +21,7 @@ a run killed part-way is redone from its start (its time budget would not be com
 remembers its settings (``setup.json``) and refuses an invocation with other ones; more algorithms or seeds may
 be added to it.
 
-Writes ``<out>/compare.json`` (every figure, the command, times, machine, peak RSS), the page
+Writes ``<out>/compare.json`` (every figure, the command, the commit, times, machine, peak RSS), the page
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
 step). A run takes about algorithms x seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's
@@ -66,7 +66,7 @@ QUICK = {"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step
 QUICK_TASKS = 4
 #: Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and win). PPO runs
 #: two epochs over each rollout batch: with one, its group-mean surrogate is the main job's Dr. GRPO objective and
-#: the comparison would show one algorithm twice (docs/results/learning_compare_ppo_epochs2.md).
+#: the comparison would show one algorithm twice (docs/results/archive/learning_compare_ppo_epochs2.md).
 SECTION_DEFAULTS = {"ppo": ["epochs=2"], "dpo": []}
 #: Per-step metrics whose run means the page shows (when an algorithm logs them), with their labels.
 DIAGNOSTICS = {
@@ -424,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     import run_all
 
     from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.evaluation.ledger import git_state
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
 
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
@@ -465,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,
         "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "runs": runs,
         "aggregate": {algo: aggregate(cold.average_at_n, rs) for algo, rs in runs.items()},
+        **git_state(),  # the commit (and uncommitted changes) the figures came from, as learning.py records it
     }
     (out / "compare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     results = Path(args.results)

@@ -82,7 +82,7 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         # rl_steps 32 (session 7; was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, now 33.8 -> 37.6), chosen before running
         # as "a longer RL budget", not tuned on the dev questions. Tried in session 8 and not kept: env_kwargs
         # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1 against
-        # 68.8% / 37.6 (docs/results/learning_search_balanced.md).
+        # 68.8% / 37.6 on the burnt v1 set (docs/results/archive/learning_search_balanced.md).
         {"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32,
          "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
         {"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,

@@ -41,17 +41,17 @@ SECTIONS = {
 
 CAVEATS = [
     "The held-out sets were fixed before any tuning on them (`benchmarks/heldout.py`; each sidecar records its "
-    "date and positions). Earlier figures in the README and `docs/results/learning_*.md` pages written before this "
-    "page were measured on the first 32 test-split tasks, which were also used to choose the cold start: they are "
-    "not held-out figures (issue 16).",
+    "date and positions). Earlier figures, kept for history in [archive/](archive/README.md), were measured on the "
+    "v1 sets or the first 32 test-split tasks, on which settings were chosen, and their raw data was not "
+    "committed: they are not held-out figures (issue 16) and none appears on this page.",
     "The main job's settings (Dr. GRPO, budgets; first a cold start on `add_multiply` alone) were chosen before "
     "these sets existed, on the train split (`benchmarks/coldstart_probe.py`) and on the first 32 test tasks. The "
     "cold start on all nine families with 16 steps (the default since session 7) was chosen on the train split "
     "and adopted by a rule written down before its one evaluation on the ToolUse set "
-    "([tooluse_coldstart.md](tooluse_coldstart.md)). Search-v0: `rl_steps=32` was decided before running; "
+    "([archive/tooluse_coldstart.md](archive/tooluse_coldstart.md)). Search-v0: `rl_steps=32` was decided before running; "
     "`balance_sources` was tried in session 8 after reading dev episodes of that run (fanoutqa answered with the "
     "question's entity) and not kept: it scored below the session-7 run on the same dev questions "
-    "([learning_search_balanced.md](learning_search_balanced.md)). Otherwise nothing on this "
+    "([archive/learning_search_balanced.md](archive/learning_search_balanced.md)). Otherwise nothing on this "
     "page was chosen by looking at these held-out sets unless the list of configurations below shows several "
     "configurations judged on the same set, in which case the best of them is a selected, not a held-out, figure.",
     "ToolUse-v0's `stock` and `power` families (and many `convert`, `stock_value`, `stock_total` questions) have "
@@ -289,15 +289,23 @@ def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str,
 
 
 def without_data(results: Path, data: Path, quick: bool) -> list[str]:
-    """Learning pages in ``results`` whose experiment has no committed data: their figures cannot be re-derived."""
+    """Learning pages in ``results`` whose experiment has no committed data (their figures cannot be re-derived),
+    and a pointer to ``results/archive/`` (earlier pages kept for history) when it exists."""
     pages = [p for p in sorted(results.glob("learning_*.md"))
              if (p.stem.endswith("_quick") == quick) and not (data / p.stem.removeprefix("learning_")).is_dir()]
-    if not pages:
+    archive = results / "archive" / "README.md"
+    if not pages and not archive.is_file():
         return []
-    return ["## Pages without committed raw data", "",
-            "These pages were written by earlier runs whose per-task outputs and metrics were not committed: their "
-            "figures cannot be re-derived or audited from this repository, and none of them appears above.", "",
-            *[f"- [{p.name}]({p.name})" for p in pages], ""]
+    lines = ["## Pages without committed raw data", ""]
+    if pages:
+        lines += ["These pages were written by runs whose per-task outputs and metrics were not committed: their "
+                  "figures cannot be re-derived or audited from this repository, and none of them appears above.", "",
+                  *[f"- [{p.name}]({p.name})" for p in pages], ""]
+    if archive.is_file():
+        lines += ["Pages and plots of earlier runs on the burnt v1 sets, whose raw data was never committed, are kept "
+                  "for history in [archive/](archive/README.md): they are not results, and each of their figures is "
+                  "superseded by this page once the runs on the v2 sets are committed.", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------- the data
@@ -351,8 +359,8 @@ def export_compare(out: Path, dest: Path) -> Path | None:
         _per_task_file(episodes, dest / "eval" / f"{rel.replace('/eval/', '-').removeprefix('eval/')}.jsonl")
     summary = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     summary.setdefault("commit", None)
-    if summary["commit"] is None:  # compare_algorithms.py does not record it: the checkout's, at copy time
-        summary.update(git_state(ROOT), commit_recorded="at copy time (compare_algorithms.py does not record it)")
+    if summary["commit"] is None:  # a compare.json from before compare_algorithms.py recorded it: the checkout's
+        summary.update(git_state(ROOT), commit_recorded="at copy time (this compare.json did not record it)")
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "compare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return dest / "compare.json"

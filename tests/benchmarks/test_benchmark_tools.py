@@ -108,18 +108,85 @@ def test_learning_extra_table_reports_rates():
     assert table[3] == "| RL | 100.0% | 100.0% | +0.750 | 0.0% | 0.0% |"
 
 
-def test_learning_only_rewrites_just_the_learning_section(run_all, tmp_path):
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "learning_x.md").write_text(
-        "# Proof X\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nRL vs its cold start: +3 points.\n", encoding="utf-8")
+_LEARNING_PAGE = """# Learning results
+
+## Held-out sets
+
+| Set | Env |
+|---|---|
+| `tooluse_v2` | ToolUse |
+
+## ToolUse-v0: the main job
+
+Command: `python benchmarks/learning.py` (commit `abc`).
+
+Held-out: 128 tasks of `benchmarks/heldout/tooluse_v2.jsonl` (the committed fixed set `tooluse_v2`).
+
+| Model | Average@1 |
+|---|---:|
+| RL (GRPO) | 90.0% |
+
+| Comparison | A | B | A - B (points) | 95% interval | Goal | Verdict |
+|---|---:|---:|---:|---|---|---|
+| RL vs SFT | 90.0% | 60.0% | +30.0 | [+20.0, +40.0] | >= +15 | **met** (decided) |
+
+Per task family (Average@N):
+
+| Model | add |
+|---|---:|
+| RL | 95% |
+
+Command: `python benchmarks/learning.py`, commit `abc`.
+
+## Search-v0
+
+Not run yet: no committed data in `docs/results/data/search/`.
+
+## Every configuration judged on each held-out set (the ledger)
+
+| Time | Command |
+|---|---|
+| t | `agentrl eval` |
+"""
+
+
+def test_learning_only_embeds_just_the_page_generated_from_committed_data(run_all, tmp_path):
+    results = tmp_path / "results"
+    (results / "archive").mkdir(parents=True)
+    (results / "learning.md").write_text(_LEARNING_PAGE, encoding="utf-8")
+    # a page written straight from a run directory, and an archived one: figures without committed data
+    (results / "learning_x.md").write_text("# Proof X\n\n| a | b |\n|---|---|\n| 1 | 2 |\n", encoding="utf-8")
+    (results / "archive" / "learning_y.md").write_text("# Proof Y\n\n| c |\n|---|\n| 3 |\n", encoding="utf-8")
     page = tmp_path / "results.md"
     page.write_text("# Benchmarks\n\n## Benchmarks\n\nkept\n\n## Proof of learning\n\n### Old\n\nstale\n",
                     encoding="utf-8")
     assert run_all.main(["--learning-only", "--out", str(page)]) == 0
     text = page.read_text(encoding="utf-8")
-    assert "kept" in text and "stale" not in text
-    assert "### Proof X" in text and "| 1 | 2 |" in text and "RL vs its cold start: +3 points." in text
-    assert text.count("## Proof of learning") == 1
+    assert "kept" in text and "stale" not in text and text.count("## Proof of learning") == 1
+    assert "Proof X" not in text and "| 1 | 2 |" not in text and "Proof Y" not in text and "| 3 |" not in text
+    assert "[results/learning.md](results/learning.md)" in text
+    assert "archive/README.md" not in text  # a pointer to the archive only where it has its README
+    tool_use = text[text.index("### ToolUse-v0: the main job"):text.index("### Search-v0")]
+    assert "| RL (GRPO) | 90.0% |" in tool_use and "| RL vs SFT | 90.0% | 60.0% | +30.0 | [+20.0, +40.0]" in tool_use
+    assert "| RL | 95% |" not in tool_use  # the per-family table stays on the full page
+    assert tool_use.count("Command:") == 1 and "Command: `python benchmarks/learning.py` (commit `abc`)." in tool_use
+    assert "Held-out: 128 tasks of `benchmarks/heldout/tooluse_v2.jsonl`" in tool_use
+    assert "Not run yet: no committed data in `docs/results/data/search/`." in text
+    assert "| `tooluse_v2` | ToolUse |" not in text and "`agentrl eval`" not in text  # sets and ledger: not embedded
+    (results / "archive" / "README.md").write_text("# Archive\n", encoding="utf-8")
+    # the committed page (every section not run yet on a fresh clone) embeds one entry per experiment
+    (results / "learning.md").write_bytes((ROOT / "docs" / "results" / "learning.md").read_bytes())
+    assert run_all.main(["--learning-only", "--out", str(page)]) == 0
+    learned = page.read_text(encoding="utf-8").split("## Proof of learning", 1)[1]
+    committed = (ROOT / "docs" / "results" / "learning.md").read_text(encoding="utf-8")
+    experiments = [ln[3:] for ln in committed.splitlines() if ln.startswith("## ")
+                   and not ln.startswith(("## Held-out sets", "## Every configuration", "## Pages without"))]
+    assert len(experiments) == 4  # three envs and the algorithm comparison
+    assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == experiments
+    assert "[results/archive/](results/archive/README.md): history, not results" in learned
+    (results / "learning.md").unlink()
+    assert run_all.main(["--learning-only", "--out", str(page)]) == 0
+    assert "No results/learning.md yet" in page.read_text(encoding="utf-8")
     with pytest.raises(SystemExit, match="does not exist"):
         run_all.main(["--learning-only", "--out", str(tmp_path / "missing.md")])
 

@@ -219,6 +219,8 @@ def test_learning_quick_evaluates_the_fixed_set_and_records_memory(quick_runs, h
 
 
 def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_runs, heldout):
+    from agentrl.algos.evaluation.ledger import git_state
+
     out = quick_runs["runs"] / "compare-algorithms-quick"
     summary = json.loads((out / "compare.json").read_text())
     adapter = out / "cold_start" / "adapter"
@@ -232,6 +234,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v2.jsonl"
+    assert summary["commit"] == git_state()["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
     assert (plots / "heldout_vs_time.png").stat().st_size > 0 and (plots / "reward_vs_step.png").stat().st_size > 0
@@ -264,6 +267,7 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     assert "Not run yet: no committed data in" in text and "data/search_quick/" in text  # never made up
     assert "data/pythonmath_quick/" in text
     assert "| online DPO |" in text and "only the first 4 of the committed fixed set's 128 tasks" in text
+    assert "did not record it" not in text  # compare.json carries its own commit: none taken at copy time
     assert "not a committed fixed set" in text  # --quick's subset file is flagged as not a held-out result
     assert "benchmarks/heldout/tooluse_v2.jsonl" in text and "fixed" in text
     assert "| RL (GRPO) vs SFT (cold start) |" in text and "95% interval" in text  # comparisons from per-task data
