@@ -49,6 +49,8 @@ ENVS: dict[str, tuple[str, str]] = {
                           "write a program that passes hidden stdin/stdout tests (reward: fraction passed)"),
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
+    "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
+                           "play a running OpenEnv server (url=...; needs the [openenv] extra)"),
 }
 
 #: Environments added by :func:`register_env` or an entry point: id -> (entry point, description).

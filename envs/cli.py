@@ -1,8 +1,9 @@
 """``agentrl-env``: list the environments, play one by hand, and (with the search env) serve a retriever.
 
     agentrl-env list
-    agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--kwargs '{"families": ["multiply"]}']
+    agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--env-kwargs '{"families": ["multiply"]}']
     agentrl-env serve-retriever [--corpus docs.jsonl] [--host 127.0.0.1] [--port 8000] [--cache-dir DIR]
+    agentrl-env serve AgentRL/ToolUse-v0 --openenv [--host 127.0.0.1] [--port 8000] [--env-kwargs JSON] [--max-sessions 64]
 
 Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`.
 """
@@ -49,7 +50,7 @@ def _read_reply(prompt: str) -> str | None:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     env = gym.make(args.env_id, **kwargs)
     obs, info = env.reset(seed=args.seed)
     print(f"=== {args.env_id} · task {info['task_id']} ===")
@@ -91,6 +92,19 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from agentrl.envs.bridges.openenv import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    print(f"serving {args.env_id} as an OpenEnv env at http://{args.host}:{args.port} (WebSocket /ws, /schema, "
+          f"/health); Ctrl-C to stop", flush=True)
+    serve(args.env_id, kwargs, host=args.host, port=args.port, max_sessions=args.max_sessions)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments")
     sub = p.add_subparsers(dest="command", required=True)
@@ -98,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
     play.add_argument("env_id", choices=list(_env_table()))
     play.add_argument("--seed", type=int, default=None)
-    play.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
+    play.add_argument("--env-kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)
     serve = sub.add_parser("serve-retriever", help="serve the local BM25 index as a Search-R1 retrieval server")
     serve.add_argument("--corpus", default=None, help="JSONL of {id, title, text}; default: the Wikipedia summaries")
@@ -106,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--cache-dir", default=None, help="where the index is cached (default ~/.cache/agentrl)")
     serve.set_defaults(func=cmd_serve_retriever)
+    env_server = sub.add_parser("serve", help="serve an environment to other frameworks (docs/bridges/openenv.md)")
+    env_server.add_argument("env_id", choices=list(_env_table()))
+    protocol = env_server.add_mutually_exclusive_group(required=True)
+    protocol.add_argument("--openenv", action="store_true", help="as an OpenEnv server (needs the [openenv] extra)")
+    env_server.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 to serve other machines)")
+    env_server.add_argument("--port", type=int, default=8000)
+    env_server.add_argument("--env-kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
+    env_server.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (one env each)")
+    env_server.set_defaults(func=cmd_serve)
     return p
 
 
