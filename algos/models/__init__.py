@@ -221,7 +221,8 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
     if gguf:
         build = functools.partial(_dequantize_gguf, path, gguf, torch_dtype, kwargs)
         model = cached_dense_model(Path(path) / gguf, torch_dtype, build, load_kwargs=kwargs)
-        model.config.name_or_path = path  # as an uncached load has it, not the cache folder
+        # as an uncached load has it, not the cache folder: PEFT records model.name_or_path as an adapter's base
+        model.config.name_or_path = model.name_or_path = path
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)

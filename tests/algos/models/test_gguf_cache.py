@@ -228,7 +228,12 @@ def test_load_model_caches_a_gguf_through_the_dequantizer(cache, gguf, tok, monk
     assert calls == [(str(gguf.parent), gguf.name, torch.float32, {"attn_implementation": "eager"})]
     assert second.config._attn_implementation == "eager"
     assert second.config.name_or_path == str(gguf.parent)  # as an uncached load names it
+    assert second.name_or_path == str(gguf.parent)  # what PEFT records as an adapter's base
     assert_same_parameters(first, second)
+    from peft import LoraConfig, get_peft_model
+
+    adapter = get_peft_model(second, LoraConfig(r=2, target_modules=["q_proj"]))
+    assert adapter.peft_config["default"].base_model_name_or_path == str(gguf.parent)  # not the cache folder
 
 
 @pytest.mark.slow
