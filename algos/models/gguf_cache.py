@@ -116,6 +116,15 @@ def weights_cache_path(file: str | os.PathLike, dtype: Any) -> Path:
     return _cache_root() / "weights" / f"{Path(file).stem}-{key}"
 
 
+def cached_source(folder: str | os.PathLike) -> str | None:
+    """The GGUF file a weight-cache folder was de-quantized from (its manifest's ``source``), or None when
+    ``folder`` is not such a folder (adapters saved before the cached load named its source recorded the folder)."""
+    try:
+        return json.loads((Path(folder) / _MANIFEST).read_text(encoding="utf-8")).get("source") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _manifest(model, file: str, dtype: Any) -> dict[str, Any]:
     import transformers
 

@@ -142,10 +142,14 @@ def check_adapter_base(path: str | Path, model: str) -> None:
         ValueError: one line naming both models and the ``--model`` to pass.
     """
     from agentrl.algos.models import MODEL_ALIASES, resolve_model
+    from agentrl.algos.models.gguf_cache import cached_source
 
     base = adapter_base_model(path)
     if base is None:
         return
+    source = cached_source(Path(base).expanduser())
+    if source is not None:  # the weight cache of a GGUF: the model is the GGUF's folder
+        base = str(Path(source).parent)
     try:
         resolved = resolve_model(model)[0]
     except FileNotFoundError:

