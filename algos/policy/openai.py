@@ -248,6 +248,26 @@ class OpenAIPolicy(Policy):
         return _Posted(self, sampling)
 
     def close(self) -> None:
+        """Unload the adapter this policy last loaded (a server you run keeps serving only what it served before),
+        delete its folder when this policy wrote it, and stop the request threads. Idempotent; a server that is
+        gone is logged, not raised."""
+        import requests
+
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        name, path = self.adapter_name, self._adapter_path  # adapter_name stays: the last one sampled with
+        self._adapter_path = None
+        if name is not None:
+            try:
+                r = self._lora_call("unload", {"lora_name": name})
+                if r.status_code != 200:
+                    logger.warning("could not unload adapter %s from %s: HTTP %d %s", name, self.base_url,
+                                   r.status_code, r.text[:200])
+            except requests.RequestException as e:
+                logger.warning("could not unload adapter %s from %s: %s", name, self.base_url, e)
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
         self._pool.shutdown(wait=False)
 
 

@@ -12,6 +12,7 @@ from helpers import record_adapter_swaps, save_model_dir, served_models, tiny_tr
 from agentrl.algos import cli
 from agentrl.algos.models import load_model
 from agentrl.algos.policy.hf import HFPolicy
+from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.algos.policy.server import serve_policy
 
 
@@ -43,7 +44,8 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_mod
     prefix = re.fullmatch(r"(tiny-base-[0-9a-f]{8}-r0)-v1", swaps[0][0]).group(1)  # the run's own id, rank 0
     assert [name for name, _ in swaps] == [f"{prefix}-v1", f"{prefix}-v2", f"{prefix}-v3"]
     assert all(listed == ["tiny-base", name] for name, listed in swaps)
-    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == [f"{prefix}-v3"]
+    # closing the run unloaded its last adapter and deleted the folder it wrote (the run's own is in run/adapter)
+    assert served_models(server.url) == ["tiny-base"] and not list((tmp_path / "adapters").iterdir())
     for r in records:
         # the server sampled with the trainer's current weights (step 2: the adapter swapped in after step 1):
         # its logprobs are the trainer's up to fp32 rounding
@@ -53,7 +55,15 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_mod
         assert r["train/ratio_mean"] == pytest.approx(1.0)
 
 
-def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir, tmp_path, capsys):
+def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir, tmp_path, capsys, monkeypatch):
+    loads = []  # (adapter name, what the server lists once it is loaded), for every load of every command
+    real = OpenAIPolicy._switch_adapter
+
+    def recorded(self, name, path, *, owned):
+        real(self, name, path, owned=owned)
+        loads.append((name, served_models(server.url)))
+
+    monkeypatch.setattr(OpenAIPolicy, "_switch_adapter", recorded)
     run = tmp_path / "run"
     assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
                      "--device", "cpu", "--dtype", "fp32", "steps=1", "tasks_per_step=2", "group_size=2",
@@ -66,12 +76,13 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                      "--adapter", str(run / "adapter"), "--tasks-file", str(tasks), "--max-new-tokens", "4",
                      "--max-turns", "1", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 3
-    listed = served_models(server.url)
-    assert len(listed) == 2 and re.fullmatch(r"tiny-base-[0-9a-f]{8}-r0-v1", listed[1])
+    [(name, listed)] = loads
+    assert re.fullmatch(r"tiny-base-[0-9a-f]{8}-r0-v1", name) and listed == ["tiny-base", name]
+    assert served_models(server.url) == ["tiny-base"]  # unloaded when the command ended
     assert (run / "adapter" / "adapter_config.json").is_file()  # the user's folder is never deleted
 
     # What a user types next against the same server: train through it, then resume that run. Each command's
-    # adapters get names of their own, so none is refused as "already loaded" (the eval's adapter is still there).
+    # adapters get names of their own, so none is refused as "already loaded".
     for resume in ([], ["--resume"]):
         assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir),
                          "--out", str(tmp_path / "served"), "--policy-url", server.url, *resume,
@@ -79,8 +90,9 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                          f"steps={2 if resume else 1}", "tasks_per_step=2", "group_size=2",
                          "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
                          "tensorboard=false"]) == 0, capsys.readouterr().err
-    names = served_models(server.url)[1:]
-    assert len(names) == len(set(names)) == 3 and listed[1] in names  # eval's, train's last, the resumed run's last
+    names = [name for name, _ in loads]
+    assert len(names) == len(set(names)) == 4, names  # the eval's, the run's, the resumed run's two
+    assert served_models(server.url) == ["tiny-base"]
 
 
 def test_policy_url_without_a_server_is_a_clear_error(train_model_dir, capsys):

@@ -15,7 +15,7 @@ import stat
 
 import pytest
 import requests
-from helpers import record_adapter_swaps, save_model_dir
+from helpers import record_adapter_swaps, save_model_dir, served_models
 
 from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
@@ -95,6 +95,7 @@ def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, m
     assert all(listed == ["tiny", name] for name, listed in swaps)
     for r in records:  # vLLM sampled with the trainer's weights: its logprobs are the trainer's up to rounding
         assert 0 <= r["train/logprob_gap"] < 1e-3, r["train/logprob_gap"]
+    assert served_models(server.url) == ["tiny"]  # the run unloaded its last adapter: the server is as it was
 
 
 def test_eval_then_train_on_one_server(server, model_dir, tasks_file, tmp_path, capsys):
@@ -106,6 +107,7 @@ def test_eval_then_train_on_one_server(server, model_dir, tasks_file, tmp_path, 
                      "--max-turns", "1", "--out", str(tmp_path / "e.jsonl")]) == 0
     assert _train(tmp_path / "second", model_dir, tmp_path, "--policy-url", server.url, steps=1) == 0
     assert len(_episodes(tmp_path / "second" / "metrics.jsonl")) == 1
+    assert served_models(server.url) == ["tiny"]  # neither the eval's adapter nor the run's stays loaded
 
 
 def test_missing_engine_python_names_the_install_line(monkeypatch, tmp_path):
