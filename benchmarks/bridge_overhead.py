@@ -97,7 +97,7 @@ def skyrl_row(env_id: str, script):
 @contextlib.contextmanager
 def openenv_server(env_id: str):
     """``agentrl-env serve ENV --openenv`` as a process on a free 127.0.0.1 port, once ``/health`` answers."""
-    import requests
+    from agentrl.envs.bridges.openenv import wait_until_serving
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,14 +105,7 @@ def openenv_server(env_id: str):
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.envs.cli", "serve", env_id, "--openenv", "--port",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agentrl-env serve {env_id} --openenv did not come up")
-            time.sleep(0.2)
+        wait_until_serving(f"http://127.0.0.1:{port}", proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -39,7 +39,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the OpenEnv bridge needs openenv-core: pip install 'agentrl-gym[openenv]'") from e
 
-__all__ = ["AGENTRL_FIELDS", "TextAction", "TextEnvironment", "TextObservation", "make_app", "serve"]
+__all__ = ["AGENTRL_FIELDS", "TextAction", "TextEnvironment", "TextObservation", "make_app", "serve",
+           "wait_until_serving"]
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,30 @@ def serve(env_id: str, env_kwargs: dict[str, Any] | None = None, *, host: str = 
     import uvicorn
 
     uvicorn.run(make_app(env_id, env_kwargs, max_sessions=max_sessions), host=host, port=port, log_level=log_level)
+
+
+def wait_until_serving(url: str, proc=None, *, timeout_s: float = 120.0) -> None:
+    """Return once ``url/health`` answers 200 (an OpenEnv server, ours or another, started elsewhere).
+
+    Raises:
+        RuntimeError: ``proc`` (a ``subprocess.Popen``, when given) exited first, or ``timeout_s`` passed.
+    """
+    import time
+
+    import requests
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if requests.get(f"{url}/health", timeout=1).ok:
+                return
+        except requests.ConnectionError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server for {url} exited with code {proc.returncode} before serving")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url}/health did not answer within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 # ============================================================================================ helpers

@@ -31,7 +31,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 import agentrl.envs
 from agentrl.envs import ENVS
-from agentrl.envs.bridges.openenv import TextAction, TextEnvironment, make_app
+from agentrl.envs.bridges.openenv import TextAction, TextEnvironment, make_app, wait_until_serving
 from agentrl.envs.bridges.openenv_client import OpenEnvTextEnv
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets
@@ -69,14 +69,10 @@ def server_process(cmd: list[str], port: int, log, cwd=None):
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"{cmd[2:5]} did not come up: {open(log).read()[-2000:]}")
-            time.sleep(0.2)
+        try:
+            wait_until_serving(f"http://127.0.0.1:{port}", proc)
+        except RuntimeError as e:
+            pytest.fail(f"{cmd[2:5]} did not come up ({e}): {open(log).read()[-2000:]}")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
