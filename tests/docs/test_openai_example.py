@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
+from chat_server import ScriptedChatServer
 from helpers import ROOT
 
 import agentrl.envs  # noqa: F401
@@ -21,49 +19,6 @@ def load_example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class ScriptedChatServer:
-    """``POST /v1/chat/completions`` answering turn k (counted by assistant messages) with ``replies[k]``."""
-
-    def __init__(self, replies: list[str]):
-        self.replies = replies
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                server.headers.append(dict(self.headers))
-                if self.path != "/v1/chat/completions":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                turn = sum(m["role"] == "assistant" for m in body["messages"])
-                reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": server.replies[turn]}}]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
 
 
 @pytest.mark.parametrize("seed", [0, 3])

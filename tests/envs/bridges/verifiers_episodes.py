@@ -19,57 +19,31 @@ import asyncio
 import json
 import os
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import verifiers.v1 as vf
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests/
+from chat_server import ScriptedChatServer  # noqa: E402
 
 from agentrl.envs.bridges.verifiers import PLUGIN_ID, VerifiersTextEnv, load_environment, plugin_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class ScriptedModel:
-    """An OpenAI-compatible chat-completions server whose k-th reply of a conversation is ``script[k]``."""
+class ScriptedModel(ScriptedChatServer):
+    """The scripted chat server (tests/chat_server.py) and the verifiers model context that points at it."""
 
     def __init__(self):
-        self.script: list[str] = []
-        self.requests: list[dict] = []
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                model.requests.append({"path": self.path, "body": body})
-                k = sum(m["role"] == "assistant" for m in body["messages"])
-                text = model.script[k] if k < len(model.script) else "(the script has no more replies)"
-                data = json.dumps({
-                    "id": f"chatcmpl-{len(model.requests)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body["model"], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop"}],
-                }).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__()
         os.environ["SCRIPTED_MODEL_KEY"] = "unused"
         self.ctx = vf.ModelContext(model="scripted", client=vf.EvalClientConfig(
-            base_url=f"http://127.0.0.1:{self.server.server_address[1]}/v1", api_key_var="SCRIPTED_MODEL_KEY"))
+            base_url=f"{self.url}/v1", api_key_var="SCRIPTED_MODEL_KEY"))
 
 
 async def episode(model: ScriptedModel, case: dict) -> dict:
     env = load_environment(case["env_id"], tasks=[case["task"]], agent=case.get("agent"), **case["env_kwargs"])
     [task] = list(env.taskset)
-    model.script, model.requests = list(case["actions"]), []
+    model.replies, model.requests, model.paths = list(case["actions"]), [], []
     async with env.serving():
         ep = await env.run_episode(task, model.ctx)
     [trace] = ep.traces
@@ -78,8 +52,8 @@ async def episode(model: ScriptedModel, case: dict) -> dict:
         "rewards": {k: None if r is None else r.value for k, r in trace.rewards.items()}, "metrics": trace.metrics,
         "info": trace.info["agentrl"], "stop_condition": trace.stop_condition, "num_turns": trace.num_turns,
         "task_data": trace.task.data if isinstance(trace.task.data, dict) else trace.task.data.model_dump(mode="json"),
-        "env_id": ep.env.id, "requests": [r["body"]["messages"] for r in model.requests],
-        "paths": [r["path"] for r in model.requests],
+        "env_id": ep.env.id, "requests": [body["messages"] for body in model.requests],
+        "paths": list(model.paths),
     }
 
 
@@ -95,12 +69,12 @@ async def native(model: ScriptedModel, case: dict) -> dict:
         "taskset": {"id": case["taskset_id"]},
         "agent": {"harness": {"id": PLUGIN_ID}, "runtime": {"type": "subprocess"}}}))
     [task] = [t for t in env.taskset if t.data.id == case["task_id"]]
-    model.script, model.requests = list(case["actions"]), []
+    model.replies, model.requests, model.paths = list(case["actions"]), [], []
     async with env.serving():
         ep = await env.run_episode(task, model.ctx)
     [trace] = ep.traces
     return {"ok": ep.ok, "reward": trace.reward, "metrics": trace.metrics,
-            "requests": [r["body"]["messages"] for r in model.requests]}
+            "requests": [body["messages"] for body in model.requests]}
 
 
 def play_imported(case: dict) -> dict:
