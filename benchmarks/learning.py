@@ -4,9 +4,9 @@ For every environment this runs :func:`agentrl.algos.recipes.main_job.run_main_j
 small SFT cold start, GRPO on the environment's full task mixture, eval; held-out tasks throughout, never
 trained on) with a per-environment preset, then adds:
 
-* **ToolUse-v0** — the control the issue asks for: the cold-start adapter trained further with SFT on the same
-  demonstrations for the same wall time as the GRPO stage (``sft_control``). If RL beats the control, the gain
-  is RL's, not "more training".
+* **every env** — the same-run control: the cold-start adapter trained further with SFT on the same
+  demonstrations for the same wall time as the GRPO stage (``sft_control``), in the same invocation. If RL beats
+  the control, the gain is RL's, not "more training".
 * **Search-v0** (offline BM25 backend) — the text-only baseline (the base model without the search tool) and EM
   per data source / Macro-EM in the table.
 * **PythonMath-v0** — ReTool's comparison: the same pipeline run a second time with the tool switched off
@@ -107,11 +107,12 @@ TEXT_LABELS = {"base": "base, text-only", "sft": "SFT text-only (cold start)", "
 GOALS = {
     "AgentRL/ToolUse-v0": "RL >= cold start + 15 points of held-out success on the fixed set, no family losing more "
                           "than 10 points, at least six of nine families above 0% after RL, and above the SFT control "
-                          "trained for the same wall time (issue 16).",
-    "AgentRL/Search-v0": "RL >= cold start + 10 points Macro-EM on the 128 dev questions (issue 16); the tool-using "
-                         "model above the text-only baseline.",
-    "AgentRL/PythonMath-v0": "RL Average@4 >= cold start + 15 points; the code-interpreter policy >= the same model "
-                             "trained text-only (same demonstrations, steps and budgets) + 20 points Average@4.",
+                          "trained for the same wall time.",
+    "AgentRL/Search-v0": "RL >= cold start + 10 points Macro-EM on the fixed dev questions; above the SFT control "
+                         "trained for the same wall time; the tool-using model above the text-only baseline.",
+    "AgentRL/PythonMath-v0": "RL Average@4 >= cold start + 15 points; above the SFT control trained for the same wall "
+                             "time; the code-interpreter policy >= the same model trained text-only (same "
+                             "demonstrations, steps and budgets) + 20 points Average@4.",
 }
 
 logger = logging.getLogger("learning")
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
     ap.add_argument("--no-control", action="store_true",
-                    help="skip the control: SFT for the same time (ToolUse-v0), the text-only pipeline (PythonMath-v0)")
+                    help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
     ap.add_argument("--heldout", metavar="NAME",
                     help="the env's committed held-out set to evaluate on (default its v2 set, HELDOUT; the burnt v1 "
                          "sets tooluse/search/pythonmath only to re-derive old figures)")
@@ -409,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     rl_s = stage_seconds(out / "grpo")
     tasks = pipeline.eval_task_list(cfg)
     control = None
-    if args.env == "AgentRL/ToolUse-v0" and not args.no_control:
+    if not args.no_control:
         budget = args.minutes * 60 if args.minutes else rl_s
         report, control = run_sft_control(cfg, out, budget, tasks)
         if control is None and (out / "sft_control" / "control.json").is_file():

@@ -35,8 +35,8 @@ if str(HERE) not in sys.path:
 #: Env id -> (section title, run-directory name, held-out set name).
 SECTIONS = {
     "AgentRL/ToolUse-v0": ("ToolUse-v0: the main job (base -> SFT cold start -> GRPO) and the SFT control", "tooluse"),
-    "AgentRL/Search-v0": ("Search-v0 (offline BM25): base, text-only, SFT, GRPO", "search"),
-    "AgentRL/PythonMath-v0": ("PythonMath-v0 (ReTool): base, SFT, GRPO, with the code tool and text-only", "pythonmath"),
+    "AgentRL/Search-v0": ("Search-v0 (offline BM25): base, text-only, SFT, GRPO and the SFT control", "search"),
+    "AgentRL/PythonMath-v0": ("PythonMath-v0 (ReTool): base, SFT, GRPO and the SFT control, with the code tool and text-only", "pythonmath"),
 }
 
 CAVEATS = [
@@ -111,8 +111,10 @@ COMPARISONS: dict[str, list[tuple[str, str, float, bool]]] = {
     "AgentRL/ToolUse-v0": [("RL (GRPO)", "SFT (cold start)", 15.0, False),
                            ("RL (GRPO)", "SFT control (same time)", 0.0, True)],
     "AgentRL/Search-v0": [("RL (GRPO)", "SFT (cold start)", 10.0, False),
+                          ("RL (GRPO)", "SFT control (same time)", 0.0, True),
                           ("RL (GRPO)", "base, text-only", 0.0, True)],
     "AgentRL/PythonMath-v0": [("RL (GRPO)", "SFT (cold start)", 15.0, False),
+                              ("RL (GRPO)", "SFT control (same time)", 0.0, True),
                               ("RL (GRPO)", "RL text-only (GRPO)", 20.0, False)],
 }
 DATA = ROOT / "docs" / "results" / "data"
