@@ -89,10 +89,17 @@ class Algorithm(ABC):
         """Examples per step of an algorithm without rollouts (``config.batch_size`` when the config has it, else 1)."""
         return int(getattr(self.config, "batch_size", 1))
 
+    @property
+    def uses_demonstrations(self) -> bool:
+        """A rollout algorithm that also consults demonstrations (GRPO's ``guidance``): the loop then calls
+        :meth:`offline_data` once for it too, and the algorithm keeps what it returns."""
+        return False
+
     def offline_data(self, tokenizer, tasks, env_id: str) -> Sequence[Any]:
         """The training examples of an algorithm without rollouts, by data position: example ``k`` is ``data[k]``
         (a sequence that cycles, like ``Demonstrations``, trains for any number of steps). Called once when the
-        trainer is built, with the run's tokenizer, task source (``.env``, ``.task(k)``) and env id (for errors)."""
+        trainer is built, with the run's tokenizer, task source (``.env``, ``.task(k)``) and env id (for errors);
+        for a rollout algorithm only when :attr:`uses_demonstrations`."""
         raise NotImplementedError(f"{type(self).__name__} has no rollouts: it must implement offline_data")
 
     @abstractmethod

@@ -110,6 +110,9 @@ class TrainRow:
     """Trajectory-level advantage, broadcast over its action tokens."""
     seq_weight: float = 0.0
     """Weight of a sequence-level loss term (a DPO pair's 1/P, on both of its rows)."""
+    off_policy: bool = False
+    """The tokens were not sampled by the policy (a demonstration, :mod:`~agentrl.algos.objectives.guidance`):
+    ``old_logprobs`` are zeros, and ``logprob_gap`` and the sampler-mismatch correction leave the row out."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -118,7 +121,8 @@ class TrainRow:
 
 def collate(rows: Sequence[TrainRow], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Right-pad ``rows`` into tensors: ``input_ids``, ``attention_mask``, ``loss_mask``, ``old_logprobs``,
-    ``weights`` (all ``[B, T]``), ``advantages`` and ``seq_weights`` (``[B]``). Padding has mask and weight 0."""
+    ``weights`` (all ``[B, T]``), ``advantages``, ``seq_weights`` and ``off_policy`` (1.0 for a
+    :attr:`TrainRow.off_policy` row; ``[B]``). Padding has mask and weight 0."""
     width = max(len(row) for row in rows)
     n = len(rows)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -135,8 +139,9 @@ def collate(rows: Sequence[TrainRow], pad_id: int, device: str | torch.device = 
         weights[r, :k] = torch.tensor(it.weights, dtype=torch.float32)
     adv = torch.tensor([row.advantage for row in rows], dtype=torch.float32)
     seq_w = torch.tensor([row.seq_weight for row in rows], dtype=torch.float32)
+    off = torch.tensor([float(row.off_policy) for row in rows], dtype=torch.float32)
     out = {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask,
-           "old_logprobs": old, "weights": weights, "advantages": adv, "seq_weights": seq_w}
+           "old_logprobs": old, "weights": weights, "advantages": adv, "seq_weights": seq_w, "off_policy": off}
     return {k: v.to(device) for k, v in out.items()}
 
 

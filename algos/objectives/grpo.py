@@ -47,6 +47,7 @@ import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
+from agentrl.algos.objectives.guidance import add_demonstrations, check_guidance, demo_stats, shaped_demo_loss
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
@@ -86,6 +87,12 @@ class GRPOConfig:
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
     correction_cap: float = 2.0
     """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
+    guidance: str = "none"
+    """'demos': a group whose best sample scores below the env's demonstration of its task gets that
+    demonstration as one more member, trained with LUFFY's shaped off-policy loss
+    (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance); 'none': plain GRPO."""
+    guidance_gamma: float = 0.1
+    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma): smaller weighs unlikely tokens more."""
 
 
 def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_std: bool = True,
@@ -116,25 +123,38 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
               config: GRPOConfig, ref_logprobs: torch.Tensor | None = None,
-              is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+              is_weights: torch.Tensor | None = None,
+              off_policy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss of the module docstring. ``ref_logprobs`` is required when ``config.beta > 0``;
     ``is_weights`` (the sampler-mismatch correction's ``w_t``; None = 1) weighs the clipped term, not the KL.
+    ``off_policy`` (``[B]``, 1 for a demonstration row; None = none) gives those rows the demonstration loss of
+    :mod:`~agentrl.algos.objectives.guidance` instead of the clipped surrogate and the KL term.
 
-    Returns ``(loss, stats)``; stats (clip fractions, ratio mean/max, ``kl``) are over tokens with weight > 0.
+    Returns ``(loss, stats)``; stats (clip fractions, ratio mean/max, ``kl``) are over the on-policy tokens with
+    weight > 0, plus ``demo_tokens`` / ``demo_prob_mean`` when there are demonstration rows; ``loss_tokens``
+    counts both.
     """
+    demo = off_policy is not None and bool(off_policy.any())
+    on_weights = weights * (1 - off_policy)[:, None] if demo else weights
     per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high,
                                         config.clip_ratio_c, config.log_ratio_clamp)
     if is_weights is not None:
         per_token = per_token * is_weights
-    stats = surrogate_stats(info, weights)
+    stats = surrogate_stats(info, on_weights)
     if config.beta > 0:
         if ref_logprobs is None:
             raise ValueError("GRPO with beta > 0 needs ref_logprobs (the reference policy's logprobs)")
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + config.beta * kl
-        m = weights > 0
+        m = on_weights > 0
         stats["kl"] = float(kl.detach()[m].mean()) if m.any() else 0.0
-    loss = (per_token * weights).sum()
+    loss = (per_token * on_weights).sum()
+    if demo:
+        off_weights = weights * off_policy[:, None]
+        loss = loss + (shaped_demo_loss(logprobs, advantages, config.guidance_gamma) * off_weights).sum()
+        stats.update(demo_stats(logprobs, off_weights > 0))
+        # every token the loss trains on (the weight of this micro-batch's averaged statistics)
+        stats["loss_tokens"] = stats.get("loss_tokens", 0) + stats["demo_tokens"]
     return loss, stats
 
 
@@ -144,22 +164,46 @@ class GRPO(Algorithm):
     config_class = GRPOConfig
     min_group_size = 2
     token_level = True
+    summed_stats = ("loss_tokens", "demo_tokens")
 
     def __init__(self, config: GRPOConfig | None = None):
         super().__init__(config)
         correction_of(self.config)
+        check_guidance(self.config.guidance, self.config.guidance_gamma)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
+        self.demos = None
+
+    @property
+    def uses_demonstrations(self) -> bool:
+        return self.config.guidance == "demos"
+
+    def offline_data(self, tokenizer, tasks, env_id: str):
+        """With ``guidance='demos'``: the env's demonstrations by task, consulted by :meth:`prepare`."""
+        from agentrl.algos.rollout.demonstrations import TaskDemonstrations
+
+        self.demos = TaskDemonstrations(tokenizer, tasks, env_id)
+        return self.demos
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Advantages over whole groups (env errors left out); zero-advantage groups dropped when ``beta = 0``,
-        kept for their KL term otherwise; one unit per trajectory."""
+        kept for their KL term otherwise; one unit per trajectory. With ``guidance='demos'`` a demonstration
+        first joins each group no sample solved (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`)."""
+        n, guided = len(trajectories), None
+        if self.config.guidance == "demos":
+            if self.demos is None:
+                raise RuntimeError("grpo.guidance='demos' needs the env's demonstrations: the trainer calls "
+                                   "offline_data(tokenizer, tasks, env_id) when uses_demonstrations is true")
+            trajectories, guided = add_demonstrations(trajectories, self.demos)
         adv, errors = advantages_without_errors(
             trajectories, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
         rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
                                              norm_tokens=self.config.norm_tokens)
-        return [[row] for row in rows], {**stats, "env_error_trajectories": errors}
+        for row in rows:
+            row.off_policy = row.meta["index"] >= n
+        extra = {} if guided is None else {"guided_groups": guided}
+        return [[row] for row in rows], {**stats, "env_error_trajectories": errors, **extra}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:
         return grpo_loss(logprobs, batch["old_logprobs"], batch["advantages"], batch["weights"], self.config,
-                         ref_logprobs, batch.get("is_weights"))
+                         ref_logprobs, batch.get("is_weights"), batch.get("off_policy"))

@@ -136,3 +136,43 @@ class Demonstrations:
             if demo is not None and demo.get("correct", True):
                 return demo
         raise ValueError(f"{self.env_id} produced no correct demonstration; pass sft.data=conversations.jsonl")
+
+
+class TaskDemonstrations:
+    """The demonstration of a given task, for a rollout algorithm that consults them (GRPO's ``guidance``).
+
+    ``get(task)`` plays the env's ``demo(task)`` (set up as the collector sets up its envs, so the opening prompt
+    is token for token the rollouts') and returns ``(token_ids, loss_mask, reward)``, or None when the env knows
+    no correct solution of the task. Results are cached per task.
+
+    Args:
+        tokenizer: the trained model's tokenizer.
+        tasks: the run's task source; its ``.env`` plays the demonstrations.
+        env_id: named in errors.
+    """
+
+    def __init__(self, tokenizer, tasks, env_id: str = ""):
+        env = getattr(tasks, "env", None)
+        if env is None or not hasattr(env, "demo"):
+            raise ValueError(f"{env_id or 'this run'} cannot produce demonstrations (an env mixture, a task file "
+                             "without an env, or an env without demo()): demonstration guidance needs one env "
+                             "with demo(); set grpo.guidance=none")
+        self.tokenizer, self.env, self.env_id = tokenizer, env, env_id
+        self._fmt = None
+        self._cache: dict[str, tuple[list[int], list[int], float] | None] = {}
+
+    def get(self, task: dict[str, Any]) -> tuple[list[int], list[int], float] | None:
+        key = json.dumps(task, sort_keys=True, default=str)
+        if key not in self._cache:
+            if self._fmt is None:
+                from agentrl.algos.rollout.chat import ChatFormat
+
+                self._fmt = ChatFormat(self.tokenizer)
+            demo = demonstration(self.env, task, self._fmt)
+            if demo is None or not demo.get("correct", True):
+                self._cache[key] = None
+            else:
+                ids, mask = render_conversation(self._fmt, demo["messages"], demo.get("tools"),
+                                                tools_in_prompt=demo.get("tools_in_prompt", False))
+                self._cache[key] = (ids, mask, float(demo["reward"]))
+        return self._cache[key]

@@ -167,8 +167,9 @@ class Trainer:
             self.tasks = MixtureTaskSource(self.mixture, seed=config.seed)
         else:
             self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
-        self.examples = None if self.algo.needs_rollouts else self.algo.offline_data(self.tokenizer, self.tasks,
-                                                                                      self.env_label)
+        self.examples = None
+        if not self.algo.needs_rollouts or self.algo.uses_demonstrations:
+            self.examples = self.algo.offline_data(self.tokenizer, self.tasks, self.env_label)
 
     def _setup_sampler(self, policy) -> None:
         """For a rollout algorithm: the sampling policy (an ``HFPolicy`` over the model unless given), given the

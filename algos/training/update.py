@@ -75,6 +75,7 @@ class StepStats:
             self.out["train/padded_tokens"] += batch["input_ids"].numel()
             self.out["train/real_tokens"] += int(batch["attention_mask"].sum())
             if sampled:  # against the sampler's logprobs (a correction moved them to "sampler_logprobs")
+                m = m & (batch["off_policy"] == 0)[:, None]  # demonstrations have no sampler logprobs
                 gap = (logprobs.detach() - batch.get("sampler_logprobs", batch["old_logprobs"])).abs()[m]
                 if gap.numel():
                     self.gap[0] += float(gap.sum())
@@ -240,8 +241,8 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                 if correct:
                     if epoch == 0:  # the weights that sampled these rows: pi_old
                         pi_old = lp.detach().float()
-                        w, is_stats = importance_weights(pi_old, batch["old_logprobs"], batch["loss_mask"],
-                                                         correction)
+                        sampled_mask = batch["loss_mask"] * (1 - batch["off_policy"])[:, None]  # not demonstrations
+                        w, is_stats = importance_weights(pi_old, batch["old_logprobs"], sampled_mask, correction)
                         if algo.epochs > 1:
                             kept[i] = (pi_old, w, is_stats)
                     else:

@@ -1,0 +1,95 @@
+"""Demonstration guidance for GRPO: an off-policy demonstration joins each group that no sample solved.
+
+GRPO learns nothing from a group whose samples all fail: their rewards are equal, so every advantage is 0.
+When the policy cannot yet sample a solution of a task (a three-call chain, say), RL alone never starts on it.
+With ``grpo.guidance='demos'`` (LUFFY, Yan et al. 2025, "Learning to Reason under Off-Policy Guidance") the
+env's own demonstration of the task (``env.demo(task)``, the transcript of a correct solution, rendered token for
+token as a rollout: :class:`~agentrl.algos.rollout.demonstrations.TaskDemonstrations`) is added to every group
+whose best on-policy reward is below the demonstration's reward. It is one more member of the group::
+
+    group      = G samples + 1 demonstration (reward R_d, the env's reward for it)
+    A_i        = GRPO's group advantage over all G + 1 members (the demonstration's is > 0, the samples' < 0)
+
+On-policy tokens keep GRPO's clipped surrogate. The demonstration's tokens have no ``pi_old`` (nobody sampled
+them); LUFFY takes the ratio against a behaviour probability of 1 and shapes it, without clipping::
+
+    L_t(demo) = -A_d * f(pi(a_t)),     f(p) = p / (p + gamma)        (gamma = grpo.guidance_gamma, 0.1)
+    grad      = -A_d * gamma / (p + gamma)^2 * p * grad log p(a_t)
+
+so a demonstration token the policy finds unlikely (small ``p``) gets a larger weight than plain
+``p * grad log p`` would give it (which vanishes as ``p -> 0``), and a token it already predicts (``p -> 1``)
+little. Token weights (the aggregation) are computed over all rows, demonstrations included; the KL term, when
+``beta > 0``, applies to on-policy tokens only. A demonstration row is ``TrainRow.off_policy``: it is left out of
+``train/logprob_gap`` and of the sampler-mismatch correction (there is no sampler to correct for).
+
+Metrics: ``train/guided_groups`` (groups given a demonstration), ``train/demo_tokens``, ``train/demo_prob_mean``
+(the policy's mean probability of the demonstration tokens: it rises as the policy learns them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agentrl.algos.rollout.trajectory import Trajectory, group_indices
+
+GUIDANCE = ("none", "demos")
+"""The values of ``grpo.guidance``."""
+
+
+def check_guidance(mode: str, gamma: float) -> None:
+    """Raise ``ValueError`` naming the key for guidance settings that mean nothing."""
+    if mode not in GUIDANCE:
+        raise ValueError(f"guidance must be one of {GUIDANCE}, got {mode!r}")
+    if not gamma > 0:
+        raise ValueError(f"guidance_gamma must be > 0 (LUFFY's shaping p / (p + gamma); 0.1 in the paper), "
+                         f"got {gamma!r}")
+
+
+def add_demonstrations(trajectories: Sequence[Trajectory], demos) -> tuple[list[Trajectory], int]:
+    """The trajectories plus one demonstration per group whose best reward is below the demonstration's.
+
+    ``demos.get(task)`` gives ``(token_ids, loss_mask, reward)`` or None (no known solution). Env errors
+    (``termination == "error"``) do not count as samples; a group of only errors gets no demonstration. The
+    demonstrations come after the samples, as :class:`~agentrl.algos.rollout.trajectory.Trajectory` records with
+    ``termination='demonstration'`` and zero logprobs. Returns ``(trajectories + demonstrations, groups guided)``.
+    """
+    out = list(trajectories)
+    guided = 0
+    for members in group_indices(int(t.group_id) for t in trajectories):
+        samples = [trajectories[i] for i in members if trajectories[i].termination != "error"]
+        if not samples:
+            continue
+        demo = demos.get(samples[0].task)
+        if demo is None:
+            continue
+        ids, mask, reward = demo
+        if max(t.reward for t in samples) >= reward:
+            continue
+        out.append(Trajectory(token_ids=list(ids), loss_mask=list(mask), logprobs=[0.0] * len(ids),
+                              prompt_len=mask.index(1) if 1 in mask else len(ids), reward=float(reward),
+                              group_id=samples[0].group_id, task=samples[0].task, termination="demonstration"))
+        guided += 1
+    return out, guided
+
+
+def shaped_demo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, gamma: float) -> torch.Tensor:
+    """LUFFY's per-token loss on demonstration tokens, ``-A * p / (p + gamma)`` with ``p = exp(logprobs)``
+    (``[B, T]``; ``advantages`` ``[B]`` or ``[B, T]``)."""
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    p = torch.exp(logprobs)
+    return -advantages * p / (p + gamma)
+
+
+def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]:
+    """``demo_tokens`` and ``demo_prob_mean`` over the demonstration tokens ``off_mask`` (bool ``[B, T]``)."""
+    n = int(off_mask.sum())
+    if not n:
+        return {"demo_tokens": 0}
+    return {"demo_tokens": n, "demo_prob_mean": float(torch.exp(logprobs.detach()[off_mask]).mean())}
+
+
+__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_stats", "shaped_demo_loss"]
