@@ -427,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.evaluation.ledger import git_state
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
 
+    git_state()  # the commit this run starts from: what every later record of this process names
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     unknown = sorted(set(algos) - set(ALGOS))
     if unknown or not algos:

@@ -376,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"written: {learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick)}")
         return 0
 
+    from agentrl.algos.evaluation.ledger import git_state
+
+    git_state()  # the commit this run starts from: what its ledger rows and learning.json name
     import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.evaluation.plot import plot_eval

@@ -27,6 +27,7 @@ temporary file (``tests/conftest.py``).
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -151,16 +152,22 @@ def scores(rows: list[dict[str, Any]], report: Any = None) -> dict[str, Any]:
 
 
 def git_state(root: Path | None = None) -> dict[str, Any]:
-    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the checkout at ``root``."""
-    root = root or ROOT
+    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the checkout at ``root``, as it was the first time
+    this process asked: the code a long run executes is what it imported when it started, so a commit made while
+    it runs must not be recorded as its source (a runner calls this once at its start)."""
+    return dict(_git_state(str(root or ROOT)))
+
+
+@functools.cache
+def _git_state(root: str) -> tuple[tuple[str, Any], ...]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=30, check=True).stdout.strip()
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                 capture_output=True, text=True, timeout=60, check=True).stdout
-        return {"commit": commit, "dirty": bool(status.strip())}
+        return (("commit", commit), ("dirty", bool(status.strip())))
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return (("commit", None), ("dirty", None))
 
 
 def command_line(argv: list[str] | None = None) -> str:
