@@ -108,6 +108,9 @@ class TrainRow:
     """Per-token loss weights over the whole logical batch (:func:`token_weights`)."""
     advantage: float = 0.0
     """Trajectory-level advantage, broadcast over its action tokens."""
+    token_advantages: list[float] | None = None
+    """Per-token advantages (turn-level credit, :mod:`~agentrl.algos.objectives.turn_credit`); None: ``advantage``
+    on every token."""
     seq_weight: float = 0.0
     """Weight of a sequence-level loss term (a DPO pair's 1/P, on both of its rows)."""
     off_policy: bool = False
@@ -121,8 +124,9 @@ class TrainRow:
 
 def collate(rows: Sequence[TrainRow], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Right-pad ``rows`` into tensors: ``input_ids``, ``attention_mask``, ``loss_mask``, ``old_logprobs``,
-    ``weights`` (all ``[B, T]``), ``advantages``, ``seq_weights`` and ``off_policy`` (1.0 for a
-    :attr:`TrainRow.off_policy` row; ``[B]``). Padding has mask and weight 0."""
+    ``weights`` (all ``[B, T]``), ``advantages`` (``[B]``, or ``[B, T]`` when a row has
+    :attr:`TrainRow.token_advantages`), ``seq_weights`` and ``off_policy`` (1.0 for a :attr:`TrainRow.off_policy`
+    row; ``[B]``). Padding has mask and weight 0."""
     width = max(len(row) for row in rows)
     n = len(rows)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -137,7 +141,13 @@ def collate(rows: Sequence[TrainRow], pad_id: int, device: str | torch.device = 
         loss_mask[r, :k] = torch.tensor(it.loss_mask, dtype=torch.float32)
         old[r, :k] = torch.tensor(it.old_logprobs, dtype=torch.float32)
         weights[r, :k] = torch.tensor(it.weights, dtype=torch.float32)
-    adv = torch.tensor([row.advantage for row in rows], dtype=torch.float32)
+    if any(row.token_advantages is not None for row in rows):  # [B, T]: rows without their own broadcast theirs
+        adv = torch.zeros((n, width), dtype=torch.float32)
+        for r, it in enumerate(rows):
+            adv[r, :len(it)] = (torch.tensor(it.token_advantages, dtype=torch.float32)
+                                if it.token_advantages is not None else it.advantage)
+    else:
+        adv = torch.tensor([row.advantage for row in rows], dtype=torch.float32)
     seq_w = torch.tensor([row.seq_weight for row in rows], dtype=torch.float32)
     off = torch.tensor([float(row.off_policy) for row in rows], dtype=torch.float32)
     out = {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask,

@@ -31,6 +31,10 @@ effective ``beta``) does not depend on how many groups happened to be degenerate
 an env error (``termination == "error"``) are left out of the group statistics and of training
 (``train/env_error_trajectories``).
 
+Two options extend the advantage: ``guidance='demos'`` adds the env's demonstration to groups no sample solved
+(:mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
+samples share (:mod:`~agentrl.algos.objectives.turn_credit`).
+
 Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
 normalisation: each sequence's token sum divided by a constant (``aggregation='seq_mean_token_sum_norm'`` with
 ``norm_tokens``, TRL's ``loss_type="dr_grpo"``, which divides by ``max_completion_length``). Both together are
@@ -49,6 +53,7 @@ from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.objectives.guidance import add_demonstrations, check_guidance, demo_stats, shaped_demo_loss
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
+from agentrl.algos.objectives.turn_credit import check_turn_credit, step_advantages, token_advantages
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 
@@ -93,6 +98,11 @@ class GRPOConfig:
     (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance); 'none': plain GRPO."""
     guidance_gamma: float = 0.1
     """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma): smaller weighs unlikely tokens more."""
+    step_weight: float = 0.0
+    """w (>= 0) of the GiGPO-style turn-level advantage added to each reply's tokens (:mod:`~agentrl.algos.
+    objectives.turn_credit`, docs/algorithms/grpo.md#turn-level-credit); 0: one advantage per trajectory."""
+    step_gamma: float = 0.95
+    """Discount (0, 1] of the turn rewards in the turn-level returns."""
 
 
 def group_advantages(rewards: Sequence[float], group_ids: Sequence[int], scale_std: bool = True,
@@ -170,6 +180,7 @@ class GRPO(Algorithm):
         super().__init__(config)
         correction_of(self.config)
         check_guidance(self.config.guidance, self.config.guidance_gamma)
+        check_turn_credit(self.config.step_weight, self.config.step_gamma)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
         self.demos = None
 
@@ -199,9 +210,16 @@ class GRPO(Algorithm):
         rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
                                              norm_tokens=self.config.norm_tokens)
-        for row in rows:
-            row.off_policy = row.meta["index"] >= n
         extra = {} if guided is None else {"guided_groups": guided}
+        if self.config.step_weight > 0:
+            step, step_stats = step_advantages(trajectories, self.config.step_gamma, self.config.scale_std)
+            extra.update(step_stats)
+        for row in rows:
+            i = row.meta["index"]
+            row.off_policy = i >= n
+            if self.config.step_weight > 0 and trajectories[i].turns:
+                row.token_advantages = token_advantages(trajectories[i], row.advantage, step[i],
+                                                        self.config.step_weight)
         return [[row] for row in rows], {**stats, "env_error_trajectories": errors, **extra}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:

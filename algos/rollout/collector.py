@@ -276,6 +276,8 @@ class Collector:
         ep.termination = termination
         if reward is not None:
             ep.reward += reward
+            if ep.turns:
+                ep.turns[-1].reward += reward
         if bar is not None:
             bar.update(1)
 
@@ -315,6 +317,7 @@ class Collector:
         ep.tool_latency = latency
         ep.info = info
         ep.reward += float(reward)
+        turn.reward += float(reward)
         if terminated or truncated:
             ep.env_ended = True
             self._finish(ep, info.get("termination") or ("budget" if truncated else "answered"), None, bar)

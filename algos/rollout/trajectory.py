@@ -40,6 +40,9 @@ class Turn:
     tool_latency_s: float = 0.0
     finish_reason: str = "stop"
     """``"stop"``: the policy sampled an end-of-turn token; ``"length"``: the reply hit its token budget."""
+    reward: float = 0.0
+    """The reward of this turn: the env's ``step`` reward for the reply (plus the no-answer reward when the
+    collector ended the episode here); the trajectory's ``reward`` is the sum over its turns."""
 
 
 @dataclass
