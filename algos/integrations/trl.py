@@ -155,6 +155,16 @@ def env_reward_func(prompts=None, completions=None, env_reward: Sequence[float] 
     return [float(r) for r in env_reward]
 
 
+def env_correct_func(prompts=None, completions=None, env_correct: Sequence[float] | None = None,
+                     **kwargs) -> list[float]:
+    """A TRL reward function returning 1.0 for a correct episode, else 0.0 (the ``env_correct`` field); give it
+    weight 0 in ``GRPOConfig.reward_weights`` to log the success rate without training on it."""
+    if env_correct is None:
+        raise ValueError("env_correct_func needs the 'env_correct' field: pass "
+                         "rollout_func=agentrl.algos.integrations.trl.make_rollout_func(env_id) to GRPOTrainer")
+    return [float(r) for r in env_correct]
+
+
 # ============================================================================================ the rollout function
 
 

@@ -8,13 +8,13 @@ and returns text appended to the last user message. This module builds such obje
 env::
 
     from trl import GRPOConfig, GRPOTrainer
-    from agentrl.algos.integrations.trl_env import environment_dataset, environment_factory, environment_reward
+    from agentrl.algos.integrations.trl_env import tasks_dataset, environment_factory, env_reward_func
     from agentrl.envs.tool_use import make_tasks
 
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer,            # a chat template that supports tool calling
-        reward_funcs=environment_reward,                    # the env's outcome reward
-        train_dataset=environment_dataset(make_tasks(64, "train")),
+        reward_funcs=env_reward_func,                    # the env's outcome reward
+        train_dataset=tasks_dataset(make_tasks(64, "train")),
         environment_factory=environment_factory("AgentRL/ToolUse-v0"),
         args=GRPOConfig(num_generations=4, ...),
     )
@@ -30,11 +30,11 @@ How agentrl's rules carry over:
 * **Prompt.** ``reset`` returns the env's task instructions, its answer-format sentence and the user prompt; the
   tool-call format is the chat template's (TRL parses calls with it), so the env's own call-format text is left out.
 * **Reward.** TRL's ``get_reward()`` takes no argument and cannot see the final reply, so the outcome reward comes
-  from the reward function :func:`environment_reward`: it steps each rollout's env with the last assistant
+  from the reward function :func:`env_reward_func`: it steps each rollout's env with the last assistant
   message's text (the final answer) and returns the env's reward. A rollout that ends without an answer (TRL's
   ``max_tool_calling_iterations`` or ``max_completion_length`` ran out) is stepped with an empty reply, which the
   env scores as invalid. An episode the env already ended (a budget, an env error) keeps its reward.
-* **Tasks.** :func:`environment_dataset` gives one row per task (``task`` column: the task as JSON; TRL repeats a
+* **Tasks.** :func:`tasks_dataset` gives one row per task (``task`` column: the task as JSON; TRL repeats a
   row ``num_generations`` times, so a group shares its task). Without a ``task`` in the row (no ``train_dataset``:
   TRL then feeds placeholder rows), the factory draws task ``k`` with ``np.random.default_rng([seed, k])`` and
   hands it to ``group_size`` consecutive resets, so pass ``group_size=num_generations`` (one process only).
@@ -54,8 +54,8 @@ import numpy as np
 
 from agentrl.envs.core import TextEnv
 
-__all__ = ["AgentRLEnvironment", "environment_correct", "environment_dataset", "environment_factory",
-           "environment_reward", "tool_method"]
+__all__ = ["AgentRLEnvironment", "env_correct_func", "tasks_dataset", "environment_factory",
+           "env_reward_func", "tool_method"]
 
 _RESERVED = ("reset", "get_reward")
 _JSON_HINTS: dict[str, Any] = {"integer": int, "number": float, "string": str, "boolean": bool, "object": dict}
@@ -247,14 +247,14 @@ def environment_factory(env: str | Callable[[], Any], *, group_size: int = 1, se
 # ============================================================================================ data and rewards
 
 
-def environment_dataset(tasks: Sequence[dict[str, Any]]):
+def tasks_dataset(tasks: Sequence[dict[str, Any]]):
     """A ``datasets.Dataset`` for ``GRPOTrainer(train_dataset=...)`` with :func:`environment_factory`: one row
     per task; ``prompt`` is an empty user message (``reset`` fills it), ``task`` the task as JSON, ``task_id``
     ``str(task.get("id", index))``."""
     from datasets import Dataset
 
     if not tasks:
-        raise ValueError("environment_dataset needs at least one task")
+        raise ValueError("tasks_dataset needs at least one task")
     for i, t in enumerate(tasks):
         if not isinstance(t, dict):
             raise TypeError(f"task {i} is a {type(t).__name__}, not a dict")
@@ -287,14 +287,14 @@ def _environments(environments: Any) -> list:
     return list(environments)
 
 
-def environment_reward(completions: list, environments: Sequence[Any] | None = None, **kwargs: Any
+def env_reward_func(completions: list, environments: Sequence[Any] | None = None, **kwargs: Any
                        ) -> list[float | None]:
     """TRL reward function: the env's outcome reward of each rollout (``None`` for a rollout of another env)."""
     return [e._answer(_final_text(c)) if isinstance(e, AgentRLEnvironment) else None
             for c, e in zip(completions, _environments(environments), strict=True)]
 
 
-def environment_correct(completions: list, environments: Sequence[Any] | None = None, **kwargs: Any
+def env_correct_func(completions: list, environments: Sequence[Any] | None = None, **kwargs: Any
                         ) -> list[float | None]:
     """TRL reward function (for logging with weight 0): 1.0 when the env judged the answer correct, else 0.0."""
     out: list[float | None] = []

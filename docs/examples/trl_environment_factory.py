@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None):
     import agentrl.envs  # noqa: F401  (registers the env ids)
     from agentrl.algos import load_model, load_tokenizer
     from agentrl.algos.integrations.trl_env import (
-        environment_correct,
-        environment_dataset,
+        env_correct_func,
+        env_reward_func,
         environment_factory,
-        environment_reward,
+        tasks_dataset,
     )
     from agentrl.algos.models import tiny_model
 
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None):
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        reward_funcs=[environment_reward, environment_correct],   # the env's outcome reward; correctness, logged
-        train_dataset=environment_dataset(tasks),                  # task column = each task as JSON
+        reward_funcs=[env_reward_func, env_correct_func],   # the env's outcome reward; correctness, logged
+        train_dataset=tasks_dataset(tasks),                  # task column = each task as JSON
         environment_factory=environment_factory(args.env),        # one agentrl env per rollout, tools as methods
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
         args=GRPOConfig(
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None):
             per_device_train_batch_size=args.prompts_per_step * args.num_generations,
             num_generations=args.num_generations,
             max_completion_length=args.max_completion_length,
-            reward_weights=[1.0, 0.0],                             # environment_correct is for the logs only
+            reward_weights=[1.0, 0.0],                             # env_correct_func is for the logs only
             temperature=1.0,
             learning_rate=2e-4,
             beta=0.0,
@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None):
     )
     trainer.train()
     for row in trainer.state.log_history:
-        if "rewards/environment_reward/mean" in row:
-            print(f"step {row['step']:>3}  env reward {row['rewards/environment_reward/mean']:+.3f}  "
-                  f"correct {row['rewards/environment_correct/mean']:.3f}  loss {row['loss']:+.4f}")
+        if "rewards/env_reward_func/mean" in row:
+            print(f"step {row['step']:>3}  env reward {row['rewards/env_reward_func/mean']:+.3f}  "
+                  f"correct {row['rewards/env_correct_func/mean']:.3f}  loss {row['loss']:+.4f}")
     trainer.save_model(args.out)
     print(f"adapter saved in {args.out}")
     return trainer

@@ -14,7 +14,7 @@ pytest.importorskip("datasets")
 
 EXAMPLES = {
     "rollout_func": (ROOT / "docs" / "examples" / "trl_grpo.py", "env_reward_func"),
-    "environment_factory": (ROOT / "docs" / "examples" / "trl_environment_factory.py", "environment_reward"),
+    "environment_factory": (ROOT / "docs" / "examples" / "trl_environment_factory.py", "env_reward_func"),
 }
 
 

@@ -17,10 +17,10 @@ from transformers.utils import get_json_schema  # noqa: E402
 import agentrl.envs  # noqa: E402
 from agentrl.algos.integrations.trl_env import (  # noqa: E402
     AgentRLEnvironment,
-    environment_correct,
-    environment_dataset,
+    env_correct_func,
+    env_reward_func,
     environment_factory,
-    environment_reward,
+    tasks_dataset,
 )
 from agentrl.algos.models import tiny_model  # noqa: E402
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks  # noqa: E402
@@ -59,13 +59,13 @@ def test_tool_calls_step_the_env_and_bad_calls_are_observations():
     assert env.add(a="x", b=1).startswith("Error:")  # wrong type
     assert env.env.metrics.invalid_calls == 2 and env.env.metrics.tool_calls == 3 and not env.done
     answer = task["answer"][0] if isinstance(task["answer"], list) else task["answer"]
-    assert environment_reward([[{"role": "assistant", "content": f"Answer: {answer}"}]], [env]) == [1.0]
-    assert env.done and env.info["termination"] == "answered" and environment_correct([[]], [env]) == [1.0]
+    assert env_reward_func([[{"role": "assistant", "content": f"Answer: {answer}"}]], [env]) == [1.0]
+    assert env.done and env.info["termination"] == "answered" and env_correct_func([[]], [env]) == [1.0]
     assert env.add(a=1, b=2) == "The episode has ended; call reset() to start a new one."
     env.reset(task=task)  # a reused instance starts clean; no answer (a tool message last) is invalid
-    assert environment_reward([[{"role": "tool", "content": "5"}]], [env]) == [env.env.rewards.invalid]
+    assert env_reward_func([[{"role": "tool", "content": "5"}]], [env]) == [env.env.rewards.invalid]
     with pytest.raises(ValueError, match="environment_factory"):
-        environment_reward([[]])
+        env_reward_func([[]])
 
 
 def test_rows_without_a_task_share_one_drawn_task_per_group():
@@ -93,7 +93,7 @@ def _trainer(model, tokenizer, tasks, reward_funcs, out_dir, trainer_cls=None, *
                       num_generations=2, max_completion_length=kw.pop("max_completion_length", 12), max_steps=1,
                       logging_steps=1, save_strategy="no", learning_rate=1e-2, seed=0, dataloader_num_workers=0)
     probe = Probe(model=model, processing_class=tokenizer, reward_funcs=reward_funcs,
-                  train_dataset=environment_dataset(tasks),
+                  train_dataset=tasks_dataset(tasks),
                   environment_factory=environment_factory("AgentRL/ToolUse-v0"), args=args, **kw)
     probe.seen = []
     return probe
@@ -119,7 +119,7 @@ def test_grpo_step_with_environment_factory(qwen_tokenizer, tmp_path):
     rewards = []
 
     def recorded_env_reward(completions, environments, **kwargs):
-        out = environment_reward(completions, environments, **kwargs)
+        out = env_reward_func(completions, environments, **kwargs)
         rewards.append((out, [e.env.task for e in environments],
                         [e.env.messages[1]["content"] for e in environments]))
         return out
@@ -183,12 +183,12 @@ def test_grpo_step_plays_tool_calls_through_the_env(qwen_tokenizer, tmp_path):
             return script(prompt_ids), None
 
     def recorded(completions, environments, **kwargs):
-        out = environment_reward(completions, environments, **kwargs)
+        out = env_reward_func(completions, environments, **kwargs)
         finished.append((out, [dict(e.env.metrics.as_dict()) for e in environments],
                          [e.info["termination"] for e in environments]))
         return out
 
-    trainer = _trainer(model, qwen_tokenizer, tasks, [recorded, environment_correct], tmp_path,
+    trainer = _trainer(model, qwen_tokenizer, tasks, [recorded, env_correct_func], tmp_path,
                        trainer_cls=Scripted, max_completion_length=128)
     before = _snapshot(model)
     trainer.train()
@@ -199,7 +199,7 @@ def test_grpo_step_plays_tool_calls_through_the_env(qwen_tokenizer, tmp_path):
     assert all(m["tool_calls"] == 1 and m["tool_errors"] == 0 for m in metrics)  # the env ran each call
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert logs[0]["rewards/recorded/mean"] == pytest.approx(0.5)
-    assert logs[0]["rewards/environment_correct/mean"] == pytest.approx(0.5)
+    assert logs[0]["rewards/env_correct_func/mean"] == pytest.approx(0.5)
     seen = trainer.seen[0]
     assert "tool_mask" in seen and (seen["tool_mask"] * seen["completion_mask"] == 0).any()  # tool output masked
     assert _changed(model, before) > 0

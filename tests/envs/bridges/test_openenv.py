@@ -405,7 +405,7 @@ def test_one_step_of_trls_grpo_trainer_on_our_env_through_openenv(servers, token
     the tool schemas our server sends; TRL's own tool loop calls them; the reward is the server's."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentrl.algos.integrations.trl_env import environment_dataset, tool_method
+    from agentrl.algos.integrations.trl_env import tasks_dataset, tool_method
     from agentrl.algos.models import tiny_model
 
     url = servers("AgentRL/ToolUse-v0")
@@ -478,7 +478,7 @@ def test_one_step_of_trls_grpo_trainer_on_our_env_through_openenv(servers, token
                       num_generations=2, max_completion_length=128, max_steps=1, logging_steps=1,
                       save_strategy="no", learning_rate=1e-2, seed=0, dataloader_num_workers=0)
     trainer = Scripted(model=model, processing_class=qwen, reward_funcs=[server_reward],
-                       train_dataset=environment_dataset(tasks), environment_factory=RemoteToolUse, args=args)
+                       train_dataset=tasks_dataset(tasks), environment_factory=RemoteToolUse, args=args)
     try:
         trainer.train()
     finally:
