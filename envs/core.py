@@ -210,8 +210,8 @@ class TextEnv(gym.Env[str, str]):
         return "You are a helpful assistant that solves tasks by calling tools."
 
     def user_prompt(self, task: dict[str, Any]) -> str:
-        """The user message that opens the episode."""
-        return str(task["query"])
+        """The user message that opens the episode: the task's ``query``, else its ``question``."""
+        return str(task["query"] if "query" in task else task["question"])
 
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
         """``(reward, correct)`` for a final answer of ``task``. Every env implements it (there is no default)."""

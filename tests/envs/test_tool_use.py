@@ -206,6 +206,15 @@ def test_user_tools_and_dataset(tmp_path):
     assert len(env.rows) == 2
 
 
+def test_rows_may_name_the_question_question_as_every_other_env_does():
+    env = ToolUseEnv(dataset=[{"question": "What is 2 + 3?", "answer": "5"}],
+                     heldout=[{"question": "What is 1 + 1?", "answer": "2", "id": "h"}])
+    obs, _ = env.reset(seed=0)
+    assert obs == "What is 2 + 3?"
+    [task] = env.heldout_tasks(1)
+    assert task["id"] == "h" and task["query"] == "What is 1 + 1?"
+
+
 def test_bad_dataset_rows_name_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"query": "q", "answer": "a"}\n{"query": "no answer"}\n')
