@@ -3,7 +3,8 @@
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
 an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
 until ``--minutes`` of training are spent; evaluation time is not counted) and is evaluated greedily on the same
-fixed held-out set (``benchmarks/heldout/tooluse_v2.jsonl``, fixed before any tuning) at a few points of its budget
+fixed held-out set (``benchmarks/heldout/tooluse_v3.jsonl``, fixed before any tuning; trained with its
+``env_kwargs``, ``items=999``) at a few points of its budget
 (``--eval-points``, fractions of it; the cold start itself is the point at 0). Each algorithm runs once per seed
 (``--seeds 0,1``); the page gives the mean and the spread (min..max) over seeds, says for each algorithm whether
 it beat the cold start, and shows the metrics that explain a miss: groups with equal rewards (no signal), skipped
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
     ap.add_argument("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
     ap.add_argument("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
-    ap.add_argument("--heldout", help="held-out task file (default benchmarks/heldout/tooluse_v2.jsonl)")
+    ap.add_argument("--heldout", help="held-out task file (default benchmarks/heldout/tooluse_v3.jsonl)")
     ap.add_argument("--model", help="model alias or path (default: the main job's)")
     ap.add_argument("--quick", action="store_true", help="CI-sized settings (a smoke test, not a result)")
     ap.add_argument("--out", help="run directory (default runs/compare-algorithms[-quick])")
@@ -442,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = heldout.read(heldout_file)[: QUICK_TASKS if args.quick else None]
     pipeline_overrides, sections = split_overrides(args.overrides)
     preset = {**(QUICK if args.quick else {}), "env": ENV, "out": str(out), "progress": False,
+              "env_kwargs": heldout.set_env_kwargs(heldout_file),  # the world the set was drawn from
               **({"model": args.model} if args.model else {})}
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, pipeline_overrides))
     check_setup(out, {"pipeline": dataclasses.asdict(cfg), "sections": sections, "minutes": minutes,

@@ -27,6 +27,14 @@ with the train split, fixed before any tuning (sidecar ``"fixed_before_tuning": 
   set, by id and text) whose text is not in the train split: 106, fewer than 128, all ``wiki_description`` (the 14
   ``fanoutqa`` dev questions were all used), so Macro-EM on it is wiki_description's EM.
 
+**v3 (issue 30)** — ``tooluse_v3``: what ``tooluse_v2`` could not hold. Its cold start scored 98% on
+``tooluse_v2`` (only ``add``, ``multiply``, ``add_multiply`` and ``days`` were left in it), so it cannot show what
+RL adds, and the multi-call stock families were left out because 99 stock items make their question spaces small.
+ToolUse-v0 with ``items=999`` (``env_kwargs``; the env's default stays 99) widens them: 128 test-split tasks from
+position 3,000,000 on, drawn by the v2 rule with a train scan of the same ``items=999`` mixture (which also leaves
+out ``stock``, ``power`` and ``convert``), skipping ``tooluse_v2``'s questions too. Experiments on it train with
+``items=999`` (``benchmarks/learning.py``'s ToolUse-v0 preset).
+
 **v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings were
 chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
 ``balance_sources`` on ``search``, PythonMath's RL budget after its cold start's score on ``pythonmath``), and 78
@@ -45,7 +53,7 @@ Split membership is the env's own: generator index parity (ToolUse, PythonMath) 
 env's task generator changes, ``check`` fails: rewrite the set (``write --only NAME``) *before* tuning on it.
 
     python benchmarks/heldout.py write                  # (re)write every set (keeps the date of an unchanged set)
-    python benchmarks/heldout.py write --only tooluse_v2 search_v2   # seconds
+    python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 search_v2   # seconds
     python benchmarks/heldout.py write --only pythonmath_v2          # ~3.5 min: its train scan
     python benchmarks/heldout.py check                  # exit 1 when a committed set differs from its generator
 """
@@ -189,27 +197,28 @@ def make_search() -> list[dict[str, Any]]:
 TOOLUSE, SEARCH, PYTHONMATH = "AgentRL/ToolUse-v0", "AgentRL/Search-v0", "AgentRL/PythonMath-v0"
 
 
-def _make_tasks(env: str, n: int, split: str, start: int = 0, tiers: tuple[int, ...] | None = None
-                ) -> list[dict[str, Any]]:
-    """``n`` generated tasks of ``env`` (ToolUse-v0 or PythonMath-v0) from ``split`` position ``start``."""
+def _make_tasks(env: str, n: int, split: str, start: int = 0, tiers: tuple[int, ...] | None = None,
+                items: int | None = None) -> list[dict[str, Any]]:
+    """``n`` generated tasks of ``env`` (ToolUse-v0 or PythonMath-v0) from ``split`` position ``start``
+    (ToolUse-v0: of ``items`` stock items, default the env's)."""
     if env == TOOLUSE:
         from agentrl.envs import tool_use
 
-        return tool_use.make_tasks(n, split, start=start)
+        return tool_use.make_tasks(n, split, start=start, items=items or tool_use.ITEMS)
     from agentrl.envs.python_math import tasks
 
     return tasks.make_tasks(n, split, start=start, tiers=list(tiers) if tiers else None)
 
 
 @functools.cache
-def train_scan(env: str) -> dict[str, frozenset[str]]:
+def train_scan(env: str, items: int | None = None) -> dict[str, frozenset[str]]:
     """Family -> the question texts of the v2 train scan: the first TRAIN_SCAN train-split tasks of each train
     mixture (ToolUse-v0: its one; PythonMath-v0: PYTHONMATH_TRAIN_TIERS) and TRAIN_POSITIONS_USED. Training draws
     train positions at random (``sample_task``: any of 2**31), so the scan is a sample of the question distribution
     every training run draws from, larger than any run here draws (hundreds to a few thousand tasks)."""
     by_family: dict[str, set[str]] = collections.defaultdict(set)
     mixtures = PYTHONMATH_TRAIN_TIERS if env == PYTHONMATH else (None,)
-    tasks = [t for tiers in mixtures for t in _make_tasks(env, TRAIN_SCAN, "train", tiers=tiers)]
+    tasks = [t for tiers in mixtures for t in _make_tasks(env, TRAIN_SCAN, "train", tiers=tiers, items=items)]
     tasks += [t for e, start, n, tiers in TRAIN_POSITIONS_USED if e == env
               for t in _make_tasks(env, n, "train", start=start, tiers=tiers)]
     for t in tasks:
@@ -217,39 +226,41 @@ def train_scan(env: str) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in sorted(by_family.items())}
 
 
-def train_texts(env: str) -> frozenset[str]:
+def train_texts(env: str, items: int | None = None) -> frozenset[str]:
     """Every question text of :func:`train_scan`."""
-    return frozenset().union(*train_scan(env).values())
+    return frozenset().union(*train_scan(env, items).values())
 
 
-def train_scan_rule(env: str) -> str:
+def train_scan_rule(env: str, items: int | None = None) -> str:
     if env == SEARCH:
         return "every question of the bundled train split (2,048), compared lower-cased"
-    mixtures = "the default mixture" if env == TOOLUSE else "the default mixture (all tiers) and of tiers=[1, 2]"
+    mixtures = ("the default mixture" + (f" with items={items}" if items else "") if env == TOOLUSE
+                else "the default mixture (all tiers) and of tiers=[1, 2]")
     extra = "; plus train positions 1,000,000-1,000,031 of tiers=[1, 2] (the tier probe)" if env == PYTHONMATH else ""
     return f"the first {TRAIN_SCAN} train-split tasks (even generator indices) of {mixtures}{extra}"
 
 
-def evaluated_texts(env: str) -> frozenset[str]:
+def evaluated_texts(env: str, after: tuple[str, ...] = ()) -> frozenset[str]:
     """Question texts an experiment has looked at on the test side: the first EVALUATED_TEST_POSITIONS test tasks
     (PythonMath-v0: of each mixture in PYTHONMATH_EVALUATED_TIERS) and the v1 set."""
     mixtures = PYTHONMATH_EVALUATED_TIERS if env == PYTHONMATH else (None,)
     tasks = [t for tiers in mixtures for t in _make_tasks(env, EVALUATED_TEST_POSITIONS, "test", tiers=tiers)]
-    return frozenset(task_text(t) for t in tasks + SPECS[BY_ENV_V1[env]].make())
+    later = [t for name in after for t in read(name)]
+    return frozenset(task_text(t) for t in tasks + SPECS[BY_ENV_V1[env]].make() + later)
 
 
 @functools.cache
-def memorisable_families(env: str) -> dict[str, str]:
+def memorisable_families(env: str, items: int | None = None, start: int = START_V2) -> dict[str, str]:
     """Family -> why it is left out of the v2 set: at least MEMORISABLE_SHARE of its questions at the FAMILY_PROBE
-    test positions from START_V2 occur in the train scan (a small question space that training covers)."""
-    scan = train_scan(env)
+    test positions from ``start`` occur in the train scan (a small question space that training covers)."""
+    scan = train_scan(env, items)
     hits: collections.Counter[str] = collections.Counter()
     seen: collections.Counter[str] = collections.Counter()
-    for t in _make_tasks(env, FAMILY_PROBE, "test", start=START_V2):
+    for t in _make_tasks(env, FAMILY_PROBE, "test", start=start, items=items):
         family = str(t["family"])
         seen[family] += 1
         hits[family] += task_text(t) in scan.get(family, ())
-    return {f: (f"{hits[f]} of its {seen[f]} questions at test positions {START_V2}-{START_V2 + FAMILY_PROBE - 1} "
+    return {f: (f"{hits[f]} of its {seen[f]} questions at test positions {start}-{start + FAMILY_PROBE - 1} "
                 f"occur in the train scan, which holds only {len(scan.get(f, ()))} distinct questions of it: its "
                 "question space is small enough that training draws most of it, so a score on it would measure "
                 "memory, not a held-out skill")
@@ -257,15 +268,18 @@ def memorisable_families(env: str) -> dict[str, str]:
 
 
 @functools.cache
-def _generated_v2(env: str) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
-    left_out = memorisable_families(env)
-    train, evaluated = train_texts(env), evaluated_texts(env)
+def _generated_v2(env: str, items: int | None = None, start: int = START_V2, after: tuple[str, ...] = ()
+                  ) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    """A v2-rule set from test position ``start`` (``items``: ToolUse-v0's; ``after``: earlier sets whose
+    questions it skips too)."""
+    left_out = memorisable_families(env, items, start)
+    train, evaluated = train_texts(env, items), evaluated_texts(env, after)
     out: list[dict[str, Any]] = []
     texts: set[str] = set()
     skipped: collections.Counter[str] = collections.Counter()
-    pos = START_V2
+    pos = start
     while len(out) < SIZE:
-        task = _make_tasks(env, 1, "test", start=pos)[0]
+        task = _make_tasks(env, 1, "test", start=pos, items=items)[0]
         pos += 1
         text = task_text(task)
         reason = ("left_out_family" if task["family"] in left_out else "train_text" if text in train
@@ -275,17 +289,29 @@ def _generated_v2(env: str) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]
             continue
         out.append(task)
         texts.add(text)
-    info = {"positions_used": [START_V2, pos - 1], "left_out_families": left_out,
+    info = {"positions_used": [start, pos - 1], "left_out_families": left_out,
             "skipped": {k: skipped[k] for k in ("left_out_family", "train_text", "evaluated_or_v1_text",
                                                 "repeated_in_set")},
-            "train_scan": train_scan_rule(env),
+            "train_scan": train_scan_rule(env, items),
             "family_rule": (f"a family is left out when at least {MEMORISABLE_SHARE:.0%} of its questions at the "
-                            f"first {FAMILY_PROBE} test positions from {START_V2} occur in the train scan")}
+                            f"first {FAMILY_PROBE} test positions from {start} occur in the train scan")}
+    if items:
+        info["env_kwargs"] = {"items": items}
     return tuple(out), info
 
 
 def make_tooluse_v2() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(TOOLUSE)[0]))
+
+
+#: v3 (issue 30): ToolUse-v0 with items=999 stock items, so that the multi-call stock families (stock_value,
+#: stock_total) have question spaces training does not cover; from test position 3,000,000 on.
+START_V3 = 3_000_000
+TOOLUSE_V3_ITEMS = 999
+
+
+def make_tooluse_v3() -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[0]))
 
 
 def make_pythonmath_v2() -> list[dict[str, Any]]:
@@ -371,9 +397,16 @@ SPECS: dict[str, HeldoutSpec] = {
                              make_search_v2, primary_metric="macro_em", info=lambda: _search_v2()[1]),
     "pythonmath_v2": HeldoutSpec("pythonmath_v2", PYTHONMATH, "test", _V2_POSITIONS, make_pythonmath_v2,
                                  info=lambda: _generated_v2(PYTHONMATH)[1]),
+    # v3 (issue 30): the multi-call chains tooluse_v2 had to leave out, in a question space training does not cover.
+    "tooluse_v3": HeldoutSpec("tooluse_v3", TOOLUSE, "test",
+                              _V2_POSITIONS.replace(str(START_V2), str(START_V3)).replace(
+                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
+                                  "positions") + " or tooluse_v2", make_tooluse_v3,
+                              info=lambda: _generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[1]),
 }
-#: Env id -> the set its experiments evaluate on now (the v2 sets; the v1 sets stay selectable by name).
-BY_ENV = {TOOLUSE: "tooluse_v2", SEARCH: "search_v2", PYTHONMATH: "pythonmath_v2"}
+#: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
+#: name).
+BY_ENV = {TOOLUSE: "tooluse_v3", SEARCH: "search_v2", PYTHONMATH: "pythonmath_v2"}
 #: Env id -> its v1 set (burnt).
 BY_ENV_V1 = {TOOLUSE: "tooluse", SEARCH: "search", PYTHONMATH: "pythonmath"}
 
@@ -400,6 +433,15 @@ def path_for_env(env: str, name: str | None = None) -> Path:
     return spec.path
 
 
+def set_env_kwargs(path: str | Path) -> dict[str, Any]:
+    """The env kwargs a committed set's tasks were drawn with (its sidecar's ``env_kwargs``: ``tooluse_v3``'s
+    ``{"items": 999}``), which experiments on it train with; ``{}`` for other files."""
+    for spec in SPECS.values():
+        if Path(path).resolve() == spec.path.resolve() and spec.meta_path.is_file():
+            return dict(json.loads(spec.meta_path.read_text(encoding="utf-8")).get("env_kwargs", {}))
+    return {}
+
+
 def names_for_env(env: str) -> list[str]:
     """The sets of ``env``, the current one first."""
     return [BY_ENV[env]] + [n for n, s in SPECS.items() if s.env == env and n != BY_ENV[env]]
@@ -415,7 +457,7 @@ def train_overlap(spec: HeldoutSpec, tasks: list[dict[str, Any]]) -> dict[str, i
         hits = [t for t in tasks if task_text(t).strip().lower() in train]
     else:
         if spec.info is not None:  # v2
-            train = set(train_texts(spec.env))
+            train = set(train_texts(spec.env, spec.info().get("env_kwargs", {}).get("items")))
         else:
             train = {task_text(t) for t in _make_tasks(spec.env, TRAIN_SCAN, "train")}
         hits = [t for t in tasks if task_text(t) in train]

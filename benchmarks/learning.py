@@ -68,10 +68,12 @@ if str(HERE) not in sys.path:
 NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
 #: The fixed held-out set every evaluation of an env uses by default (``benchmarks/heldout/<name>.jsonl``): the v2
 #: sets of issue 28. The v1 sets (the names of NAMES) are burnt: settings were chosen on them.
-HELDOUT = {"AgentRL/ToolUse-v0": "tooluse_v2", "AgentRL/Search-v0": "search_v2",
+HELDOUT = {"AgentRL/ToolUse-v0": "tooluse_v3", "AgentRL/Search-v0": "search_v2",
            "AgentRL/PythonMath-v0": "pythonmath_v2"}
 
-#: MainJobConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is.
+#: MainJobConfig overrides per environment: (full run, --quick). ToolUse-v0's full run is the main job as is. Every
+#: run also trains in the world its held-out set was drawn from (the set's sidecar ``env_kwargs``: tooluse_v3's
+#: ``{"items": 999}``, :func:`heldout.set_env_kwargs`).
 PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "AgentRL/ToolUse-v0": (
         {},
@@ -106,8 +108,8 @@ TEXT_LABELS = {"base": "base, text-only", "sft": "SFT text-only (cold start)", "
 
 GOALS = {
     "AgentRL/ToolUse-v0": "RL >= cold start + 15 points of held-out success on the fixed set, no family losing more "
-                          "than 10 points, at least six of nine families above 0% after RL, and above the SFT control "
-                          "trained for the same wall time.",
+                          "than 10 points, the three-call chain stock_total above 0% after RL, and above the SFT "
+                          "control trained for the same wall time.",
     "AgentRL/Search-v0": "RL >= cold start + 10 points Macro-EM on the fixed dev questions; above the SFT control "
                          "trained for the same wall time; the tool-using model above the text-only baseline.",
     "AgentRL/PythonMath-v0": "RL Average@4 >= cold start + 15 points; above the SFT control trained for the same wall "
@@ -288,10 +290,35 @@ def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: 
                    "max_turns": cfg.max_turns},
         "rows": [[label, report.to_dict()] for label, report in rows], "family_table": families,
         "tier_table": tiers, **git_state(), "primary_metric": learning_page.primary_metric(cfg.env),
+        "variant": args.variant, "overrides": list(args.overrides), "run_dir": str(out),
+        "cold_start_from": str(args.reuse_cold_start) if args.reuse_cold_start else None,
     }
     path = out / "learning.json"
     path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
     return path
+
+
+#: What ``--reuse-cold-start`` copies: the base model's and the cold start's evaluations and the cold-start stage
+#: (Search-v0's text-only baseline too: it does not depend on the recipe).
+COLD_START_FILES = ("eval/base.jsonl", "eval/base.summary.json", "eval/sft.jsonl", "eval/sft.summary.json",
+                    "eval/text_only.jsonl", "eval/text_only.summary.json", "sft")
+
+
+def reuse_cold_start(source: Path, out: Path) -> list[str]:
+    """Copy the stages before RL from the run directory ``source`` into ``out`` (what is already there is kept);
+    returns what was copied. The run then reads them back instead of re-running them."""
+    if not (source / "sft" / "adapter").is_dir() or not (source / "eval" / "sft.summary.json").is_file():
+        raise SystemExit(f"--reuse-cold-start {source}: no finished cold start there (sft/adapter and "
+                         "eval/sft.summary.json); run the plain recipe first")
+    copied = []
+    for rel in COLD_START_FILES:
+        src, dst = source / rel, out / rel
+        if not src.exists() or dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copyfile)(src, dst)
+        copied.append(rel)
+    return copied
 
 
 def heldout_path(env: str, name: str | None = None) -> Path:
@@ -364,6 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
     ap.add_argument("--data", help="where the run's committed data goes, read by --page (default <results>/data)")
     ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
+    ap.add_argument("--variant", metavar="NAME",
+                    help="a named variant of the env's recipe (its overrides, e.g. grpo.guidance=demos): its own run "
+                         "directory, page and data (<env>_<NAME>), a section of its own on the results page, "
+                         "compared with the plain recipe's RL")
+    ap.add_argument("--reuse-cold-start", metavar="DIR",
+                    help="start from another run directory's base evaluation, cold start and its evaluation (copied "
+                         "into --out; not re-run, no new ledger rows), so a variant differs from DIR only after the "
+                         "cold start; the page says so")
     ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -385,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.evaluation.report import results_table
     from agentrl.algos.recipes.main_job import MainJobConfig, run_main_job
 
-    name = NAMES[args.env] + ("_quick" if args.quick else "")
+    if args.variant and not args.variant.replace("-", "").isalnum():
+        raise SystemExit(f"--variant {args.variant!r}: use letters, digits and '-' (it names files)")
+    name = NAMES[args.env] + (f"_{args.variant}" if args.variant else "") + ("_quick" if args.quick else "")
     full, quick = PRESETS[args.env]
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
     preset = dict(quick if args.quick else full)
@@ -396,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
 
         raise SystemExit(f"--heldout {args.heldout}: {e}; the sets of {args.env}: "
                          f"{', '.join(heldout.names_for_env(args.env))}") from None
+    import heldout
+
+    world = heldout.set_env_kwargs(heldout_path(args.env, args.heldout))  # tooluse_v3: {"items": 999}
+    preset["env_kwargs"] = {**preset.get("env_kwargs", {}), **world}
     if args.quick:  # the first rows of the fixed held-out set
         preset["eval_tasks_file"] = str(quick_heldout(args.env, preset["eval_tasks"], out, args.heldout))
     else:
@@ -404,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         preset["model"] = args.model
     d = apply_overrides({**preset, "env": args.env, "out": str(out)}, args.overrides)
     cfg: MainJobConfig = config_from_dict(MainJobConfig, d)
+    if args.reuse_cold_start:
+        reuse_cold_start(Path(args.reuse_cold_start), out)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
     result = run_main_job(cfg, resume=True)
@@ -436,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     n = cfg.eval_n
     delta = 100 * (rl.average_at_n - sft.average_at_n)
     lines = [
-        f"# Proof of learning: {cfg.env}{' (quick smoke run)' if args.quick else ''}", "",
+        f"# Proof of learning: {cfg.env}{f' ({args.variant})' if args.variant else ''}"
+        f"{' (quick smoke run)' if args.quick else ''}", "",
         f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on) "
         f"from `{cfg.eval_tasks_file}`, N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
         f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
@@ -467,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         c = by["SFT control (same time)"]
         lines.append(f"RL vs the SFT control ({control['steps']} more SFT steps in {control['seconds'] / 60:.1f} min, "
                      f"the GRPO stage's {rl_s / 60:.1f} min): {100 * (rl.average_at_n - c.average_at_n):+.1f} points.")
+    if args.variant:
+        lines += ["", f"Variant `{args.variant}` of the recipe: `{' '.join(args.overrides) or 'no overrides'}`."]
+    if args.reuse_cold_start:
+        lines += ["", f"The base and cold-start rows (and their stage) were read back from `{args.reuse_cold_start}`, "
+                      "not re-run: only the stages after the cold start ran in this invocation."]
     if args.note:
         lines += ["", args.note]
     timings = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items() if k != "total")

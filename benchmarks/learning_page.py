@@ -176,8 +176,10 @@ def _commit(run: dict[str, Any]) -> str:
             + (f", recorded {run['commit_recorded']}" if run.get("commit_recorded") else ""))
 
 
-def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int]) -> list[str]:
-    """The comparison table of a section: scores, difference, paired bootstrap 95% interval, goal, verdict."""
+def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int],
+                plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
+    """The comparison table of a section: scores, difference, paired bootstrap 95% interval, goal, verdict; for a
+    variant with ``plain`` (the plain recipe's run and data dir) also its RL against the plain recipe's."""
     from agentrl.algos.evaluation.intervals import METRICS, compare
 
     metric = primary_metric(env)
@@ -188,11 +190,15 @@ def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str
              "the verdict's side):", "",
              f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
              "|---|---:|---:|---:|---|---|---|---|"]
-    for a, b, goal, strict in COMPARISONS[env]:
-        if a not in evals or b not in evals:
-            continue
-        sa, groups = read_scores(exp_dir / evals[a])
-        sb, _ = read_scores(exp_dir / evals[b])
+    pairs = [(a, exp_dir / evals[a], b, exp_dir / evals[b], goal, strict)
+             for a, b, goal, strict in COMPARISONS[env] if a in evals and b in evals]
+    if plain is not None and "RL (GRPO)" in evals and "RL (GRPO)" in plain[0].get("evals", {}):
+        other = f"variant {plain[0]['variant']}" if plain[0].get("variant") else "the plain recipe"
+        pairs.append(("RL (GRPO)", exp_dir / evals["RL (GRPO)"], f"{other}'s RL (GRPO)",
+                      plain[1] / plain[0]["evals"]["RL (GRPO)"], 0.0, True))
+    for a, path_a, b, path_b, goal, strict in pairs:
+        sa, groups = read_scores(path_a)
+        sb, _ = read_scores(path_b)
         c = compare(sa, sb, goal_points=goal, metric=metric, groups=groups, strict=strict)
         ledger_id = ((reports.get(a) or {}).get("settings") or {}).get("ledger", {}).get("id")
         sel = (f"**selected** (best of {selected[ledger_id]} on this set)" if ledger_id in selected
@@ -205,11 +211,39 @@ def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str
     return lines + ["", f"Command: `{run['command']}`, {_commit(run)}.", ""]
 
 
+def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, Any]]]:
+    """The committed runs of ``env``'s recipe variants (``learning.py --variant``): ``(data dir, learning.json)``,
+    by variant name."""
+    out = []
+    for path in sorted(data.glob("*/learning.json")):
+        run = _load(path)
+        if run and run.get("env") == env and run.get("variant") and bool(run.get("quick")) == quick:
+            out.append((path.parent, run))
+    return sorted(out, key=lambda x: x[1]["variant"])
+
+
+def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str, Any], Path] | None:
+    """What a variant's RL is compared with: the run whose cold start it reused (``cold_start_from``), else the
+    plain recipe's run (the first of ``runs``) when it was judged on the same set; None otherwise."""
+    same_set = [(d, r) for d, r in runs if r is not run and r.get("heldout_sha256") == run.get("heldout_sha256")]
+    for d, r in same_set:
+        if run.get("cold_start_from") and r.get("run_dir") == run["cold_start_from"]:
+            return r, d
+    if run.get("cold_start_from"):
+        return None
+    return next(((r, d) for d, r in same_set if not r.get("variant")), None)
+
+
 def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path,
-                selected: dict[str, int]) -> list[str]:
+                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
+    """One env's section; a variant's (``run["variant"]``) also compares its RL with ``plain``'s, the plain
+    recipe's run and data dir, when given."""
     from agentrl.algos.evaluation.report import EvalReport, results_table
 
     title, name = SECTIONS[env]
+    variant = (run or {}).get("variant")
+    if variant:
+        title = (f"{env.split('/')[-1]}, variant `{variant}`: `{' '.join(run.get('overrides') or [])}`")
     lines = [f"## {title}", ""]
     if run is None:
         cmd = f"python benchmarks/learning.py --env {env}{' --quick' if quick else ''}"
@@ -231,12 +265,15 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
         f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "") + ".", "",
         results_table(rows), "",
     ]
-    lines += comparisons(env, run, exp_dir, selected)
+    if run.get("cold_start_from"):
+        lines += [f"The base and cold-start rows were read back from `{run['cold_start_from']}` (the plain recipe's "
+                  "run), not re-run: this variant differs from it only after the cold start.", ""]
+    lines += comparisons(env, run, exp_dir, selected, plain)
     if run.get("family_table"):
         lines += ["Per task family (Average@N):", "", run["family_table"], ""]
     if run.get("tier_table"):
         lines += ["Per tier (Average@N):", "", run["tier_table"], ""]
-    plot_dir = f"{name}{'_quick' if quick else ''}"
+    plot_dir = exp_dir.name
     for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),
                          (f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
                           f"{plot_dir}/eval_eval_comparison.png"),
@@ -386,7 +423,12 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
              *[f"- {c}" for c in CAVEATS], ""]
     for env, (_, name) in SECTIONS.items():
         exp_dir = data / f"{name}{suffix}"
-        lines += env_section(env, _load(exp_dir / "learning.json"), exp_dir, quick, results, selected)
+        plain = _load(exp_dir / "learning.json")
+        lines += env_section(env, plain, exp_dir, quick, results, selected)
+        others = variants(data, env, quick)
+        for var_dir, run in others:
+            lines += env_section(env, run, var_dir, quick, results, selected,
+                                 plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others))
     cmp_dir = data / f"compare_algorithms{suffix}"
     lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick)
     lines += ledger_section(rows, ledger, selected)

@@ -21,6 +21,7 @@ format or no answer.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,19 @@ import numpy as np
 
 from agentrl.envs.answers import answers_match
 from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.datasets import TaskGenerator, check_split, load_rows
+from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
 from agentrl.envs.parsing import ActionParser
 from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools
 
-#: The in-memory store behind ``stock``: item ids t1 … t99 with fixed quantities (t99 holds 100).
-INVENTORY: dict[str, int] = {f"t{i}": (i * 37 + 11) % 190 + 5 for i in range(1, 99)} | {"t99": 100}
+#: How many stock items the built-in tasks draw from by default (``items=``: t1 … t<items>).
+ITEMS = 99
+#: The largest ``items`` the in-memory store holds.
+MAX_ITEMS = 999
+#: The in-memory store behind ``stock``: item ids t1 … t999 with fixed quantities (t99 holds 100). The default
+#: tasks ask about t1 … t99 only; ``items=999`` widens the question space of the stock families.
+INVENTORY: dict[str, int] = {f"t{i}": (i * 37 + 11) % 190 + 5 for i in range(1, MAX_ITEMS + 1)} | {"t99": 100}
 
 _LENGTH_M = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mi": 1609.344, "ft": 0.3048, "in": 0.0254}
 _MASS_KG = {"kg": 1.0, "g": 0.001, "lb": 0.45359237, "oz": 0.028349523125}
@@ -85,7 +91,7 @@ def stock(item_id: str) -> int:
         item_id: the item's id, such as "t42".
     """
     if item_id not in INVENTORY:
-        raise KeyError(f"no item {item_id!r}; ids are t1 to t99")
+        raise KeyError(f"no item {item_id!r}; ids are t1 to t{MAX_ITEMS}")
     return INVENTORY[item_id]
 
 
@@ -124,8 +130,8 @@ def _call(name: str, **arguments) -> tuple[str, dict[str, Any], Any]:
     return name, arguments, {t.name: t for t in MOCK_TOOLS}[name].fn(**arguments)
 
 
-def _item(r: np.random.Generator) -> str:
-    return f"t{int(r.integers(1, 100))}"
+def _item(r: np.random.Generator, items: int = ITEMS) -> str:
+    return f"t{int(r.integers(1, items + 1))}"
 
 
 def _fam_multiply(r):
@@ -143,8 +149,8 @@ def _fam_power(r):
     return f"What is {base} raised to the power {exp}?", [_call("power", base=base, exponent=exp)]
 
 
-def _fam_stock(r):
-    item = _item(r)
+def _fam_stock(r, items=ITEMS):
+    item = _item(r, items)
     return f"How many units of item {item} are in stock?", [_call("stock", item_id=item)]
 
 
@@ -165,17 +171,17 @@ def _fam_days(r):
             [_call("days_between", start=start.isoformat(), end=end.isoformat())])
 
 
-def _fam_stock_value(r):
-    item, price = _item(r), int(r.integers(3, 60))
+def _fam_stock_value(r, items=ITEMS):
+    item, price = _item(r, items), int(r.integers(3, 60))
     first = _call("stock", item_id=item)
     return (f"Each unit of item {item} costs {price} dollars. What is the total value of its stock in dollars?",
             [first, _call("multiply", a=first[2], b=price)])
 
 
-def _fam_stock_total(r):
-    a, b = _item(r), _item(r)
+def _fam_stock_total(r, items=ITEMS):
+    a, b = _item(r, items), _item(r, items)
     while b == a:
-        b = _item(r)
+        b = _item(r, items)
     first, second = _call("stock", item_id=a), _call("stock", item_id=b)
     return (f"How many units of items {a} and {b} are in stock together?",
             [first, second, _call("add", a=first[2], b=second[2])])
@@ -202,30 +208,62 @@ FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, list]]] = {
 
 
 GENERATOR = TaskGenerator(FAMILIES, salt=0x7001)
+#: The families that ask about stock items (their question space grows with ``items``).
+ITEM_FAMILIES = ("stock", "stock_value", "stock_total")
 
 
-def make_task(index: int, families: Sequence[str] | None = None) -> dict[str, Any]:
-    """Built-in task number ``index`` (a pure function of ``index`` and ``families``).
+@functools.cache
+def generator(items: int = ITEMS) -> TaskGenerator:
+    """The task generator whose stock families draw items t1 … t<items> (:data:`GENERATOR` for the default).
+    Only the stock families' tasks depend on ``items``: task ``i`` of any other family is the same."""
+    if not 2 <= items <= MAX_ITEMS:
+        raise ValueError(f"items must be between 2 and {MAX_ITEMS}, got {items!r}")
+    if items == ITEMS:
+        return GENERATOR
+    return TaskGenerator({name: functools.partial(fn, items=items) if name in ITEM_FAMILIES else fn
+                          for name, fn in FAMILIES.items()}, salt=GENERATOR.salt)
+
+
+def make_task(index: int, families: Sequence[str] | None = None, items: int = ITEMS) -> dict[str, Any]:
+    """Built-in task number ``index`` (a pure function of ``index``, ``families`` and ``items``).
 
     The task holds ``id``, ``family``, ``query``, ``answer`` (a string) and ``calls`` — the tool calls
-    ``[[name, arguments], ...]`` of a correct solution.
+    ``[[name, arguments], ...]`` of a correct solution — and ``items`` when it is not the default.
     """
-    family, (query, calls) = GENERATOR.draw(index, families)
+    family, (query, calls) = generator(items).draw(index, families)
     return {
         "id": f"{family}-{index}",
         "family": family,
         "query": query,
         "answer": format_value(calls[-1][2]),
         "calls": [[name, args] for name, args, _ in calls],
+        **({"items": items} if items != ITEMS else {}),
     }
 
 
-def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0) -> list[dict]:
+def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0,
+               items: int = ITEMS) -> list[dict]:
     """``n`` built-in tasks of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    return GENERATOR.many(make_task, n, split, families, start)
+    return generator(items).many(functools.partial(make_task, items=items), n, split, families, start)
 
 
 # ---------------------------------------------------------------------------------------------- env
+
+
+def question_rows(source, name: str) -> list[dict[str, Any]]:
+    """Your task rows, each with its question under ``query`` (the task key the env reads): a row may name it
+    ``question`` (as Search's and every dataset's rows do) or ``query``; ``answer`` is required.
+
+    Raises:
+        DatasetError: a row without a question or an answer, naming the file and line (or the index).
+    """
+    rows = []
+    for where, row in located_rows(source, (), name=name):
+        missing = ([] if "query" in row or "question" in row else ["question"]) + ([] if "answer" in row else ["answer"])
+        if missing:
+            raise DatasetError(f"{where}: missing key(s) {missing} (the question may also be named 'query')")
+        rows.append(row if "query" in row else {**row, "query": row["question"]})
+    return rows
 
 
 class ToolUseEnv(TextEnv):
@@ -238,6 +276,7 @@ class ToolUseEnv(TextEnv):
         *,
         heldout: str | Path | Iterable[dict[str, Any]] | None = None,
         families: Sequence[str] | None = None,
+        items: int = ITEMS,
         split: str = "train",
         max_turns: int = 6,
         max_tool_calls: int = 4,
@@ -252,11 +291,15 @@ class ToolUseEnv(TextEnv):
                 ``"package.module:function"``, or a :class:`ToolSet` such as
                 :func:`~agentrl.envs.mcp_tools.mcp_tools`, closed with the env; :func:`~agentrl.envs.tools.load_tools`);
                 default: the mock tools.
-            dataset: your tasks, as a JSONL path or a list of ``{"query", "answer"}`` rows (optional ``id``,
-                and ``calls`` — ``[[name, arguments], ...]`` — for demonstrations). Required with ``tools``.
+            dataset: your tasks, as a JSONL path or a list of ``{"question", "answer"}`` rows (``question``, the
+                name every env's rows use, or ``query``; optional ``id``, and ``calls`` — ``[[name, arguments],
+                ...]`` — for demonstrations). Required with ``tools``.
             heldout: your held-out tasks (same row format), what :meth:`heldout_tasks` returns; with your own
                 ``dataset`` and no ``heldout``, :meth:`heldout_tasks` refuses rather than evaluate on the mock tasks.
             families: restrict the built-in generator to these task families (see ``FAMILIES``).
+            items: the built-in stock families ask about items t1 … t<items> (2 to 999; default 99). 999 makes
+                their question space large enough for held-out questions that training never sees
+                (``benchmarks/heldout.py``'s ``tooluse_v3``).
             split: ``"train"`` or ``"test"`` — which built-in tasks ``reset`` samples.
             max_turns, max_tool_calls, max_obs_chars: the episode budgets.
             parser: the reply format (default: Hermes tool calls, ``Answer: ...``).
@@ -264,11 +307,13 @@ class ToolUseEnv(TextEnv):
         """
         if tools is not None and dataset is None:
             raise ValueError("with your own tools, pass dataset= too (a JSONL path or a list of "
-                             "{'query': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
+                             "{'question': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
         self.split = check_split(split, ("train", "test"))
-        self.rows = load_rows(dataset, ("query", "answer")) if dataset is not None else None
-        self.heldout = load_rows(heldout, ("query", "answer")) if heldout is not None else None
+        self.rows = question_rows(dataset, "dataset") if dataset is not None else None
+        self.heldout = question_rows(heldout, "heldout") if heldout is not None else None
         self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
+        self.items = items
+        generator(items)  # a bad value fails now
         super().__init__(
             tools=load_tools(tools) if tools is not None else ToolSet(MOCK_TOOLS),
             parser=parser or ActionParser(),
@@ -282,7 +327,8 @@ class ToolUseEnv(TextEnv):
         if self.rows is not None:
             i = int(rng.integers(len(self.rows)))
             return {"id": str(i), **self.rows[i]}
-        return GENERATOR.sample(make_task, rng, self.split, self.families)
+        return generator(self.items).sample(functools.partial(make_task, items=self.items), rng, self.split,
+                                            self.families)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` rows of ``heldout`` when given, else the first ``n`` generated tasks of the ``test``
@@ -296,8 +342,8 @@ class ToolUseEnv(TextEnv):
             return [{"id": str(row.get("id", i)), **row} for i, row in enumerate(self.heldout[:n])]
         if self.rows is not None:
             raise ValueError("AgentRL/ToolUse-v0 made with your own dataset= has no held-out tasks: pass heldout= "
-                             "(a JSONL of {query, answer} rows) in env_kwargs, or evaluate with --tasks-file")
-        return make_tasks(n, split="test", families=self.families)
+                             "(a JSONL of {question, answer} rows) in env_kwargs, or evaluate with --tasks-file")
+        return make_tasks(n, split="test", families=self.families, items=self.items)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return ("You are an assistant that answers questions by calling tools. Call one tool per reply and "

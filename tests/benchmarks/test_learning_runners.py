@@ -31,9 +31,11 @@ def heldout():
 V1 = ["tooluse", "search", "pythonmath"]
 V2 = ["tooluse_v2", "search_v2", "pythonmath_v2"]
 ENVS = {"tooluse": "AgentRL/ToolUse-v0", "search": "AgentRL/Search-v0", "pythonmath": "AgentRL/PythonMath-v0"}
+#: Where a set later than v2 is each env's current one (ToolUse-v0: tooluse_v3, issue 30).
+CURRENT = {"tooluse": "tooluse_v3"}
 
 
-@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "search_v2",
+@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "search_v2",
                                   # its generator scans 400,000 train tasks (~3.5 min): see the fast check below
                                   pytest.param("pythonmath_v2", marks=pytest.mark.slow)])
 def test_committed_heldout_set_equals_its_generator_today(heldout, name):
@@ -57,7 +59,8 @@ def test_v1_sets_are_marked_burnt_and_every_env_evaluates_on_its_v2_set(heldout)
         assert metas[v2]["fixed_before_tuning"] is True and metas[v2]["train_text_overlap_total"] == 0
         assert metas[v2]["train_text_overlap"] == {}
         assert metas[v2]["sha256"] == hashlib.sha256(heldout.SPECS[v2].path.read_bytes()).hexdigest()
-        assert heldout.BY_ENV[ENVS[v1]] == v2 and heldout.path_for_env(ENVS[v1]) == heldout.SPECS[v2].path
+        current = CURRENT.get(v1, v2)
+        assert heldout.BY_ENV[ENVS[v1]] == current and heldout.path_for_env(ENVS[v1]) == heldout.SPECS[current].path
         assert heldout.path_for_env(ENVS[v1], v1) == heldout.SPECS[v1].path  # still selectable by name
     assert len(heldout.read("tooluse_v2")) == len(heldout.read("pythonmath_v2")) == 128
     assert set(metas["tooluse_v2"]["left_out_families"]) == {"convert", "power", "stock", "stock_total", "stock_value"}
@@ -153,9 +156,28 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
     assert {t["data_source"] for t in tasks} == {"wiki_description"}
 
 
+def test_v3_holds_the_chains_in_a_question_space_training_does_not_cover(heldout):
+    """Issue 30: tooluse_v3 is drawn from ToolUse-v0 with items=999, holds the multi-call stock families, shares no
+    question text with that world's train scan, the earlier sets or the evaluated positions, and says its world."""
+    from agentrl.envs import tool_use
+
+    meta = json.loads(heldout.SPECS["tooluse_v3"].meta_path.read_text())
+    tasks = heldout.read("tooluse_v3")
+    assert meta["env_kwargs"] == {"items": 999} and meta["fixed_before_tuning"] and meta["train_text_overlap"] == {}
+    assert heldout.set_env_kwargs(heldout.SPECS["tooluse_v3"].path) == {"items": 999}
+    assert heldout.set_env_kwargs(heldout.SPECS["tooluse_v2"].path) == {}
+    assert {"stock_total", "stock_value"} <= {t["family"] for t in tasks}
+    assert all(t["items"] == 999 and heldout.generator_index(t) % 2 == 1 for t in tasks)
+    texts = {t["query"] for t in tasks}
+    train = {t["query"] for t in tool_use.make_tasks(heldout.TRAIN_SCAN, "train", items=999)}
+    earlier = {t["query"] for name in ("tooluse", "tooluse_v2") for t in heldout.read(name)}
+    evaluated = {t["query"] for t in tool_use.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test")}
+    assert not texts & (train | earlier | evaluated)
+
+
 def test_learning_runner_takes_the_v2_set_and_old_sets_by_name():
     learning = _load("learning")
-    assert learning.heldout_path("AgentRL/ToolUse-v0").name == "tooluse_v2.jsonl"
+    assert learning.heldout_path("AgentRL/ToolUse-v0").name == "tooluse_v3.jsonl"
     assert learning.heldout_path("AgentRL/Search-v0").name == "search_v2.jsonl"
     assert learning.heldout_path("AgentRL/PythonMath-v0").name == "pythonmath_v2.jsonl"
     assert learning.heldout_path("AgentRL/ToolUse-v0", "tooluse").name == "tooluse.jsonl"
@@ -208,7 +230,7 @@ def test_learning_quick_evaluates_the_fixed_set_and_records_memory(quick_runs, h
 
     out = quick_runs["runs"] / "learning-tooluse-quick"
     summary = json.loads((out / "learning.json").read_text())
-    first = [t["id"] for t in heldout.read("tooluse_v2")[:8]]  # --quick: the first rows of the fixed set
+    first = [t["id"] for t in heldout.read("tooluse_v3")[:8]]  # --quick: the first rows of the fixed set
     assert [t["id"] for t in heldout.read(out / "heldout-quick.jsonl")] == first
     for stage in ("base", "sft", "rl", "sft_control"):
         assert sorted({t.task["id"] for t in load_trajectories(out / "eval" / f"{stage}.jsonl")}) == sorted(first)
@@ -233,7 +255,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             assert config["algo"] == algo and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
-    assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v2.jsonl"
+    assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v3.jsonl"
     assert summary["commit"] == git_state()["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
@@ -269,7 +291,7 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     assert "| online DPO |" in text and "only the first 4 of the committed fixed set's 128 tasks" in text
     assert "did not record it" not in text  # compare.json carries its own commit: none taken at copy time
     assert "not a committed fixed set" in text  # --quick's subset file is flagged as not a held-out result
-    assert "benchmarks/heldout/tooluse_v2.jsonl" in text and "fixed" in text
+    assert "benchmarks/heldout/tooluse_v3.jsonl" in text and "fixed" in text
     assert "| RL (GRPO) vs SFT (cold start) |" in text and "95% interval" in text  # comparisons from per-task data
     assert "| 8 of 128 |" in text and "| 4 of 128 |" in text  # the ledger saw both runners' evaluations
     assert learning_page.write_page(data, results, quick=True, ledger=ledger_file).read_text() == text
@@ -298,7 +320,8 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
     assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", stopping_model_dir, "--out", str(out),
                           "--results", str(tmp_path / "results"), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
-    assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)", "base, text-only",
+    assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
+                                                       "SFT control (same time)", "base, text-only",
                                                        "SFT text-only (cold start)", "RL text-only (GRPO)"]
     assert summary["config"]["env_kwargs"] == {"tiers": [1, 2]}
     text_cfg = json.loads((out / "text_only" / "grpo" / "config.json").read_text())
@@ -307,6 +330,35 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
         ids = [sorted({t.task["id"] for t in load_trajectories(d / "eval" / f"{stage}.jsonl")}) for d in (out, out / "text_only")]
         assert ids[0] == ids[1] and len(ids[0]) == 4
     tier_rows = summary["tier_table"].splitlines()
-    assert tier_rows[0].startswith("| Model | tier ") and len(tier_rows) == 2 + 6  # head, rule, six stages
+    assert tier_rows[0].startswith("| Model | tier ") and len(tier_rows) == 2 + 7  # head, rule, seven stages
     page = (tmp_path / "results" / "learning_pythonmath_quick.md").read_text()
     assert "Code interpreter vs text-only, both after RL" in page and "Per tier" in page
+
+
+def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, stopping_model_dir, ledger_file):
+    """--variant NAME --reuse-cold-start DIR: the plain run's base and cold start are read back (no new ledger rows
+    for them), only RL and the control run; the page gives the variant a section comparing it with the plain RL."""
+    import learning_page
+
+    from agentrl.algos.evaluation.ledger import read
+
+    learning, runs, results = quick_runs["learning"], quick_runs["runs"], quick_runs["results"]
+    plain = runs / "learning-tooluse-quick"
+    before = len(read(ledger_file))
+    out = runs / "learning-tooluse-guided-quick"
+    assert learning.main(["--quick", "--model", stopping_model_dir, "--variant", "guided", "--reuse-cold-start",
+                          str(plain), "--out", str(out), "--results", str(results), "progress=false",
+                          "report_to=none", "grpo.guidance=demos"]) == 0
+    assert (out / "eval" / "sft.jsonl").read_bytes() == (plain / "eval" / "sft.jsonl").read_bytes()
+    assert json.loads((out / "grpo" / "config.json").read_text())["grpo"]["guidance"] == "demos"
+    new = [r for r in read(ledger_file)[before:]]
+    assert len(new) == 2  # the RL and the control evaluations; base and cold start were read back
+    summary = json.loads((results / "data" / "tooluse_guided_quick" / "learning.json").read_text())
+    assert summary["variant"] == "guided" and summary["overrides"] == ["grpo.guidance=demos"]
+    assert summary["cold_start_from"] == str(plain)
+    text = learning_page.write_page(results / "data", results, quick=True, ledger=ledger_file).read_text()
+    assert "## ToolUse-v0, variant `guided`: `grpo.guidance=demos`" in text
+    assert "read back from" in text and "| RL (GRPO) vs the plain recipe's RL (GRPO) |" in text
+    with pytest.raises(SystemExit, match="no finished cold start"):
+        learning.main(["--quick", "--variant", "x", "--reuse-cold-start", str(out / "nowhere"), "--out",
+                       str(runs / "x")])
