@@ -138,6 +138,7 @@ def stage_seconds(run_dir: Path) -> float:
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated."""
     from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_run
     from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.evaluation.run_log import MetricsLogger
@@ -176,7 +177,8 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
     policy = HFPolicy(trainer.model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
     policy.update_weights(trainer.model)
     report = evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs,
-                      out=eval_path, progress=cfg.progress)
+                      out=eval_path, progress=cfg.progress,
+                      ledger={"stage": "sft_control", "adapter": adapter_sha256(run_dir / "adapter")})
     plot_run(run_dir)
     (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.global_step}) + "\n")
     return report, {"seconds": spent, "steps": trainer.global_step}
@@ -195,7 +197,7 @@ def run_text_only(cfg, out: Path, tasks: list[dict]):
     model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
     policy = HFPolicy(model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
     return evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs, out=path,
-                    progress=cfg.progress, text_only=True)
+                    progress=cfg.progress, text_only=True, ledger={"stage": "text_only", "adapter": "base"})
 
 
 def extra_table(rows) -> str:
@@ -354,6 +356,13 @@ def data_dir(args) -> Path:
     return Path(args.data) if args.data else Path(args.results) / "data"
 
 
+def readme_for(args) -> Path | None:
+    """README.md, whose generated results summary ``--page`` rewrites, when the page goes to docs/results."""
+    import learning_page
+
+    return learning_page.README if Path(args.results).resolve() == RESULTS.resolve() else None
+
+
 def run_everything(args) -> int:
     """``--all``: each experiment in its own process (failures are reported, the rest still run), then the page."""
     import learning_page
@@ -366,7 +375,7 @@ def run_everything(args) -> int:
     suffix = "_quick" if args.quick else ""
     learning_page.export_compare(Path(args.runs) / f"compare-algorithms{suffix.replace('_', '-')}",
                                  data_dir(args) / f"compare_algorithms{suffix}")
-    path = learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick)
+    path = learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick, readme=readme_for(args))
     print(f"written: {path}")
     for cmd in failed:
         print(f"FAILED: {cmd}", file=sys.stderr)
@@ -408,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.page:
         import learning_page
 
-        print(f"written: {learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick)}")
+        print(f"written: {learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick, readme=readme_for(args))}")
         return 0
 
     from agentrl.algos.evaluation.ledger import git_state

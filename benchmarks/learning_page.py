@@ -176,36 +176,55 @@ def _commit(run: dict[str, Any]) -> str:
             + (f", recorded {run['commit_recorded']}" if run.get("commit_recorded") else ""))
 
 
-def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int],
-                plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
-    """The comparison table of a section: scores, difference, paired bootstrap 95% interval, goal, verdict; for a
-    variant with ``plain`` (the plain recipe's run and data dir) also its RL against the plain recipe's."""
-    from agentrl.algos.evaluation.intervals import METRICS, compare
+def judged(env: str, run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None = None
+           ) -> list[tuple[str, str, Any, float, bool]]:
+    """Each comparison of a section as ``(A, B, intervals.Comparison, goal, strict)``, from the per-task files; for a
+    variant with ``plain`` (the run and data dir it is compared with) also its RL against that run's."""
+    from agentrl.algos.evaluation.intervals import compare
 
     metric = primary_metric(env)
-    name = METRICS[metric].replace("@N", f"@{run['eval_n']}")
-    evals, reports = run.get("evals", {}), dict(run["rows"])
-    lines = [f"Comparisons on the set's primary metric, {name} (paired bootstrap over tasks, 10,000 resamples, "
-             "seed 0; verdict: met when the difference reaches the goal; *decided* when the whole interval lies on "
-             "the verdict's side):", "",
-             f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
-             "|---|---:|---:|---:|---|---|---|---|"]
+    evals = run.get("evals", {})
     pairs = [(a, exp_dir / evals[a], b, exp_dir / evals[b], goal, strict)
              for a, b, goal, strict in COMPARISONS[env] if a in evals and b in evals]
     if plain is not None and "RL (GRPO)" in evals and "RL (GRPO)" in plain[0].get("evals", {}):
         other = f"variant {plain[0]['variant']}" if plain[0].get("variant") else "the plain recipe"
         pairs.append(("RL (GRPO)", exp_dir / evals["RL (GRPO)"], f"{other}'s RL (GRPO)",
                       plain[1] / plain[0]["evals"]["RL (GRPO)"], 0.0, True))
+    out = []
     for a, path_a, b, path_b, goal, strict in pairs:
         sa, groups = read_scores(path_a)
         sb, _ = read_scores(path_b)
-        c = compare(sa, sb, goal_points=goal, metric=metric, groups=groups, strict=strict)
+        out.append((a, b, compare(sa, sb, goal_points=goal, metric=metric, groups=groups, strict=strict), goal, strict))
+    return out
+
+
+def _goal(goal: float, strict: bool) -> str:
+    return f"> +{goal:g}" if strict else f">= +{goal:g}"
+
+
+def _verdict(c) -> str:
+    return f"**{c.verdict}**{' (decided)' if c.decided else ' (not decided)'}"
+
+
+def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int],
+                plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
+    """The comparison table of a section (:func:`judged`): scores, difference, paired bootstrap 95% interval, goal,
+    verdict, and whether A's figure was selected."""
+    from agentrl.algos.evaluation.intervals import METRICS
+
+    name = METRICS[primary_metric(env)].replace("@N", f"@{run['eval_n']}")
+    reports = dict(run["rows"])
+    lines = [f"Comparisons on the set's primary metric, {name} (paired bootstrap over tasks, 10,000 resamples, "
+             "seed 0; verdict: met when the difference reaches the goal; *decided* when the whole interval lies on "
+             "the verdict's side):", "",
+             f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
+             "|---|---:|---:|---:|---|---|---|---|"]
+    for a, b, c, goal, strict in judged(env, run, exp_dir, plain):
         ledger_id = ((reports.get(a) or {}).get("settings") or {}).get("ledger", {}).get("id")
         sel = (f"**selected** (best of {selected[ledger_id]} on this set)" if ledger_id in selected
                else "no" if ledger_id else "no ledger row")
-        goal_text = f"> +{goal:g}" if strict else f">= +{goal:g}"
         lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
-                     f"| {goal_text} | **{c.verdict}**{' (decided)' if c.decided else ' (not decided)'} | {sel} |")
+                     f"| {_goal(goal, strict)} | {_verdict(c)} | {sel} |")
     if len(lines) == 4:
         return []
     return lines + ["", f"Command: `{run['command']}`, {_commit(run)}.", ""]
@@ -319,7 +338,8 @@ def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str,
             commit = (r.get("commit") or "?")[:10] + (" (dirty)" if r.get("dirty") else "")
             value = (r.get("scores") or {}).get(metric)
             mark = f"**selected** (best of {selected[r['id']]})" if r["id"] in selected else ""
-            lines.append(f"| {r.get('time')} | `{commit}` | `{_cell(r.get('command'))}` | `{r.get('weights')}` | "
+            stage = f" ({r['stage']})" if r.get("stage") else ""
+            lines.append(f"| {r.get('time')} | `{commit}` | `{_cell(r.get('command'))}`{stage} | `{r.get('weights')}` | "
                          f"{_cell(r.get('adapter'))} | `{r.get('config_sha256')}` | {r.get('tasks')} of "
                          f"{r.get('set_tasks')} | {r.get('n')}, {r.get('temperature')} | "
                          f"{'–' if value is None else f'{100 * value:.1f}%'} | {mark} |")
@@ -405,10 +425,48 @@ def export_compare(out: Path, dest: Path) -> Path | None:
     return dest / "compare.json"
 
 
+README = ROOT / "README.md"
+#: The lines around README's generated summary (``summary_table``), which ``--page`` rewrites.
+README_MARKS = ("<!-- learning-summary: generated by `python benchmarks/learning.py --page` from docs/results/data; "
+                "do not edit -->", "<!-- /learning-summary -->")
+
+
+def summary_table(data: Path = DATA) -> str:
+    """One line per comparison of every committed (non-quick) run, for the README: the env, its set, the two
+    rows, their scores, the difference with its interval, the goal and the verdict."""
+    lines = ["| Env (held-out set) | Comparison | A | B | A - B, 95% interval | Goal | Verdict |",
+             "|---|---|---:|---:|---|---|---|"]
+    for env, (_, name) in SECTIONS.items():
+        plain_dir = data / name
+        plain = _load(plain_dir / "learning.json")
+        runs = [(plain_dir, plain)] * (plain is not None) + variants(data, env, False)
+        for exp_dir, run in runs:
+            label = env.split("/")[-1] + (f" `{run['variant']}`" if run.get("variant") else "")
+            where = Path(run["heldout_file"]).stem
+            for a, b, c, goal, strict in judged(env, run, exp_dir, baseline(run, runs) if run.get("variant") else None):
+                lines.append(f"| {label} (`{where}`) | {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} "
+                             f"[{c.low:+.1f}, {c.high:+.1f}] | {_goal(goal, strict)} | {_verdict(c)} |")
+    return "\n".join(lines) if len(lines) > 2 else "No learning run has committed data yet."
+
+
+def update_readme(readme: Path, data: Path = DATA) -> bool:
+    """Rewrite the block between :data:`README_MARKS` in ``readme`` with :func:`summary_table`; False when the
+    file has no such block."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = README_MARKS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{summary_table(data)}\n{end}{tail}", encoding="utf-8")
+    return True
+
+
 def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, quick: bool = False,
-               ledger: Path = LEDGER, out: Path | None = None) -> Path:
+               ledger: Path = LEDGER, out: Path | None = None, readme: Path | None = None) -> Path:
     """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
-    data; ``results`` is also where the pages and plots it links to are looked for."""
+    data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite its
+    generated summary block (:func:`update_readme`; ``--page`` passes README.md)."""
     from agentrl.algos.evaluation.ledger import read
 
     suffix = "_quick" if quick else ""
@@ -436,6 +494,8 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
     path = out or results / f"learning{'-quick' if quick else ''}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
+    if readme is not None and not quick:
+        update_readme(readme, data)
     return path
 
 
@@ -446,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(ROOT / "docs" / "results"), help="where the page goes")
     ap.add_argument("--quick", action="store_true", help="the --quick runs' page (learning-quick.md)")
     args = ap.parse_args(argv)
-    path = write_page(Path(args.data), Path(args.results), quick=args.quick, ledger=Path(args.ledger))
+    path = write_page(Path(args.data), Path(args.results), quick=args.quick, ledger=Path(args.ledger), readme=README)
     print(f"written: {path}")
     return 0
 

@@ -182,6 +182,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     import time
 
     from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_eval, plot_run
     from agentrl.algos.evaluation.report import load_report, results_table
     from agentrl.algos.models import load_model
@@ -203,13 +204,16 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)
     timings: dict[str, float] = {}
 
-    def run_eval(label: str):
+    def run_eval(label: str, adapter: Path | None = None):
         path = out / "eval" / f"{label}.jsonl"
         if resume and path.with_suffix(".summary.json").is_file():
             return load_report(path)
         t0 = time.perf_counter()
+        # the ledger row names the stage and the adapter it evaluated ("base": none trained yet)
+        ledger = {"stage": label, "adapter": adapter_sha256(adapter) if adapter is not None and adapter.is_dir()
+                  else "base" if adapter is None else None}
         report = evaluate(cfg.env, policy, tasks, cfg.eval_n, eval_cfg, env_kwargs=cfg.env_kwargs, out=path,
-                          progress=cfg.progress)
+                          progress=cfg.progress, ledger=ledger)
         timings[f"eval_{label}"] = time.perf_counter() - t0
         logger.info("%s: %s", label, report.to_dict())
         return report
@@ -223,7 +227,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
         sft.train()
     timings["sft"] = time.perf_counter() - t0
     policy.update_weights(model)
-    rows.append(("sft", run_eval("sft")))
+    rows.append(("sft", run_eval("sft", out / "sft" / "adapter")))
 
     rl_cfg = rl_train_config(cfg, out / "grpo", collector=rollout)
     t0 = time.perf_counter()
@@ -234,7 +238,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
         rl.train()
     timings["rl"] = time.perf_counter() - t0
     policy.update_weights(model)
-    rows.append(("rl", run_eval("rl")))
+    rows.append(("rl", run_eval("rl", out / "grpo" / "adapter")))
 
     table = results_table(rows)
     plots = plot_run(out / "sft") + plot_run(out / "grpo")

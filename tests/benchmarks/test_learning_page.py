@@ -20,6 +20,16 @@ def test_the_committed_page_regenerates_byte_identically_from_committed_data(tmp
         "--page and commit it with the data")
 
 
+def test_the_readme_summary_is_the_one_the_committed_data_gives():
+    page = load_benchmark("learning_page")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = page.README_MARKS
+    block = text.split(start, 1)[1].split(end, 1)[0].strip()
+    assert block == page.summary_table(), (
+        "README.md's learning summary differs from what docs/results/data gives: run python benchmarks/learning.py "
+        "--page and commit README.md with the data")
+
+
 def _scores(path: Path, correct: list[int], family="add") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"family": family, "id": f"t{i}", "n": 1, "score": float(c)}) + "\n"
@@ -82,3 +92,10 @@ def test_a_page_from_crafted_data(tmp_path):
     assert "Not run yet: no committed data in" in text  # the other envs
     assert page.selections(rows) == {"r3": 3}
     assert page.write_page(data, results, ledger=ledger).read_text() == text  # a function of the data
+    readme = tmp_path / "README.md"
+    start, end = page.README_MARKS
+    readme.write_text(f"# x\n\n{start}\nstale-block\n{end}\nafter\n")
+    page.write_page(data, results, ledger=ledger, readme=readme)
+    summary = readme.read_text()
+    assert "stale-block" not in summary and summary.endswith(f"{end}\nafter\n")
+    assert "| ToolUse-v0 (`tooluse`) | RL (GRPO) vs SFT (cold start) | 90.0% | 60.0% | +30.0 [" in summary
