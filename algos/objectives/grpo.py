@@ -32,7 +32,7 @@ an env error (``termination == "error"``) are left out of the group statistics a
 (``train/env_error_trajectories``).
 
 Two options extend the advantage: ``guidance='demos'`` adds the env's demonstration to groups no sample solved
-(:mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
+(``'sft'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
 samples share (:mod:`~agentrl.algos.objectives.turn_credit`).
 
 Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
@@ -51,7 +51,13 @@ import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
-from agentrl.algos.objectives.guidance import add_demonstrations, check_guidance, demo_stats, shaped_demo_loss
+from agentrl.algos.objectives.guidance import (
+    add_demonstrations,
+    check_guidance,
+    demo_loss,
+    demo_stats,
+    sft_demo_rows,
+)
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.objectives.turn_credit import check_turn_credit, step_advantages, token_advantages
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
@@ -94,10 +100,14 @@ class GRPOConfig:
     """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
     guidance: str = "none"
     """'demos': a group whose best sample scores below the env's demonstration of its task gets that
-    demonstration as one more member, trained with LUFFY's shaped off-policy loss
-    (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance); 'none': plain GRPO."""
+    demonstration as one more member, trained with LUFFY's shaped off-policy loss; 'sft': that demonstration is
+    trained with an NLL term beside the group's plain GRPO (ReLIFT); 'none': plain GRPO
+    (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance)."""
     guidance_gamma: float = 0.1
-    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma): smaller weighs unlikely tokens more."""
+    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma) ('demos'): smaller weighs unlikely tokens
+    more."""
+    guidance_coef: float = 1.0
+    """c (> 0) of 'sft''s term: c times the mean NLL of the batch's demonstration tokens."""
     step_weight: float = 0.0
     """w (>= 0) of the GiGPO-style turn-level advantage added to each reply's tokens (:mod:`~agentrl.algos.
     objectives.turn_credit`, docs/algorithms/grpo.md#turn-level-credit); 0: one advantage per trajectory."""
@@ -161,7 +171,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
     loss = (per_token * on_weights).sum()
     if demo:
         off_weights = weights * off_policy[:, None]
-        loss = loss + (shaped_demo_loss(logprobs, advantages, config.guidance_gamma) * off_weights).sum()
+        loss = loss + (demo_loss(config.guidance, logprobs, advantages, config.guidance_gamma) * off_weights).sum()
         stats.update(demo_stats(logprobs, off_weights > 0))
         # every token the loss trains on (the weight of this micro-batch's averaged statistics)
         stats["loss_tokens"] = stats.get("loss_tokens", 0) + stats["demo_tokens"]
@@ -179,17 +189,17 @@ class GRPO(Algorithm):
     def __init__(self, config: GRPOConfig | None = None):
         super().__init__(config)
         correction_of(self.config)
-        check_guidance(self.config.guidance, self.config.guidance_gamma)
+        check_guidance(self.config.guidance, self.config.guidance_gamma, self.config.guidance_coef)
         check_turn_credit(self.config.step_weight, self.config.step_gamma)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
         self.demos = None
 
     @property
     def uses_demonstrations(self) -> bool:
-        return self.config.guidance == "demos"
+        return self.config.guidance != "none"
 
     def offline_data(self, tokenizer, tasks, env_id: str):
-        """With ``guidance='demos'``: the env's demonstrations by task, consulted by :meth:`prepare`."""
+        """With ``guidance`` set: the env's demonstrations by task, consulted by :meth:`prepare`."""
         from agentrl.algos.rollout.demonstrations import TaskDemonstrations
 
         self.demos = TaskDemonstrations(tokenizer, tasks, env_id)
@@ -198,26 +208,30 @@ class GRPO(Algorithm):
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Advantages over whole groups (env errors left out); zero-advantage groups dropped when ``beta = 0``,
         kept for their KL term otherwise; one unit per trajectory. With ``guidance='demos'`` a demonstration
-        first joins each group no sample solved (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`)."""
-        n, guided = len(trajectories), None
-        if self.config.guidance == "demos":
+        first joins each group no sample solved (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`);
+        with ``'sft'`` it becomes an NLL row of its own (:func:`~agentrl.algos.objectives.guidance.sft_demo_rows`)."""
+        n, guided, mode = len(trajectories), None, self.config.guidance
+        if mode != "none":
             if self.demos is None:
-                raise RuntimeError("grpo.guidance='demos' needs the env's demonstrations: the trainer calls "
+                raise RuntimeError(f"grpo.guidance={mode!r} needs the env's demonstrations: the trainer calls "
                                    "offline_data(tokenizer, tasks, env_id) when uses_demonstrations is true")
             trajectories, guided = add_demonstrations(trajectories, self.demos)
+        grouped = trajectories[:n] if mode == "sft" else trajectories  # 'sft': demonstrations join no group
         adv, errors = advantages_without_errors(
-            trajectories, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
-        rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation,
+            grouped, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
+        rows, stats = policy_gradient_rows(grouped, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
                                              norm_tokens=self.config.norm_tokens)
+        if mode == "sft":
+            rows += sft_demo_rows(trajectories[n:], n, self.config.guidance_coef)
         extra = {} if guided is None else {"guided_groups": guided}
         if self.config.step_weight > 0:
-            step, step_stats = step_advantages(trajectories, self.config.step_gamma, self.config.scale_std)
+            step, step_stats = step_advantages(grouped, self.config.step_gamma, self.config.scale_std)
             extra.update(step_stats)
         for row in rows:
             i = row.meta["index"]
             row.off_policy = i >= n
-            if self.config.step_weight > 0 and trajectories[i].turns:
+            if self.config.step_weight > 0 and i < len(grouped) and trajectories[i].turns:
                 row.token_advantages = token_advantages(trajectories[i], row.advantage, step[i],
                                                         self.config.step_weight)
         return [[row] for row in rows], {**stats, "env_error_trajectories": errors, **extra}

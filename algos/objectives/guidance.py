@@ -22,6 +22,18 @@ little. Token weights (the aggregation) are computed over all rows, demonstratio
 ``beta > 0``, applies to on-policy tokens only. A demonstration row is ``TrainRow.off_policy``: it is left out of
 ``train/logprob_gap`` and of the sampler-mismatch correction (there is no sampler to correct for).
 
+With ``grpo.guidance='sft'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't": fine-tune on
+the questions RL fails, interleaved with RL) the same demonstrations are chosen the same way, but they do not join
+their group: the samples keep plain GRPO (an all-failed group stays a group without signal and is skipped), and
+the demonstrations add a supervised term, the mean negative log-likelihood of their action tokens::
+
+    loss = L_GRPO(samples)  +  c * ( -1/N_d * sum over demonstration tokens of log pi(a_t) )
+           (c = grpo.guidance_coef, 1.0; N_d = the demonstration tokens of the batch)
+
+so a task the policy cannot yet solve is imitated exactly as the cold start's SFT would, while the tasks it can
+solve are reinforced. The GRPO term's token weights are computed over the samples only, so its scale does not
+depend on how many demonstrations a batch holds.
+
 Metrics: ``train/guided_groups`` (groups given a demonstration), ``train/demo_tokens``, ``train/demo_prob_mean``
 (the policy's mean probability of the demonstration tokens: it rises as the policy learns them).
 """
@@ -33,19 +45,22 @@ from typing import Any
 
 import torch
 
+from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
-GUIDANCE = ("none", "demos")
+GUIDANCE = ("none", "demos", "sft")
 """The values of ``grpo.guidance``."""
 
 
-def check_guidance(mode: str, gamma: float) -> None:
+def check_guidance(mode: str, gamma: float, coef: float = 1.0) -> None:
     """Raise ``ValueError`` naming the key for guidance settings that mean nothing."""
     if mode not in GUIDANCE:
         raise ValueError(f"guidance must be one of {GUIDANCE}, got {mode!r}")
     if not gamma > 0:
         raise ValueError(f"guidance_gamma must be > 0 (LUFFY's shaping p / (p + gamma); 0.1 in the paper), "
                          f"got {gamma!r}")
+    if not coef > 0:
+        raise ValueError(f"guidance_coef must be > 0 (the weight of guidance='sft''s NLL term), got {coef!r}")
 
 
 def add_demonstrations(trajectories: Sequence[Trajectory], demos) -> tuple[list[Trajectory], int]:
@@ -84,6 +99,22 @@ def shaped_demo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, gamma: fl
     return -advantages * p / (p + gamma)
 
 
+def sft_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: float) -> list[TrainRow]:
+    """``guidance='sft'``'s rows: each demonstration as an off-policy :class:`~agentrl.algos.objectives.batching.
+    TrainRow` whose action tokens weigh ``coef / N_d`` (``N_d``: the action tokens of all of them), so the loss term
+    ``sum w_t * -log p_t`` is ``coef`` times their mean NLL. ``meta["index"]`` counts on from ``first_index``."""
+    total = sum(sum(d.loss_mask) for d in demonstrations)
+    return [TrainRow(list(d.token_ids), list(d.loss_mask), [0.0] * len(d.token_ids),
+                     [coef / total if m else 0.0 for m in d.loss_mask], 0.0, off_policy=True,
+                     meta={"index": first_index + k})
+            for k, d in enumerate(demonstrations) if sum(d.loss_mask)]
+
+
+def demo_loss(mode: str, logprobs: torch.Tensor, advantages: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The per-token loss of demonstration tokens: LUFFY's shaped term (``'demos'``) or the NLL (``'sft'``)."""
+    return -logprobs if mode == "sft" else shaped_demo_loss(logprobs, advantages, gamma)
+
+
 def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]:
     """``demo_tokens`` and ``demo_prob_mean`` over the demonstration tokens ``off_mask`` (bool ``[B, T]``)."""
     n = int(off_mask.sum())
@@ -92,4 +123,5 @@ def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]
     return {"demo_tokens": n, "demo_prob_mean": float(torch.exp(logprobs.detach()[off_mask]).mean())}
 
 
-__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_stats", "shaped_demo_loss"]
+__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_loss", "demo_stats", "sft_demo_rows",
+           "shaped_demo_loss"]

@@ -1,5 +1,6 @@
-"""GRPO's demonstration guidance (LUFFY): which groups get a demonstration, the shaped loss and its gradient, the
-rows and statistics it produces, and a real step on ToolUse-v0 whose demonstrations are rendered as rollouts are."""
+"""GRPO's demonstration guidance (LUFFY's 'demos', ReLIFT's 'sft'): which groups get a demonstration, the shaped loss
+and its gradient, the NLL term, the rows and statistics they produce, and real steps on ToolUse-v0 whose
+demonstrations are rendered as rollouts are."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from helpers import tiny_train_config, tiny_train_model
 
 from agentrl.algos.objectives.batching import collate
 from agentrl.algos.objectives.grpo import GRPO, GRPOConfig, grpo_loss
-from agentrl.algos.objectives.guidance import add_demonstrations, shaped_demo_loss
+from agentrl.algos.objectives.guidance import add_demonstrations, sft_demo_rows, shaped_demo_loss
 from agentrl.algos.rollout.trajectory import Trajectory
 
 
@@ -98,17 +99,55 @@ def test_plain_grpo_consults_no_demonstrations():
     assert groups == [] and "guided_groups" not in stats
 
 
+def test_sft_guidance_keeps_groups_plain_and_adds_demonstrations_as_nll_rows():
+    algo = GRPO(GRPOConfig(guidance="sft", guidance_coef=0.5, scale_std=False))
+    algo.demos = FakeDemos()
+    plain = GRPO(GRPOConfig(scale_std=False))
+    trajs = ([_traj(0, 0.0, {"q": 0}) for _ in range(4)]                       # all fail: guided, group skipped
+             + [_traj(1, 0.0, {"q": 1}), _traj(1, 1.0, {"q": 1})]             # solved: plain GRPO
+             + [_traj(2, 0.0, {"q": 2}), _traj(2, 0.0, {"q": 2})])            # all fail: guided
+    groups, stats = algo.prepare(trajs)
+    rows = [g[0] for g in groups]
+    plain_rows = [g[0] for g in plain.prepare(trajs)[0]]
+    assert stats["guided_groups"] == 2 and stats["skipped_groups"] == 2 and stats["groups"] == 3
+    on, demo = [r for r in rows if not r.off_policy], [r for r in rows if r.off_policy]
+    # the samples' rows are plain GRPO's: same advantages, same weights (the demonstrations are not counted)
+    assert [(r.advantage, r.weights) for r in on] == [(r.advantage, r.weights) for r in plain_rows]
+    assert len(demo) == 2 and all(r.advantage == 0.0 and r.token_ids == [1, 2, 7, 8, 9] for r in demo)
+    assert sum(sum(r.weights) for r in demo) == pytest.approx(0.5)  # c over all demonstration tokens
+    batch = collate(rows, pad_id=0)
+    lp = torch.full(batch["old_logprobs"].shape, -0.5, requires_grad=True)
+    loss, st = grpo_loss(lp, batch["old_logprobs"], batch["advantages"], batch["weights"], algo.config,
+                         off_policy=batch["off_policy"])
+    on_loss, _ = grpo_loss(lp[:len(on)], batch["old_logprobs"][:len(on)], batch["advantages"][:len(on)],
+                           batch["weights"][:len(on)], algo.config)
+    # c * mean NLL of the demonstration tokens (-log p = 0.5 on each) on top of the samples' GRPO loss
+    assert float(loss) == pytest.approx(float(on_loss) + 0.5 * 0.5, rel=1e-6)
+    assert st["demo_tokens"] == 6
+
+
+def test_sft_demo_rows_skip_demonstrations_without_action_tokens():
+    full = Trajectory(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0] * 3, prompt_len=1, reward=1.0,
+                      group_id=0, task={})
+    empty = Trajectory(token_ids=[1, 2], loss_mask=[0, 0], logprobs=[0.0] * 2, prompt_len=2, reward=1.0,
+                       group_id=0, task={})
+    rows = sft_demo_rows([empty, full], 10, 1.0)
+    assert [r.meta["index"] for r in rows] == [11] and rows[0].weights == [0.0, 0.5, 0.5]
+
+
 @pytest.mark.parametrize("key,value,message", [("guidance", "luffy", "guidance must be one of"),
-                                               ("guidance_gamma", 0.0, "guidance_gamma must be > 0")])
+                                               ("guidance_gamma", 0.0, "guidance_gamma must be > 0"),
+                                               ("guidance_coef", 0.0, "guidance_coef must be > 0")])
 def test_bad_guidance_settings_name_the_key(key, value, message):
     with pytest.raises(ValueError, match=message):
         GRPO(GRPOConfig(**{key: value}))
 
 
-def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(tokenizer, tmp_path):
+@pytest.mark.parametrize("mode", ["demos", "sft"])
+def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(mode, tokenizer, tmp_path):
     from agentrl.algos.training.trainer import Trainer
 
-    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", grpo={"guidance": "demos"})
+    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", grpo={"guidance": mode})
     trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = []
     prepare = trainer.algo.prepare
@@ -119,12 +158,19 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
 
     trainer.algo.prepare = spy
     [m] = trainer.train()
-    # a random-init model solves nothing: every group is guided, and trains (no group skipped)
-    assert m["train/guided_groups"] == 2 and m["train/skipped_groups"] == 0 and m["train/optimizer_steps"] == 1
+    # a random-init model solves nothing: every group is guided, and trains ('demos': no group skipped; 'sft': the
+    # groups are skipped, the demonstrations alone make the step)
+    skipped = 0 if mode == "demos" else 2
+    assert m["train/guided_groups"] == 2 and m["train/skipped_groups"] == skipped
+    assert m["train/optimizer_steps"] == 1
     assert m["train/demo_tokens"] > 0 and 0 < m["train/demo_prob_mean"] < 1
-    assert m["train/loss_tokens"] > m["train/demo_tokens"]  # the samples' tokens and the demonstrations'
+    if mode == "demos":  # the samples' tokens and the demonstrations'
+        assert m["train/loss_tokens"] > m["train/demo_tokens"]
+    else:  # every group skipped: only the demonstrations train
+        assert m["train/loss_tokens"] == m["train/demo_tokens"]
     for t in seen:  # each demonstration opens with exactly the prompt its group's rollouts saw
         ids, mask, reward = trainer.algo.demos.get(t.task)
         assert ids[: t.prompt_len] == t.token_ids[: t.prompt_len] and mask.index(1) == t.prompt_len
         assert reward > t.reward
-    assert m["train/logprob_gap"] < 1e-4  # demonstration rows (no sampler logprobs) are left out of the gap
+    # demonstration rows (no sampler logprobs) are left out of the gap ('sft' here: no sampled row trained at all)
+    assert m["train/logprob_gap"] < 1e-4 if mode == "demos" else "train/logprob_gap" not in m
