@@ -103,7 +103,7 @@ def cmd_main_job(args) -> int:
     print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
     print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
           f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
-    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r)
+    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out)
     try:
         result = run_main_job(cfg, resume=args.resume, policy=policy)
     finally:
@@ -131,7 +131,7 @@ def cmd_train(args) -> int:
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
-    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r)
+    policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out)
     where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""
     env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env
     print(f"agentrl train: {cfg.algo} on {env_label} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
@@ -159,12 +159,16 @@ def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str |
 
     for env_id, env_kwargs in envs:
         check_env(env_id, env_kwargs)
+    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
+        run = Path(adapter) / "adapter"
+        hint = f"; did you mean {str(run)!r}?" if (run / "adapter_config.json").is_file() else ""
+        raise FileNotFoundError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json){hint}")
     check_model_available(model)
     if adapter:
         check_adapter_base(adapter, model)
 
 
-def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16):
+def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_dir=None):
     """The sampler backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
 
     ``--engine vllm``: a vLLM server this process starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
@@ -172,7 +176,9 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16):
     ``hf``: None (the trainer or ``eval`` samples in process). Any other backend is a server reached at
     ``--policy-url`` through its class's ``connect(url, tokenizer, *, model, **server_options)`` with ``model``'s
     tokenizer: a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps its
-    LoRA adapter there after each optimizer step."""
+    LoRA adapter there after each optimizer step. ``record_dir`` (a run's folder, for ``train`` and ``main-job``):
+    an :class:`~agentrl.algos.policy.openai.OpenAIPolicy` at ``--policy-url`` records the adapters it has loaded
+    there, so the ``--resume`` of a killed run unloads what the killed process left on the server."""
     if getattr(args, "engine", None):
         if args.policy_url or args.policy not in (None, "openai"):
             raise ValueError("--engine starts its own server: pass --engine or --policy-url/--policy, not both")
@@ -193,8 +199,12 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16):
     from agentrl.algos.models import load_tokenizer
 
     try:
+        from agentrl.algos.policy.openai import OpenAIPolicy
+
+        records = record_dir is not None and isinstance(backend, type) and issubclass(backend, OpenAIPolicy)
+        extra = {"record_dir": record_dir} if records else {}
         return backend.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
-                               lora_api=args.lora_api, adapter_dir=args.adapter_dir)
+                               lora_api=args.lora_api, adapter_dir=args.adapter_dir, **extra)
     except RuntimeError as e:
         raise ValueError(f"--policy-url: {e}") from e
 
@@ -326,10 +336,19 @@ def _report_to(text: str) -> list[str]:
     return names
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without prefix matching: ``--adapter`` on a command that has only ``--adapter-dir`` is an error, not
+    silently that other flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
+    parser = _Parser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     algos = algorithm_names()
     p = sub.add_parser("main-job", help=f"the main job: base eval -> SFT cold start -> GRPO -> eval on {MAIN_JOB_ENV}",
@@ -420,12 +439,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _other_commands_flags(parser: argparse.ArgumentParser, args, extra: list[str]) -> str:
+    """A hint for flags this command does not take but another does (``main-job --adapter``: train's and eval's)."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    hints = []
+    for flag in (x.split("=", 1)[0] for x in extra if x.startswith("--")):
+        owners = [name for name, p in subs.items() if name != args.command and flag in p._option_string_actions]
+        if owners:
+            hints.append(f"{flag} is a flag of {' and '.join(owners)}, not of {args.command}")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides may come after options (argparse stops collecting positionals there)
         if args.command not in ("train", "main-job") or any(x.startswith("-") or "=" not in x for x in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{_other_commands_flags(parser, args, extra)}")
         args.overrides = list(args.overrides) + extra
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")

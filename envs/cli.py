@@ -11,6 +11,7 @@ Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`bui
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -106,8 +107,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments", allow_abbrev=False)
+    # no prefix matching: a mistyped or missing flag is an error, never silently a longer one
+    sub = p.add_subparsers(dest="command", required=True,
+                           parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
     sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
     play.add_argument("env_id", choices=list(_env_table()))

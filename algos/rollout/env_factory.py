@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -90,8 +91,17 @@ def check_env_id(env: str) -> None:
     name = env.split(":", 1)[1] if ":" in env else env
     if name in ids:
         return
-    if ":" in env:
-        env_spec(env)  # imports the module, which may register the id; gymnasium's own error if it does not
+    if ":" in env:  # "module:Id": the module registers Id when imported (gymnasium.make imports it the same way)
+        module = env.split(":", 1)[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"environment {env!r}: cannot import module {module!r} ({e}); the form is "
+                             "'package.module:Env-v0', a module on sys.path that calls register_env on import"
+                             ) from None
+        if name not in registered_env_ids():
+            raise ValueError(f"environment {env!r}: module {module!r} registered no env {name!r}; it must call "
+                             f"agentrl.envs.register_env({name!r}, ...) when imported (docs/integration.md)")
         return
     ours = [i for i in ids if i.startswith("AgentRL/")]
     close = difflib.get_close_matches(name, ids, n=1, cutoff=0.6)

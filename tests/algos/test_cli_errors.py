@@ -61,6 +61,37 @@ def test_env_id_check_accepts_registered_ids_and_has_no_guess_for_nonsense():
         check_env_id("zzzz")
 
 
+def test_a_module_env_ref_names_what_is_wrong_with_it(capsys, no_loading, tmp_path, monkeypatch):
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env", "no_such_module_xyz:AgentRL/Mine-v0"])
+    assert "cannot import module 'no_such_module_xyz'" in line and "register_env" in line
+    (tmp_path / "registers_nothing.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env", "registers_nothing:AgentRL/Mine-v0"])
+    assert "module 'registers_nothing' registered no env 'AgentRL/Mine-v0'" in line
+
+
+@pytest.mark.parametrize("argv,hint", [(["main-job", "--adapter", "runs/x"], "--adapter is a flag of train and eval"),
+                                       (["main-job", "--executor", "ray"], "--executor is a flag of train"),
+                                       (["eval", "--adapte", "runs/x"], None)])
+def test_a_flag_the_command_does_not_take_is_refused_never_read_as_a_longer_one(capsys, no_loading, argv, hint):
+    # argparse's prefix matching used to read main-job's --adapter as --adapter-dir and run the whole job
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {argv[1]}" in err
+    assert hint is None or hint in err
+
+
+def test_a_missing_adapter_folder_is_refused_before_the_model_loads(capsys, no_loading, tmp_path):
+    line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path / "nowhere")])
+    assert "is not a PEFT adapter folder" in line
+    (tmp_path / "run" / "adapter").mkdir(parents=True)
+    (tmp_path / "run" / "adapter" / "adapter_config.json").write_text("{}")
+    line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path / "run")])
+    assert f"did you mean {str(tmp_path / 'run' / 'adapter')!r}?" in line
+
+
 def test_the_installed_command_prints_no_traceback_for_a_wrong_env_id():
     r = subprocess.run([sys.executable, "-m", "agentrl.algos.cli", "eval", "--env", "AgentRL/ToolUsee-v0"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
