@@ -18,7 +18,8 @@ The contract (also in ``docs/protocol.md``)
     ``action`` is the assistant's whole reply. It is parsed into exactly one of
 
     * **tool calls** — one, or several in one reply where the call format has them: each runs in order and
-      counts against the tool-call budget; ``obs`` holds every result (``info["obs_role"] == "tool"``), reward 0;
+      counts against the tool-call budget; ``obs`` holds every result (``info["obs_role"] == "tool"``), reward 0
+      (or the sum of :meth:`TextEnv.call_reward` over the calls, an env's partial credit);
     * a **final answer** — ``terminated=True``, reward = the outcome reward;
     * **invalid** — ``terminated=True``, reward = the format penalty, ``obs`` says what was wrong.
 
@@ -143,6 +144,7 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`system_prompt` and :meth:`user_prompt` — the opening messages for a task;
     * :meth:`demo_actions` — the assistant replies of a correct solution, for SFT and tests;
     * :meth:`on_reset` — per-episode state, after a task is chosen (e.g. metric keys set to 0);
+    * :meth:`call_reward` — a reward for a tool call that ran (partial credit; default 0, outcome reward only);
     * :meth:`extra_info` — env-specific keys merged into every step's ``info``;
     * :meth:`heldout_tasks` — ``n`` held-out tasks for evaluation (the default says there is no such split);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
@@ -223,6 +225,11 @@ class TextEnv(gym.Env[str, str]):
 
     def on_reset(self, task: dict[str, Any]) -> None:
         """Called after a task is chosen, before the prompts are built (per-episode state goes here)."""
+
+    def call_reward(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> float:
+        """A reward for one tool call that ran, added to the step's reward (partial credit for a step towards the
+        answer, the per-turn reward of turn-level credit); default 0: outcome reward only."""
+        return 0.0
 
     def extra_info(self) -> dict[str, Any]:
         """Env-specific keys merged into the ``info`` of every step (default: none)."""
@@ -332,26 +339,27 @@ class TextEnv(gym.Env[str, str]):
             {"id": i, "type": "function",
              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
             for i, c in zip(ids, calls, strict=True)]
-        results = []
+        results, credit = [], 0.0
         for call, call_id in zip(calls, ids, strict=True):
             if self.metrics.tool_calls >= self.budgets.max_tool_calls:
                 return self._finish(
                     f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
-                    parsed, reward=self.rewards.invalid, termination="budget", truncated=True,
+                    parsed, reward=self.rewards.invalid + credit, termination="budget", truncated=True,
                 )
             self.metrics.tool_calls += 1
             t0 = time.perf_counter()
             out = self.run_tool(ParsedAction("tool_call", name=call["name"], arguments=call["arguments"]))
             self.metrics.tool_latency_s += time.perf_counter() - t0
+            credit += float(self.call_reward(call["name"], call["arguments"], self.task))
             out = clip_head(out, self.budgets.max_obs_chars)
             self.messages.append({"role": "tool", "name": call["name"], "tool_call_id": call_id, "content": out})
             results.append((call["name"], out))
         obs = results[0][1] if len(results) == 1 else "\n\n".join(
             f"Result {k} ({name}):\n{out}" for k, (name, out) in enumerate(results, 1))
         if self.metrics.turns >= self.budgets.max_turns:
-            return self._finish(obs, parsed, reward=self.rewards.invalid, termination="budget",
+            return self._finish(obs, parsed, reward=self.rewards.invalid + credit, termination="budget",
                                 truncated=True, obs_role="tool")
-        return obs, 0.0, False, False, self._info(parsed, "tool")
+        return obs, credit, False, False, self._info(parsed, "tool")
 
     def _finish(self, obs, parsed, *, reward, termination, truncated=False, correct=False, answer=None,
                 format_ok=None, obs_role="user"):

@@ -130,6 +130,19 @@ def _call(name: str, **arguments) -> tuple[str, dict[str, Any], Any]:
     return name, arguments, {t.name: t for t in MOCK_TOOLS}[name].fn(**arguments)
 
 
+def _call_key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    """A tool call as ``call_credit`` compares it: the name and the arguments with numbers (or numeric strings)
+    read as floats and other values as stripped strings, so ``{"a": 13}`` equals ``{"a": "13.0"}``."""
+    def norm(v: Any) -> Any:
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return str(v).strip()
+
+    args = arguments if isinstance(arguments, dict) else {}
+    return str(name), repr(sorted((str(k), norm(v)) for k, v in args.items()))
+
+
 def _item(r: np.random.Generator, items: int = ITEMS) -> str:
     return f"t{int(r.integers(1, items + 1))}"
 
@@ -284,6 +297,7 @@ class ToolUseEnv(TextEnv):
         parser: ActionParser | None = None,
         tools_in_prompt: bool = True,
         render_mode: str | None = None,
+        call_credit: float = 0.0,
     ):
         """
         Args:
@@ -304,7 +318,15 @@ class ToolUseEnv(TextEnv):
             max_turns, max_tool_calls, max_obs_chars: the episode budgets.
             parser: the reply format (default: Hermes tool calls, ``Answer: ...``).
             tools_in_prompt: describe tools in the system prompt (False when the chat template does it).
+            call_credit: partial credit (>= 0; default 0, outcome reward only): each tool call equal to one of the
+                task's reference ``calls`` (same tool, same arguments; each reference call credited once) earns
+                this reward at its turn, so a chain the policy gets partly right scores above one it gets wrong
+                from the start. The answer's reward (1 correct, 0 wrong) and ``correct`` are unchanged.
         """
+        if not call_credit >= 0:
+            raise ValueError(f"call_credit must be >= 0, got {call_credit!r}")
+        self.call_credit = float(call_credit)
+        self._uncredited: list[tuple[str, str]] = []
         if tools is not None and dataset is None:
             raise ValueError("with your own tools, pass dataset= too (a JSONL path or a list of "
                              "{'question': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
@@ -352,6 +374,19 @@ class ToolUseEnv(TextEnv):
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
         correct = answers_match(answer, task["answer"])
         return (self.rewards.correct if correct else self.rewards.wrong), correct
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        self._uncredited = [_call_key(n, a) for n, a in task.get("calls") or []] if self.call_credit else []
+        if self.call_credit:
+            self.metrics.extra["credited_calls"] = 0
+
+    def call_reward(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> float:
+        key = _call_key(name, arguments)
+        if key not in self._uncredited:
+            return 0.0
+        self._uncredited.remove(key)
+        self.metrics.extra["credited_calls"] += 1
+        return self.call_credit
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
         calls = task.get("calls")

@@ -330,3 +330,40 @@ def test_use_call_format_leaves_env_chosen_formats_alone():
     assert env.use_call_format("mistral") is False and isinstance(env.parser.calls, TagCalls)
     with pytest.raises(ValueError, match="call format must be one of"):
         env.use_call_format("xml")
+
+
+def _stock_total():
+    return next(t for t in make_tasks(40, split="train", items=999) if t["family"] == "stock_total")
+
+
+def test_call_credit_rewards_each_reference_call_once_and_leaves_the_answer_reward_alone():
+    task = _stock_total()
+    (n1, a1), (n2, a2), (n3, a3) = task["calls"]
+    env = ToolUseEnv(items=999, call_credit=0.1)
+    env.reset(options={"task": task})
+    steps = play(env, [call(n1, **a1), call(n1, **a1),                           # the same lookup twice: once
+                       call("stock", item_id="t1"),                              # not a reference call: nothing
+                       call(n2, **{k: str(v) for k, v in a2.items()}),          # arguments compared as values
+                       f"Answer: {task['answer']}"])
+    rewards = [s[1] for s in steps]
+    assert rewards[:4] == [pytest.approx(0.1), 0.0, 0.0, pytest.approx(0.1)]
+    assert rewards[4] == 1.0 and steps[-1][4]["correct"]  # the outcome reward is the plain one
+    assert steps[-1][4]["metrics"]["credited_calls"] == 2
+    # a wrong answer after a right chain keeps the credit earned, not more
+    env.reset(options={"task": task})
+    steps = play(env, [call(n1, **a1), call(n2, **a2), call(n3, **a3), "Answer: 0"])
+    assert sum(s[1] for s in steps) == pytest.approx(0.3) and not steps[-1][4]["correct"]
+
+
+def test_without_call_credit_tool_calls_earn_nothing_and_budget_ends_keep_their_credit():
+    task = _stock_total()
+    (n1, a1), _, _ = task["calls"]
+    env = ToolUseEnv(items=999)
+    env.reset(options={"task": task})
+    assert play(env, [call(n1, **a1)])[0][1] == 0.0 and "credited_calls" not in env.metrics.extra
+    env = ToolUseEnv(items=999, call_credit=0.5, max_turns=1)
+    env.reset(options={"task": task})
+    [(_, r, _, trunc, info)] = play(env, [call(n1, **a1)])
+    assert trunc and info["termination"] == "budget" and r == pytest.approx(-0.1 + 0.5)
+    with pytest.raises(ValueError, match="call_credit must be >= 0"):
+        ToolUseEnv(call_credit=-1)
