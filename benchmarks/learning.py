@@ -29,6 +29,11 @@ At the end of a run the page's raw data is copied to ``docs/results/data/<env>[_
 eval scores of every row (``eval/*.jsonl``), the training stages' metrics and ``learning.json`` with the commit; commit
 it with the page. Every evaluation on a fixed set also appends a row to ``benchmarks/heldout/ledger.jsonl``.
 
+``--engine vllm`` samples every evaluation and every GRPO rollout of the run (the main job's, the SFT control's eval,
+the text-only baselines) through one vLLM server the run starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
+its log in ``<out>/vllm.log``) and stops at exit, also on an error; the SFT training stays in process.
+``learning.json`` records ``"engine"`` (None: in process). docs/engines.md.
+
 ``--all`` runs every env's experiment and ``benchmarks/compare_algorithms.py``, each in its own process (so each
 records its own peak RSS), copies the comparison's data, then regenerates ``docs/results/learning.md``
 (``benchmarks/learning_page.py``) from the committed data; ``--page`` only regenerates that page.
@@ -38,6 +43,7 @@ records its own peak RSS), copies the comparison's data, then regenerates ``docs
     python benchmarks/learning.py --env AgentRL/Search-v0      # ~26 min (32 GRPO steps of 4 x 4)
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
+    python benchmarks/learning.py --variant vllm --engine vllm --no-control   # rollouts and evals through vLLM
     python benchmarks/learning.py --heldout tooluse            # an old figure, on the burnt v1 set
     python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
@@ -135,8 +141,21 @@ def stage_seconds(run_dir: Path) -> float:
     return float(sum(r.get("time/step", 0.0) for r in read_metrics(run_dir)))
 
 
-def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
-    """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated."""
+def _server_client(policy):
+    """A new client of ``policy``'s server (an :class:`~agentrl.algos.policy.OpenAIPolicy` with no adapter loaded:
+    it samples the base model until told otherwise; closing it leaves the server running), or None for an
+    in-process run (``policy`` None)."""
+    if policy is None:
+        return None
+    from agentrl.algos.policy.openai import OpenAIPolicy
+
+    return OpenAIPolicy.connect(policy.base_url, policy.tokenizer, model=policy.base_model_name,
+                                lora_api=policy.lora_api)
+
+
+def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=None):
+    """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated, in
+    process or (``policy``: the run's server policy, ``--engine``) on a new client of that server."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_run
@@ -174,18 +193,27 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict]):
         log.close()
     spent = time.perf_counter() - t0
     save_adapter(trainer.model, run_dir / "adapter")
-    policy = HFPolicy(trainer.model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
-    policy.update_weights(trainer.model)
-    report = evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs,
-                      out=eval_path, progress=cfg.progress,
-                      ledger={"stage": "sft_control", "adapter": adapter_sha256(run_dir / "adapter")})
+    sampler = _server_client(policy)
+    if sampler is None:
+        sampler = HFPolicy(trainer.model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
+        sampler.update_weights(trainer.model)
+    else:
+        sampler.use_adapter(run_dir / "adapter")
+    try:
+        report = evaluate(cfg.env, sampler, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs,
+                          out=eval_path, progress=cfg.progress,
+                          ledger={"stage": "sft_control", "adapter": adapter_sha256(run_dir / "adapter")})
+    finally:
+        if hasattr(sampler, "close"):  # a server client (HFPolicy holds nothing to release)
+            sampler.close()
     plot_run(run_dir)
     (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.global_step}) + "\n")
     return report, {"seconds": spent, "steps": trainer.global_step}
 
 
-def run_text_only(cfg, out: Path, tasks: list[dict]):
-    """The base model with the env's tools switched off (``tools_enabled=False``)."""
+def run_text_only(cfg, out: Path, tasks: list[dict], policy=None):
+    """The base model with the env's tools switched off (``tools_enabled=False``), in process or (``policy``) on a
+    new client of the run's server."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.models import load_model
@@ -194,10 +222,16 @@ def run_text_only(cfg, out: Path, tasks: list[dict]):
     path = out / "eval" / "text_only.jsonl"
     if path.with_suffix(".summary.json").is_file():
         return load_report(path)
-    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
-    policy = HFPolicy(model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
-    return evaluate(cfg.env, policy, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs, out=path,
-                    progress=cfg.progress, text_only=True, ledger={"stage": "text_only", "adapter": "base"})
+    sampler = _server_client(policy)
+    if sampler is None:
+        model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        sampler = HFPolicy(model, tokenizer, max_batch_tokens=cfg.sampler_max_batch_tokens)
+    try:
+        return evaluate(cfg.env, sampler, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs, out=path,
+                        progress=cfg.progress, text_only=True, ledger={"stage": "text_only", "adapter": "base"})
+    finally:
+        if hasattr(sampler, "close"):  # a server client (HFPolicy holds nothing to release)
+            sampler.close()
 
 
 def extra_table(rows) -> str:
@@ -294,6 +328,7 @@ def write_summary(out: Path, cfg, args, argv, rows, families, started, seconds: 
         "tier_table": tiers, **git_state(), "primary_metric": learning_page.primary_metric(cfg.env),
         "variant": args.variant, "overrides": list(args.overrides), "run_dir": str(out),
         "cold_start_from": str(args.reuse_cold_start) if args.reuse_cold_start else None,
+        "engine": getattr(args, "engine", None),
     }
     path = out / "learning.json"
     path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
@@ -408,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="start from another run directory's base evaluation, cold start and its evaluation (copied "
                          "into --out; not re-run, no new ledger rows), so a variant differs from DIR only after the "
                          "cold start; the page says so")
+    ap.add_argument("--engine", choices=["vllm"],  # agentrl.algos.policy.engine.ENGINES (it imports torch; --page not)
+                    help="sample every evaluation and GRPO rollout through this inference server, started by the run "
+                         "(log <out>/vllm.log) and stopped at its end; SFT trains in process (docs/engines.md)")
+    ap.add_argument("--engine-python", help="the engine's python (default $AGENTRL_VLLM_PYTHON, else .venv-vllm)")
     ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -423,11 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.evaluation.ledger import git_state
 
     git_state()  # the commit this run starts from: what its ledger rows and learning.json name
-    import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.config import apply_overrides, config_from_dict
-    from agentrl.algos.evaluation.plot import plot_eval
-    from agentrl.algos.evaluation.report import results_table
-    from agentrl.algos.recipes.main_job import MainJobConfig, run_main_job
+    from agentrl.algos.recipes.main_job import MainJobConfig
 
     if args.variant and not args.variant.replace("-", "").isalnum():
         raise SystemExit(f"--variant {args.variant!r}: use letters, digits and '-' (it names files)")
@@ -458,7 +494,27 @@ def main(argv: list[str] | None = None) -> int:
         reuse_cold_start(Path(args.reuse_cold_start), out)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
-    result = run_main_job(cfg, resume=True)
+    policy = None
+    if args.engine:
+        from agentrl.algos.policy.engine import start_engine_policy
+
+        policy = start_engine_policy(cfg.model, engine=args.engine, run_dir=out, lora_rank=cfg.lora.r,
+                                     dtype=cfg.dtype, python=args.engine_python)
+    try:
+        return _run(args, argv, cfg, out, name, started, t0, policy)
+    finally:
+        if policy is not None:
+            policy.close()  # also stops the server
+
+
+def _run(args, argv, cfg, out: Path, name: str, started, t0: float, policy) -> int:
+    """The experiment after its configuration: the main job, the controls, the page and its data."""
+    import agentrl.algos.recipes.main_job as pipeline
+    from agentrl.algos.evaluation.plot import plot_eval
+    from agentrl.algos.evaluation.report import results_table
+    from agentrl.algos.recipes.main_job import run_main_job
+
+    result = run_main_job(cfg, resume=True, policy=policy)
     rows = list(result["rows"])
     labels = {"base": "base", "sft": "SFT (cold start)", "rl": "RL (GRPO)"}
     rows = [(labels.get(k, k), r) for k, r in rows]
@@ -467,16 +523,21 @@ def main(argv: list[str] | None = None) -> int:
     control = None
     if not args.no_control:
         budget = args.minutes * 60 if args.minutes else rl_s
-        report, control = run_sft_control(cfg, out, budget, tasks)
+        report, control = run_sft_control(cfg, out, budget, tasks, policy)
         if control is None and (out / "sft_control" / "control.json").is_file():
             control = json.loads((out / "sft_control" / "control.json").read_text())
         rows.append(("SFT control (same time)", report))
     if args.env == "AgentRL/Search-v0":
-        rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks)))
+        rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks, policy)))
     if args.env == "AgentRL/PythonMath-v0" and not args.no_control:
         # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
-        text = run_main_job(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
-                                                out=str(out / "text_only")), resume=True)
+        text_policy = _server_client(policy)  # the base model again: a client with no adapter loaded
+        try:
+            text = run_main_job(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+                                                    out=str(out / "text_only")), resume=True, policy=text_policy)
+        finally:
+            if text_policy is not None:
+                text_policy.close()
         rows += [(TEXT_LABELS[k], r) for k, r in text["rows"]]
 
     results_dir = Path(args.results)
@@ -491,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# Proof of learning: {cfg.env}{f' ({args.variant})' if args.variant else ''}"
         f"{' (quick smoke run)' if args.quick else ''}", "",
         f"Model {cfg.model} ({cfg.dtype}), LoRA r={cfg.lora.r}. {len(tasks)} held-out tasks (never trained on) "
-        f"from `{cfg.eval_tasks_file}`, N = {n} sample(s) per task at temperature {cfg.eval_temperature}.", "",
+        f"from `{cfg.eval_tasks_file}`, N = {n} sample(s) per task at temperature {cfg.eval_temperature}."
+        + (f" Engine {args.engine}: every evaluation and GRPO rollout sampled by a {args.engine} server "
+           f"(`{out / 'vllm.log'}`), SFT in process." if args.engine else ""), "",
         f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
         f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}"
         f"{f' of env {json.dumps(cfg.env_kwargs)}' if cfg.env_kwargs else ''}, {cfg.sft_steps} steps of "

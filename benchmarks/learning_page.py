@@ -281,7 +281,9 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
         f"Settings: cold start {c['sft_steps']} SFT steps on {c['sft_demos']} demos of "
         f"{', '.join(c['sft_families']) or 'all families'}; GRPO {c['rl_steps']} steps of {c['rl_tasks_per_step']} "
         f"tasks x {c['rl_group_size']}, lr {c['rl_lr']}; replies <= {c['max_new_tokens']} tokens, "
-        f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "") + ".", "",
+        f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "")
+        + (f"; engine {run['engine']} (every evaluation and GRPO rollout sampled by a {run['engine']} server, SFT "
+           "in process)" if run.get("engine") else "") + ".", "",
         results_table(rows), "",
     ]
     if run.get("cold_start_from"):

@@ -450,3 +450,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def adapter_loads(log_path: str | Path, start: int = 0) -> list[str]:
+    """The adapter names a vLLM server loaded, in order, read from its log ``log_path`` from byte ``start`` on (its
+    "Loaded new LoRA adapter: name '...'" lines): what several processes sharing one server loaded there."""
+    import re
+
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    return re.findall(r"Loaded new LoRA adapter: name '([^']+)'", text)

@@ -57,11 +57,16 @@ class OpenAIPolicy(Policy):
         adapter_prefix: the first part of adapter names (default ``model``).
         run_id: the part that tells this policy's adapters from every other's (default: 8 random hex digits).
         rank: the data-parallel rank in adapter names (default: the ``RANK`` environment variable, else 0).
+        record_dir: when set, ``record_dir/served-adapters-r{rank}.txt`` lists the adapters this policy has loaded on
+            the server and not unloaded yet (deleted by :meth:`close`). A process killed before :meth:`close` leaves
+            it behind; the next policy given the same folder (``agentrl train --resume`` of that run) unloads the
+            adapters it names before it loads its first, so a killed run does not leave them on the server.
     """
 
     def __init__(self, base_url: str, model: str, tokenizer, *, max_concurrency: int = 64, timeout_s: float = 600.0,
                  api_key: str | None = None, adapter_dir: str | None = None, lora_api: str = "vllm",
-                 adapter_prefix: str | None = None, run_id: str | None = None, rank: int | None = None):
+                 adapter_prefix: str | None = None, run_id: str | None = None, rank: int | None = None,
+                 record_dir: str | os.PathLike | None = None):
         if lora_api not in ("vllm", "sglang"):
             raise ValueError(f"lora_api must be 'vllm' or 'sglang', got {lora_api!r}")
         if rank is None:
@@ -82,6 +87,9 @@ class OpenAIPolicy(Policy):
         self.adapter_name: str | None = None
         """The adapter requests are sampled with (None: the base model)."""
         self._adapter_path: str | None = None
+        self.record_path = Path(record_dir) / f"served-adapters-r{rank}.txt" if record_dir is not None else None
+        """The file listing the adapters this policy has loaded and not unloaded (None: not recorded)."""
+        self._left_over = self._read_record()
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-policy")
 
     # ---------------------------------------------------------------- LoRA weight sync
@@ -146,11 +154,46 @@ class OpenAIPolicy(Policy):
         """The server-side name of the next adapter version."""
         return f"{self.adapter_prefix}-v{self.version + 1}"
 
+    # ---------------------------------------------------------------- the record of loaded adapters
+    def _read_record(self) -> list[str]:
+        if self.record_path is None or not self.record_path.is_file():
+            return []
+        return [line.strip() for line in self.record_path.read_text().splitlines() if line.strip()]
+
+    def _write_record(self, names: list[str]) -> None:
+        if self.record_path is None:
+            return
+        if not names:
+            self.record_path.unlink(missing_ok=True)
+            return
+        self.record_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.record_path.with_name(self.record_path.name + ".tmp")
+        tmp.write_text("".join(f"{n}\n" for n in names))
+        tmp.replace(self.record_path)
+
+    def _unload_left_over(self) -> None:
+        """Unload the adapters a killed predecessor recorded (an adapter the server no longer has is skipped)."""
+        left, self._left_over = self._left_over, []
+        for name in left:
+            try:
+                r = self._lora_call("unload", {"lora_name": name})
+            except Exception as e:  # noqa: BLE001 - best effort: the server may be another one by now
+                logger.warning("could not unload adapter %s left by a killed run: %s", name, e)
+                continue
+            if r.status_code == 200:
+                logger.info("unloaded adapter %s, left on %s by a killed run", name, self.base_url)
+        self._write_record([])
+
     def _switch_adapter(self, name: str, path: Path, *, owned: bool) -> None:
         """Load adapter ``name`` from ``path`` on the server, sample with it, unload the previous one (and delete
         its folder when this policy wrote it)."""
+        if self._left_over:
+            self._unload_left_over()
+        # recorded before the load: a kill between the two leaves a name to unload, never a loaded one unrecorded
+        self._write_record([n for n in (self.adapter_name, name) if n is not None])
         r = self._lora_call("load", {"lora_name": name, "lora_path": str(path)})
         if r.status_code != 200:
+            self._write_record([self.adapter_name] if self.adapter_name is not None else [])
             if owned:
                 shutil.rmtree(path, ignore_errors=True)
             hint = ""
@@ -171,6 +214,7 @@ class OpenAIPolicy(Policy):
                                r.status_code, r.text[:200])
             if old_path:
                 shutil.rmtree(old_path, ignore_errors=True)
+        self._write_record([name])
 
     #: Below this temperature vLLM samples greedily (its ``_SAMPLING_EPS``).
     MIN_TEMPERATURE = 1e-5
@@ -268,6 +312,9 @@ class OpenAIPolicy(Policy):
                 logger.warning("could not unload adapter %s from %s: %s", name, self.base_url, e)
         if path:
             shutil.rmtree(path, ignore_errors=True)
+        if self._left_over:  # a predecessor's adapters, when this policy never loaded one
+            self._unload_left_over()
+        self._write_record([])
         self._pool.shutdown(wait=False)
 
 

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 import requests
-from helpers import record_adapter_swaps, save_model_dir, served_models
+from helpers import TESTS, adapter_loads, free_port, record_adapter_swaps, save_model_dir, served_models
 
 from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
 from agentrl.algos.policy.engine import VLLM_PYTHON_ENV, VLLMEngine, find_engine_python
+from agentrl.algos.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +60,25 @@ def _episodes(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _train_args(run, model_dir, *extra, steps=2):
+    return ["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(model_dir), "--out", str(run),
+            "--device", "cpu", "--dtype", "fp32", *extra, f"steps={steps}", "tasks_per_step=4", "group_size=4",
+            "lr=5e-4", "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false", "tensorboard=false"]
+
+
 def _train(run, model_dir, tmp_path, *extra, steps=2):
-    return cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(model_dir), "--out", str(run),
-                     "--device", "cpu", "--dtype", "fp32", *extra, f"steps={steps}", "tasks_per_step=4",
-                     "group_size=4", "lr=5e-4", "collector.max_new_tokens=12", "collector.max_turns=1",
-                     "progress=false", "tensorboard=false"])
+    return cli.main(_train_args(run, model_dir, *extra, steps=steps))
+
+
+def _cli_env():
+    """The environment of an ``agentrl`` subprocess: tests/ importable (helpers registers "Test/Score-v0"), one
+    thread per process (the server and the trainers share 2 cores)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1"}
+
+
+#: ``python -c`` of an ``agentrl`` process that knows "Test/Score-v0" (registered by importing helpers)
+_CLI = "import sys, helpers; from agentrl.algos import cli; sys.exit(cli.main(sys.argv[1:]))"
 
 
 def test_eval_with_engine_equals_the_in_process_greedy_eval(greedy_dir, tasks_file, tmp_path, capsys):
@@ -108,6 +127,55 @@ def test_eval_then_train_on_one_server(server, model_dir, tasks_file, tmp_path, 
     assert _train(tmp_path / "second", model_dir, tmp_path, "--policy-url", server.url, steps=1) == 0
     assert len(_episodes(tmp_path / "second" / "metrics.jsonl")) == 1
     assert served_models(server.url) == ["tiny"]  # neither the eval's adapter nor the run's stays loaded
+
+
+def test_a_killed_run_resumes_on_the_same_server(server, model_dir, tmp_path):
+    # SIGKILL once the first checkpoint exists: no close(), the killed run's adapter stays loaded on the server
+    run, start = tmp_path / "run", server.log_path.stat().st_size
+    args = _train_args(run, model_dir, "--policy-url", server.url, "save_every=1", steps=3)
+    proc = subprocess.Popen([sys.executable, "-c", _CLI, *args], env=_cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while latest_checkpoint(run) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, f"the run ended before it was killed:\n{proc.communicate()[0][-3000:]}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    killed = adapter_loads(server.log_path, start)
+    assert killed and len(served_models(server.url)) > 1  # its adapter is still there
+    assert latest_checkpoint(run).name != "step-000003"
+    resumed = subprocess.run([sys.executable, "-c", _CLI, *args, "--resume"], env=_cli_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    records = _episodes(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert latest_checkpoint(run).name == "step-000003"
+    names = adapter_loads(server.log_path, start)
+    assert len(names) > len(killed) and len(set(names)) == len(names), names  # no name was loaded twice
+    assert served_models(server.url) == ["tiny"]  # the resumed run unloaded what the killed one left too
+    assert not list(run.glob("served-adapters-r*"))  # the record of loaded adapters is gone with the run's policy
+
+
+def test_two_ranks_train_against_one_server(server, model_dir, tmp_path):
+    run, start = tmp_path / "run", server.log_path.stat().st_size
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "--no-python", sys.executable, "-c", _CLI,
+           *_train_args(run, model_dir, "--policy-url", server.url, steps=2)]
+    done = subprocess.run(cmd, env=_cli_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]  # torchrun exits 0 only when both ranks did
+    records = _episodes(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]  # rank 0 writes, once per step
+    names = adapter_loads(server.log_path, start)
+    assert len(set(names)) == len(names), names
+    by_rank = {rank: [n for n in names if f"-r{rank}-v" in n] for rank in (0, 1)}
+    assert len(by_rank[0]) == len(by_rank[1]) == 3, names  # each rank: the start, then after each optimizer step
+    assert served_models(server.url) == ["tiny"]
+    assert not list(run.glob("served-adapters-r*"))
 
 
 def test_missing_engine_python_names_the_install_line(monkeypatch, tmp_path):
