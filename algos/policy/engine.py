@@ -149,7 +149,10 @@ class VLLMEngine:
                "--host", self.host, "--port", str(self.port), "--served-model-name", self.served_model_name,
                "--dtype", self.dtype, "--max-model-len", str(self.max_model_len), "--enable-prefix-caching",
                "--return-tokens-as-token-ids", "--logprobs-mode", "processed_logprobs",
-               "--generation-config", "vllm"]
+               "--generation-config", "vllm",
+               # whole prompts only: the CPU build kills its engine when it prefills a seeded request in chunks
+               # ("CPU Generator does not use offset": it rewinds that request's generator, which a CPU one cannot)
+               "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(self.max_model_len, 8192))]
         if self.max_lora_rank is not None:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
         return cmd + self.extra_args

@@ -117,6 +117,24 @@ def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, m
     assert served_models(server.url) == ["tiny"]  # the run unloaded its last adapter: the server is as it was
 
 
+def test_seeded_sampling_of_many_long_prompts_at_once(server):
+    # vLLM's CPU build (0.32) killed its engine ("CPU Generator does not use offset") when a seeded request's prompt
+    # was prefilled in chunks: it rewinds the request's generator for the discarded token, which a CPU generator
+    # cannot do. A GRPO step (64 seeded episodes of ~800-token prompts) hit it at once; the managed engine now starts
+    # without chunked prefill.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def complete(i):
+        body = {"model": "tiny", "prompt": [100 + (i + k) % 500 for k in range(1500)], "max_tokens": 4,
+                "temperature": 1.0, "seed": i}
+        return requests.post(f"{server.url}/v1/completions", json=body, timeout=300)
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(complete, range(12)))
+    assert [r.status_code for r in answers] == [200] * 12, answers[0].text[:300]
+    assert requests.get(f"{server.url}/health", timeout=10).status_code == 200
+
+
 def test_eval_then_train_on_one_server(server, model_dir, tasks_file, tmp_path, capsys):
     # each client names its adapters apart (OpenAIPolicy's run id): a second one never reloads a loaded name
     run = tmp_path / "first"
