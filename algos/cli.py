@@ -154,15 +154,13 @@ def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str |
     network call (:func:`~agentrl.algos.models.check_model_available`) and ``adapter`` was trained on ``model``
     (:func:`~agentrl.algos.models.lora.check_adapter_base`). Raises ``ValueError`` / ``FileNotFoundError``."""
     from agentrl.algos.models import check_model_available
-    from agentrl.algos.models.lora import check_adapter_base
+    from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
     from agentrl.algos.rollout.env_factory import check_env
 
     for env_id, env_kwargs in envs:
         check_env(env_id, env_kwargs)
-    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
-        run = Path(adapter) / "adapter"
-        hint = f"; did you mean {str(run)!r}?" if (run / "adapter_config.json").is_file() else ""
-        raise FileNotFoundError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json){hint}")
+    if adapter:
+        check_adapter_folder(adapter)
     check_model_available(model)
     if adapter:
         check_adapter_base(adapter, model)
@@ -254,8 +252,7 @@ def cmd_eval(args) -> int:
                                   "adapter": adapter_sha256(args.adapter) if args.adapter else "base"},
                           text_only=args.no_tools)
     finally:
-        if hasattr(policy, "close"):
-            policy.close()
+        policy.close()
     label = ("text-only " if args.no_tools else "") + (Path(args.adapter).name if args.adapter else args.model)
     print(results_table([(label, report)]))
     if args.out:

@@ -204,8 +204,7 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
                           out=eval_path, progress=cfg.progress,
                           ledger={"stage": "sft_control", "adapter": adapter_sha256(run_dir / "adapter")})
     finally:
-        if hasattr(sampler, "close"):  # a server client (HFPolicy holds nothing to release)
-            sampler.close()
+        sampler.close()
     plot_run(run_dir)
     (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.global_step}) + "\n")
     return report, {"seconds": spent, "steps": trainer.global_step}
@@ -230,8 +229,7 @@ def run_text_only(cfg, out: Path, tasks: list[dict], policy=None):
         return evaluate(cfg.env, sampler, tasks, cfg.eval_n, _eval_config(cfg), env_kwargs=cfg.env_kwargs, out=path,
                         progress=cfg.progress, text_only=True, ledger={"stage": "text_only", "adapter": "base"})
     finally:
-        if hasattr(sampler, "close"):  # a server client (HFPolicy holds nothing to release)
-            sampler.close()
+        sampler.close()
 
 
 def extra_table(rows) -> str:

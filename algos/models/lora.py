@@ -107,12 +107,21 @@ def save_adapter(model, path: str | Path) -> Path:
     return path
 
 
+def check_adapter_folder(path: str | Path) -> None:
+    """Raise ``FileNotFoundError`` unless ``path`` holds a PEFT adapter (``adapter_config.json``); the message
+    names ``path/adapter`` when that is one (a run's folder given instead of its adapter)."""
+    if (Path(path) / "adapter_config.json").is_file():
+        return
+    inner = Path(path) / "adapter"
+    hint = f"; did you mean {str(inner)!r}?" if (inner / "adapter_config.json").is_file() else ""
+    raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json){hint}")
+
+
 def load_adapter(model, path: str | Path, *, trainable: bool = False):
     """Load a PEFT adapter saved by :func:`save_adapter` (or by anyone with PEFT) onto a base ``model``."""
     from peft import PeftModel
 
-    if not (Path(path) / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+    check_adapter_folder(path)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)

@@ -154,3 +154,7 @@ class Policy(ABC):
     def update_weights(self, source_model) -> None:
         """Sample with ``source_model``'s current weights from now on (called by trainers after each step)."""
         raise NotImplementedError(f"{type(self).__name__} cannot take new weights")
+
+    def close(self) -> None:
+        """Release what the backend holds on a server or in other processes (idempotent); the default holds none."""
+        return None

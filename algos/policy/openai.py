@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.models.lora import is_peft, save_adapter
+from agentrl.algos.models.lora import check_adapter_folder, is_peft, save_adapter
 from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
 
 logger = logging.getLogger(__name__)
@@ -146,8 +146,7 @@ class OpenAIPolicy(Policy):
         """Sample with the PEFT adapter folder ``path`` (e.g. ``runs/x/adapter``) from now on; the folder is read
         by the server and never deleted. Raises like :meth:`update_weights`."""
         path = Path(path).resolve()
-        if not (path / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json)")
+        check_adapter_folder(path)
         self._switch_adapter(self._next_name(), path, owned=False)
 
     def _next_name(self) -> str:
