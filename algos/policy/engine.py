@@ -29,7 +29,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentrl.algos.policy.openai import OpenAIPolicy
@@ -101,6 +101,25 @@ def vllm_dtype(dtype: str | None) -> str:
     return table[dtype]
 
 
+#: Up to this many usable CPUs the CPU build's OpenMP threads are bound to all of them (:func:`cpu_thread_binding`).
+SMALL_MACHINE_CPUS = 4
+
+
+def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
+    """The CPU build's thread binding on a small machine: all usable CPUs, none reserved.
+
+    vLLM's ``VLLM_CPU_OMP_THREADS_BIND=auto`` reserves one core for its scheduler; on a 2-core machine that halves the
+    cores that sample, while the scheduler mostly waits (measured on a 2-core Xeon: 494 -> 646 sampled tokens/s, 32
+    requests x 200 tokens). Machines with more than :data:`SMALL_MACHINE_CPUS` usable CPUs keep vLLM's default, and
+    a ``VLLM_CPU_OMP_THREADS_BIND`` of the caller's is never replaced. GPU builds ignore both variables."""
+    if "VLLM_CPU_OMP_THREADS_BIND" in env:
+        return {}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cpus) > SMALL_MACHINE_CPUS:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 class VLLMEngine:
     """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` on 127.0.0.1, with runtime LoRA.
 
@@ -162,6 +181,7 @@ class VLLMEngine:
                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         if self.max_lora_rank is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env.update(cpu_thread_binding(env))
         for var in ("PYTHONPATH", "VIRTUAL_ENV"):  # this process's packages are not the engine's
             env.pop(var, None)
         return env

@@ -23,7 +23,13 @@ from helpers import TESTS, adapter_loads, free_port, record_adapter_swaps, save_
 
 from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
-from agentrl.algos.policy.engine import VLLM_PYTHON_ENV, VLLMEngine, find_engine_python
+from agentrl.algos.policy.engine import (
+    SMALL_MACHINE_CPUS,
+    VLLM_PYTHON_ENV,
+    VLLMEngine,
+    cpu_thread_binding,
+    find_engine_python,
+)
 from agentrl.algos.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -194,6 +200,25 @@ def test_two_ranks_train_against_one_server(server, model_dir, tmp_path):
     assert len(by_rank[0]) == len(by_rank[1]) == 3, names  # each rank: the start, then after each optimizer step
     assert served_models(server.url) == ["tiny"]
     assert not list(run.glob("served-adapters-r*"))
+
+
+def test_the_server_samples_on_every_core_of_a_small_machine(server):
+    """On <= SMALL_MACHINE_CPUS usable CPUs the worker's OpenMP threads are bound to all of them (vLLM's auto binding
+    reserves one for its scheduler: half of a 2-core machine); the server's own log says which cores it bound."""
+    cpus = sorted(os.sched_getaffinity(0))
+    log = server.log_path.read_text()
+    if len(cpus) > SMALL_MACHINE_CPUS:
+        assert "VLLM_CPU_OMP_THREADS_BIND='auto'" in log
+    else:
+        assert f"core ids={cpus}" in log, log[-2000:]
+
+
+def test_thread_binding_keeps_the_callers_and_large_machines_default(monkeypatch):
+    assert cpu_thread_binding({"VLLM_CPU_OMP_THREADS_BIND": "nobind"}) == {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(SMALL_MACHINE_CPUS + 1)))
+    assert cpu_thread_binding({}) == {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2})
+    assert cpu_thread_binding({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,2", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 def test_missing_engine_python_names_the_install_line(monkeypatch, tmp_path):
