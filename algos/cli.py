@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Evaluate the model, teach it the tool-call format with a short SFT cold start, "
                                    "train it with GRPO, evaluate again and print the table (MainJobConfig keys: "
                                    "agentrl config-docs).")
-    p.add_argument("--env", default=MAIN_JOB_ENV, help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--env", default=MAIN_JOB_ENV, help=f"environment id or module:factory (default {MAIN_JOB_ENV})")
     p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
     p.add_argument("--config", help="JSON or YAML file of MainJobConfig keys")
@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="config keys (key=value, dotted for sections; types, defaults and meanings: "
                               "agentrl config-docs, docs/configuration.md):\n" + config_keys_help())
-    p.add_argument("--env", help=f"environment id (default {MAIN_JOB_ENV})")
+    p.add_argument("--env", help=f"environment id or module:factory (default {MAIN_JOB_ENV})")
     p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--envs", action="append", metavar="ID[:WEIGHT],...",
                    help="train on a mixture of envs, e.g. --envs ToolUse-v0:2,Search-v0:1 (repeatable; replaces "
@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout = CollectorConfig()  # eval samples like training does unless told otherwise
     p = sub.add_parser("eval", help="evaluate a model (and adapter) on held-out tasks")
-    p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id")
+    p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id or module:factory")
     p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")

@@ -14,7 +14,8 @@ Public names:
 
 * `ENVS` — the built-in environments, id -> (entry point, description); `register_env` adds yours (also
   read from the entry-point group ``agentrl.envs`` at import, so an installed package's env is
-  ``gym.make``-able by id).
+  ``gym.make``-able by id); `register_env_ref` makes ``gym.make("my.module:make_env")`` build an unregistered
+  env class or factory (the form ``agentrl train --env`` accepts).
 * `TextEnv` — the base class and contract of every env (:mod:`agentrl.envs.core`), with `Budgets` (turn,
   tool-call and length limits), `Rewards` (reward values) and `AnyText` (its text spaces).
 * `ActionParser` reads a reply into a `ParsedAction` (tool calls, an answer, or an error).
@@ -36,7 +37,7 @@ from agentrl.envs.sandbox.remote import RemoteSandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool
 
 __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "RemoteSandbox", "Rewards", "Sandbox",
-           "TextEnv", "Tool", "ToolResult", "ToolSet", "register_env", "tool"]
+           "TextEnv", "Tool", "ToolResult", "ToolSet", "register_env", "register_env_ref", "tool"]
 
 #: The built-in environments: id -> (entry point, one-line description). Registered lazily: the module behind
 #: an entry point is imported only when the env is made.
@@ -55,6 +56,8 @@ ENVS: dict[str, tuple[str, str]] = {
 
 #: Environments added by :func:`register_env` or an entry point: id -> (entry point, description).
 _ADDED: dict[str, tuple[str, str]] = {}
+#: The description of an id :func:`register_env_ref` registered.
+_FACTORY = "a module:factory reference"
 
 
 def register_env(id: str, entry_point: str | Callable[..., TextEnv], description: str = "") -> None:
@@ -66,6 +69,40 @@ def register_env(id: str, entry_point: str | Callable[..., TextEnv], description
     else:
         path = entry_point
     _ADDED[id] = (path, description)
+
+
+def register_env_ref(env: str) -> str:
+    """Make ``gym.make(env)`` work for ``env = "package.module:factory"``, a callable that is not a registered id:
+    a :class:`TextEnv` subclass or a function returning an env (called with the env kwargs). Gymnasium reads
+    ``"module:Name"`` as "import module, then make the registered id Name"; when the import registers no ``Name``
+    and the module has a callable ``Name``, it is registered under the id ``Name`` here (in this process: every
+    process that makes envs from the string calls this first). Anything else is returned unchanged, for
+    gymnasium's own lookup and errors. Returns ``env``.
+
+    Raises:
+        ValueError: ``Name`` is already registered to another entry point."""
+    import importlib
+
+    module, sep, name = env.partition(":")
+    if not sep or not module:
+        return env
+    path, description = _ADDED.get(name, ("", ""))
+    if description == _FACTORY:
+        if path != env:
+            raise ValueError(f"environment {env!r}: the id {name!r} already makes {path!r} in this process; "
+                             "rename one of the two factories")
+        return env
+    if name in registry:
+        return env
+    try:
+        target = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return env
+    if name in registry:  # the import registered it (the "module:Id" form)
+        return env
+    if callable(target):
+        register_env(name, env, _FACTORY)
+    return env
 
 
 for _id, (_entry, _) in ENVS.items():

@@ -52,6 +52,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from agentrl.envs import register_env_ref
 from agentrl.envs.core import TextEnv
 
 __all__ = ["AgentRLEnvironment", "env_correct_func", "tasks_dataset", "environment_factory",
@@ -230,7 +231,7 @@ def environment_factory(env: str | Callable[[], Any], *, group_size: int = 1, se
     classes: dict[type, type] = {}
 
     def make() -> AgentRLEnvironment:
-        made = gym.make(env, **env_kwargs) if isinstance(env, str) else env()
+        made = gym.make(register_env_ref(env), **env_kwargs) if isinstance(env, str) else env()
         text_env = getattr(made, "unwrapped", made)
         if not isinstance(text_env, TextEnv):
             raise TypeError(f"environment_factory needs an agentrl TextEnv, {env!r} made a {type(text_env).__name__}")

@@ -63,8 +63,9 @@ def env_spec(env: str):
     """
     import gymnasium as gym
 
-    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+    from agentrl.envs import register_env_ref
 
+    register_env_ref(env)
     return gym.spec(env.split(":", 1)[1] if ":" in env else env)
 
 
@@ -79,14 +80,18 @@ def registered_env_ids() -> list[str]:
 
 
 def check_env_id(env: str) -> None:
-    """Raise a one-line :class:`ValueError` unless ``env`` (``"module:Id"`` read as ``"Id"``) is a registered id;
-    it names the closest registered id and the ``AgentRL/*`` ones (``agentrl-env list``).
+    """Raise a one-line :class:`ValueError` unless ``env`` (``"module:Id"`` read as ``"Id"``) is a registered id
+    or a ``"module:factory"`` (registered by :func:`~agentrl.envs.register_env_ref`); it names the closest
+    registered id and the ``AgentRL/*`` ones (``agentrl-env list``).
 
     Raises:
         ValueError: no env is registered under that id.
     """
     import difflib
 
+    from agentrl.envs import register_env_ref
+
+    register_env_ref(env)
     ids = registered_env_ids()
     name = env.split(":", 1)[1] if ":" in env else env
     if name in ids:
@@ -96,12 +101,13 @@ def check_env_id(env: str) -> None:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise ValueError(f"environment {env!r}: cannot import module {module!r} ({e}); the form is "
-                             "'package.module:Env-v0', a module on sys.path that calls register_env on import"
-                             ) from None
+            raise ValueError(f"environment {env!r}: cannot import module {module!r} ({e}); the forms are "
+                             "'package.module:Env-v0' (a module on sys.path that calls register_env on import) and "
+                             "'package.module:factory' (an env class or a function returning an env)") from None
         if name not in registered_env_ids():
-            raise ValueError(f"environment {env!r}: module {module!r} registered no env {name!r}; it must call "
-                             f"agentrl.envs.register_env({name!r}, ...) when imported (docs/integration.md)")
+            raise ValueError(f"environment {env!r}: module {module!r} has no env class or factory {name!r} and "
+                             f"registers no env {name!r} (agentrl.envs.register_env({name!r}, ...) on import; "
+                             "docs/integration.md)")
         return
     ours = [i for i in ids if i.startswith("AgentRL/")]
     close = difflib.get_close_matches(name, ids, n=1, cutoff=0.6)
@@ -159,8 +165,9 @@ def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, temp
     :meth:`~agentrl.envs.core.TextEnv.use_call_format` of an env that has it."""
     import gymnasium as gym
 
-    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+    from agentrl.envs import register_env_ref
 
+    register_env_ref(env_id)
     kwargs = dict(env_kwargs or {})
     env = None
     if template_tools and "tools_in_prompt" not in kwargs:

@@ -32,9 +32,9 @@ def make_env(env: str, env_kwargs: dict[str, Any] | None = None):
     """The bare :class:`~agentrl.envs.core.TextEnv` behind a registered id (no Gymnasium wrappers)."""
     import gymnasium as gym
 
-    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+    from agentrl.envs import register_env_ref
 
-    return gym.make(env, **(env_kwargs or {})).unwrapped
+    return gym.make(register_env_ref(env), **(env_kwargs or {})).unwrapped
 
 
 class TaskSource:

@@ -26,7 +26,7 @@ def text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> TextEnv:
     """The bare :class:`~agentrl.envs.core.TextEnv` behind a registered id, without gymnasium's wrappers (whose
     order check raises on a ``step`` before ``reset``: a bridge keeps the never-raise contract)."""
     gym.register_envs(agentrl.envs)
-    env = gym.make(env_id, **(env_kwargs or {})).unwrapped
+    env = gym.make(agentrl.envs.register_env_ref(env_id), **(env_kwargs or {})).unwrapped
     if not isinstance(env, TextEnv):
         env.close()
         raise TypeError(f"{env_id} is a {type(env).__name__}, not an agentrl TextEnv")

@@ -167,9 +167,9 @@ def make_app(env_id: str, env_kwargs: dict[str, Any] | None = None, *, max_sessi
         gymnasium.error.Error, TypeError, ValueError: the env cannot be made with these arguments (checked now,
             not at the first session).
     """
-    import agentrl.envs  # noqa: F401 - registers the AgentRL/* ids
+    from agentrl.envs import register_env_ref
 
-    gym.make(env_id, **(env_kwargs or {})).close()
+    gym.make(register_env_ref(env_id), **(env_kwargs or {})).close()
     factory = functools.partial(TextEnvironment, env_id, dict(env_kwargs or {}))
     app = create_app(factory, TextAction, TextObservation, env_name=env_id.replace("/", "_"),
                      max_concurrent_envs=max_sessions)

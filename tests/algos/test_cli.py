@@ -171,6 +171,64 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     assert any(Path(p).suffix == ".png" for p in capsys.readouterr().out.split())
 
 
+FACTORY_MODULE = """
+from agentrl.envs.core import TextEnv
+from agentrl.envs.parsing import ParsedAction
+from agentrl.envs.tools import ToolSet
+
+
+class _AnyAnswer:
+    def parse(self, text):
+        return ParsedAction(kind="answer", answer=text)
+
+    def format_instructions(self):
+        return "Reply with anything."
+
+    def describe_tools(self, schemas):
+        return ""
+
+
+class _Quiet(TextEnv):
+    def __init__(self, query):
+        super().__init__(tools=ToolSet([]), parser=_AnyAnswer())
+        self.query = query
+
+    def sample_task(self, rng):
+        return {"id": str(int(rng.integers(100))), "query": self.query}
+
+    def score(self, answer, task):
+        return float(answer.strip() == ""), answer.strip() == ""
+
+
+def make_quiet_env(query="Say nothing."):
+    return _Quiet(query)
+"""
+
+
+def test_an_unregistered_env_factory_trains_and_evaluates_by_module_reference(tiny_dir, tmp_path, monkeypatch,
+                                                                              capsys, request):
+    import agentrl.envs
+
+    (tmp_path / "my_quiet_env.py").write_text(FACTORY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(agentrl.envs, "_ADDED", {})
+    request.addfinalizer(lambda: gym.registry.pop("make_quiet_env", None))
+    env = "my_quiet_env:make_quiet_env"
+    run = tmp_path / "run"
+    assert cli.main(["train", "--algo", "grpo", "--env", env, "--model", str(tiny_dir), "--out", str(run),
+                     "--env-kwargs", '{"query": "Be quiet."}', "steps=1", "tasks_per_step=2", "group_size=2",
+                     "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Be quiet."}) for i in range(3)) + "\n")
+    out = tmp_path / "eval.jsonl"
+    assert cli.main(["eval", "--env", env, "--model", str(tiny_dir), "--adapter", str(run / "adapter"),
+                     "--tasks-file", str(tasks), "--max-new-tokens", "4", "--out", str(out), "--dtype", "fp32"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3
+    assert "Average@1" in capsys.readouterr().out
+
+
 def test_eval_tasks_file_means_every_row_unless_tasks_is_given(tiny_dir, tmp_path, capsys):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(40)) + "\n")

@@ -67,7 +67,7 @@ def test_a_module_env_ref_names_what_is_wrong_with_it(capsys, no_loading, tmp_pa
     (tmp_path / "registers_nothing.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env", "registers_nothing:AgentRL/Mine-v0"])
-    assert "module 'registers_nothing' registered no env 'AgentRL/Mine-v0'" in line
+    assert "module 'registers_nothing' has no env class or factory 'AgentRL/Mine-v0'" in line
 
 
 @pytest.mark.parametrize("argv,hint", [(["main-job", "--adapter", "runs/x"], "--adapter is a flag of train and eval"),

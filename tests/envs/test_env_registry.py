@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import pytest
 from helpers import run_with_plugin
 
 import agentrl.envs
@@ -44,3 +45,47 @@ def test_a_third_party_entry_point_is_picked_up_at_import(tmp_path, monkeypatch)
     assert lines[0] == "PluginEnv True", out
     listed = [line for line in lines if line.startswith("PluginEnv-v0")]
     assert listed and "agentrl-plugin-PluginEnv-v0" in listed[0], lines
+
+
+FACTORIES = """
+from agentrl.envs.tool_use import ToolUseEnv
+
+
+class MulOnly(ToolUseEnv):
+    def __init__(self, **kw):
+        super().__init__(families=["multiply"], **kw)
+
+
+def make_add(**kw):
+    return ToolUseEnv(families=["add_multiply"], **kw)
+
+
+NOT_CALLABLE = 3
+"""
+
+
+def test_a_module_factory_reference_is_gym_makeable(tmp_path, monkeypatch, request):
+    """"module:factory" (a TextEnv class or a function) that no registration names becomes gym.make-able under
+    that string; "module:Id" and what is not callable are left to gymnasium; two factories of one name refuse."""
+    monkeypatch.setattr(agentrl.envs, "_ADDED", {})
+    for name in ("MulOnly", "make_add"):
+        request.addfinalizer(lambda name=name: gym.registry.pop(name, None))
+    (tmp_path / "my_factories.py").write_text(FACTORIES)
+    (tmp_path / "other_factories.py").write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from agentrl.envs import register_env_ref
+
+    assert register_env_ref("my_factories:MulOnly") == "my_factories:MulOnly"
+    env = gym.make("my_factories:MulOnly").unwrapped
+    _, info = env.reset(seed=0)
+    assert env.task["family"] == "multiply"
+    env = gym.make(register_env_ref("my_factories:make_add"), max_turns=2).unwrapped
+    env.reset(seed=0)
+    assert env.task["family"] == "add_multiply" and env.budgets.max_turns == 2
+    assert register_env_ref("my_factories:make_add") == "my_factories:make_add"  # again: nothing changes
+    with pytest.raises(ValueError, match="already makes 'my_factories:make_add'"):
+        register_env_ref("other_factories:make_add")
+    for untouched in ("my_factories:NOT_CALLABLE", "no_such_module_q:make", "AgentRL/ToolUse-v0",
+                      "agentrl.envs:AgentRL/ToolUse-v0"):
+        assert register_env_ref(untouched) == untouched
+    assert "NOT_CALLABLE" not in gym.registry
