@@ -42,6 +42,8 @@ ITEMS = 99
 MAX_ITEMS = 999
 #: The in-memory store behind ``stock``: item ids t1 … t999 with fixed quantities (t99 holds 100). The default
 #: tasks ask about t1 … t99 only; ``items=999`` widens the question space of the stock families.
+#: ``call_credit_rule`` values: pay a reference call's credit at its turn, or once the episode goes on from it.
+CALL_CREDIT_RULES = ("each", "continued")
 INVENTORY: dict[str, int] = {f"t{i}": (i * 37 + 11) % 190 + 5 for i in range(1, MAX_ITEMS + 1)} | {"t99": 100}
 
 _LENGTH_M = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mi": 1609.344, "ft": 0.3048, "in": 0.0254}
@@ -298,6 +300,7 @@ class ToolUseEnv(TextEnv):
         tools_in_prompt: bool = True,
         render_mode: str | None = None,
         call_credit: float = 0.0,
+        call_credit_rule: str = "each",
     ):
         """
         Args:
@@ -322,11 +325,20 @@ class ToolUseEnv(TextEnv):
                 task's reference ``calls`` (same tool, same arguments; each reference call credited once) earns
                 this reward at its turn, so a chain the policy gets partly right scores above one it gets wrong
                 from the start. The answer's reward (1 correct, 0 wrong) and ``correct`` are unchanged.
+            call_credit_rule: when a reference call's credit is paid. ``"each"``: at its turn, whatever follows
+                (a policy can then keep it by answering right after one correct call). ``"continued"``: only once
+                the episode goes on from it: paid at the next reference call, or added to a correct answer's
+                reward; a credit the episode abandons (a wrong answer, a budget end) is lost, so stopping a chain
+                early earns nothing that finishing it would not.
         """
         if not call_credit >= 0:
             raise ValueError(f"call_credit must be >= 0, got {call_credit!r}")
         self.call_credit = float(call_credit)
+        if call_credit_rule not in CALL_CREDIT_RULES:
+            raise ValueError(f"call_credit_rule must be one of {CALL_CREDIT_RULES}, got {call_credit_rule!r}")
+        self.call_credit_rule = call_credit_rule
         self._uncredited: list[tuple[str, str]] = []
+        self._pending_credit = 0.0
         if tools is not None and dataset is None:
             raise ValueError("with your own tools, pass dataset= too (a JSONL path or a list of "
                              "{'question': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
@@ -373,10 +385,12 @@ class ToolUseEnv(TextEnv):
 
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
         correct = answers_match(answer, task["answer"])
-        return (self.rewards.correct if correct else self.rewards.wrong), correct
+        held, self._pending_credit = self._pending_credit, 0.0  # "continued": the last credit, held until now
+        return (self.rewards.correct + held if correct else self.rewards.wrong), correct
 
     def on_reset(self, task: dict[str, Any]) -> None:
         self._uncredited = [_call_key(n, a) for n, a in task.get("calls") or []] if self.call_credit else []
+        self._pending_credit = 0.0
         if self.call_credit:
             self.metrics.extra["credited_calls"] = 0
 
@@ -386,7 +400,10 @@ class ToolUseEnv(TextEnv):
             return 0.0
         self._uncredited.remove(key)
         self.metrics.extra["credited_calls"] += 1
-        return self.call_credit
+        if self.call_credit_rule == "each":
+            return self.call_credit
+        paid, self._pending_credit = self._pending_credit, self.call_credit  # the chain went on: pay the last one
+        return paid
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
         calls = task.get("calls")

@@ -355,6 +355,30 @@ def test_call_credit_rewards_each_reference_call_once_and_leaves_the_answer_rewa
     assert sum(s[1] for s in steps) == pytest.approx(0.3) and not steps[-1][4]["correct"]
 
 
+def test_continued_call_credit_is_paid_only_when_the_episode_goes_on_from_the_call():
+    task = _stock_total()
+    (n1, a1), (n2, a2), (n3, a3) = task["calls"]
+    env = ToolUseEnv(items=999, call_credit=0.1, call_credit_rule="continued")
+    env.reset(options={"task": task})
+    steps = play(env, [call(n1, **a1), call("stock", item_id="t1"), call(n2, **a2), call(n3, **a3),
+                       f"Answer: {task['answer']}"])
+    # each credit arrives with the next reference call (a detour in between does not cost it); the last with
+    # the correct answer
+    assert [s[1] for s in steps] == [0.0, 0.0, pytest.approx(0.1), pytest.approx(0.1), pytest.approx(1.1)]
+    assert steps[-1][4]["correct"] and steps[-1][4]["metrics"]["credited_calls"] == 3
+    # stopping after one correct call (the "each" rule's exploit) earns nothing; two calls then a wrong answer: 0.1
+    env.reset(options={"task": task})
+    assert sum(s[1] for s in play(env, [call(n1, **a1), f"Answer: {a1}"])) == 0.0
+    env.reset(options={"task": task})
+    assert sum(s[1] for s in play(env, [call(n1, **a1), call(n2, **a2), "Answer: 0"])) == pytest.approx(0.1)
+    env = ToolUseEnv(items=999, call_credit=0.1, call_credit_rule="continued", max_turns=2)
+    env.reset(options={"task": task})
+    steps = play(env, [call(n1, **a1), call(n2, **a2)])  # the budget ends the chain: the held credit is lost
+    assert steps[-1][4]["termination"] == "budget" and sum(s[1] for s in steps) == pytest.approx(0.1 - 0.1)
+    with pytest.raises(ValueError, match="call_credit_rule must be one of"):
+        ToolUseEnv(call_credit_rule="sometimes")
+
+
 def test_without_call_credit_tool_calls_earn_nothing_and_budget_ends_keep_their_credit():
     task = _stock_total()
     (n1, a1), _, _ = task["calls"]
