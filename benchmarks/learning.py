@@ -450,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     if args.all:
+        if args.engine:
+            raise SystemExit("--all runs every experiment in process (compare_algorithms.py has no engine); run one "
+                             "env through the engine with: python benchmarks/learning.py --env ID --variant NAME "
+                             f"--engine {args.engine}")
         return run_everything(args)
     if args.page:
         import learning_page

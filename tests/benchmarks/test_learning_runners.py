@@ -309,6 +309,8 @@ def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkey
                         lambda cmd, cwd=None: ran.append(cmd) or type("R", (), {"returncode": 0})())
     assert learning.main(["--all", "--quick", "--runs", str(tmp_path), "--results", str(tmp_path / "res")]) == 0
     assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
+    with pytest.raises(SystemExit, match="--all runs every experiment in process"):  # was: --engine dropped
+        learning.main(["--all", "--engine", "vllm", "--runs", str(tmp_path)])
 
 
 def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stopping_model_dir, tmp_path):
