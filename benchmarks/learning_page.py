@@ -230,6 +230,66 @@ def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str
     return lines + ["", f"Command: `{run['command']}`, {_commit(run)}.", ""]
 
 
+#: The GRPO metrics an engine run's training table shows per step: (metrics key, column title, format).
+ENGINE_COLUMNS = (("reward/mean", "reward (this run)", "{:.3f}"), ("train/logprob_gap", "logprob gap, mean", "{:.4f}"),
+                  ("train/logprob_gap_max", "logprob gap, max", "{:.3f}"),
+                  ("train/is_weight_mean", "IS weight, mean", "{:.3f}"),
+                  ("train/is_clipped_frac", "IS clipped, fraction", "{:.4f}"), ("time/rollout", "rollout s", "{:.0f}"))
+
+
+def _metrics(exp_dir: Path, stage: str = "grpo") -> list[dict[str, Any]]:
+    path = exp_dir / "metrics" / f"{stage}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None,
+                    plot: Path | None = None) -> list[str]:
+    """An engine run's GRPO stage beside the in-process plain recipe's, step by step, from both runs' committed
+    metrics: the training reward of each, and the engine run's sampler/trainer log-probability gap and truncated
+    importance weights (``train/*``). ``plot``: also draw both reward curves and the gap there (a PNG)."""
+    mine = _metrics(exp_dir)
+    if not run.get("engine") or not mine:
+        return []
+    theirs = {m["step"]: m for m in _metrics(plain[1])} if plain else {}
+    other = "reward (in process)" if theirs else None
+    head = ["step", *([other] if other else []), *(title for _, title, _ in ENGINE_COLUMNS)]
+    lines = [f"GRPO, step by step, sampled by the {run['engine']} server (this run) and in process (the plain "
+             "recipe's run, its own cold start): training reward of each step's rollouts; the log-probability "
+             "gap |sampler - trainer| per token and the truncated importance weights of this run "
+             "([docs/engines.md](../engines.md)):", "", "| " + " | ".join(head) + " |",
+             "|" + "---:|" * len(head)]
+    for m in mine:
+        cells = [str(m["step"])] + ([f"{theirs[m['step']]['reward/mean']:.3f}" if m["step"] in theirs else "-"]
+                                    if other else [])
+        cells += [fmt.format(m[key]) if key in m else "-" for key, _, fmt in ENGINE_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (ax, gap) = plt.subplots(1, 2, figsize=(10, 3.6))
+        ax.plot([m["step"] for m in mine], [m["reward/mean"] for m in mine], marker="o", label=f"{run['engine']} server")
+        if theirs:
+            steps = sorted(theirs)
+            ax.plot(steps, [theirs[k]["reward/mean"] for k in steps], marker="s", label="in process")
+        ax.set(xlabel="GRPO step", ylabel="training reward (mean)", title="reward of each step's rollouts")
+        ax.legend()
+        gap.plot([m["step"] for m in mine], [m.get("train/logprob_gap", float("nan")) for m in mine], marker="o",
+                 label="mean")
+        gap.plot([m["step"] for m in mine], [m.get("train/logprob_gap_max", float("nan")) for m in mine], marker=".",
+                 label="max")
+        gap.set(xlabel="GRPO step", ylabel="|log p sampler - log p trainer|", yscale="log",
+                title=f"{run['engine']} vs trainer, per token")
+        gap.legend()
+        fig.tight_layout()
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(plot, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+    return lines + [""]
+
+
 def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, Any]]]:
     """The committed runs of ``env``'s recipe variants (``learning.py --variant``): ``(data dir, learning.json)``,
     by variant name."""
@@ -254,9 +314,11 @@ def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]) -> tu
 
 
 def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path,
-                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
+                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None,
+                draw: bool = False) -> list[str]:
     """One env's section; a variant's (``run["variant"]``) also compares its RL with ``plain``'s, the plain
-    recipe's run and data dir, when given."""
+    recipe's run and data dir, when given. ``draw``: (re)draw the plots made from committed data into
+    ``results``."""
     from agentrl.algos.evaluation.report import EvalReport, results_table
 
     title, name = SECTIONS[env]
@@ -295,10 +357,13 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
     if run.get("tier_table"):
         lines += ["Per tier (Average@N):", "", run["tier_table"], ""]
     plot_dir = exp_dir.name
+    lines += engine_training(run, exp_dir, plain, results / plot_dir / "grpo_engine_vs_in_process.png" if draw else None)
     for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),
                          (f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
                           f"{plot_dir}/eval_eval_comparison.png"),
-                         (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", f"{plot_dir}/grpo_reward.png")):
+                         (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", f"{plot_dir}/grpo_reward.png"),
+                         (f"![{env} GRPO through the engine and in process]({plot_dir}/grpo_engine_vs_in_process.png)",
+                          f"{plot_dir}/grpo_engine_vs_in_process.png")):
         if (results / target).is_file():
             lines += [text, ""]
     return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
@@ -488,7 +553,8 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
         others = variants(data, env, quick)
         for var_dir, run in others:
             lines += env_section(env, run, var_dir, quick, results, selected,
-                                 plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others))
+                                 plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
+                                 draw=out is None)
     cmp_dir = data / f"compare_algorithms{suffix}"
     lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick)
     lines += ledger_section(rows, ledger, selected)

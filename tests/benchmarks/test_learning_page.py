@@ -99,3 +99,21 @@ def test_a_page_from_crafted_data(tmp_path):
     summary = readme.read_text()
     assert "stale-block" not in summary and summary.endswith(f"{end}\nafter\n")
     assert "| ToolUse-v0 (`tooluse`) | RL (GRPO) vs SFT (cold start) | 90.0% | 60.0% | +30.0 [" in summary
+
+
+def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
+    page = load_benchmark("learning_page")
+    mine, plain = tmp_path / "tooluse_vllm", tmp_path / "tooluse"
+    for exp, rewards in ((mine, [0.25, 0.5]), (plain, [0.75])):
+        (exp / "metrics").mkdir(parents=True)
+        (exp / "metrics" / "grpo.jsonl").write_text("".join(
+            json.dumps({"step": k, "reward/mean": r, "train/logprob_gap": 0.002 * k, "train/logprob_gap_max": 0.5,
+                        "train/is_weight_mean": 0.99, "train/is_clipped_frac": 0.0, "time/rollout": 120.0}) + "\n"
+            for k, r in enumerate(rewards, 1)))
+    plot = tmp_path / "plots" / "curves.png"
+    lines = page.engine_training({"engine": "vllm"}, mine, ({}, plain), plot=plot)
+    rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert rows == ["| 1 | 0.750 | 0.250 | 0.0020 | 0.500 | 0.990 | 0.0000 | 120 |",
+                    "| 2 | - | 0.500 | 0.0040 | 0.500 | 0.990 | 0.0000 | 120 |"]  # the plain run had one step
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert page.engine_training({}, mine, ({}, plain)) == []  # in-process variants get no such table
