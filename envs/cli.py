@@ -28,6 +28,20 @@ def _env_table() -> dict[str, tuple[str, str]]:
     return {**ENVS, **agentrl.envs._ADDED}
 
 
+def _env_id(text: str) -> str:
+    """An env argument: a registered id, or ``package.module:Env-v0`` / ``package.module:factory``
+    (:func:`agentrl.envs.register_env_ref`)."""
+    try:
+        agentrl.envs.register_env_ref(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if (text.partition(":")[2] if ":" in text else text) in gym.registry:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unknown environment {text!r}; registered: {', '.join(_env_table())} (your own: 'package.module:Env-v0' "
+        "registered on import, or 'package.module:factory', an env class or a function returning an env)")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     table = _env_table()
     width = max(map(len, table))
@@ -113,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                            parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
     sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
-    play.add_argument("env_id", choices=list(_env_table()))
+    play.add_argument("env_id", type=_env_id, help="a registered id (agentrl-env list) or package.module:factory")
     play.add_argument("--seed", type=int, default=None)
     play.add_argument("--env-kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)
@@ -124,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-dir", default=None, help="where the index is cached (default ~/.cache/agentrl)")
     serve.set_defaults(func=cmd_serve_retriever)
     env_server = sub.add_parser("serve", help="serve an environment to other frameworks (docs/bridges/openenv.md)")
-    env_server.add_argument("env_id", choices=list(_env_table()))
+    env_server.add_argument("env_id", type=_env_id, help="a registered id (agentrl-env list) or package.module:factory")
     protocol = env_server.add_mutually_exclusive_group(required=True)
     protocol.add_argument("--openenv", action="store_true", help="as an OpenEnv server (needs the [openenv] extra)")
     env_server.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 to serve other machines)")

@@ -1,5 +1,6 @@
 """agentrl-env: list the environments and play one from the terminal."""
 
+import os
 import subprocess
 import sys
 
@@ -38,3 +39,19 @@ def test_play_reports_invalid_replies_and_eof():
     assert "reward -0.10" in out.stdout
     out = run_cli("play", "AgentRL/ToolUse-v0", "--seed", "0", stdin="")
     assert out.returncode == 1 and "episode abandoned" in out.stdout
+
+
+def test_play_an_unregistered_env_factory_by_module_reference(tmp_path):
+    (tmp_path / "my_play_env.py").write_text(
+        "from agentrl.envs.tool_use import ToolUseEnv\n\n\ndef make(**kw):\n    return ToolUseEnv(families=['multiply'], **kw)\n")
+    env = ToolUseEnv(families=["multiply"])
+    env.reset(seed=3)
+    stdin = "".join(r + "\n.\n" for r in env.demo_actions(env.task))
+    out = subprocess.run([sys.executable, "-m", "agentrl.envs.cli", "play", "my_play_env:make", "--seed", "3"],
+                         input=stdin, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr  # was refused: env_id had to be one of the registered ids
+    assert env.task["query"] in out.stdout and "correct True" in out.stdout
+    out = run_cli("play", "AgentRL/ToolUsee-v0")
+    assert out.returncode == 2 and "unknown environment 'AgentRL/ToolUsee-v0'" in out.stderr
+    assert "package.module:factory" in out.stderr
