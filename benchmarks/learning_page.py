@@ -533,7 +533,8 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
                ledger: Path = LEDGER, out: Path | None = None, readme: Path | None = None) -> Path:
     """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
     data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite its
-    generated summary block (:func:`update_readme`; ``--page`` passes README.md)."""
+    generated summary block (:func:`update_readme`; ``--page`` passes README.md) and the learning section of
+    docs/results.md (``benchmarks/run_all.py``'s ``refresh_learning``)."""
     from agentrl.algos.evaluation.ledger import read
 
     suffix = "_quick" if quick else ""
@@ -564,6 +565,11 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
     path.write_text("\n".join(lines), encoding="utf-8")
     if readme is not None and not quick:
         update_readme(readme, data)
+        results_page = ROOT / "docs" / "results.md"
+        if results_page.is_file() and results.resolve() == (ROOT / "docs" / "results").resolve():
+            import run_all  # its learning section embeds this page's tables
+
+            run_all.refresh_learning(results_page)
     return path
 
 

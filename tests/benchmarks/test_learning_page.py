@@ -30,6 +30,15 @@ def test_the_readme_summary_is_the_one_the_committed_data_gives():
         "--page and commit README.md with the data")
 
 
+def test_the_results_page_embeds_the_committed_learning_page():
+    run_all = load_benchmark("run_all")
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    embedded = text.split(run_all.LEARNING_HEADING, 1)[1].strip()
+    assert embedded == "\n".join(run_all.learning_sections(ROOT / "docs")).strip(), (
+        "docs/results.md's learning section differs from docs/results/learning.md: run python benchmarks/learning.py "
+        "--page (it rewrites both) and commit them")
+
+
 def _scores(path: Path, correct: list[int], family="add") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"family": family, "id": f"t{i}", "n": 1, "score": float(c)}) + "\n"
