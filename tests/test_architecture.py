@@ -316,3 +316,20 @@ def test_relative_links_in_readme_and_docs_point_at_files():
             if "://" not in target and not target.startswith("mailto:") and not (f.parent / target).exists():
                 broken.append(f"{f.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_doc_test_paths_exist():
+    """Every `tests/....py` (and `tests/....py::name`) that README.md or docs/ names exists (docs/results/archive/
+    keeps old figures verbatim and is not checked)."""
+    archive = ROOT / "docs" / "results" / "archive"
+    broken = []
+    for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        if archive in f.parents:
+            continue
+        for m in re.finditer(r"(?<![\w/.-])(tests/[\w./-]+?\.py)(?:::(\w+))?", f.read_text(encoding="utf-8")):
+            path, name = ROOT / m.group(1), m.group(2)
+            if not path.is_file():
+                broken.append(f"{f.relative_to(ROOT)} -> {m.group(0)} (no such file)")
+            elif name and not re.search(rf"^\s*(?:async\s+)?def {name}\b", path.read_text(encoding="utf-8"), re.M):
+                broken.append(f"{f.relative_to(ROOT)} -> {m.group(0)} (no def {name} in {m.group(1)})")
+    assert not broken, "point these at the test files that exist now:\n" + "\n".join(broken)
