@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,8 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_d
         from agentrl.algos.policy.engine import start_engine_policy
 
         return start_engine_policy(model, engine=args.engine, run_dir=run_dir, lora_rank=lora_rank,
-                                   dtype=args.dtype, python=args.engine_python, adapter_dir=args.adapter_dir)
+                                   dtype=args.dtype, python=args.engine_python, adapter_dir=args.adapter_dir,
+                                   extra_args=shlex.split(args.engine_args or ""), record_dir=record_dir)
     name = args.policy or ("openai" if args.policy_url else "hf")
     if name == "hf":
         if args.policy_url:
@@ -304,6 +306,8 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
                         "the model is exported to a model folder first (docs/engines.md)")
     p.add_argument("--engine-python", help=f"the engine's python (default ${VLLM_PYTHON_ENV}, else "
                                            f"{VLLM_VENV}/bin/python)")
+    p.add_argument("--engine-args", help="more flags for the --engine server, one string (e.g. "
+                                         "'--gpu-memory-utilization 0.4' on a GPU the trainer shares)")
 
 
 def _json_object(text: str) -> dict[str, Any]:

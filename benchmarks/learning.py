@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         from agentrl.algos.policy.engine import start_engine_policy
 
         policy = start_engine_policy(cfg.model, engine=args.engine, run_dir=out, lora_rank=cfg.lora.r,
-                                     dtype=cfg.dtype, python=args.engine_python)
+                                     dtype=cfg.dtype, python=args.engine_python, record_dir=out)
     try:
         return _run(args, argv, cfg, out, name, started, t0, policy)
     finally:

@@ -289,13 +289,16 @@ def adapter_rank(path: str | Path) -> int:
 def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path | None = None, tokenizer=None,
                         lora_rank: int = 16, dtype: str | None = "auto", python: str | None = None,
                         adapter_dir: str | None = None, extra_args: Sequence[str] = (),
-                        startup_timeout_s: float = 600.0) -> EnginePolicy:
+                        startup_timeout_s: float = 600.0, record_dir: str | Path | None = None) -> EnginePolicy:
     """Start ``engine`` serving ``model`` (exported to a model folder first when it is not one:
     :func:`~agentrl.algos.models.export.engine_model_dir`) and return the policy that samples through it.
 
     The server's log is ``run_dir/vllm.log`` (default: a temporary folder); ``lora_rank`` sets its largest
-    adapter rank. Closing the policy stops the server. Raises ``FileNotFoundError`` when vLLM is not installed
-    and ``RuntimeError`` when it does not start (with its log tail)."""
+    adapter rank; ``extra_args`` are more server flags (e.g. ``["--gpu-memory-utilization", "0.4"]``);
+    ``record_dir``: the :class:`~agentrl.algos.policy.openai.OpenAIPolicy` option (a run's folder: the adapters
+    it saves go there, not to a temporary folder). Closing the policy stops the server. Raises
+    ``FileNotFoundError`` when vLLM is not installed and ``RuntimeError`` when it does not start (with its log
+    tail)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     from agentrl.algos.models import load_tokenizer
@@ -309,7 +312,8 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
                         startup_timeout_s=startup_timeout_s).start()
     try:
         policy = EnginePolicy.connect(server.url, tokenizer if tokenizer is not None else load_tokenizer(model),
-                                      model=served, lora_api="vllm", adapter_dir=adapter_dir)
+                                      model=served, lora_api="vllm", adapter_dir=adapter_dir,
+                                      record_dir=record_dir)
     except BaseException:
         server.stop()
         raise

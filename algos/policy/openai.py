@@ -60,7 +60,9 @@ class OpenAIPolicy(Policy):
         record_dir: when set, ``record_dir/served-adapters-r{rank}.txt`` lists the adapters this policy has loaded on
             the server and not unloaded yet (deleted by :meth:`close`). A process killed before :meth:`close` leaves
             it behind; the next policy given the same folder (``agentrl train --resume`` of that run) unloads the
-            adapters it names before it loads its first, so a killed run does not leave them on the server.
+            adapters it names before it loads its first, so a killed run does not leave them on the server. The
+            adapters this policy saves go to ``record_dir/served-adapters-r{rank}/`` (unless ``adapter_dir`` is
+            given) rather than a temporary folder, so a killed run's are deleted by the next policy too.
     """
 
     def __init__(self, base_url: str, model: str, tokenizer, *, max_concurrency: int = 64, timeout_s: float = 600.0,
@@ -89,6 +91,9 @@ class OpenAIPolicy(Policy):
         self._adapter_path: str | None = None
         self.record_path = Path(record_dir) / f"served-adapters-r{rank}.txt" if record_dir is not None else None
         """The file listing the adapters this policy has loaded and not unloaded (None: not recorded)."""
+        self._recorded_dir = self.record_path.with_suffix("") if self.record_path is not None else None
+        if self.adapter_dir is None and self._recorded_dir is not None:
+            self.adapter_dir = str(self._recorded_dir)
         self._left_over = self._read_record()
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-policy")
 
@@ -181,6 +186,9 @@ class OpenAIPolicy(Policy):
                 continue
             if r.status_code == 200:
                 logger.info("unloaded adapter %s, left on %s by a killed run", name, self.base_url)
+        if self._recorded_dir is not None:  # their folders, saved by the killed run's policy
+            for name in left:
+                shutil.rmtree(self._recorded_dir / name.replace("/", "--"), ignore_errors=True)
         self._write_record([])
 
     def _switch_adapter(self, name: str, path: Path, *, owned: bool) -> None:
@@ -314,6 +322,8 @@ class OpenAIPolicy(Policy):
         if self._left_over:  # a predecessor's adapters, when this policy never loaded one
             self._unload_left_over()
         self._write_record([])
+        if self._recorded_dir is not None:  # this rank's adapter folders: none is loaded any more
+            shutil.rmtree(self._recorded_dir, ignore_errors=True)
         self._pool.shutdown(wait=False)
 
 

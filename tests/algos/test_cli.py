@@ -257,3 +257,15 @@ def _bundled(name):
 
     text = files("agentrl.envs.search").joinpath(name).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_engine_args_and_the_run_folder_reach_the_managed_engine(monkeypatch, tmp_path):
+    import agentrl.algos.policy.engine as engine
+
+    seen = {}
+    monkeypatch.setattr(engine, "start_engine_policy", lambda model, **kw: seen.update(model=model, **kw) or "policy")
+    args = cli.build_parser().parse_args(["train", "--algo", "grpo", "--engine", "vllm",
+                                          "--engine-args", "--gpu-memory-utilization 0.4 --enforce-eager"])
+    assert cli._policy_for(args, "m", run_dir=tmp_path, lora_rank=8, record_dir=tmp_path) == "policy"
+    assert seen["extra_args"] == ["--gpu-memory-utilization", "0.4", "--enforce-eager"]
+    assert seen["record_dir"] == tmp_path and seen["run_dir"] == tmp_path and seen["lora_rank"] == 8

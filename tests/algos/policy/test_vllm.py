@@ -172,6 +172,7 @@ def test_a_killed_run_resumes_on_the_same_server(server, model_dir, tmp_path):
             proc.wait(30)
     killed = adapter_loads(server.log_path, start)
     assert killed and len(served_models(server.url)) > 1  # its adapter is still there
+    assert any((run / "served-adapters-r0").iterdir())  # and its folder, in the run (was: a /tmp folder, never freed)
     assert latest_checkpoint(run).name != "step-000003"
     resumed = subprocess.run([sys.executable, "-c", _CLI, *args, "--resume"], env=_cli_env(), capture_output=True,
                              text=True, timeout=600)
