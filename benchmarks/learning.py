@@ -73,7 +73,8 @@ if str(HERE) not in sys.path:
 #: Short names used for the output files.
 NAMES = {"AgentRL/ToolUse-v0": "tooluse", "AgentRL/Search-v0": "search", "AgentRL/PythonMath-v0": "pythonmath"}
 #: The fixed held-out set every evaluation of an env uses by default (``benchmarks/heldout/<name>.jsonl``): the v2
-#: sets of issue 28. The v1 sets (the names of NAMES) are burnt: settings were chosen on them.
+#: sets (ToolUse-v0's v3). The v1 sets (the names of NAMES) were the first; settings were chosen on them, and they
+#: are kept to re-derive old figures.
 HELDOUT = {"AgentRL/ToolUse-v0": "tooluse_v3", "AgentRL/Search-v0": "search_v2",
            "AgentRL/PythonMath-v0": "pythonmath_v2"}
 
@@ -87,10 +88,10 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
          "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
     ),
     "AgentRL/Search-v0": (
-        # rl_steps 32 (session 7; was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, now 33.8 -> 37.6), chosen before running
-        # as "a longer RL budget", not tuned on the dev questions. Tried in session 8 and not kept: env_kwargs
+        # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as "a
+        # longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
         # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1 against
-        # 68.8% / 37.6 on the burnt v1 set (docs/results/archive/learning_search_balanced.md).
+        # 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md).
         {"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32,
          "rl_tasks_per_step": 4, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
         {"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
