@@ -14,11 +14,13 @@ trained on) with a per-environment preset, then adds:
   Average@4 / Pass@4 (4 samples per task at temperature 0.7), per tier and family, with the tool-use and
   self-correction rates.
 
-Every evaluation uses the env's fixed held-out set (:data:`HELDOUT`: ``benchmarks/heldout/<env>_v2.jsonl``;
+Every evaluation uses the env's fixed held-out set (:data:`HELDOUT`: ``tooluse_v3``, ``search_v2``, ``pythonmath_v2`` in
+``benchmarks/heldout/``;
 ``benchmarks/heldout.py``: written before any tuning, from positions no earlier experiment evaluated, no question
 text shared with the train split; ``--quick`` takes its first rows), set as ``MainJobConfig.eval_tasks_file``.
-``--heldout NAME`` picks another committed set of the env — the burnt v1 sets (``tooluse``, ``search``,
-``pythonmath``), to re-derive a figure measured on them, never to report a new one; ``eval_tasks_file=...`` any file.
+``--heldout NAME`` picks another committed set of the env — the first (v1) sets (``tooluse``, ``search``,
+``pythonmath``), on which settings were chosen, to re-derive a figure measured on them, never to report a new one;
+``eval_tasks_file=...`` any file.
 
 Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command), copies the
 training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
@@ -38,16 +40,18 @@ its log in ``<out>/vllm.log``) and stops at exit, also on an error; the SFT trai
 records its own peak RSS), copies the comparison's data, then regenerates ``docs/results/learning.md``
 (``benchmarks/learning_page.py``) from the committed data; ``--page`` only regenerates that page.
 
-    python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (~30-45 min)
+    python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (26 min*)
     python benchmarks/learning.py --quick                      # CI-sized budgets (a smoke test, not a result)
-    python benchmarks/learning.py --env AgentRL/Search-v0      # ~26 min (32 GRPO steps of 4 x 4)
+    python benchmarks/learning.py --env AgentRL/Search-v0      # 32 min* (32 GRPO steps of 4 x 4)
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
     python benchmarks/learning.py --variant vllm --engine vllm --no-control   # rollouts and evals through vLLM
-    python benchmarks/learning.py --heldout tooluse            # an old figure, on the burnt v1 set
+    python benchmarks/learning.py --heldout tooluse            # an old figure, on the first (v1) set
     python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
     python benchmarks/learning.py --page                       # the page from docs/results/data and the ledger
+
+(* measured on a 2-core Xeon with AMX; each run's own time is on its results page.)
 """
 
 from __future__ import annotations
@@ -428,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-control", action="store_true",
                     help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
     ap.add_argument("--heldout", metavar="NAME",
-                    help="the env's committed held-out set to evaluate on (default its v2 set, HELDOUT; the burnt v1 "
-                         "sets tooluse/search/pythonmath only to re-derive old figures)")
+                    help="the env's committed held-out set to evaluate on (default HELDOUT: tooluse_v3, search_v2, "
+                         "pythonmath_v2; the first sets tooluse/search/pythonmath only to re-derive old figures)")
     ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
     ap.add_argument("--data", help="where the run's committed data goes, read by --page (default <results>/data)")
