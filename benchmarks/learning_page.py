@@ -324,7 +324,9 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
     title, name = SECTIONS[env]
     variant = (run or {}).get("variant")
     if variant:
-        title = (f"{env.split('/')[-1]}, variant `{variant}`: `{' '.join(run.get('overrides') or [])}`")
+        overrides = " ".join(run.get("overrides") or [])
+        title = (f"{env.split('/')[-1]}, variant `{variant}`" + (f": `{overrides}`" if overrides else "")
+                 + (f" (sampled by {run['engine']})" if run.get("engine") else ""))
     lines = [f"## {title}", ""]
     if run is None:
         cmd = f"python benchmarks/learning.py --env {env}{' --quick' if quick else ''}"
