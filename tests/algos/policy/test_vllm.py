@@ -108,6 +108,22 @@ def test_eval_with_engine_equals_the_in_process_greedy_eval(greedy_dir, tasks_fi
         requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
+def test_train_with_engine_starts_trains_through_and_stops_its_server(model_dir, tmp_path):
+    """``agentrl train --engine vllm``: one command starts the server (log in the run folder), samples every
+    rollout there with the trainer's adapter hot-swapped, and leaves neither the server nor adapter folders."""
+    run = tmp_path / "run"
+    assert _train(run, model_dir, tmp_path, "--engine", "vllm", "--engine-args", "--max-num-seqs 32") == 0
+    assert [r["step"] for r in _episodes(run / "metrics.jsonl")] == [1, 2]
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    log = (run / "vllm.log").read_text()
+    assert "--max-num-seqs 32" in log and "--enable-lora" in log  # --engine-args reached the server
+    assert len(adapter_loads(run / "vllm.log", 0)) == 3  # the start, then after each optimizer step
+    assert not list(run.glob("served-adapters-r*"))
+    port = log.split("--port ", 1)[1].split()[0]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
 def test_grpo_hot_swaps_its_adapter_on_the_engine(server, model_dir, tmp_path, monkeypatch, capsys):
     swaps = record_adapter_swaps(monkeypatch, server.url)
     run = tmp_path / "run"
