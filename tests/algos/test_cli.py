@@ -172,36 +172,15 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
 
 
 FACTORY_MODULE = """
-from agentrl.envs.core import TextEnv
-from agentrl.envs.parsing import ParsedAction
-from agentrl.envs.tools import ToolSet
+from helpers import ScoreEnv
+
+from agentrl.envs import Rewards
 
 
-class _AnyAnswer:
-    def parse(self, text):
-        return ParsedAction(kind="answer", answer=text)
-
-    def format_instructions(self):
-        return "Reply with anything."
-
-    def describe_tools(self, schemas):
-        return ""
-
-
-class _Quiet(TextEnv):
-    def __init__(self, query):
-        super().__init__(tools=ToolSet([]), parser=_AnyAnswer())
-        self.query = query
-
-    def sample_task(self, rng):
-        return {"id": str(int(rng.integers(100))), "query": self.query}
-
-    def score(self, answer, task):
-        return float(answer.strip() == ""), answer.strip() == ""
-
-
-def make_quiet_env(query="Say nothing."):
-    return _Quiet(query)
+def make_scored_env(invalid=-0.1):
+    env = ScoreEnv()
+    env.rewards = Rewards(invalid=invalid)  # what a reply cut off by its token budget earns
+    return env
 """
 
 
@@ -209,18 +188,20 @@ def test_an_unregistered_env_factory_trains_and_evaluates_by_module_reference(ti
                                                                               capsys, request):
     import agentrl.envs
 
-    (tmp_path / "my_quiet_env.py").write_text(FACTORY_MODULE)
+    (tmp_path / "my_scored_env.py").write_text(FACTORY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(agentrl.envs, "_ADDED", {})
-    request.addfinalizer(lambda: gym.registry.pop("make_quiet_env", None))
-    env = "my_quiet_env:make_quiet_env"
+    request.addfinalizer(lambda: gym.registry.pop("make_scored_env", None))
+    env = "my_scored_env:make_scored_env"
     run = tmp_path / "run"
     assert cli.main(["train", "--algo", "grpo", "--env", env, "--model", str(tiny_dir), "--out", str(run),
-                     "--env-kwargs", '{"query": "Be quiet."}', "steps=1", "tasks_per_step=2", "group_size=2",
+                     "--env-kwargs", '{"invalid": -0.25}', "steps=1", "tasks_per_step=2", "group_size=2",
                      "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
     assert (run / "adapter" / "adapter_config.json").is_file()
+    [record] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert record["reward/mean"] == -0.25  # 4-token replies never finish: the factory's kwarg set their reward
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Be quiet."}) for i in range(3)) + "\n")
+    tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say something."}) for i in range(3)) + "\n")
     out = tmp_path / "eval.jsonl"
     assert cli.main(["eval", "--env", env, "--model", str(tiny_dir), "--adapter", str(run / "adapter"),
                      "--tasks-file", str(tasks), "--max-new-tokens", "4", "--out", str(out), "--dtype", "fp32"]) == 0
