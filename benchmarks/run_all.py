@@ -53,6 +53,8 @@ BENCHMARKS: dict[str, str] = {
                  "de-quantizing the GGUF.",
     "merge_memory": "Peak extra memory of a sampler refresh: LoRA merged layer by layer vs the whole-dict merge; "
                     "decode speed of a shared-weights sampler vs a merged copy.",
+    "vllm_cpu_binding": "vLLM CPU build on a small machine: sampled tokens/s with vLLM's own thread binding vs the "
+                        "managed engine's (every CPU).",
 }
 
 #: Arguments for ``--quick`` (CI-sized) runs.
@@ -67,6 +69,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "async_vs_sync": ["--quick"],
     "merge_memory": ["--quick"],
     "load_time": ["--repeats", "1"],
+    "vllm_cpu_binding": ["--requests", "8", "--tokens", "32", "--repeats", "1"],
 }
 
 #: Arguments for ``--full`` runs (the sizes the issues' targets name).
