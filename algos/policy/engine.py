@@ -109,8 +109,8 @@ def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
     """The CPU build's thread binding on a small machine: all usable CPUs, none reserved.
 
     vLLM's ``VLLM_CPU_OMP_THREADS_BIND=auto`` reserves one core for its scheduler; on a 2-core machine that halves the
-    cores that sample, while the scheduler mostly waits (measured on a 2-core Xeon: 494 -> 646 sampled tokens/s, 32
-    requests x 200 tokens). Machines with more than :data:`SMALL_MACHINE_CPUS` usable CPUs keep vLLM's default, and
+    cores that sample, while the scheduler mostly waits (``benchmarks/vllm_cpu_binding.py`` measures both bindings).
+    Machines with more than :data:`SMALL_MACHINE_CPUS` usable CPUs keep vLLM's default, and
     a ``VLLM_CPU_OMP_THREADS_BIND`` of the caller's is never replaced. GPU builds ignore both variables."""
     if "VLLM_CPU_OMP_THREADS_BIND" in env:
         return {}
