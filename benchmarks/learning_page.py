@@ -237,9 +237,12 @@ ENGINE_COLUMNS = (("reward/mean", "reward (this run)", "{:.3f}"), ("train/logpro
                   ("train/is_clipped_frac", "IS clipped, fraction", "{:.4f}"), ("time/rollout", "rollout s", "{:.0f}"))
 
 
-def _metrics(exp_dir: Path, stage: str = "grpo") -> list[dict[str, Any]]:
-    path = exp_dir / "metrics" / f"{stage}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+def _grpo_metrics(exp_dir: Path) -> list[dict[str, Any]]:
+    """The committed GRPO metrics of a run (``metrics/grpo.jsonl``), one record per step; none without the file."""
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    path = exp_dir / "metrics" / "grpo.jsonl"
+    return read_metrics(path) if path.is_file() else []
 
 
 def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None,
@@ -247,47 +250,49 @@ def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, A
     """An engine run's GRPO stage beside the in-process plain recipe's, step by step, from both runs' committed
     metrics: the training reward of each, and the engine run's sampler/trainer log-probability gap and truncated
     importance weights (``train/*``). ``plot``: also draw both reward curves and the gap there (a PNG)."""
-    mine = _metrics(exp_dir)
+    mine = _grpo_metrics(exp_dir)
     if not run.get("engine") or not mine:
         return []
-    theirs = {m["step"]: m for m in _metrics(plain[1])} if plain else {}
-    other = "reward (in process)" if theirs else None
-    head = ["step", *([other] if other else []), *(title for _, title, _ in ENGINE_COLUMNS)]
+    theirs = {m["step"]: m for m in _grpo_metrics(plain[1])} if plain else {}
+    head = ["step", *(["reward (in process)"] if theirs else []), *(title for _, title, _ in ENGINE_COLUMNS)]
     lines = [f"GRPO, step by step, sampled by the {run['engine']} server (this run) and in process (the plain "
              "recipe's run, its own cold start): training reward of each step's rollouts; the log-probability "
              "gap |sampler - trainer| per token and the truncated importance weights of this run "
              "([docs/engines.md](../engines.md)):", "", "| " + " | ".join(head) + " |",
              "|" + "---:|" * len(head)]
     for m in mine:
-        cells = [str(m["step"])] + ([f"{theirs[m['step']]['reward/mean']:.3f}" if m["step"] in theirs else "-"]
-                                    if other else [])
+        cells = [str(m["step"])]
+        if theirs:
+            cells.append(f"{theirs[m['step']]['reward/mean']:.3f}" if m["step"] in theirs else "-")
         cells += [fmt.format(m[key]) if key in m else "-" for key, _, fmt in ENGINE_COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     if plot is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, (ax, gap) = plt.subplots(1, 2, figsize=(10, 3.6))
-        ax.plot([m["step"] for m in mine], [m["reward/mean"] for m in mine], marker="o", label=f"{run['engine']} server")
-        if theirs:
-            steps = sorted(theirs)
-            ax.plot(steps, [theirs[k]["reward/mean"] for k in steps], marker="s", label="in process")
-        ax.set(xlabel="GRPO step", ylabel="training reward (mean)", title="reward of each step's rollouts")
-        ax.legend()
-        gap.plot([m["step"] for m in mine], [m.get("train/logprob_gap", float("nan")) for m in mine], marker="o",
-                 label="mean")
-        gap.plot([m["step"] for m in mine], [m.get("train/logprob_gap_max", float("nan")) for m in mine], marker=".",
-                 label="max")
-        gap.set(xlabel="GRPO step", ylabel="|log p sampler - log p trainer|", yscale="log",
-                title=f"{run['engine']} vs trainer, per token")
-        gap.legend()
-        fig.tight_layout()
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(plot, dpi=100, metadata={"Software": None})
-        plt.close(fig)
+        _plot_engine_training(run["engine"], mine, theirs, plot)
     return lines + [""]
+
+
+def _plot_engine_training(engine: str, mine: list[dict[str, Any]], theirs: dict[int, dict[str, Any]],
+                          path: Path) -> None:
+    """Both runs' training reward per step (left) and the engine run's logprob gap, mean and max (right)."""
+    from agentrl.algos.evaluation.plot import _pyplot
+
+    plt = _pyplot()
+    steps = [m["step"] for m in mine]
+    fig, (ax, gap) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax.plot(steps, [m["reward/mean"] for m in mine], marker="o", label=f"{engine} server")
+    if theirs:
+        ax.plot(sorted(theirs), [theirs[k]["reward/mean"] for k in sorted(theirs)], marker="s", label="in process")
+    ax.set(xlabel="GRPO step", ylabel="training reward (mean)", title="reward of each step's rollouts")
+    ax.legend()
+    for key, marker, label in (("train/logprob_gap", "o", "mean"), ("train/logprob_gap_max", ".", "max")):
+        gap.plot(steps, [m.get(key, float("nan")) for m in mine], marker=marker, label=label)
+    gap.set(xlabel="GRPO step", ylabel="|log p sampler - log p trainer|", yscale="log",
+            title=f"{engine} vs trainer, per token")
+    gap.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
 
 
 def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, Any]]]:

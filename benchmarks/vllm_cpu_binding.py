@@ -26,6 +26,7 @@ import statistics
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 
 def measure(env: dict[str, str], args) -> tuple[float, str]:
@@ -33,13 +34,8 @@ def measure(env: dict[str, str], args) -> tuple[float, str]:
     from agentrl.algos.models.export import engine_model_dir
     from agentrl.algos.policy.engine import VLLMEngine
 
-    saved = {k: os.environ.get(k) for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # the server's environment is this process's, plus the binding
         engine = VLLMEngine(engine_model_dir(args.model), max_lora_rank=None).start()
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
     def complete(i: int) -> int:
         body = json.dumps({"model": engine.served_model_name, "prompt": f"Story {i}: a long tale of tools.",

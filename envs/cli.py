@@ -66,7 +66,7 @@ def _read_reply(prompt: str) -> str | None:
 
 def cmd_play(args: argparse.Namespace) -> int:
     kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
-    env = gym.make(agentrl.envs.register_env_ref(args.env_id), **kwargs)
+    env = gym.make(args.env_id, **kwargs)  # a module:factory id was registered by _env_id
     obs, info = env.reset(seed=args.seed)
     print(f"=== {args.env_id} · task {info['task_id']} ===")
     print(f"--- system ---\n{info['messages'][0]['content']}\n")

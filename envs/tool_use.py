@@ -40,10 +40,10 @@ from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 ITEMS = 99
 #: The largest ``items`` the in-memory store holds.
 MAX_ITEMS = 999
-#: The in-memory store behind ``stock``: item ids t1 … t999 with fixed quantities (t99 holds 100). The default
-#: tasks ask about t1 … t99 only; ``items=999`` widens the question space of the stock families.
 #: ``call_credit_rule`` values: pay a reference call's credit at its turn, or once the episode goes on from it.
 CALL_CREDIT_RULES = ("each", "continued")
+#: The in-memory store behind ``stock``: item ids t1 … t999 with fixed quantities (t99 holds 100). The default
+#: tasks ask about t1 … t99 only; ``items=999`` widens the question space of the stock families.
 INVENTORY: dict[str, int] = {f"t{i}": (i * 37 + 11) % 190 + 5 for i in range(1, MAX_ITEMS + 1)} | {"t99": 100}
 
 _LENGTH_M = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mi": 1609.344, "ft": 0.3048, "in": 0.0254}
