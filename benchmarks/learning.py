@@ -1,7 +1,7 @@
 """Proof of learning: the main job (base -> SFT cold start -> GRPO -> eval) on held-out tasks, plus controls.
 
 For every environment this runs :func:`agentrl.algos.recipes.main_job.run_main_job` (read its docstring: base eval, a
-small SFT cold start, GRPO on the environment's full task mixture, eval; held-out tasks throughout, never
+small SFT cold start, GRPO on all of the environment's task families, eval; held-out tasks throughout, never
 trained on) with a per-environment preset, then adds:
 
 * **every env** — the same-run control: the cold-start adapter trained further with SFT on the same
@@ -565,7 +565,7 @@ def _run(args, argv, cfg, out: Path, name: str, started, t0: float, policy) -> i
         f"Cold start: SFT on {cfg.sft_demos} demonstrations of "
         f"{', '.join(cfg.sft_families) if cfg.sft_families else 'all task families'}"
         f"{f' of env {json.dumps(cfg.env_kwargs)}' if cfg.env_kwargs else ''}, {cfg.sft_steps} steps of "
-        f"{cfg.sft_batch_size}. RL: GRPO on the full task mixture, {cfg.rl_steps} steps of {cfg.rl_tasks_per_step} "
+        f"{cfg.sft_batch_size}. RL: GRPO on all task families, {cfg.rl_steps} steps of {cfg.rl_tasks_per_step} "
         f"tasks x {cfg.rl_group_size} samples, lr {cfg.rl_lr}, beta {cfg.grpo.beta}. Replies of at most "
         f"{cfg.max_new_tokens} tokens, {cfg.max_turns} turns.", "",
         results_table(rows), "",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import dataclasses
 import io
 import re
 import sys
@@ -21,68 +22,86 @@ PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos"}
 
 # ---------------------------------------------------------------------------------------------- a new algorithm
 
-TOY_SOURCE = '''
-"""REINFORCE with a group-mean baseline: the whole algorithm a third party writes."""
-from dataclasses import dataclass
-
-from agentrl.algos.objectives import Algorithm
-from agentrl.algos.objectives.batching import policy_gradient_rows
-from agentrl.algos.objectives.grpo import group_advantages
+#: The page that shows a new algorithm, and the file it shows in full (its code is the one the tests train).
+ALGORITHM_PAGE = ROOT / "docs" / "integration.md"
+ALGORITHM_FILE = "algos/objectives/reinforce.py"
 
 
-@dataclass
-class ToyConfig:
-    """Toy hyper-parameters."""
-
-    scale: float = 1.0
-    """Multiplies the loss."""
-
-
-class Toy(Algorithm):
-    config_class = ToyConfig
-    min_group_size = 2
-
-    def prepare(self, trajectories):
-        adv = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories], False)
-        items, stats = policy_gradient_rows(trajectories, adv)
-        return [[it] for it in items], stats
-
-    def loss(self, logprobs, ref_logprobs, batch):
-        per_token = -logprobs * batch["advantages"][:, None] * batch["weights"]
-        return self.config.scale * per_token.sum(), {"loss_tokens": int((batch["weights"] > 0).sum())}
-'''
+def documented_algorithm() -> tuple[str, str, str]:
+    """``(name, class name, source)`` of the algorithm ``docs/integration.md`` shows complete: the first
+    ```python block after the sentence naming ``algos/objectives/reinforce.py``, and the ``ALGORITHMS`` line
+    the page gives for it (``"reinforce": "agentrl.algos.objectives.reinforce:Reinforce"``)."""
+    page = ALGORITHM_PAGE.relative_to(ROOT)
+    text = ALGORITHM_PAGE.read_text(encoding="utf-8")
+    at = text.find(f"`{ALGORITHM_FILE}`")
+    assert at >= 0, f"{page} no longer names `{ALGORITHM_FILE}` before the algorithm it shows in full"
+    block = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M).search(text, at)
+    assert block, f"{page}: no ```python block after `{ALGORITHM_FILE}`"
+    source = block.group(1)
+    line = text.count("\n", 0, block.start()) + 2
+    try:
+        tree = ast.parse(source, filename=f"{page}:{line}")
+    except SyntaxError as e:
+        pytest.fail(f"{page}: the code of `{ALGORITHM_FILE}` (line {line}) is not valid Python: {e}")
+    module = "agentrl." + ALGORITHM_FILE.removesuffix(".py").replace("/", ".")
+    entry = re.search(rf'^\s*"(\w+)":\s*"{re.escape(module)}:(\w+)",?\s*$', text[block.end():], re.M)
+    assert entry, f"{page}: no ALGORITHMS line '\"<name>\": \"{module}:<Class>\",' after the code"
+    name, cls = entry.groups()
+    assert cls in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, \
+        f"{page}: the ALGORITHMS line names {cls}, which the code of `{ALGORITHM_FILE}` does not define"
+    return name, cls, source
 
 
 @pytest.fixture
-def toy_algorithm(tmp_path, monkeypatch):
-    """``toy_algo.py`` written to a folder on sys.path and registered by its ``module:Class`` path (undone after:
-    the test runs on a copy of the registry; TrainConfig is built first, so no ``toy.`` section outlives it)."""
+def documented_algorithm_registered(tmp_path, monkeypatch):
+    """The algorithm file of docs/integration.md written to ``reinforce_doc.py`` in a folder on sys.path and
+    registered under the page's name by its ``module:Class`` path (undone after: the test runs on a copy of
+    the registry; TrainConfig is built first, so no ``reinforce.`` section outlives it). Yields
+    ``(name, class name)``."""
     from agentrl.algos import objectives
     from agentrl.algos.training import config  # noqa: F401 - TrainConfig's sections: the built-ins only
 
-    (tmp_path / "toy_algo.py").write_text(TOY_SOURCE)
+    name, cls, source = documented_algorithm()
+    (tmp_path / "reinforce_doc.py").write_text(source, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(objectives, "ALGORITHMS", copy.deepcopy(objectives.ALGORITHMS))
-    objectives.register_algorithm("toy", "toy_algo:Toy")  # the one registry line
-    yield
-    sys.modules.pop("toy_algo", None)
+    objectives.register_algorithm(name, f"reinforce_doc:{cls}")  # the one registry line
+    yield name, cls
+    sys.modules.pop("reinforce_doc", None)
 
 
-def test_a_new_algorithm_is_one_file_and_one_registry_line(toy_algorithm, tokenizer, tmp_path):
+def test_a_new_algorithm_is_one_file_and_one_registry_line(documented_algorithm_registered, tokenizer, tmp_path):
+    """The algorithm docs/integration.md shows, as printed there: registered, it trains, takes its config
+    section, and appears in ``--algo``'s choices and the config reference."""
     from agentrl.algos import Trainer, cli, config_reference
 
-    trainer = Trainer(tiny_train_config(tmp_path, algo="toy"), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    name, cls = documented_algorithm_registered
+    trainer = Trainer(tiny_train_config(tmp_path, algo=name), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     [m] = trainer.train()
     assert trainer.global_step == 1 and m["train/optimizer_steps"] == 1 and m["train/loss_tokens"] > 0
-    assert type(trainer.algo).__name__ == "Toy" and trainer.algo.config.scale == 1.0
+    assert type(trainer.algo).__name__ == cls and type(trainer.algo).__module__ == "reinforce_doc"
+    assert type(trainer.algo).min_group_size == 2  # a group-mean baseline needs a group
+    config_class = type(trainer.algo).config_class
+    assert trainer.algo.config == config_class() and trainer.algo.config.scale == 1.0  # the default on the page
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if p.requires_grad)
+
+    # Its section takes overrides and survives the run's config.json (registered after TrainConfig was built).
+    from agentrl.algos import TrainConfig
+
+    tuned = TrainConfig.from_dict({"algo": name, name: {"scale": 0.5}})
+    assert tuned.algorithm_config().scale == 0.5 and TrainConfig.from_dict(tuned.to_dict()).algorithm_config().scale == 0.5
+    with pytest.raises(ValueError, match=rf"{name}\.scal\b"):
+        TrainConfig.from_dict({"algo": name, name: {"scal": 0.5}})
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         cli.main(["train", "--help"])
-    assert re.search(r"\{grpo,ppo,dpo,sft,toy\}", out.getvalue()), out.getvalue()
-    assert "## `ToyConfig`" in config_reference.config_docs() and "`toy.scale`" in config_reference.config_docs()
+    assert re.search(rf"\{{grpo,ppo,dpo,sft,{name}\}}", out.getvalue()), out.getvalue()
+    docs = config_reference.config_docs()
+    assert f"## `{config_class.__name__}`" in docs
+    for field in dataclasses.fields(config_class):  # each key with its meaning (the field's docstring)
+        assert re.search(rf"^\| `{name}\.{field.name}` \|.*\| [^|\s][^|]* \|$", docs, re.M), (field.name, docs)
 
 
 def test_an_unknown_algorithm_names_the_registered_ones(tmp_path):

@@ -100,7 +100,7 @@ class MainJobConfig:
     sft_lr: float = 5e-4
     """SFT learning rate."""
     rl_steps: int = 16
-    """GRPO optimizer steps on the full task mixture."""
+    """GRPO optimizer steps on all of the env's task families."""
     rl_tasks_per_step: int = 8
     """Tasks per GRPO step."""
     rl_group_size: int = 8
@@ -162,7 +162,7 @@ def sft_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainCon
 
 
 def rl_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
-    """The RL stage's TrainConfig (GRPO on the full task mixture with the main job's rollout settings);
+    """The RL stage's TrainConfig (GRPO on all of the env's task families with the main job's rollout settings);
     ``changes`` replace fields (e.g. ``algo="ppo"``, ``steps``, ``seed``)."""
     tc = TrainConfig(
         **_common(cfg), algo="grpo", out=str(out), steps=cfg.rl_steps, lr=cfg.rl_lr, env_kwargs=cfg.env_kwargs,

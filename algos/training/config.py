@@ -225,9 +225,25 @@ class TrainConfig:
                                  "its own merged copy, published after each step) or train synchronously (drop "
                                  "--async / asynchronous.enabled)")
 
+    @classmethod
+    def late_sections(cls) -> list[str]:
+        """Algorithms registered after this class was built: their sections have no field (see ``__getattr__``)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return [name for name in algorithm_names() if name not in fields]
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every key, the sections of late-registered algorithms included (so ``config.json`` resumes them)."""
+        late = {name: dataclasses.asdict(getattr(self, name)) for name in self.late_sections()}
+        return {**dataclasses.asdict(self), **late}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        return config_from_dict(cls, d)
+        """Checked like any config (:func:`~agentrl.algos.config.config_from_dict`); a late-registered algorithm's
+        section (``reinforce.scale=0.5`` after ``register_algorithm("reinforce", ...)``) is checked against its
+        config class too."""
+        late = set(cls.late_sections())
+        config = config_from_dict(cls, {k: v for k, v in d.items() if k not in late})
+        for name in late & d.keys():
+            default = algorithm_section(name)
+            config.__dict__[name] = config_from_dict(type(default), d[name], base=default, _prefix=f"{name}.")
+        return config

@@ -3,12 +3,14 @@
     pip install "agentrl-gym[train,trl]"
     python docs/examples/trl_environment_factory.py --model Qwen/Qwen2.5-0.5B-Instruct --steps 20
     python docs/examples/trl_environment_factory.py --tiny --steps 1     # random-init tiny model, offline smoke run
+    python docs/examples/trl_environment_factory.py --adapter runs/main/sft/adapter --steps 20  # a cold start
 
-TRL owns generation (its own tool-calling loop, parsing calls with the chat template), the GRPO loss, LoRA and
-logging; agentrl owns the task, the tools (exposed to TRL as typed methods with the env's own schemas), the
-never-raising tool execution and the outcome reward. The chat template must support tool calling (TRL checks);
-a model whose template does not (e.g. SmolLM2) gets TRL's ChatML-compatible Qwen2.5 template. Compare
-docs/examples/trl_grpo.py, which rolls out with agentrl's collector through ``rollout_func`` instead.
+TRL owns generation (its own tool-calling loop, parsing calls with the chat template), the GRPO loss, LoRA (a
+fresh one via ``peft_config``, or the ``--adapter`` it trains on) and logging; agentrl owns the task, the
+tools (exposed to TRL as typed methods with the env's own schemas), the never-raising tool execution and the
+outcome reward. The chat template must support tool calling (TRL checks); a model whose template does not
+(e.g. SmolLM2) gets TRL's ChatML-compatible Qwen2.5 template. Compare docs/examples/trl_grpo.py, which rolls
+out with agentrl's collector through ``rollout_func`` instead.
 """
 
 from __future__ import annotations
@@ -48,8 +50,16 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--prompts-per-step", type=int, default=2)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--max-completion-length", type=int, default=256, help="tokens of the whole multi-turn completion")
+    ap.add_argument("--adapter", help="train this PEFT LoRA adapter on instead of a fresh LoRA "
+                                      "(e.g. a cold start: runs/main/sft/adapter)")
     ap.add_argument("--out", default="runs/trl_environment_factory")
     args = ap.parse_args(argv)
+    if args.adapter:  # refused before anything loads, as `agentrl train --adapter` does
+        from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
+
+        check_adapter_folder(args.adapter)
+        if not args.tiny:  # the random-init tiny model is no checkpoint an adapter could name
+            check_adapter_base(args.adapter, args.model)
 
     import gymnasium as gym
     import numpy as np
@@ -65,6 +75,7 @@ def main(argv: list[str] | None = None):
         tasks_dataset,
     )
     from agentrl.algos.models import tiny_model
+    from agentrl.algos.models.lora import load_adapter
 
     if args.tiny:
         tokenizer = tool_calling_tokenizer(load_tokenizer(args.model))
@@ -75,6 +86,11 @@ def main(argv: list[str] | None = None):
         if len(tokenizer) > model.get_input_embeddings().num_embeddings:
             model.resize_token_embeddings(len(tokenizer))
     bf16 = str(next(model.parameters()).dtype) == "torch.bfloat16"
+    peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+    if args.adapter:  # TRL trains its LoRA weights; it refuses a PeftModel given with a peft_config
+        model = load_adapter(model, args.adapter, trainable=True)   # onto the resized base
+        peft_config = None
+        print(f"started from adapter {args.adapter}")
 
     # Tasks: any dicts the env's reset(options={"task": ...}) accepts; here drawn from the env itself.
     env = gym.make(args.env).unwrapped
@@ -87,7 +103,7 @@ def main(argv: list[str] | None = None):
         reward_funcs=[env_reward_func, env_correct_func],   # the env's outcome reward; correctness, logged
         train_dataset=tasks_dataset(tasks),                  # task column = each task as JSON
         environment_factory=environment_factory(args.env),        # one agentrl env per rollout, tools as methods
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=peft_config,                                   # a fresh LoRA, or None: --adapter's
         args=GRPOConfig(
             output_dir=args.out,
             use_cpu=True,                                          # drop on a GPU machine

@@ -4,8 +4,10 @@
     python docs/examples/trl_grpo.py --steps 20                 # ToolUse-v0, SmolLM2-135M-Instruct (bundled), CPU
     python docs/examples/trl_grpo.py --env AgentRL/Search-v0 --steps 20   # Search-R1's task, offline BM25 search
     python docs/examples/trl_grpo.py --tiny --steps 1           # a random-init tiny model: a 1-minute smoke run
+    python docs/examples/trl_grpo.py --adapter runs/main/sft/adapter --steps 20   # from a cold start
 
-TRL owns the optimisation (GRPO loss, LoRA via ``peft_config``, logging, checkpoints); agentrl owns the episodes:
+TRL owns the optimisation (GRPO loss, LoRA via ``peft_config``, or the ``--adapter`` it trains on, logging,
+checkpoints); agentrl owns the episodes:
 ``make_rollout_func`` plays each prompt's task in the env, token-exact across turns, and returns the env mask so
 tool output never enters the loss. See docs/integration.md, "Using our envs from another trainer (TRL)".
 """
@@ -28,8 +30,16 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--prompts-per-step", type=int, default=4)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--max-completion-length", type=int, default=128, help="tokens per reply")
+    ap.add_argument("--adapter", help="train this PEFT LoRA adapter on instead of a fresh LoRA "
+                                      "(e.g. a cold start: runs/main/sft/adapter)")
     ap.add_argument("--out", default="runs/trl_grpo")
     args = ap.parse_args(argv)
+    if args.adapter:  # refused before anything loads, as `agentrl train --adapter` does
+        from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
+
+        check_adapter_folder(args.adapter)
+        if not args.tiny:  # the random-init tiny model is no checkpoint an adapter could name
+            check_adapter_base(args.adapter, args.model)
 
     import gymnasium as gym
     import numpy as np
@@ -40,6 +50,7 @@ def main(argv: list[str] | None = None):
     from agentrl.algos import load_model, load_tokenizer
     from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
     from agentrl.algos.models import tiny_model
+    from agentrl.algos.models.lora import load_adapter
 
     if args.tiny:
         tokenizer = load_tokenizer(args.model)
@@ -47,6 +58,11 @@ def main(argv: list[str] | None = None):
     else:
         model, tokenizer = load_model(args.model)
     bf16 = str(next(model.parameters()).dtype) == "torch.bfloat16"
+    peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+    if args.adapter:  # TRL trains its LoRA weights; it refuses a PeftModel given with a peft_config
+        model = load_adapter(model, args.adapter, trainable=True)
+        peft_config = None
+        print(f"started from adapter {args.adapter}")
 
     # Tasks: any dicts the env's reset(options={"task": ...}) accepts; here drawn from the env's own train split.
     env = gym.make(args.env).unwrapped
@@ -59,7 +75,7 @@ def main(argv: list[str] | None = None):
         reward_funcs=env_reward_func,                       # the env's outcome reward
         train_dataset=tasks_dataset(tasks),                 # prompt column = each task as JSON
         rollout_func=make_rollout_func(args.env),           # multi-turn episodes through agentrl's collector
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=peft_config,                            # a fresh LoRA, or None: --adapter's
         args=GRPOConfig(
             output_dir=args.out,
             use_cpu=True,                                    # drop on a GPU machine

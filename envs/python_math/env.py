@@ -230,7 +230,7 @@ class PythonMathEnv(CodeToolEnv):
         return sample_task(rng, self.split, self.families, self.tiers)
 
     def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """The first ``n`` generated problems of the ``test`` split of this env's mixture: ``families`` when
+        """The first ``n`` generated problems of the ``test`` split of this env's task families: ``families`` when
         given, else ``tiers``, else all tiers (``DEFAULT_TIERS``). ``seed`` is unused: the split is fixed."""
         if self.families:
             return make_tasks(n, split="test", families=self.families)

@@ -236,7 +236,7 @@ def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
 # ---------------------------------------------------------------------------------------------- tiers
 
 
-def test_every_tier_has_families_and_the_default_mixture_draws_all_tiers_evenly():
+def test_every_tier_has_families_and_the_default_distribution_draws_all_tiers_evenly():
     assert set(TIERS) == set(FAMILIES) and {FAMILIES[f].tier for f in FAMILIES} == set(DEFAULT_TIERS) == {1, 2, 3}
     tasks = make_tasks(600, "train")
     counts = {t: sum(task["tier"] == t for task in tasks) for t in DEFAULT_TIERS}
