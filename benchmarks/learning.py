@@ -516,9 +516,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args, argv, cfg, out: Path, name: str, started, t0: float, policy) -> int:
     """The experiment after its configuration: the main job, the controls, the page and its data."""
+    import learning_page
+
     import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.evaluation.plot import plot_eval
     from agentrl.algos.evaluation.report import results_table
+    from agentrl.algos.evaluation.run_log import read_metrics
     from agentrl.algos.recipes.main_job import run_main_job
 
     result = run_main_job(cfg, resume=True, policy=policy)
@@ -583,6 +586,8 @@ def _run(args, argv, cfg, out: Path, name: str, started, t0: float, policy) -> i
                         f"{saw}):", "", families, ""]
     if tiers:
         lines[-1:-1] = ["Per tier (Average@N):", "", tiers, ""]
+    if (out / "grpo" / "metrics.jsonl").is_file():
+        lines[-1:-1] = learning_page.signal_table(read_metrics(out / "grpo"))
     if "RL text-only (GRPO)" in by:
         lines.append(f"Code interpreter vs text-only, both after RL: "
                      f"{100 * (rl.average_at_n - by['RL text-only (GRPO)'].average_at_n):+.1f} points of Average@{n}.")

@@ -271,6 +271,34 @@ def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, A
     return lines + [""]
 
 
+def signal_table(steps: list[dict[str, Any]]) -> list[str]:
+    """Where GRPO's learning signal was, per task family, from a GRPO stage's metrics (one record per step) and
+    their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups sampled, those whose rewards differed
+    (the only ones a group-relative advantage learns from), and the rollouts' success in the first and last
+    quarter of the steps. Empty for runs logged before those metrics existed."""
+    families = sorted({k.split("@", 1)[1] for m in steps for k in m if k.startswith("family/groups@")})
+    if not families:
+        return []
+    quarter = max(1, len(steps) // 4)
+    lines = ["Where GRPO's signal was, per task family (training rollouts; a group teaches only when its samples' "
+             "rewards differ):", "", "| Family | groups | with a signal | rollout success, first / last quarter |",
+             "|---|---:|---:|---|"]
+
+    def success(part: list[dict[str, Any]], family: str) -> str:
+        # the mean over the quarter's trajectories of that family (each step's rate weighted by its groups)
+        pairs = [(m[f"family/correct@{family}"], m[f"family/groups@{family}"]) for m in part
+                 if f"family/groups@{family}" in m]
+        n = sum(g for _, g in pairs)
+        return f"{sum(c * g for c, g in pairs) / n:.0%}" if n else "-"
+
+    for f in families:
+        groups = sum(m.get(f"family/groups@{f}", 0) for m in steps)
+        signal = sum(m.get(f"family/signal_groups@{f}", 0) for m in steps)
+        lines.append(f"| {f} | {groups:.0f} | {signal:.0f} ({signal / groups:.0%}) | "
+                     f"{success(steps[:quarter], f)} / {success(steps[-quarter:], f)} |")
+    return lines + [""]
+
+
 def _plot_engine_training(engine: str, mine: list[dict[str, Any]], theirs: dict[int, dict[str, Any]],
                           path: Path) -> None:
     """Both runs' training reward per step (left) and the engine run's logprob gap, mean and max (right)."""
@@ -363,6 +391,7 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
         lines += ["Per task family (Average@N):", "", run["family_table"], ""]
     if run.get("tier_table"):
         lines += ["Per tier (Average@N):", "", run["tier_table"], ""]
+    lines += signal_table(_grpo_metrics(exp_dir))
     plot_dir = exp_dir.name
     lines += engine_training(run, exp_dir, plain, results / plot_dir / "grpo_engine_vs_in_process.png" if draw else None)
     for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.algos.evaluation.metrics import task_group
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
 logger = logging.getLogger(__name__)
@@ -115,11 +116,6 @@ def match_set(tasks: list[Mapping[str, Any]], folder: Path | None = None) -> tup
 
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def task_group(task: Mapping[str, Any]) -> str:
-    """A task's family (``family``, else ``data_source``; the sidecars' rule)."""
-    return str(task.get("family", task.get("data_source")))
 
 
 def task_scores(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
@@ -278,5 +274,5 @@ def record(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], repor
 
 
 __all__ = ["LEDGER_ENV", "SETS_ENV", "adapter_sha256", "append", "command_line", "config_sha256", "git_state", "ledger_path",
-           "make_row", "match_set", "read", "record", "scores", "sets_dir", "sidecars", "task_group",
+           "make_row", "match_set", "read", "record", "scores", "sets_dir", "sidecars",
            "task_scores", "tasks_sha256", "weights_fingerprint"]

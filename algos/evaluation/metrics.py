@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from agentrl.algos.evaluation.run_log import to_float
 from agentrl.algos.rollout.collector import TASK_ENV_KEY
@@ -85,7 +86,10 @@ def aggregate_rollout_metrics(trajectories: Iterable[Trajectory], *, per_env: bo
       trajectories that report it;
     * in a batch from a mixture (tasks naming their env in ``task["env"]``), every key above once more per env
       over that env's trajectories, as ``<key>@<env name>`` (``reward/mean@Search-v0``): see
-      :func:`metrics_by_env` (``per_env=False`` leaves them out). A single-env batch has none.
+      :func:`metrics_by_env` (``per_env=False`` leaves them out). A single-env batch has none;
+    * where tasks name a family (``task["family"]``, else ``task["data_source"]``): ``family/groups@<f>``,
+      ``family/signal_groups@<f>`` and ``family/correct@<f>``, where the batch's learning signal was
+      (:func:`metrics_by_family`; with ``per_env``).
     """
     trajs = list(trajectories)
     if not trajs:
@@ -121,6 +125,32 @@ def aggregate_rollout_metrics(trajectories: Iterable[Trajectory], *, per_env: bo
     out.update({f"env/{k}": v for k, v in mean_env_metrics(trajs).items()})
     if per_env:
         out.update(metrics_by_env(trajs))
+        out.update(metrics_by_family(trajs))
+    return out
+
+
+def task_group(task: Mapping[str, Any]) -> str:
+    """A task's family (``family``, else ``data_source``): how rollout metrics, the ledger and the held-out sets'
+    sidecars group tasks."""
+    return str(task.get("family", task.get("data_source")))
+
+
+def metrics_by_family(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """Where a batch's learning signal was, per task family (``task["family"]``, else its ``data_source``):
+    ``family/groups@<f>`` (task groups of that family), ``family/signal_groups@<f>`` (those whose rewards differ:
+    the only groups a group-relative advantage learns from) and ``family/correct@<f>`` (mean ``correct`` of its
+    trajectories). ``{}`` when no task names a family. Summed over steps, the two counts say which families RL
+    never had a signal on (a chain it never solves in any sample)."""
+    trajs = [t for t in trajectories if t.task and ("family" in t.task or "data_source" in t.task)]
+    groups: dict[str, list[list[Trajectory]]] = defaultdict(list)
+    for members in group_indices(t.group_id for t in trajs):
+        groups[task_group(trajs[members[0]].task)].append([trajs[i] for i in members])
+    out: dict[str, float] = {}
+    for family, family_groups in sorted(groups.items()):
+        out[f"family/groups@{family}"] = float(len(family_groups))
+        out[f"family/signal_groups@{family}"] = float(sum(not all_equal([float(t.reward) for t in g])
+                                                          for g in family_groups))
+        out[f"family/correct@{family}"] = mean([float(t.metrics.get("correct", 0)) for g in family_groups for t in g])
     return out
 
 
@@ -171,4 +201,4 @@ def _count_kind(t: Trajectory, kind: str) -> int:
 
 
 __all__ = ["aggregate_rollout_metrics", "env_name", "mean", "mean_env_metrics", "metrics_by_env",
-           "split_by_env", "tool_call_counts", "valid_tool_call_rate"]
+           "metrics_by_family", "split_by_env", "task_group", "tool_call_counts", "valid_tool_call_rate"]

@@ -82,6 +82,13 @@ def test_a_page_from_crafted_data(tmp_path):
                   "SFT control (same time)": "eval/sft_control.jsonl"},
     }
     (exp / "learning.json").write_text(json.dumps(learning))
+    # GRPO's per-family signal: 'add' has one signal group of 2 in each of 4 steps, its success 25% -> 75%;
+    # 'chain' is sampled but never differs
+    steps = [{"step": s, "family/groups@add": 2, "family/signal_groups@add": 1, "family/correct@add": c,
+              "family/groups@chain": 1, "family/signal_groups@chain": 0, "family/correct@chain": 0.0}
+             for s, c in ((1, 0.25), (2, 0.5), (3, 0.5), (4, 0.75))]
+    (exp / "metrics").mkdir()
+    (exp / "metrics" / "grpo.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     ledger = tmp_path / "ledger.jsonl"
     rows = [_ledger_row("r1", "tooluse", "w1", 0.60), _ledger_row("r2", "tooluse", "w2", 0.90),
             _ledger_row("r3", "tooluse", "w3", 0.95), _ledger_row("r4", "tooluse", "w4", 0.99, tasks=8)]
@@ -100,6 +107,7 @@ def test_a_page_from_crafted_data(tmp_path):
     assert "**selected** (best of 3)" in text and "| 8 of 128 |" in text
     assert "Not run yet: no committed data in" in text  # the other envs
     assert page.selections(rows) == {"r3": 3}
+    assert "| add | 8 | 4 (50%) | 25% / 75% |" in text and "| chain | 4 | 0 (0%) | 0% / 0% |" in text
     assert page.write_page(data, results, ledger=ledger).read_text() == text  # a function of the data
     readme = tmp_path / "README.md"
     start, end = page.README_MARKS

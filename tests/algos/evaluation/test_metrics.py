@@ -159,6 +159,26 @@ def test_aggregate_rollout_metrics_hand_computed():
     assert "env/correct" not in m and "env/format_ok" not in m
 
 
+def test_family_metrics_count_each_familys_groups_and_those_with_a_signal():
+    def fam(group, family, reward, correct):
+        t = traj(group, reward, correct=correct)
+        t.task = {"id": str(group), "family": family}
+        return t
+
+    trajs = [fam(0, "add", 1.0, 1), fam(0, "add", 0.0, 0),          # a signal
+             fam(1, "add", 1.0, 1), fam(1, "add", 1.0, 1),          # all solved: none
+             fam(2, "chain", 0.0, 0), fam(2, "chain", 0.0, 0)]      # never solved: none
+    m = aggregate_rollout_metrics(trajs)
+    assert {k: v for k, v in m.items() if k.startswith("family/")} == {
+        "family/groups@add": 2, "family/signal_groups@add": 1, "family/correct@add": 0.75,
+        "family/groups@chain": 1, "family/signal_groups@chain": 0, "family/correct@chain": 0.0}
+    sources = [fam(0, "x", 1.0, 1), fam(0, "x", 0.0, 0)]
+    for t in sources:  # Search's tasks name their data source instead
+        t.task = {"id": "0", "data_source": "nq"}
+    assert aggregate_rollout_metrics(sources)["family/signal_groups@nq"] == 1
+    assert not any(k.startswith("family/") for k in aggregate_rollout_metrics([traj(0, 1.0)]))  # no family named
+
+
 def test_aggregate_empty_batch():
     assert aggregate_rollout_metrics([]) == {}
 
