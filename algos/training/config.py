@@ -72,8 +72,9 @@ class TrainConfig:
     """Keyword arguments for gymnasium.make (e.g. {"families": ["multiply"]} for ToolUse-v0)."""
     envs: list[dict[str, Any]] | dict[str, float] | str = field(default_factory=list)
     """A mixture of envs instead of env/env_kwargs: [{"id": "AgentRL/Search-v0", "weight": 2, "env_kwargs": {...},
-    "name": ...}, ...] (only id is required); on the command line: --envs ToolUse-v0:2,Search-v0:1.
-    Each task's env is drawn by weight; groups never mix envs; metrics are logged per env (docs/mixtures.md)."""
+    "name": ..., "after_steps": 0}, ...] (only id is required; after_steps > 0: the env joins the mix after that
+    many steps, a curriculum); on the command line: --envs ToolUse-v0:2,Search-v0:1. Each task's env is drawn by
+    weight; groups never mix envs; metrics are logged per env (docs/mixtures.md)."""
     algo: str = "grpo"
     """A registered algorithm: 'grpo', 'ppo', 'dpo', 'sft' (agentrl.algos.objectives.ALGORITHMS)."""
     model: str = DEFAULT_MODEL

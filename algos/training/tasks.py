@@ -4,7 +4,8 @@ Task ``k`` of a run depends only on ``(seed, k)``, so the data position saved in
 run needs to continue with the very tasks (and rollout seeds) the killed run would have used next.
 
 A run may train on a mixture of envs (:func:`parse_mixture`, ``TrainConfig.envs``): :class:`MixtureTaskSource`
-picks the env of task ``k`` by weight, again from ``(seed, k)`` alone, and tags the task with its env's name under
+picks the env of task ``k`` by weight among the components that have joined by then (``after_steps``: a
+curriculum), again from ``(seed, k)`` alone, and tags the task with its env's name under
 :data:`~agentrl.algos.rollout.collector.TASK_ENV_KEY` (``"env"``), which the collector, the metrics and the
 evaluation reports read.
 """
@@ -83,15 +84,18 @@ def heldout_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *,
 @dataclass(frozen=True)
 class EnvComponent:
     """One env of a mixture: its registered ``id``, sampling ``weight`` (relative), ``env_kwargs`` for
-    ``gymnasium.make`` and the ``name`` its tasks and metrics carry (default: the id without its namespace)."""
+    ``gymnasium.make``, the ``name`` its tasks and metrics carry (default: the id without its namespace) and
+    ``after_steps``, the training steps before it joins the mix (0: from the start; a curriculum gives later
+    components more)."""
 
     id: str
     weight: float = 1.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = ""
+    after_steps: int = 0
 
 
-_COMPONENT_KEYS = ("id", "weight", "env_kwargs", "name")
+_COMPONENT_KEYS = ("id", "weight", "env_kwargs", "name", "after_steps")
 
 
 def _resolve_id(env_id: str) -> str:
@@ -120,8 +124,8 @@ def _split_weight(item: str) -> tuple[str, float]:
 def parse_mixture(spec: Any) -> list[EnvComponent]:
     """The components of a mixture from any of its spellings (an empty list for ``None`` / empty):
 
-    * a list of dicts ``{"id": ..., "weight": 2, "env_kwargs": {...}, "name": ...}`` (only ``id`` required) —
-      the form ``TrainConfig.envs`` stores;
+    * a list of dicts ``{"id": ..., "weight": 2, "env_kwargs": {...}, "name": ..., "after_steps": 4}`` (only
+      ``id`` required) — the form ``TrainConfig.envs`` stores;
     * a mapping ``{env_id: weight}``;
     * a string ``"ToolUse-v0:2,Search-v0:1"`` (``id[:weight]``, comma-separated; the CLI's ``--envs``) or a
       list of such items.
@@ -129,8 +133,9 @@ def parse_mixture(spec: Any) -> list[EnvComponent]:
     Ids without a namespace are read as ``AgentRL/<id>`` when only that is registered.
 
     Raises:
-        ValueError: an unknown key, a missing id, a weight that is not a positive finite number, or two
-            components with one name (give them ``name``s).
+        ValueError: an unknown key, a missing id, a weight that is not a positive finite number, an
+            ``after_steps`` that is not an int >= 0, no component from the start, or two components with one
+            name (give them ``name``s).
     """
     if not spec:
         return []
@@ -168,39 +173,54 @@ def parse_mixture(spec: Any) -> list[EnvComponent]:
         name = str(item.get("name") or env_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
         if "@" in name:
             raise ValueError(f"envs[{i}].name: {name!r} must not contain '@' (metric names use it)")
-        out.append(EnvComponent(env_id, weight, dict(kwargs), name))
+        after = item.get("after_steps", 0)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"envs[{i}].after_steps: expected an int >= 0 (training steps before it joins), "
+                             f"got {after!r}")
+        out.append(EnvComponent(env_id, weight, dict(kwargs), name, after))
     names = [c.name for c in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"envs: two components are named {dupes[0]!r}; give each a distinct 'name'")
+    if out and min(c.after_steps for c in out) > 0:
+        raise ValueError("envs: every component has after_steps > 0, so the first steps have no env; give one "
+                         "after_steps 0")
     return out
 
 
 class MixtureTaskSource:
     """Task ``k`` of a mixture run as a pure function of ``(seed, k)``.
 
-    The env of task ``k`` is drawn by weight from ``default_rng([seed, MIXTURE_STREAM, k])``; the task itself is
-    that env's :class:`TaskSource` task ``k`` (each component has its own source, seeded with ``seed``), copied
-    with ``task["env"] = component.name``. Weights are respected in expectation, position by position, so a
-    resumed run continues with exactly the tasks the killed one would have drawn.
+    The env of task ``k`` is drawn by weight from ``default_rng([seed, MIXTURE_STREAM, k])`` among the components
+    that have joined by its step (``k // tasks_per_step >= after_steps``); the task itself is that env's
+    :class:`TaskSource` task ``k`` (each component has its own source, seeded with ``seed``), copied with
+    ``task["env"] = component.name``. Weights are respected in expectation, position by position, so a resumed
+    run continues with exactly the tasks the killed one would have drawn.
     """
 
-    def __init__(self, components: Sequence[EnvComponent], *, seed: int = 0):
+    def __init__(self, components: Sequence[EnvComponent], *, seed: int = 0, tasks_per_step: int = 1):
         if not components:
             raise ValueError("a mixture needs at least one env")
         self.seed = seed
+        self.tasks_per_step = tasks_per_step
         self.components = list(components)
         self.sources = [TaskSource(c.id, c.env_kwargs, seed=seed) for c in self.components]
-        w = np.array([c.weight for c in self.components], dtype=np.float64)
-        self.probs = w / w.sum()
+        self.weights = np.array([c.weight for c in self.components], dtype=np.float64)
         self.env = None  # no single env (SFT demonstrations need sft.data)
         self.rows = None
+
+    def probs(self, k: int) -> np.ndarray:
+        """The probability of each component for task ``k``: its weight among those that have joined by then."""
+        step = k // self.tasks_per_step
+        w = np.where([c.after_steps <= step for c in self.components], self.weights, 0.0)
+        return w / w.sum()
 
     def component(self, k: int) -> int:
         """Index of the env that task ``k`` comes from."""
         if len(self.components) == 1:
             return 0
-        return int(np.random.default_rng([self.seed, MIXTURE_STREAM, k]).choice(len(self.components), p=self.probs))
+        return int(np.random.default_rng([self.seed, MIXTURE_STREAM, k]).choice(len(self.components),
+                                                                                 p=self.probs(k)))
 
     def task(self, k: int) -> dict[str, Any]:
         i = self.component(k)

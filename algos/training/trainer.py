@@ -164,7 +164,7 @@ class Trainer:
             rows = load_rows(config.tasks_file, ())
         self.mixture = config.env_mixture()
         if self.mixture:
-            self.tasks = MixtureTaskSource(self.mixture, seed=config.seed)
+            self.tasks = MixtureTaskSource(self.mixture, seed=config.seed, tasks_per_step=config.tasks_per_step)
         else:
             self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
         self.examples = None

@@ -32,6 +32,9 @@ def test_every_spelling_of_a_mixture_gives_the_same_components():
     ([{"id": TOOL, "weight": "heavy"}], "envs[0].weight: expected a number"),
     ([{"id": TOOL}, {"id": TOOL}], "two components are named 'ToolUse-v0'"),
     ([{"id": TOOL, "env_kwargs": [1]}], "envs[0].env_kwargs: expected a dict"),
+    ([{"id": TOOL, "after_steps": -1}], "envs[0].after_steps: expected an int >= 0"),
+    ([{"id": TOOL, "after_steps": "4"}], "envs[0].after_steps: expected an int >= 0"),
+    ([{"id": TOOL, "after_steps": 2}], "every component has after_steps > 0"),
 ])
 def test_a_bad_mixture_names_the_entry_and_key(spec, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -55,6 +58,29 @@ def test_mixture_tasks_follow_the_weights_and_are_a_pure_function_of_seed_and_po
     assert {k2: v for k2, v in task.items() if k2 != TASK_ENV_KEY} == source.sources[1].task(k)
     assert "golden_answers" in task
     assert MixtureTaskSource(comps, seed=4).take(0, 16) != source.take(0, 16)
+
+
+def test_the_documented_curriculum_adds_each_chain_length_at_its_step():
+    """docs/mixtures.md's curriculum, as printed: one-call families only for 4 steps, then the two-call chains,
+    from step 9 the three-call chain too; still a pure function of (seed, position)."""
+    import re
+
+    import yaml
+    from helpers import ROOT
+
+    from agentrl.algos import TrainConfig
+
+    page = (ROOT / "docs" / "mixtures.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"^## A curriculum\n.*?^```yaml\n(.*?)^```", page, re.S | re.M)
+    cfg = TrainConfig.from_dict({**yaml.safe_load(block), "tasks_per_step": 4})
+    source = MixtureTaskSource(cfg.env_mixture(), seed=0, tasks_per_step=cfg.tasks_per_step)
+    step = {s: {source.task(k)[TASK_ENV_KEY] for k in range(4 * (s - 1), 4 * s)} for s in range(1, 41)}
+    assert set().union(*(step[s] for s in range(1, 5))) == {"one-call"}
+    assert set().union(*(step[s] for s in range(5, 9))) == {"one-call", "two-calls"}
+    assert set().union(*(step[s] for s in range(9, 41))) == {"one-call", "two-calls", "three-calls"}
+    families = {source.task(k)["family"] for k in range(32) if source.task(k)[TASK_ENV_KEY] == "two-calls"}
+    assert families <= {"stock_value", "add_multiply"} and families
+    assert MixtureTaskSource(cfg.env_mixture(), seed=0, tasks_per_step=4).take(40, 8) == source.take(40, 8)
 
 
 def _mixture_config(tmp_path, **kw):
