@@ -25,7 +25,8 @@ be added to it.
 Writes ``<out>/compare.json`` (every figure, the command, the commit, times, machine, peak RSS), the page
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
-step). A run takes about algorithms x seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's
+step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``
+and per-task scores; commit it, then ``python benchmarks/learning.py --page``). A run takes about algorithms x seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's
 overshoot): ``--minutes 5 --eval-points 0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU
 (128 greedy evaluations take ~20 s each there).
 
@@ -422,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     import heldout
+    import learning_page
     import run_all
 
     from agentrl.algos.config import apply_overrides, config_from_dict
@@ -480,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(text, encoding="utf-8")
     print(text)
     print(f"written: {path}")
+    # the results page's raw data (compare.json and per-task scores), as learning.py copies its runs' data
+    print(f"data: {learning_page.export_compare(out, results / 'data' / name)} (commit it with the page)")
     return 0
 
 

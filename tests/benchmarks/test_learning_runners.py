@@ -281,7 +281,9 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     assert {p.name for p in (exported / "eval").glob("*.jsonl")} == {"base.jsonl", "sft.jsonl", "rl.jsonl",
                                                                      "sft_control.jsonl"}
     assert json.loads((exported / "learning.json").read_text())["evals"]["RL (GRPO)"] == "eval/rl.jsonl"
-    learning_page.export_compare(quick_runs["runs"] / "compare-algorithms-quick", data / "compare_algorithms_quick")
+    # compare_algorithms.py copied its data at its end too, as learning.py does
+    assert (data / "compare_algorithms_quick" / "compare.json").is_file()
+    assert list((data / "compare_algorithms_quick" / "eval").glob("*.jsonl"))
     path = learning_page.write_page(data, results, quick=True, ledger=ledger_file)
     text = path.read_text()
     assert path.name == "learning-quick.md"
