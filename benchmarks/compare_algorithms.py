@@ -26,9 +26,11 @@ Writes ``<out>/compare.json`` (every figure, the command, the commit, times, mac
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
 step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``
-and per-task scores; commit it, then ``python benchmarks/learning.py --page``). A run takes about algorithms x seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's
-overshoot): ``--minutes 5 --eval-points 0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU
-(128 greedy evaluations take ~20 s each there).
+and per-task scores; commit it, then ``python benchmarks/learning.py --page``). A run takes about algorithms x
+seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's overshoot): ``--minutes 5 --eval-points
+0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU with AMX (128 greedy evaluations take ~20 s each
+there); on a CPU without bf16 units (fp32) every step is several times slower and a budget of minutes holds few
+steps.
 
     python benchmarks/compare_algorithms.py                          # 4 algorithms x 2 seeds, 10 min each
     python benchmarks/compare_algorithms.py --minutes 20 --seeds 0,1,2

@@ -273,9 +273,9 @@ def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, A
 
 def signal_table(steps: list[dict[str, Any]]) -> list[str]:
     """Where GRPO's learning signal was, per task family, from a GRPO stage's metrics (one record per step) and
-    their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups sampled, those whose rewards differed
-    (the only ones a group-relative advantage learns from), and the rollouts' success in the first and last
-    quarter of the steps. Empty for runs logged before those metrics existed."""
+    their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups sampled,
+    those whose rewards differed (the only ones a group-relative advantage learns from), and the rollouts'
+    success in the first and last quarter of the steps. Empty for runs logged before those metrics existed."""
     families = sorted({k.split("@", 1)[1] for m in steps for k in m if k.startswith("family/groups@")})
     if not families:
         return []

@@ -90,7 +90,8 @@ def test_a_new_algorithm_is_one_file_and_one_registry_line(documented_algorithm_
     from agentrl.algos import TrainConfig
 
     tuned = TrainConfig.from_dict({"algo": name, name: {"scale": 0.5}})
-    assert tuned.algorithm_config().scale == 0.5 and TrainConfig.from_dict(tuned.to_dict()).algorithm_config().scale == 0.5
+    assert tuned.algorithm_config().scale == 0.5
+    assert TrainConfig.from_dict(tuned.to_dict()).algorithm_config().scale == 0.5  # what config.json resumes
     with pytest.raises(ValueError, match=rf"{name}\.scal\b"):
         TrainConfig.from_dict({"algo": name, name: {"scal": 0.5}})
 
