@@ -27,7 +27,7 @@ Writes ``<out>/compare.json`` (every figure, the command, the commit, times, mac
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
 step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``
 and per-task scores; commit it, then ``python benchmarks/learning.py --page``). A run takes about algorithms x
-seeds x (--minutes + ~1.3 min of set-up, evaluations and the last step's overshoot): ``--minutes 5 --eval-points
+seeds x (--minutes + ~1.3 min of set-up and evaluations): ``--minutes 5 --eval-points
 0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU with AMX (128 greedy evaluations take ~20 s each
 there); on a CPU without bf16 units (fp32) every step is several times slower and a budget of minutes holds few
 steps.
@@ -251,7 +251,7 @@ class Runner:
         points, clock, pending = [], 0.0, list(fractions)
         try:
             while pending:
-                if clock < pending[0] * seconds and (max_steps is None or trainer.global_step < max_steps):
+                if takes_step(clock, trainer.global_step, pending[0] * seconds, max_steps):
                     t0 = time.perf_counter()
                     metrics = trainer.step()
                     clock += time.perf_counter() - t0
@@ -277,6 +277,17 @@ class Runner:
         del trainer, policy
         gc.collect()
         return result
+
+
+def takes_step(clock: float, steps: int, budget: float, max_steps: int | None) -> bool:
+    """Whether a run with ``steps`` steps in ``clock`` seconds takes one more within ``budget`` seconds: the first
+    step always; another while the budget's end is nearer the next step's expected end than its start (``clock``
+    plus half the mean step time is below the budget). Runs so end at the step count whose time is nearest the
+    budget, over or under by at most about half a step, where "start while time is left" let the last step
+    overrun by up to a whole one (half the budget, with two steps in it)."""
+    if max_steps is not None and steps >= max_steps:
+        return False
+    return steps == 0 or clock + 0.5 * clock / steps < budget
 
 
 def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -355,21 +366,60 @@ def plots(summary: dict[str, Any], out: Path, dest: Path) -> list[Path]:
     return [heldout_png, reward_png]
 
 
-def page(summary: dict[str, Any], plot_dir: str) -> str:
-    """The markdown of the comparison (also embedded in docs/results/learning.md)."""
+def judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[str, str, Any]]:
+    """``(A, B, intervals.Comparison)`` for each algorithm against the cold start and each RL algorithm against
+    SFT-continued, on the final held-out evaluations' per-task scores in ``data_dir/eval`` (what
+    ``learning_page.export_compare`` writes; a task's score is its mean over seeds), goal: above B. Empty when
+    the files are not there."""
+    from learning_page import read_scores
+
+    from agentrl.algos.evaluation.intervals import compare
+
+    def final(algo: str) -> dict[str, float] | None:
+        paths = [data_dir / "eval" / f"{algo}-s{r['seed']}-at-1.jsonl" for r in summary["runs"][algo]]
+        if not paths or not all(p.is_file() for p in paths):
+            return None
+        per_seed = [read_scores(p)[0] for p in paths]
+        return {task: statistics.fmean(s[task] for s in per_seed) for task in per_seed[0]}
+
+    if not (data_dir / "eval" / "cold_start.jsonl").is_file():
+        return []
+    scores = {"cold start": read_scores(data_dir / "eval" / "cold_start.jsonl")[0]}
+    scores.update({LABELS.get(a, a): s for a in summary["runs"] if (s := final(a)) is not None})
+    pairs = [(LABELS.get(a, a), "cold start") for a in summary["runs"]]
+    if "sft" in summary["runs"]:
+        pairs += [(LABELS.get(a, a), LABELS["sft"]) for a in summary["runs"] if a != "sft"]
+    return [(a, b, compare(scores[a], scores[b], goal_points=0.0, strict=True))
+            for a, b in pairs if a in scores and b in scores]
+
+
+def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -> str:
+    """The markdown of the comparison (also embedded in docs/results/learning.md); with ``data_dir`` (the
+    committed per-task scores) also each comparison's paired bootstrap interval and verdict."""
     n, cold = summary["eval_n"], summary["cold_start"]["average_at_n"]
     lines = [f"{summary['tasks']} held-out tasks from `{summary['heldout_file']}`, greedy (N = {n}); each "
-             f"algorithm trained {summary['minutes']:g} min of wall time from the same cold start "
+             f"algorithm trained for about {summary['minutes']:g} min of wall time (a run ends at the step count "
+             "whose time is nearest that budget; each run's own time is in the table) from the same cold start "
              f"({summary['cold_start_source']}); seeds {', '.join(map(str, summary['seeds']))}.", "",
              f"| Algorithm | Held-out Average@{n}: mean (min..max) | vs cold start ({100 * cold:.1f}%) | "
-             "seeds above | steps per seed | beat its cold start? |", "|---|---:|---:|---:|---:|---|"]
+             "seeds above | steps (training min) per seed | beat its cold start? |", "|---|---:|---:|---:|---:|---|"]
     notes = []
     for algo, agg in summary["aggregate"].items():
         agg = {**agg, "beat": agg["min"] > cold}  # the rule of aggregate(), also for a compare.json written before it
         verdict = "yes (every seed)" if agg["beat"] else "no (see below)"
+        spent = ", ".join(f"{r['steps']} ({r['train_seconds'] / 60:.1f})" for r in summary["runs"][algo])
         lines.append(f"| {LABELS.get(algo, algo)} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
                      f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
-                     f"{', '.join(map(str, agg['steps']))} | {verdict} |")
+                     f"{spent} | {verdict} |")
+    judgements = judged(summary, data_dir) if data_dir is not None else []
+    if judgements:
+        lines += ["", f"Comparisons of the final evaluations (Average@{n}, a task's score averaged over seeds; paired "
+                  "bootstrap over tasks, 10,000 resamples, seed 0; verdict: met when A is above B; *decided* when the "
+                  "whole interval lies on the verdict's side):", "",
+                  "| Comparison | A | B | A - B (points) | 95% interval | Goal | Verdict |", "|---|---:|---:|---:|---|---|---|"]
+        for a, b, c in judgements:
+            lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
+                         f"| > +0 | **{c.verdict}** ({'decided' if c.decided else 'not decided'}) |")
         if not agg["beat"]:
             notes.append(f"- **{LABELS.get(algo, algo)}** did not beat its cold start on every seed "
                          f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
@@ -382,7 +432,7 @@ def page(summary: dict[str, Any], plot_dir: str) -> str:
             lines.append(f"| {LABELS.get(algo, algo)} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
     notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
-                 "across batch compositions (bf16), so a difference of a task or two is within noise.")
+                 "across batch compositions, so a difference of a task or two is within noise.")
     if "ppo" in summary["aggregate"]:
         from agentrl.algos.config import apply_overrides
 
@@ -478,14 +528,15 @@ def main(argv: list[str] | None = None) -> int:
     (out / "compare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     results = Path(args.results)
     name = f"compare_algorithms{suffix}"
+    # the results page's raw data (compare.json and per-task scores), as learning.py copies its runs' data
+    data = learning_page.export_compare(out, results / "data" / name)
     plots(summary, out, results / name)
-    text = f"# The algorithms side by side: {ENV}{' (quick smoke run)' if args.quick else ''}\n\n{page(summary, name)}\n"
+    text = f"# The algorithms side by side: {ENV}{' (quick smoke run)' if args.quick else ''}\n\n{page(summary, name, data.parent)}\n"
     path = results / f"learning_{name}.md"
     path.write_text(text, encoding="utf-8")
     print(text)
     print(f"written: {path}")
-    # the results page's raw data (compare.json and per-task scores), as learning.py copies its runs' data
-    print(f"data: {learning_page.export_compare(out, results / 'data' / name)} (commit it with the page)")
+    print(f"data: {data} (commit it with the page)")
     return 0
 
 

@@ -415,7 +415,7 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool) 
                         "`python benchmarks/learning.py --page`, or `--all`, which copies its data).", ""]
     plot_dir = f"compare_algorithms{'_quick' if quick else ''}"
     return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}; "
-                    f"{_commit(summary)}.", "", compare_algorithms.page(summary, plot_dir), ""]
+                    f"{_commit(summary)}.", "", compare_algorithms.page(summary, plot_dir, exp_dir), ""]
 
 
 def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str, int]) -> list[str]:

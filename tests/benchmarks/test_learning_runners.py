@@ -263,6 +263,11 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     page = (quick_runs["results"] / "learning_compare_algorithms_quick.md").read_text()
     assert "| PPO (clip-higher) |" in page and "heldout_vs_time.png" in page
     assert summary["sections"]["ppo"] == ["epochs=2"] and "PPO settings: `epochs=2`" in page
+    # each algorithm against the cold start, each RL algorithm against SFT-continued, with its interval and verdict
+    for row in ("| GRPO (Dr. GRPO) vs cold start |", "| SFT-continued vs cold start |",
+                "| online DPO vs SFT-continued |", "| PPO (clip-higher) vs SFT-continued |"):
+        assert row in page and "| > +0 | **" in page.split(row, 1)[1].splitlines()[0]
+    assert "| SFT-continued vs SFT-continued |" not in page
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
     assert len(done) == 8
@@ -270,6 +275,22 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     assert {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")} == done
     with pytest.raises(SystemExit, match="minutes"):  # runs of another budget are never mixed in
         quick_runs["compare"].main([*quick_runs["cmp_args"], "--minutes", "0.5"])
+
+
+def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
+    takes_step = _load("compare_algorithms").takes_step
+
+    def steps_in(budget: float, step_seconds: float, max_steps: int | None = None) -> int:
+        clock, steps = 0.0, 0
+        while takes_step(clock, steps, budget, max_steps):
+            clock, steps = clock + step_seconds, steps + 1
+        return steps
+
+    assert steps_in(100, 30) == 3  # 90 s is nearer 100 than 120 s
+    assert steps_in(100, 45) == 2  # 90 s, not 135
+    assert steps_in(100, 60) == 2  # 120 s is nearer 100 than 60 s
+    assert steps_in(1, 60) == 1  # a run always takes its first step
+    assert steps_in(100, 10, max_steps=4) == 4
 
 
 def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
@@ -295,6 +316,7 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     assert "not a committed fixed set" in text  # --quick's subset file is flagged as not a held-out result
     assert "benchmarks/heldout/tooluse_v3.jsonl" in text and "fixed" in text
     assert "| RL (GRPO) vs SFT (cold start) |" in text and "95% interval" in text  # comparisons from per-task data
+    assert "| GRPO (Dr. GRPO) vs SFT-continued |" in text  # the algorithms' comparisons, from their per-task data
     assert "| 8 of 128 |" in text and "| 4 of 128 |" in text  # the ledger saw both runners' evaluations
     assert learning_page.write_page(data, results, quick=True, ledger=ledger_file).read_text() == text
 
