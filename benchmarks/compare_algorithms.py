@@ -1,5 +1,8 @@
 """The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
 
+``--algos`` also takes options of an algorithm as rows of their own (``OPTIONS``): ``grpo_turns`` is GRPO with the
+turn-level (GiGPO-style) step advantage, ``grpo.step_weight=1``; the page compares it with plain GRPO too.
+
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
 an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
 until ``--minutes`` of training are spent; evaluation time is not counted) and is evaluated greedily on the same
@@ -25,8 +28,9 @@ be added to it.
 Writes ``<out>/compare.json`` (every figure, the command, the commit, times, machine, peak RSS), the page
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
-step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``
-and per-task scores; commit it, then ``python benchmarks/learning.py --page``). A run takes about algorithms x
+step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``,
+per-task scores and each run's metrics; commit it, then ``python benchmarks/learning.py --page``, which redraws the
+plots and the section from that data). A run takes about algorithms x
 seeds x (--minutes + ~1.3 min of set-up and evaluations): ``--minutes 5 --eval-points
 0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU with AMX (128 greedy evaluations take ~20 s each
 there); on a CPU without bf16 units (fp32) every step is several times slower and a budget of minutes holds few
@@ -63,7 +67,12 @@ if str(HERE) not in sys.path:
 
 ENV = "AgentRL/ToolUse-v0"
 ALGOS = ("grpo", "ppo", "dpo", "sft")
-LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued"}
+#: Options of an algorithm compared as rows of their own (``--algos grpo_turns``): name -> (the algorithm, settings
+#: of its section on top of the main job's, the label). ``grpo_turns``: GiGPO's step-level advantage with its paper's
+#: weight, 1 (docs/algorithms/grpo.md, "Turn-level credit").
+OPTIONS = {"grpo_turns": ("grpo", {"step_weight": 1.0}, "GRPO + turn-level credit (step_weight=1)")}
+LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued",
+          **{name: label for name, (_, _, label) in OPTIONS.items()}}
 #: --quick: CI-sized settings (MainJobConfig keys) and budgets.
 QUICK = {"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2, "rl_group_size": 4,
          "max_new_tokens": 32, "max_turns": 2}
@@ -74,7 +83,7 @@ QUICK_TASKS = 4
 SECTION_DEFAULTS = {"ppo": ["epochs=2"], "dpo": []}
 #: Per-step metrics whose run means the page shows (when an algorithm logs them), with their labels.
 DIAGNOSTICS = {
-    "rollout/degenerate_group_rate": "equal-reward groups", "train/skipped_groups": "skipped groups/step",
+    "rollout/degenerate_group_rate": "equal-reward groups", "train/step_anchor_turns": "turns sharing a state", "train/skipped_groups": "skipped groups/step",
     "train/optimizer_steps": "optimizer steps/step", "train/clip_frac_high": "clip frac high",
     "train/clip_frac_low": "clip frac low", "train/kl": "KL", "train/pairs": "DPO pairs/step",
     "train/dpo_accuracy": "DPO accuracy", "rollout/tool_calls": "tool calls/episode", "train/loss": "loss",
@@ -226,11 +235,16 @@ class Runner:
             return sft_train_config(self.cfg, run_dir, **common)
         ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
         dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
-        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, **common)
+        grpo = self.cfg.grpo
+        if algo in OPTIONS:
+            algo, settings, _ = OPTIONS[algo]
+            grpo = dataclasses.replace(grpo, **settings)
+        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **common)
 
     def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],
             max_steps: int | None) -> dict[str, Any]:
         """One (algorithm, seed): train for ``seconds`` of wall time, evaluating at each fraction of it."""
+        from agentrl.algos.evaluation.ledger import git_state
         from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
         from agentrl.algos.models.lora import save_adapter
         from agentrl.algos.policy.hf import HFPolicy
@@ -270,7 +284,8 @@ class Runner:
             if collector is not None:
                 collector.close()
         save_adapter(trainer.model, run_dir / "adapter")
-        result = {"algo": algo, "seed": seed, "steps": trainer.global_step, "train_seconds": clock, "points": points,
+        result = {"algo": algo, "seed": seed, **git_state(), "steps": trainer.global_step, "train_seconds": clock,
+                  "points": points,
                   "final": report.to_dict(),
                   "final_by_family": by_family(episodes, self.cfg.eval_n), "diagnostics": summarize_metrics(read_metrics(run_dir))}
         done.write_text(json.dumps(result, indent=1) + "\n")
@@ -317,9 +332,9 @@ def why_not(agg: dict[str, Any]) -> str:
     return "; ".join(parts) or "no metrics logged"
 
 
-def plots(summary: dict[str, Any], out: Path, dest: Path) -> list[Path]:
+def plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Path]:
     """Held-out success against training wall time (mean over seeds, min..max bars), and rollout reward
-    against step (one line per seed); written to ``dest``."""
+    against step (one line per seed, from ``metrics/<algo>-s<seed>.jsonl``); written to ``dest``."""
     from agentrl.algos.evaluation.plot import _pyplot
     from agentrl.algos.evaluation.run_log import read_metrics
 
@@ -351,7 +366,8 @@ def plots(summary: dict[str, Any], out: Path, dest: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, (algo, runs) in enumerate(summary["runs"].items()):
         for j, r in enumerate(runs):
-            recs = [m for m in read_metrics(out / f"{algo}-s{r['seed']}") if "reward/mean" in m]
+            path = metrics / f"{algo}-s{r['seed']}.jsonl"
+            recs = [m for m in read_metrics(path) if "reward/mean" in m] if path.is_file() else []
             if recs:
                 ax.plot([m["step"] for m in recs], [m["reward/mean"] for m in recs], color=f"C{i}", alpha=0.8,
                         linestyle=("-", "--", ":", "-.")[j % 4], label=f"{LABELS.get(algo, algo)} seed {r['seed']}")
@@ -367,8 +383,8 @@ def plots(summary: dict[str, Any], out: Path, dest: Path) -> list[Path]:
 
 
 def judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[str, str, Any]]:
-    """``(A, B, intervals.Comparison)`` for each algorithm against the cold start and each RL algorithm against
-    SFT-continued, on the final held-out evaluations' per-task scores in ``data_dir/eval`` (what
+    """``(A, B, intervals.Comparison)`` for each algorithm against the cold start, each RL algorithm against
+    SFT-continued and each option against its plain algorithm, on the final held-out evaluations' per-task scores in ``data_dir/eval`` (what
     ``learning_page.export_compare`` writes; a task's score is its mean over seeds), goal: above B. Empty when
     the files are not there."""
     from learning_page import read_scores
@@ -389,8 +405,26 @@ def judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[str, str, Any]
     pairs = [(LABELS.get(a, a), "cold start") for a in summary["runs"]]
     if "sft" in summary["runs"]:
         pairs += [(LABELS.get(a, a), LABELS["sft"]) for a in summary["runs"] if a != "sft"]
+    pairs += [(LABELS[a], LABELS[OPTIONS[a][0]]) for a in summary["runs"] if a in OPTIONS and OPTIONS[a][0] in summary["runs"]]
     return [(a, b, compare(scores[a], scores[b], goal_points=0.0, strict=True))
             for a, b in pairs if a in scores and b in scores]
+
+
+def signal_tables(summary: dict[str, Any], metrics: Path) -> list[str]:
+    """Per RL algorithm, where its learning signal was per task family (``learning_page.signal_table``), from the
+    committed metrics of its runs (all seeds' steps together); nothing for runs logged without ``family/*``."""
+    from learning_page import signal_table
+
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    lines = []
+    for algo, runs in summary["runs"].items():
+        paths = [metrics / f"{algo}-s{r['seed']}.jsonl" for r in runs]
+        # seeds' steps interleaved by step number: a quarter of the table is that quarter of every seed's run
+        steps = sorted((m for p in paths if p.is_file() for m in read_metrics(p)), key=lambda m: m["step"])
+        table = signal_table(steps, who=LABELS.get(algo, algo)) if algo != "sft" else []
+        lines += ["", *table[:-1]] if table else []
+    return lines
 
 
 def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -> str:
@@ -423,6 +457,8 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         if not agg["beat"]:
             notes.append(f"- **{LABELS.get(algo, algo)}** did not beat its cold start on every seed "
                          f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
+    if data_dir is not None:
+        lines += signal_tables(summary, data_dir / "metrics")
     fams = summary.get("cold_start_by_family", {})
     if fams:
         lines += ["", "Per task family (Average@N; algorithms: mean over seeds):", "",
@@ -431,6 +467,12 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         for algo, agg in summary["aggregate"].items():
             lines.append(f"| {LABELS.get(algo, algo)} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
+    earlier = [f"{LABELS.get(a, a)} seed {r['seed']} ("
+               + (f"commit `{r['commit'][:10]}`" if r.get("commit") else "commit not recorded") + ")"
+               for a, runs in summary["runs"].items() for r in runs if r.get("commit") != summary.get("commit")]
+    if earlier:
+        notes.append("- Read back from an earlier invocation with the same settings (`<out>/setup.json`), not made at "
+                     f"this page's commit: {', '.join(earlier)}.")
     notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
                  "across batch compositions, so a difference of a task or two is within noise.")
     if "ppo" in summary["aggregate"]:
@@ -459,7 +501,8 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, of {', '.join(ALGOS)}")
+    ap.add_argument("--algos", default=",".join(ALGOS),
+                    help=f"comma-separated, of {', '.join(ALGOS)} and the options {', '.join(OPTIONS)}")
     ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (>= 2 for a spread)")
     ap.add_argument("--minutes", type=float, help="training wall time per run (default 10; --quick 0.03)")
     ap.add_argument("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
@@ -484,9 +527,9 @@ def main(argv: list[str] | None = None) -> int:
 
     git_state()  # the commit this run starts from: what every later record of this process names
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
-    unknown = sorted(set(algos) - set(ALGOS))
+    unknown = sorted(set(algos) - set(ALGOS) - set(OPTIONS))
     if unknown or not algos:
-        raise SystemExit(f"--algos: unknown {unknown} (choose from {', '.join(ALGOS)})")
+        raise SystemExit(f"--algos: unknown {unknown} (choose from {', '.join([*ALGOS, *OPTIONS])})")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     fractions = parse_fractions(args.eval_points)
     minutes = args.minutes if args.minutes is not None else (0.03 if args.quick else 10.0)
@@ -519,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold_start": cold.to_dict(),
         "cold_start_by_family": by_family(out / "eval" / "cold_start.jsonl", cfg.eval_n),
         "cold_start_source": cold_info["source"], "model": cfg.model, "sections": sections,
+        "options": {a: {"algo": OPTIONS[a][0], "settings": OPTIONS[a][1]} for a in algos if a in OPTIONS},
         "command": " ".join(["python benchmarks/compare_algorithms.py", *shown]),
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,
         "peak_rss_gib": peak_rss_gib(), "machine": run_all.machine(), "runs": runs,
@@ -530,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"compare_algorithms{suffix}"
     # the results page's raw data (compare.json and per-task scores), as learning.py copies its runs' data
     data = learning_page.export_compare(out, results / "data" / name)
-    plots(summary, out, results / name)
+    plots(summary, data.parent / "metrics", results / name)
     text = f"# The algorithms side by side: {ENV}{' (quick smoke run)' if args.quick else ''}\n\n{page(summary, name, data.parent)}\n"
     path = results / f"learning_{name}.md"
     path.write_text(text, encoding="utf-8")

@@ -271,8 +271,8 @@ def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, A
     return lines + [""]
 
 
-def signal_table(steps: list[dict[str, Any]]) -> list[str]:
-    """Where GRPO's learning signal was, per task family, from a GRPO stage's metrics (one record per step) and
+def signal_table(steps: list[dict[str, Any]], who: str = "GRPO") -> list[str]:
+    """Where ``who``'s learning signal was, per task family, from an RL stage's metrics (one record per step) and
     their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups sampled,
     those whose rewards differed (the only ones a group-relative advantage learns from), and the rollouts'
     success in the first and last quarter of the steps. Empty for runs logged before those metrics existed."""
@@ -280,7 +280,7 @@ def signal_table(steps: list[dict[str, Any]]) -> list[str]:
     if not families:
         return []
     quarter = max(1, len(steps) // 4)
-    lines = ["Where GRPO's signal was, per task family (training rollouts; a group teaches only when its samples' "
+    lines = [f"Where {who}'s signal was, per task family (training rollouts; a group teaches only when its samples' "
              "rewards differ):", "", "| Family | groups | with a signal | rollout success, first / last quarter |",
              "|---|---:|---:|---|"]
 
@@ -405,7 +405,10 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
     return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
 
 
-def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool) -> list[str]:
+def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path | None = None
+                    ) -> list[str]:
+    """The algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots are
+    (re)drawn there from that data too."""
     import compare_algorithms
 
     lines = ["## The algorithms side by side (ToolUse-v0)", ""]
@@ -414,6 +417,8 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool) 
         return lines + [f"Not run yet: no committed data in `{_shown(exp_dir)}/`. Command: `{cmd}` (then "
                         "`python benchmarks/learning.py --page`, or `--all`, which copies its data).", ""]
     plot_dir = f"compare_algorithms{'_quick' if quick else ''}"
+    if results is not None:
+        compare_algorithms.plots(summary, exp_dir / "metrics", results / plot_dir)
     return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}; "
                     f"{_commit(summary)}.", "", compare_algorithms.page(summary, plot_dir, exp_dir), ""]
 
@@ -508,8 +513,9 @@ def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[st
 
 
 def export_compare(out: Path, dest: Path) -> Path | None:
-    """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json`` and the per-task scores of every evaluation
-    (cold start; each algorithm, seed and point) from its run directory ``out`` into ``dest``; None without one."""
+    """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json``, the per-task scores of every evaluation
+    (cold start; each algorithm, seed and point) and each run's training metrics (``metrics/<algo>-s<seed>.jsonl``)
+    from its run directory ``out`` into ``dest``; None without one."""
     from agentrl.algos.evaluation.ledger import git_state
 
     if not (out / "compare.json").is_file():
@@ -519,6 +525,9 @@ def export_compare(out: Path, dest: Path) -> Path | None:
     for episodes in sorted(out.glob("eval/*.jsonl")) + sorted(out.glob("*/eval/*.jsonl")):
         rel = episodes.relative_to(out).with_suffix("").as_posix()
         _per_task_file(episodes, dest / "eval" / f"{rel.replace('/eval/', '-').removeprefix('eval/')}.jsonl")
+    for metrics in sorted(out.glob("*-s*/metrics.jsonl")):
+        (dest / "metrics").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(metrics, dest / "metrics" / f"{metrics.parent.name}.jsonl")
     summary = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     summary.setdefault("commit", None)
     if summary["commit"] is None:  # a compare.json from before compare_algorithms.py recorded it: the checkout's
@@ -593,7 +602,7 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
                                  plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
                                  draw=out is None)
     cmp_dir = data / f"compare_algorithms{suffix}"
-    lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick)
+    lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick, results if out is None else None)
     lines += ledger_section(rows, ledger, selected)
     lines += without_data(results, data, quick)
     path = out or results / f"learning{'-quick' if quick else ''}.md"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -220,7 +221,8 @@ def quick_runs(stopping_model_dir, tmp_path_factory):
     assert learning.main(["--quick", "--model", stopping_model_dir, "--out", str(runs / "learning-tooluse-quick"),
                           "--results", str(results), "progress=false", "report_to=none"]) == 0
     cmp_args = ["--quick", "--model", stopping_model_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
-                str(results), "--seeds", "0,1", "--max-steps", "1", "--eval-points", "0.5,1"]
+                str(results), "--seeds", "0,1", "--max-steps", "1", "--eval-points", "0.5,1",
+                "--algos", "grpo,ppo,dpo,sft,grpo_turns"]
     assert compare.main(cmp_args) == 0
     return {"runs": runs, "results": results, "cmp_args": cmp_args, "compare": compare, "learning": learning}
 
@@ -246,15 +248,20 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     out = quick_runs["runs"] / "compare-algorithms-quick"
     summary = json.loads((out / "compare.json").read_text())
     adapter = out / "cold_start" / "adapter"
-    assert set(summary["runs"]) == {"grpo", "ppo", "dpo", "sft"}
+    assert set(summary["runs"]) == {"grpo", "ppo", "dpo", "sft", "grpo_turns"}
     for algo, runs in summary["runs"].items():
         assert [r["seed"] for r in runs] == [0, 1]
         for r in runs:
             assert r["steps"] == 1 and [p["fraction"] for p in r["points"]] == [0.5, 1.0]
             config = json.loads((out / f"{algo}-s{r['seed']}" / "config.json").read_text())
-            assert config["algo"] == algo and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
+            assert config["algo"] == algo.removesuffix("_turns") and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
+            if algo == "grpo_turns":  # an option: GRPO with the turn-level advantage, the main job's GRPO otherwise
+                assert config["algo"] == "grpo" and config["grpo"]["step_weight"] == 1.0
+                assert config["grpo"]["scale_std"] is False
+            elif algo == "grpo":
+                assert config["grpo"]["step_weight"] == 0
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v3.jsonl"
     assert summary["commit"] == git_state()["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
@@ -265,12 +272,15 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     assert summary["sections"]["ppo"] == ["epochs=2"] and "PPO settings: `epochs=2`" in page
     # each algorithm against the cold start, each RL algorithm against SFT-continued, with its interval and verdict
     for row in ("| GRPO (Dr. GRPO) vs cold start |", "| SFT-continued vs cold start |",
-                "| online DPO vs SFT-continued |", "| PPO (clip-higher) vs SFT-continued |"):
+                "| online DPO vs SFT-continued |", "| PPO (clip-higher) vs SFT-continued |",
+                "| GRPO + turn-level credit (step_weight=1) vs GRPO (Dr. GRPO) |"):
         assert row in page and "| > +0 | **" in page.split(row, 1)[1].splitlines()[0]
     assert "| SFT-continued vs SFT-continued |" not in page
+    # where each RL algorithm's learning signal was, per family, from the committed metrics (SFT has no rollouts)
+    assert "Where online DPO's signal was" in page and "Where SFT-continued's" not in page
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
-    assert len(done) == 8
+    assert len(done) == 10
     assert quick_runs["compare"].main(quick_runs["cmp_args"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")} == done
     with pytest.raises(SystemExit, match="minutes"):  # runs of another budget are never mixed in
@@ -305,7 +315,12 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     # compare_algorithms.py copied its data at its end too, as learning.py does
     assert (data / "compare_algorithms_quick" / "compare.json").is_file()
     assert list((data / "compare_algorithms_quick" / "eval").glob("*.jsonl"))
+    assert {p.name for p in (data / "compare_algorithms_quick" / "metrics").glob("*.jsonl")} == {
+        f"{algo}-s{seed}.jsonl" for algo in ("grpo", "ppo", "dpo", "sft", "grpo_turns") for seed in (0, 1)}
+    shutil.rmtree(results / "compare_algorithms_quick")  # the page redraws the comparison's plots from that data
     path = learning_page.write_page(data, results, quick=True, ledger=ledger_file)
+    assert {p.name for p in (results / "compare_algorithms_quick").iterdir()} == {"heldout_vs_time.png",
+                                                                                  "reward_vs_step.png"}
     text = path.read_text()
     assert path.name == "learning-quick.md"
     assert "python benchmarks/learning.py --quick" in text  # the ToolUse section, from its learning.json
