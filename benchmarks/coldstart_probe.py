@@ -13,7 +13,8 @@ no correct sample to learn from.
     python benchmarks/coldstart_probe.py --families all add_multiply       # demonstrations of every family
 
 Never touches the test split (held-out tasks are odd indices; these are even ones from ``--start``). Prints one
-table row per candidate; never asserts. About 1.5 minutes per candidate on 2 cores (bf16).
+table row per candidate (its time in a comment); never asserts. docs/results/coldstart_probe.md's candidates
+took 48-574 s each on a 2-core CPU without bf16 units (fp32).
 """
 
 from __future__ import annotations
