@@ -526,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
 
     git_state()  # the commit this run starts from: what every later record of this process names
+    run_all.machine()  # the machine and the load it starts under (cached: compare.json records these)
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     unknown = sorted(set(algos) - set(ALGOS) - set(OPTIONS))
     if unknown or not algos:

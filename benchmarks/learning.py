@@ -466,9 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"written: {learning_page.write_page(data_dir(args), Path(args.results), quick=args.quick, readme=readme_for(args))}")
         return 0
 
+    import run_all
+
     from agentrl.algos.evaluation.ledger import git_state
 
     git_state()  # the commit this run starts from: what its ledger rows and learning.json name
+    run_all.machine()  # the machine and the load it starts under (cached: the page shows these, not the end's)
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.recipes.main_job import MainJobConfig
 

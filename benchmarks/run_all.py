@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import re
@@ -85,8 +86,11 @@ NOT_RUN = {"run_all", "learning", "learning_page", "compare_algorithms", "heldou
 _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
 
 
+@functools.cache
 def machine() -> list[str]:
-    """Lines describing this machine and the library versions."""
+    """Lines describing this machine and the library versions, as they were the first time this process asked: a
+    runner asks at its start, so the load average is the one its run started under and the commit is the one it
+    started from (``ledger.git_state``), not one made while it ran."""
     cpu, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -114,8 +118,10 @@ def machine() -> list[str]:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = "unknown"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    from agentrl.algos.evaluation.ledger import git_state
+
+    state = git_state(ROOT)
+    commit = (state["commit"] or "unknown")[:7] + (" (uncommitted changes)" if state["dirty"] else "")
     return [f"- CPU: {cpu}, {os.cpu_count()} cores visible, bf16 units: {bf16}",
             f"- RAM: {ram}",
             f"- Python {platform.python_version()} on {platform.system()} {platform.release()}",

@@ -48,7 +48,7 @@ def test_quick_arguments_name_real_options(run_all):
 
 def test_machine_description_names_cpu_ram_and_versions(run_all):
     text = "\n".join(run_all.machine())
-    for needle in ("CPU:", "RAM:", "torch", "transformers", "load average"):
+    for needle in ("CPU:", "RAM:", "torch", "transformers", "load average", "git commit"):
         assert needle in text
 
 
