@@ -30,11 +30,12 @@ Writes ``<out>/compare.json`` (every figure, the command, the commit, times, mac
 ``docs/results/compare_algorithms[_quick]/`` (held-out success against training wall time; rollout reward against
 step), and copies the results page's raw data to ``docs/results/data/compare_algorithms[_quick]/`` (``compare.json``,
 per-task scores and each run's metrics; commit it, then ``python benchmarks/learning.py --page``, which redraws the
-plots and the section from that data). A run takes about algorithms x
-seeds x (--minutes + ~1.3 min of set-up and evaluations): ``--minutes 5 --eval-points
-0.5,1`` with 4 algorithms x 2 seeds took 49.7 min on a 2-core CPU with AMX (128 greedy evaluations take ~20 s each
-there); on a CPU without bf16 units (fp32) every step is several times slower and a budget of minutes holds few
-steps.
+plots, this page and the section from that data). A run takes about algorithms x seeds x (--minutes + set-up and
+evaluations) plus the cold start: the committed ``--minutes 15 --seeds 0 --eval-points 1`` took 77.3 min for its
+four algorithms on a 2-core CPU without bf16 units (fp32; its page has the machine): the cold start's 16 SFT steps
+14.4 min, an evaluation of the 128 tasks about a minute, a GRPO step 6-8.5 min, PPO's two-epoch step 13.4 min, a
+DPO step 3-5 min, an SFT step under a minute; there a budget of minutes holds few RL steps. A CPU with AMX runs
+several times faster.
 
     python benchmarks/compare_algorithms.py                          # 4 algorithms x 2 seeds, 10 min each
     python benchmarks/compare_algorithms.py --minutes 20 --seeds 0,1,2
@@ -445,6 +446,9 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         lines.append(f"| {LABELS.get(algo, algo)} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
                      f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
                      f"{spent} | {verdict} |")
+        if not agg["beat"]:
+            notes.append(f"- **{LABELS.get(algo, algo)}** did not beat its cold start on every seed "
+                         f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
     judgements = judged(summary, data_dir) if data_dir is not None else []
     if judgements:
         lines += ["", f"Comparisons of the final evaluations (Average@{n}, a task's score averaged over seeds; paired "
@@ -454,9 +458,6 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         for a, b, c in judgements:
             lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
                          f"| > +0 | **{c.verdict}** ({'decided' if c.decided else 'not decided'}) |")
-        if not agg["beat"]:
-            notes.append(f"- **{LABELS.get(algo, algo)}** did not beat its cold start on every seed "
-                         f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
     if data_dir is not None:
         lines += signal_tables(summary, data_dir / "metrics")
     fams = summary.get("cold_start_by_family", {})
@@ -497,6 +498,16 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
               f"Command: `{summary['command']}`; {summary['invocation_seconds'] / 60:.1f} min this invocation, peak "
               f"RSS {summary['peak_rss_gib'] or float('nan'):.2f} GiB; machine: {'; '.join(m.lstrip('- ') for m in summary['machine'][:3])}."]
     return "\n".join(lines)
+
+
+def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quick: bool) -> Path:
+    """``<results>/learning_compare_algorithms[_quick].md``: the comparison's own page (``page`` under a title), from
+    ``summary`` and the data in ``data_dir``; written at the end of a run and again by ``learning.py --page``."""
+    name = f"compare_algorithms{'_quick' if quick else ''}"
+    path = results / f"learning_{name}.md"
+    path.write_text(f"# The algorithms side by side: {ENV}{' (quick smoke run)' if quick else ''}\n\n"
+                    f"{page(summary, name, data_dir)}\n", encoding="utf-8")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -576,10 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     # the results page's raw data (compare.json and per-task scores), as learning.py copies its runs' data
     data = learning_page.export_compare(out, results / "data" / name)
     plots(summary, data.parent / "metrics", results / name)
-    text = f"# The algorithms side by side: {ENV}{' (quick smoke run)' if args.quick else ''}\n\n{page(summary, name, data.parent)}\n"
-    path = results / f"learning_{name}.md"
-    path.write_text(text, encoding="utf-8")
-    print(text)
+    path = write_page_file(summary, results, data.parent, args.quick)
+    print(path.read_text(encoding="utf-8"))
     print(f"written: {path}")
     print(f"data: {data} (commit it with the page)")
     return 0

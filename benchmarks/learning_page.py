@@ -407,8 +407,8 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
 
 def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path | None = None
                     ) -> list[str]:
-    """The algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots are
-    (re)drawn there from that data too."""
+    """The algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots and
+    its own page (``learning_compare_algorithms[_quick].md``) are (re)written there from that data too."""
     import compare_algorithms
 
     lines = ["## The algorithms side by side (ToolUse-v0)", ""]
@@ -419,6 +419,7 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, 
     plot_dir = f"compare_algorithms{'_quick' if quick else ''}"
     if results is not None:
         compare_algorithms.plots(summary, exp_dir / "metrics", results / plot_dir)
+        compare_algorithms.write_page_file(summary, results, exp_dir, quick)
     return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}; "
                     f"{_commit(summary)}.", "", compare_algorithms.page(summary, plot_dir, exp_dir), ""]
 

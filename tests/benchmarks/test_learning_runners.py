@@ -278,6 +278,8 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     assert "| SFT-continued vs SFT-continued |" not in page
     # where each RL algorithm's learning signal was, per family, from the committed metrics (SFT has no rollouts)
     assert "Where online DPO's signal was" in page and "Where SFT-continued's" not in page
+    # an algorithm that did not beat the cold start has its note with the run's diagnostics, every one of them
+    assert "- **GRPO (Dr. GRPO)** did not beat" in page and "- **online DPO** did not beat" in page
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
     assert len(done) == 10
@@ -318,9 +320,11 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     assert {p.name for p in (data / "compare_algorithms_quick" / "metrics").glob("*.jsonl")} == {
         f"{algo}-s{seed}.jsonl" for algo in ("grpo", "ppo", "dpo", "sft", "grpo_turns") for seed in (0, 1)}
     shutil.rmtree(results / "compare_algorithms_quick")  # the page redraws the comparison's plots from that data
+    (results / "learning_compare_algorithms_quick.md").unlink()  # and the comparison's own page
     path = learning_page.write_page(data, results, quick=True, ledger=ledger_file)
     assert {p.name for p in (results / "compare_algorithms_quick").iterdir()} == {"heldout_vs_time.png",
                                                                                   "reward_vs_step.png"}
+    assert "| online DPO vs SFT-continued |" in (results / "learning_compare_algorithms_quick.md").read_text()
     text = path.read_text()
     assert path.name == "learning-quick.md"
     assert "python benchmarks/learning.py --quick" in text  # the ToolUse section, from its learning.json
