@@ -1,7 +1,8 @@
 """The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
 
 ``--algos`` also takes options of an algorithm as rows of their own (``OPTIONS``): ``grpo_turns`` is GRPO with the
-turn-level (GiGPO-style) step advantage, ``grpo.step_weight=1``; the page compares it with plain GRPO too.
+turn-level (GiGPO-style) step advantage, ``grpo.step_weight=1``; ``grpo_lr6e-5`` and ``grpo_lr2e-5`` are GRPO at
+lower learning rates; the page compares each with plain GRPO too.
 
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
 an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
@@ -68,10 +69,15 @@ if str(HERE) not in sys.path:
 
 ENV = "AgentRL/ToolUse-v0"
 ALGOS = ("grpo", "ppo", "dpo", "sft")
-#: Options of an algorithm compared as rows of their own (``--algos grpo_turns``): name -> (the algorithm, settings
-#: of its section on top of the main job's, the label). ``grpo_turns``: GiGPO's step-level advantage with its paper's
-#: weight, 1 (docs/algorithms/grpo.md, "Turn-level credit").
-OPTIONS = {"grpo_turns": ("grpo", {"step_weight": 1.0}, "GRPO + turn-level credit (step_weight=1)")}
+#: Options of an algorithm compared as rows of their own (``--algos grpo_turns``): name -> (the algorithm, changes
+#: to its run's TrainConfig on top of the main job's (``grpo.<key>``: a field of its GRPO section), the label).
+#: ``grpo_turns``: GiGPO's step-level advantage with its paper's weight, 1 (docs/algorithms/grpo.md, "Turn-level
+#: credit"). ``grpo_lr6e-5`` / ``grpo_lr2e-5``: the main job's GRPO at a lower learning rate than its ``rl_lr`` of
+#: 2e-4 (a diagnostic of the collapse after one update at 2e-4 on a CPU without bf16: Adam's first step moves every
+#: LoRA weight by about ``lr``).
+OPTIONS = {"grpo_turns": ("grpo", {"grpo.step_weight": 1.0}, "GRPO + turn-level credit (step_weight=1)"),
+           "grpo_lr6e-5": ("grpo", {"lr": 6e-5}, "GRPO, lr 6e-5"),
+           "grpo_lr2e-5": ("grpo", {"lr": 2e-5}, "GRPO, lr 2e-5")}
 LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued",
           **{name: label for name, (_, _, label) in OPTIONS.items()}}
 #: --quick: CI-sized settings (MainJobConfig keys) and budgets.
@@ -236,11 +242,12 @@ class Runner:
             return sft_train_config(self.cfg, run_dir, **common)
         ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
         dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
-        grpo = self.cfg.grpo
+        grpo, changes = self.cfg.grpo, {}
         if algo in OPTIONS:
             algo, settings, _ = OPTIONS[algo]
-            grpo = dataclasses.replace(grpo, **settings)
-        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **common)
+            grpo = dataclasses.replace(grpo, **{k[5:]: v for k, v in settings.items() if k.startswith("grpo.")})
+            changes = {k: v for k, v in settings.items() if not k.startswith("grpo.")}
+        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **{**common, **changes})
 
     def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],
             max_steps: int | None) -> dict[str, Any]:
@@ -254,7 +261,8 @@ class Runner:
         run_dir = self.out / f"{algo}-s{seed}"
         done = run_dir / "result.json"
         if done.is_file():
-            return json.loads(done.read_text())
+            result = json.loads(done.read_text())
+            return result if "commit" in result else {**result, **ledger_commit(run_dir, result)}
         if run_dir.exists():
             shutil.rmtree(run_dir)  # a killed run: redo it whole (its clock restarted)
         trainer = Trainer(self.train_config(algo, seed, adapter, run_dir), model=copy.deepcopy(self.base),
@@ -293,6 +301,21 @@ class Runner:
         del trainer, policy
         gc.collect()
         return result
+
+
+def ledger_commit(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``{"commit", "dirty", "commit_from"}`` of a finished run whose ``result.json`` predates runs recording their
+    commit: those of the ledger row of its final evaluation (the same episodes file and score; the last such row),
+    or ``{}`` when the ledger has none."""
+    from agentrl.algos.evaluation.ledger import read
+
+    episodes = (run_dir / "eval" / f"at-{result['points'][-1]['fraction']:g}.jsonl").resolve()
+    rows = [row for row in read() if row.get("out") and Path(row["out"]).resolve() == episodes
+            and row["scores"].get("average_at_n") == result["final"]["average_at_n"]]
+    if not rows:
+        return {}
+    return {"commit": rows[-1]["commit"], "dirty": rows[-1].get("dirty", False),
+            "commit_from": f"ledger row {rows[-1]['id']} (its final evaluation)"}
 
 
 def takes_step(clock: float, steps: int, budget: float, max_steps: int | None) -> bool:
@@ -469,7 +492,8 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
             lines.append(f"| {LABELS.get(algo, algo)} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
     earlier = [f"{LABELS.get(a, a)} seed {r['seed']} ("
-               + (f"commit `{r['commit'][:10]}`" if r.get("commit") else "commit not recorded") + ")"
+               + (f"commit `{r['commit'][:10]}`" if r.get("commit") else "commit not recorded")
+               + (f", from the {r['commit_from']}" if r.get("commit_from") else "") + ")"
                for a, runs in summary["runs"].items() for r in runs if r.get("commit") != summary.get("commit")]
     if earlier:
         notes.append("- Read back from an earlier invocation with the same settings (`<out>/setup.json`), not made at "

@@ -305,6 +305,38 @@ def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
     assert steps_in(100, 10, max_steps=4) == 4
 
 
+def test_a_comparison_option_changes_only_its_settings(tmp_path):
+    compare = _load("compare_algorithms")
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    runner = object.__new__(compare.Runner)  # train_config needs the settings only, not the model
+    runner.cfg, runner.sections = MainJobConfig(), {"ppo": [], "dpo": []}
+    plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
+    low = runner.train_config("grpo_lr2e-5", 0, tmp_path / "adapter", tmp_path / "low")
+    turns = runner.train_config("grpo_turns", 0, tmp_path / "adapter", tmp_path / "turns")
+    assert plain.lr == MainJobConfig().rl_lr == 2e-4 and low.lr == 2e-5 and turns.lr == plain.lr
+    assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
+    assert turns.grpo.step_weight == 1.0 and plain.grpo.step_weight == 0
+
+
+def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_path, monkeypatch):
+    compare = _load("compare_algorithms")
+    run_dir = tmp_path / "grpo-s0"
+    result = {"points": [{"fraction": 1.0}], "final": {"average_at_n": 0.25}}
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("AGENTRL_LEDGER", str(ledger))
+    assert compare.ledger_commit(run_dir, result) == {}  # no ledger yet
+    rows = [{"id": "a", "commit": "c1", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
+             "scores": {"average_at_n": 0.5}},  # another score: another evaluation of that file
+            {"id": "b", "commit": "c2", "dirty": False, "out": str(tmp_path / "ppo-s0" / "eval" / "at-1.jsonl"),
+             "scores": {"average_at_n": 0.25}},  # another run
+            {"id": "c", "commit": "c3", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
+             "scores": {"average_at_n": 0.25}}]
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert compare.ledger_commit(run_dir, result) == {"commit": "c3", "dirty": False,
+                                                      "commit_from": "ledger row c (its final evaluation)"}
+
+
 def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
     import learning_page
 
