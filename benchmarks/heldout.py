@@ -35,6 +35,11 @@ position 3,000,000 on, drawn by the v2 rule with a train scan of the same ``item
 out ``stock``, ``power`` and ``convert``), skipping ``tooluse_v2``'s questions too. Experiments on it train with
 ``items=999`` (``benchmarks/learning.py``'s ToolUse-v0 preset).
 
+**v4 (issue 30)** — ``tooluse_v4``: ``tooluse_v3``'s rule (``items=999``) from test position 4,000,000 on, skipping
+``tooluse_v2``'s and ``tooluse_v3``'s questions too. A setting chosen by looking at ``tooluse_v3`` (the GRPO learning
+rate of the algorithms comparison's diagnostic) is evaluated here, on questions no run had seen when it was chosen;
+written before any evaluation on it.
+
 **v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings were
 chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
 ``balance_sources`` on ``search``, PythonMath's RL budget after its cold start's score on ``pythonmath``), and 78
@@ -53,7 +58,7 @@ Split membership is the env's own: generator index parity (ToolUse, PythonMath) 
 env's task generator changes, ``check`` fails: rewrite the set (``write --only NAME``) *before* tuning on it.
 
     python benchmarks/heldout.py write                  # (re)write every set (keeps the date of an unchanged set)
-    python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 search_v2   # seconds
+    python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 tooluse_v4 search_v2   # seconds
     python benchmarks/heldout.py write --only pythonmath_v2          # ~3.5 min: its train scan
     python benchmarks/heldout.py check                  # exit 1 when a committed set differs from its generator
 """
@@ -314,6 +319,15 @@ def make_tooluse_v3() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[0]))
 
 
+#: v4 (issue 30): tooluse_v3's rule from test position 4,000,000 on, skipping tooluse_v2's and tooluse_v3's questions
+#: too; fixed before any run is evaluated on it, for settings chosen by looking at tooluse_v3 (a lower GRPO lr).
+START_V4 = 4_000_000
+
+
+def make_tooluse_v4() -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V4, ("tooluse_v2", "tooluse_v3"))[0]))
+
+
 def make_pythonmath_v2() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(PYTHONMATH)[0]))
 
@@ -403,6 +417,13 @@ SPECS: dict[str, HeldoutSpec] = {
                                   "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
                                   "positions") + " or tooluse_v2", make_tooluse_v3,
                               info=lambda: _generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[1]),
+    # v4 (issue 30): tooluse_v3's rule at fresh positions, for what was chosen by looking at tooluse_v3.
+    "tooluse_v4": HeldoutSpec("tooluse_v4", TOOLUSE, "test",
+                              _V2_POSITIONS.replace(str(START_V2), str(START_V4)).replace(
+                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
+                                  "positions") + ", tooluse_v2 or tooluse_v3", make_tooluse_v4,
+                              info=lambda: _generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V4,
+                                                         ("tooluse_v2", "tooluse_v3"))[1]),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).
