@@ -2,7 +2,8 @@
 
 ``--algos`` also takes options of an algorithm as rows of their own (``OPTIONS``): ``grpo_turns`` is GRPO with the
 turn-level (GiGPO-style) step advantage, ``grpo.step_weight=1``; ``grpo_lr6e-5`` and ``grpo_lr2e-5`` are GRPO at
-lower learning rates; the page compares each with plain GRPO too.
+lower learning rates; ``grpo_guided`` and ``grpo_relift`` are GRPO with demonstration guidance (``grpo.guidance=demos``,
+LUFFY; ``grpo.guidance=sft``, ReLIFT); the page compares each with plain GRPO too.
 
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
 an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
@@ -74,10 +75,14 @@ ALGOS = ("grpo", "ppo", "dpo", "sft")
 #: ``grpo_turns``: GiGPO's step-level advantage with its paper's weight, 1 (docs/algorithms/grpo.md, "Turn-level
 #: credit"). ``grpo_lr6e-5`` / ``grpo_lr2e-5``: the main job's GRPO at a lower learning rate than its ``rl_lr`` of
 #: 2e-4 (a diagnostic of the collapse after one update at 2e-4 on a CPU without bf16: Adam's first step moves every
-#: LoRA weight by about ``lr``).
+#: LoRA weight by about ``lr``). ``grpo_guided`` / ``grpo_relift``: the env's demonstration of each group no sample
+#: solved, inside the group (LUFFY) or as an NLL term beside it (ReLIFT), at the main job's settings
+#: (docs/algorithms/grpo.md, "Demonstration guidance").
 OPTIONS = {"grpo_turns": ("grpo", {"grpo.step_weight": 1.0}, "GRPO + turn-level credit (step_weight=1)"),
            "grpo_lr6e-5": ("grpo", {"lr": 6e-5}, "GRPO, lr 6e-5"),
-           "grpo_lr2e-5": ("grpo", {"lr": 2e-5}, "GRPO, lr 2e-5")}
+           "grpo_lr2e-5": ("grpo", {"lr": 2e-5}, "GRPO, lr 2e-5"),
+           "grpo_guided": ("grpo", {"grpo.guidance": "demos"}, "GRPO + demonstrations in unsolved groups (LUFFY)"),
+           "grpo_relift": ("grpo", {"grpo.guidance": "sft"}, "GRPO + SFT on unsolved groups (ReLIFT)")}
 LABELS = {"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO", "sft": "SFT-continued",
           **{name: label for name, (_, _, label) in OPTIONS.items()}}
 #: --quick: CI-sized settings (MainJobConfig keys) and budgets.
@@ -93,7 +98,9 @@ DIAGNOSTICS = {
     "rollout/degenerate_group_rate": "equal-reward groups", "train/step_anchor_turns": "turns sharing a state", "train/skipped_groups": "skipped groups/step",
     "train/optimizer_steps": "optimizer steps/step", "train/clip_frac_high": "clip frac high",
     "train/clip_frac_low": "clip frac low", "train/kl": "KL", "train/pairs": "DPO pairs/step",
-    "train/dpo_accuracy": "DPO accuracy", "rollout/tool_calls": "tool calls/episode", "train/loss": "loss",
+    "train/dpo_accuracy": "DPO accuracy", "train/guided_groups": "groups given a demonstration/step",
+    "train/demo_prob_mean": "demonstration token probability", "rollout/tool_calls": "tool calls/episode",
+    "train/loss": "loss",
 }
 
 logger = logging.getLogger("compare_algorithms")

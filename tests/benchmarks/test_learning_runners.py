@@ -6,6 +6,7 @@ needs, reads finished runs back, and that the page shows only what the run direc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ ENVS = {"tooluse": "AgentRL/ToolUse-v0", "search": "AgentRL/Search-v0", "pythonm
 CURRENT = {"tooluse": "tooluse_v3"}
 
 
-@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "search_v2",
+@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "tooluse_v4", "search_v2",
                                   # its generator scans 400,000 train tasks (~3.5 min): see the fast check below
                                   pytest.param("pythonmath_v2", marks=pytest.mark.slow)])
 def test_committed_heldout_set_equals_its_generator_today(heldout, name):
@@ -157,21 +158,24 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
     assert {t["data_source"] for t in tasks} == {"wiki_description"}
 
 
-def test_v3_holds_the_chains_in_a_question_space_training_does_not_cover(heldout):
-    """Issue 30: tooluse_v3 is drawn from ToolUse-v0 with items=999, holds the multi-call stock families, shares no
-    question text with that world's train scan, the earlier sets or the evaluated positions, and says its world."""
+@pytest.mark.parametrize(("name", "earlier_sets"), [("tooluse_v3", ("tooluse", "tooluse_v2")),
+                                                    ("tooluse_v4", ("tooluse", "tooluse_v2", "tooluse_v3"))])
+def test_v3_and_v4_hold_the_chains_in_a_question_space_training_does_not_cover(heldout, name, earlier_sets):
+    """Issue 30: tooluse_v3 and tooluse_v4 are drawn from ToolUse-v0 with items=999, hold the multi-call stock
+    families, share no question text with that world's train scan, the earlier sets or the evaluated positions, and
+    say their world."""
     from agentrl.envs import tool_use
 
-    meta = json.loads(heldout.SPECS["tooluse_v3"].meta_path.read_text())
-    tasks = heldout.read("tooluse_v3")
+    meta = json.loads(heldout.SPECS[name].meta_path.read_text())
+    tasks = heldout.read(name)
     assert meta["env_kwargs"] == {"items": 999} and meta["fixed_before_tuning"] and meta["train_text_overlap"] == {}
-    assert heldout.set_env_kwargs(heldout.SPECS["tooluse_v3"].path) == {"items": 999}
+    assert heldout.set_env_kwargs(heldout.SPECS[name].path) == {"items": 999}
     assert heldout.set_env_kwargs(heldout.SPECS["tooluse_v2"].path) == {}
     assert {"stock_total", "stock_value"} <= {t["family"] for t in tasks}
     assert all(t["items"] == 999 and heldout.generator_index(t) % 2 == 1 for t in tasks)
     texts = {t["query"] for t in tasks}
     train = {t["query"] for t in tool_use.make_tasks(heldout.TRAIN_SCAN, "train", items=999)}
-    earlier = {t["query"] for name in ("tooluse", "tooluse_v2") for t in heldout.read(name)}
+    earlier = {t["query"] for earlier_set in earlier_sets for t in heldout.read(earlier_set)}
     evaluated = {t["query"] for t in tool_use.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test")}
     assert not texts & (train | earlier | evaluated)
 
@@ -317,6 +321,10 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     assert plain.lr == MainJobConfig().rl_lr == 2e-4 and low.lr == 2e-5 and turns.lr == plain.lr
     assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
     assert turns.grpo.step_weight == 1.0 and plain.grpo.step_weight == 0
+    guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
+    relift = runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")
+    assert (plain.grpo.guidance, guided.grpo.guidance, relift.grpo.guidance) == ("none", "demos", "sft")
+    assert guided.lr == relift.lr == plain.lr and dataclasses.replace(guided.grpo, guidance="none") == plain.grpo
 
 
 def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_path, monkeypatch):
