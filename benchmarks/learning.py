@@ -159,8 +159,10 @@ def _server_client(policy):
 
 
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=None):
-    """The cold-start adapter trained further with SFT (same demos, lr, batch) for ``seconds``; then evaluated, in
-    process or (``policy``: the run's server policy, ``--engine``) on a new client of that server."""
+    """The cold-start adapter trained further with SFT for ``seconds``; then evaluated, in process or (``policy``: the
+    run's server policy, ``--engine``) on a new client of that server. Its TrainConfig is the cold start's
+    (``main_job.sft_train_config``: the same demos, lr, batch, dtype and memory budget as every stage of the run),
+    so that "the same time" buys the control what it would buy the cold start's SFT."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_run
@@ -168,21 +170,18 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
     from agentrl.algos.evaluation.run_log import MetricsLogger
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import save_adapter
-    from agentrl.algos.objectives.sft import SFTConfig
     from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.algos.training.config import TrainConfig
+    from agentrl.algos.recipes.main_job import sft_train_config
     from agentrl.algos.training.trainer import Trainer
 
     eval_path = out / "eval" / "sft_control.jsonl"
     if eval_path.with_suffix(".summary.json").is_file():
         return load_report(eval_path), None
     run_dir = out / "sft_control"
-    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
-    env_kwargs = {**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})}
-    tc = TrainConfig(env=cfg.env, env_kwargs=env_kwargs, algo="sft", model=cfg.model, dtype=cfg.dtype,
-                     device=cfg.device, adapter=str(out / "sft" / "adapter"), out=str(run_dir), steps=10**9,
-                     lr=cfg.sft_lr, seed=cfg.seed, progress=False, lora=cfg.lora, save_every=0,
-                     sft=SFTConfig(batch_size=cfg.sft_batch_size, num_demos=cfg.sft_demos))
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
+                                  attn_implementation=cfg.attn_implementation)
+    tc = sft_train_config(cfg, run_dir, adapter=str(out / "sft" / "adapter"), steps=10**9, progress=False,
+                          report_to=["none"])
     trainer = Trainer(tc, model=model, tokenizer=tokenizer)
     # The cold start already made sft_steps steps over the same demonstrations: continue the data position.
     trainer.data_pos = cfg.sft_steps * cfg.sft_batch_size

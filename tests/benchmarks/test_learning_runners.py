@@ -244,6 +244,11 @@ def test_learning_quick_evaluates_the_fixed_set_and_records_memory(quick_runs, h
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
                                                        "SFT control (same time)"]
     assert "peak RSS" in (out / "results.md").read_text()
+    # the control buys with "the same time" what the cold start's SFT would: the same settings, memory budget too
+    cold, control = (json.loads((out / stage / "config.json").read_text()) for stage in ("sft", "sft_control"))
+    for key in ("algo", "lr", "dtype", "memory_budget_gb", "micro_batch_tokens", "gradient_checkpointing", "sft",
+                "lora", "env_kwargs", "seed", "attn_implementation"):
+        assert control[key] == cold[key], key
 
 
 def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_runs, heldout):
