@@ -322,10 +322,12 @@ def make_tooluse_v3() -> list[dict[str, Any]]:
 #: v4 (issue 30): tooluse_v3's rule from test position 4,000,000 on, skipping tooluse_v2's and tooluse_v3's questions
 #: too; fixed before any run is evaluated on it, for settings chosen by looking at tooluse_v3 (a lower GRPO lr).
 START_V4 = 4_000_000
+#: tooluse_v4's arguments of _generated_v2 (its tasks and its sidecar's info come from the one cached call).
+_V4_ARGS = (TOOLUSE, TOOLUSE_V3_ITEMS, START_V4, ("tooluse_v2", "tooluse_v3"))
 
 
 def make_tooluse_v4() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V4, ("tooluse_v2", "tooluse_v3"))[0]))
+    return copy.deepcopy(list(_generated_v2(*_V4_ARGS)[0]))
 
 
 def make_pythonmath_v2() -> list[dict[str, Any]]:
@@ -422,8 +424,7 @@ SPECS: dict[str, HeldoutSpec] = {
                               _V2_POSITIONS.replace(str(START_V2), str(START_V4)).replace(
                                   "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
                                   "positions") + ", tooluse_v2 or tooluse_v3", make_tooluse_v4,
-                              info=lambda: _generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V4,
-                                                         ("tooluse_v2", "tooluse_v3"))[1]),
+                              info=lambda: _generated_v2(*_V4_ARGS)[1]),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).
