@@ -223,14 +223,16 @@ def test_wandb_offline_run_has_config_metrics_and_plots(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     _log_run(tmp_path, ["wandb"])
     [run_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    history, config = [], {}
+    history, config, kinds = [], {}, []
     for r in _wandb_records(run_file):
         kind = r.WhichOneof("record_type")
+        kinds.append(kind)
         if kind == "history":
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
-        elif kind == "run":
-            config.update({u.key: json.loads(u.value_json) for u in r.run.config.update})
-    assert config["group_size"] == 4 and config["grpo"] == {"beta": 0.04}
+        elif kind in ("run", "config"):  # the config given to init, or sent as an update after it (W&B does both)
+            update = r.run.config.update if kind == "run" else r.config.update
+            config.update({u.key: json.loads(u.value_json) for u in update})
+    assert config.get("group_size") == 4 and config.get("grpo") == {"beta": 0.04}, (config, kinds)
     scalars = [(h["_step"], h["train/loss"], h["reward/mean"]) for h in history if "train/loss" in h]
     assert scalars == [(1, 1.0, 0.25), (2, 0.5, 0.5)]
     images = [k for h in history for k in h if k.startswith("plots/") and k.endswith("/_type")]
