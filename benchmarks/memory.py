@@ -22,7 +22,10 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
 * ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
   ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.memory.memory_plan`)
   and glibc's mmap threshold at ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave
-  the RSS.
+  the RSS. The rows' common prefix (``--shared``) runs once for all micro-batches
+  (:func:`agentrl.algos.training.update.update_prefix`);
+* ``auto micro-batch, prefix per micro-batch`` — the same, but every micro-batch runs the common prefix itself
+  (the update before the prefix ran once per update): the baseline of the row above.
 
 The update variants train on old logprobs of 0 (``sampled=False``): the ratio is not 1, which changes the loss
 value, not what is computed or kept.
@@ -51,8 +54,10 @@ import sys
 import time
 
 TODAY = "chunked, actions"
-VARIANTS = ("full logits", "chunked, all", TODAY, "chunked, actions, checkpointed", "auto micro-batch")
-QUICK = (TODAY, "chunked, actions, checkpointed", "auto micro-batch")
+PER_MICRO_BATCH = "auto micro-batch, prefix per micro-batch"
+VARIANTS = ("full logits", "chunked, all", TODAY, "chunked, actions, checkpointed", PER_MICRO_BATCH,
+            "auto micro-batch")
+QUICK = (TODAY, "chunked, actions, checkpointed", PER_MICRO_BATCH, "auto micro-batch")
 
 
 def rss_kb(field: str) -> int:
@@ -90,8 +95,13 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
     from agentrl.algos.training.update import apply_update, micro_batches
 
     cfg = TrainConfig(**({"memory_budget_gb": budget} if budget else {}))
-    trim = variant == "auto micro-batch" and cfg.malloc_mmap_threshold_mb is not None
-    if variant == "auto micro-batch":
+    auto = variant in ("auto micro-batch", PER_MICRO_BATCH)
+    trim = auto and cfg.malloc_mmap_threshold_mb is not None
+    if variant == PER_MICRO_BATCH:  # the update before the PrefixPass: each micro-batch runs the common prefix
+        from agentrl.algos.training import update
+
+        update.update_prefix = lambda batches: 0
+    if auto:
         if trim:  # as the Trainer does: the threshold once, the heap trimmed after every micro-batch
             set_malloc_mmap_threshold(cfg.malloc_mmap_threshold_mb)
         ckpt, tokens = memory_plan(model, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -152,7 +162,7 @@ def child(args) -> None:
         seqs, masks = load_episodes(args.episodes, args.rows)
     else:
         ids = torch.randint(0, len(tokenizer), (args.rows, args.seq), generator=gen)
-        if args.shared:  # every row opens with the same tokens (the update then computes them once per micro-batch)
+        if args.shared:  # every row opens with the same tokens (the update then computes them once)
             if not 0 < args.shared <= args.prompt:
                 raise SystemExit(f"--shared must be in 1..--prompt ({args.prompt}), got {args.shared}")
             ids[:, : args.shared] = ids[0, : args.shared]
@@ -250,6 +260,10 @@ def main(argv=None) -> None:
         print(f"| {v} | {'on' if r['checkpointing'] else 'off'} | {r['micro_batch_tokens']} | {r['micro_batches']} "
               f"| {r['peak_kb'] / 2**20:.2f} | {growth / 2**20:.2f} | {r['step_s']:.1f} | {ratio} | {tratio} |")
     print(f"\ntoday's configuration: '{TODAY}' (micro_batch_tokens=16384, no checkpointing)")
+    once, each = results.get("auto micro-batch"), results.get(PER_MICRO_BATCH)
+    if once and each:
+        print(f"the common prefix once per update against once per micro-batch (same run): step time "
+              f"{once['step_s'] / each['step_s']:.2f}x, peak RSS {once['peak_kb'] / each['peak_kb']:.2f}x")
 
 
 if __name__ == "__main__":

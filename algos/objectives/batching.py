@@ -69,7 +69,7 @@ def pack_microbatches(lengths: Sequence[int], token_budget: int, rows: Sequence[
             length`` when nothing is shared). An item alone over the budget gets a micro-batch of its own (it
             is never cut).
         rows: sequences per item (default 1 each; 2 for a chosen/rejected pair).
-        shared: leading tokens common to every item's rows, computed once per micro-batch (0: none); at most
+        shared: leading tokens common to every item's rows, held once per micro-batch (0: none); at most
             the shortest length.
 
     Returns:

@@ -13,7 +13,8 @@ prompt and tool-output tokens — most of an agentic trajectory.
 Shared prefix. The trajectories of a batch usually open with the same tokens (the system prompt with the tool
 schemas: ~650 of ~750 tokens per ToolUse episode). The decoder runs that common prefix **once** and the rows
 continue from its KV cache, expanded over the batch (a view: gradients from every row flow back into the one
-prefix computation). Same function, same gradients — only less work (``share_prefix``, on by default).
+prefix computation). Same function, same gradients — only less work (``share_prefix``, on by default). An update
+split into micro-batches runs the prefix once for all of them (:func:`prefix_pass`, :class:`PrefixPass`).
 
 Logit transforms. Some architectures change the LM head's output before the softmax: Gemma-2/3 soft-cap it
 (``final_logit_softcapping``: ``cap * tanh(logits / cap)``), Granite divides by ``logits_scaling``, Cohere
@@ -28,6 +29,8 @@ started (:mod:`agentrl.algos.training.reference`).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -228,39 +231,105 @@ def _checkpointing(decoder) -> list:
             and hasattr(m, "_can_checkpoint_with_cache")]
 
 
-def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = MIN_SHARED_PREFIX):
-    """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work.
+@contextlib.contextmanager
+def _cached_pass(decoder):
+    """Inside: the decoder may be called with one of our KV caches; yields ``(cache keyword, use_cache)``.
 
-    Under activation checkpointing the prefix's KV cache is kept: both caches are replay-safe
-    (:func:`_replay_safe_cache`), so the layers are told they may checkpoint with a cache."""
-    bsz, seq_len = input_ids.shape
-    p = common_prefix_length(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
-    p = min(p, seq_len - 1)
-    if p < min_prefix:
-        return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    Under activation checkpointing the caches are kept: both are replay-safe (:func:`_replay_safe_cache`), so
+    the layers are told they may checkpoint with a cache."""
     import inspect
 
     # transformers renames past_key_values -> cache (deprecated in 5.x); use whichever this version takes
     key = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
     layers = _checkpointing(decoder)
-    use_cache = not layers  # a checkpointing layer would warn about use_cache=True (the cache is passed anyway)
     for m in layers:
         m._can_checkpoint_with_cache = True  # instance attribute: our caches survive the replay
     try:
-        recording = _replay_safe_cache(frozen=False)
-        head = decoder(input_ids=input_ids[:1, :p], use_cache=use_cache, **{key: recording})
-        shared = _replay_safe_cache(frozen=True, layers=[(layer.keys, layer.values) for layer in recording.layers])
-        for layer in shared.layers:  # expanded views over the rows: the prefix's keys/values are never copied B times
-            layer.keys = layer.keys.expand(bsz, *layer.keys.shape[1:])
-            layer.values = layer.values.expand(bsz, *layer.values.shape[1:])
-        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        positions = torch.arange(p, seq_len, device=input_ids.device).expand(bsz, -1)
-        tail = decoder(input_ids=input_ids[:, p:], attention_mask=mask, position_ids=positions,
-                       use_cache=use_cache, **{key: shared}).last_hidden_state
+        yield key, not layers  # a checkpointing layer would warn about use_cache=True (the cache is passed anyway)
     finally:
         for m in layers:
             m.__dict__.pop("_can_checkpoint_with_cache", None)
-    return torch.cat([head.last_hidden_state.expand(bsz, -1, -1), tail], dim=1)
+
+
+def _prefix_states(decoder, prefix_ids: torch.Tensor):
+    """The decoder over one row's prefix ``[1, p]``: its hidden states ``[1, p, H]`` and each layer's keys and
+    values."""
+    with _cached_pass(decoder) as (key, use_cache):
+        recording = _replay_safe_cache(frozen=False)
+        head = decoder(input_ids=prefix_ids, use_cache=use_cache, **{key: recording}).last_hidden_state
+    return head, [(layer.keys, layer.values) for layer in recording.layers]
+
+
+def _tail_states(decoder, input_ids, attention_mask, head, kv) -> torch.Tensor:
+    """Final hidden states ``[B, T, H]`` of rows that open with the prefix whose states are ``head`` and ``kv``
+    (:func:`_prefix_states`): the rows' remaining tokens continue from its KV cache, expanded over the rows (a
+    view: the prefix's keys and values are never copied B times, and every row's gradient flows into them)."""
+    bsz, seq_len = input_ids.shape
+    p = head.shape[1]
+    shared = _replay_safe_cache(frozen=True, layers=[(k.expand(bsz, *k.shape[1:]), v.expand(bsz, *v.shape[1:]))
+                                                     for k, v in kv])
+    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    positions = torch.arange(p, seq_len, device=input_ids.device).expand(bsz, -1)
+    with _cached_pass(decoder) as (key, use_cache):
+        tail = decoder(input_ids=input_ids[:, p:], attention_mask=mask, position_ids=positions,
+                       use_cache=use_cache, **{key: shared}).last_hidden_state
+    return torch.cat([head.expand(bsz, -1, -1), tail], dim=1)
+
+
+def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = MIN_SHARED_PREFIX):
+    """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work."""
+    bsz, seq_len = input_ids.shape
+    p = common_prefix_length(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
+    p = min(p, seq_len - 1)
+    if p < min_prefix:
+        return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    head, kv = _prefix_states(decoder, input_ids[:1, :p])
+    return _tail_states(decoder, input_ids, attention_mask, head, kv)
+
+
+class PrefixPass:
+    """The decoder's pass over a prefix that several micro-batches open with, run once for all of them.
+
+    An update's rows all open with the same tokens (the system prompt with the tool schemas), and its
+    micro-batches would each run them again: on a ToolUse batch ~600 of every ~800 tokens. Built by
+    :func:`prefix_pass`, given to :func:`token_logprobs` (``prefix=``) for each micro-batch, whose rows then
+    continue from the prefix's states; those states are detached leaves, so each micro-batch's ``backward()``
+    leaves its gradient with respect to them on them. :meth:`backward` then sends the sum through the prefix's own
+    pass, once: the parameters get what they would have got from each micro-batch running the prefix itself (the
+    gradient is linear in the micro-batches), for one prefix pass instead of one per micro-batch. Call it after
+    the last micro-batch's ``backward()`` and before the optimizer step.
+    """
+
+    def __init__(self, ids: torch.Tensor, head: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.ids = ids  # [p]
+        self._outputs = [head, *(t for pair in kv for t in pair)]
+        grad = head.requires_grad
+        self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
+        self.head = self._leaves[0]
+        self.kv = [(self._leaves[1 + 2 * i], self._leaves[2 + 2 * i]) for i in range(len(kv))]
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def backward(self) -> None:
+        """The micro-batches' gradients with respect to the prefix's states, through the prefix's pass (once;
+        the pass's graph is freed). Nothing to do when no micro-batch backpropagated."""
+        pairs = [(out, leaf.grad) for out, leaf in zip(self._outputs, self._leaves, strict=True)
+                 if leaf.grad is not None and out.requires_grad]
+        self._outputs, self._leaves = [], []
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+
+
+def prefix_pass(model, prefix_ids: torch.Tensor) -> PrefixPass:
+    """Run the decoder of ``model`` (a causal LM, or a PEFT model wrapping one) over ``prefix_ids`` (``[p]``) once,
+    for :func:`token_logprobs` to continue from in each micro-batch (see :class:`PrefixPass`). Run it in the mode
+    (train/eval, checkpointing) and grad mode of the micro-batches' passes."""
+    if prefix_ids.dim() != 1 or prefix_ids.shape[0] < 1:
+        raise ValueError(f"prefix_ids must be [p] with p >= 1, got shape {tuple(prefix_ids.shape)}")
+    decoder, _ = _decoder_and_head(model)
+    head, kv = _prefix_states(decoder, prefix_ids[None])
+    return PrefixPass(prefix_ids, head, kv)
 
 
 def token_logprobs(
@@ -273,6 +342,7 @@ def token_logprobs(
     return_entropy: bool = False,
     positions: torch.Tensor | None = None,
     share_prefix: bool = True,
+    prefix: PrefixPass | None = None,
 ):
     """Log-probability of every token given the tokens before it.
 
@@ -290,6 +360,8 @@ def token_logprobs(
         positions: optional ``[B, T]`` mask of the tokens whose log-probability is wanted (e.g. the loss
             mask); the LM head runs only there. Default: every real token.
         share_prefix: run the rows' common token prefix through the decoder once (see the module docstring).
+        prefix: a :class:`PrefixPass` every row opens with (checked), run once for several micro-batches: the
+            rows continue from its states (``share_prefix`` then does not apply).
 
     Returns:
         ``logprobs [B, T]`` (float32) where ``logprobs[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` at the
@@ -306,7 +378,14 @@ def token_logprobs(
     decoder, head = _decoder_and_head(model)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     mult, softcap = _checked_transform(base, decoder, head, input_ids)
-    hidden = _hidden_states(decoder, input_ids, attention_mask, share_prefix)
+    if prefix is None:
+        hidden = _hidden_states(decoder, input_ids, attention_mask, share_prefix)
+    else:
+        p = len(prefix)
+        if input_ids.shape[1] <= p or not bool((input_ids[:, :p] == prefix.ids.to(input_ids.device)).all()) or (
+                attention_mask is not None and not bool(attention_mask[:, :p].all())):
+            raise ValueError(f"every row must open with the prefix's {p} tokens and go on after them")
+        hidden = _tail_states(decoder, input_ids, attention_mask, prefix.head, prefix.kv)
     bsz, seq_len = input_ids.shape
     want = torch.ones(bsz, seq_len - 1, dtype=torch.bool, device=input_ids.device)
     if attention_mask is not None:

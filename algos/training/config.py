@@ -111,8 +111,8 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping threshold (global L2 norm)."""
     micro_batch_tokens: int | Literal["auto"] = "auto"
-    """Tokens computed per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
-    (the system prompt and tools) counted once, as the forward pass computes it, plus rows x (longest - prefix);
+    """Tokens held per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
+    (the system prompt and tools) counted once (it is computed once per update), plus rows x (longest - prefix);
     'auto': as many as memory_budget_gb holds by the model's estimated activation bytes per token
     (agentrl.algos.training.memory.activation_bytes_per_token)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"

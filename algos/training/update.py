@@ -3,7 +3,10 @@
 Row groups are packed into micro-batches (:func:`~agentrl.algos.objectives.batching.pack_microbatches`); each
 micro-batch's loss is backpropagated and the gradients accumulate; then the gradient is clipped and the
 optimizer steps once per epoch. Token weights were fixed on the whole batch by ``algo.prepare``, so the
-accumulated gradient is the full-batch gradient whatever the packing. :class:`StepStats` gathers what the
+accumulated gradient is the full-batch gradient whatever the packing. The rows' common prefix (the system prompt
+and tools) runs through the decoder once per epoch, not once per micro-batch (:func:`update_prefix`; the
+micro-batches' gradients reach it through :class:`~agentrl.algos.objectives.logprobs.PrefixPass`); the
+reference policy's logprobs are computed once, before the first epoch. :class:`StepStats` gathers what the
 micro-batches report into the step's ``train/*`` metrics.
 
 Sampler-mismatch correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first
@@ -25,7 +28,7 @@ import torch
 
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import TrainRow, collate, pack_microbatches
-from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, token_logprobs
+from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, prefix_pass, token_logprobs
 from agentrl.algos.objectives.ppo import SamplerCorrection, importance_weights
 from agentrl.algos.rollout.trajectory import common_prefix_len
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
@@ -140,12 +143,25 @@ def shared_prefix(rows: Sequence[TrainRow], min_prefix: int = MIN_SHARED_PREFIX)
 
 
 def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[list[TrainRow]]:
-    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget`` tokens
-    computed (the rows' common prefix counted once per micro-batch)."""
+    """The rows of each micro-batch: row groups packed first-fit-decreasing within ``token_budget`` tokens held
+    (the rows' common prefix counted once per micro-batch: computed once per update, see :func:`update_prefix`,
+    its activations are held under each)."""
     lengths = [max(len(row) for row in g) for g in row_groups]
     shared = shared_prefix([row for g in row_groups for row in g])
     bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups], shared=shared)
     return [[row for i in b for row in row_groups[i]] for b in bins]
+
+
+def update_prefix(batches: Sequence[Sequence[TrainRow]]) -> int:
+    """Tokens that every row of several micro-batches opens with, run once for all of them
+    (:class:`~agentrl.algos.objectives.logprobs.PrefixPass`) instead of once per micro-batch; 0 for a single
+    micro-batch (its forward pass shares its prefix itself) or a prefix under ``MIN_SHARED_PREFIX``. At least one
+    token of every row comes after it."""
+    rows = [row for b in batches for row in b]
+    if len(batches) < 2:
+        return 0
+    n = min(shared_prefix(rows), min(len(row) for row in rows) - 1)
+    return n if n >= MIN_SHARED_PREFIX else 0
 
 
 def resolve_correction(algo: Algorithm, policy, sampling) -> SamplerCorrection | None:
@@ -221,23 +237,31 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=bool(checkpointing_layers(model)),
                                          micro_batch_tokens="auto", memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     batches = micro_batches(ranks.shard(row_groups), micro_batch_tokens)
+    prefix_len = update_prefix(batches)
     correct = correction is not None and sampled and algo.token_level
     kept: dict[int, tuple[torch.Tensor, torch.Tensor, dict[str, float]]] = {}  # micro-batch -> pi_old, weights
+    refs = None
+    if algo.needs_reference:  # before any policy pass: switching adapters must not happen under a pending graph
+        refs = []
+        for rows in batches:
+            batch = collate(rows, pad_id, device)
+            refs.append(reference.logprobs(batch["input_ids"], batch["attention_mask"], temperature=temperature,
+                                           chunk_size=logprob_chunk, positions=batch["loss_mask"]))
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
+            prefix = None
             for i, rows in enumerate(batches):
                 batch = collate(rows, pad_id, device)
-                ref = None
-                if algo.needs_reference:  # first: it may switch adapters, which must not happen under a graph
-                    ref = reference.logprobs(batch["input_ids"], batch["attention_mask"], temperature=temperature,
-                                             chunk_size=logprob_chunk, positions=batch["loss_mask"])
+                ref = refs[i] if refs is not None else None
                 model.train(algo.dropout)
                 with checkpointed_layers(model):
+                    if prefix is None and prefix_len:
+                        prefix = prefix_pass(model, batch["input_ids"][0, :prefix_len])
                     lp, ent = token_logprobs(model, batch["input_ids"], batch["attention_mask"],
                                              temperature=temperature, chunk_size=logprob_chunk, return_entropy=True,
-                                             positions=batch["loss_mask"])
+                                             positions=batch["loss_mask"], prefix=prefix)
                 if correct:
                     if epoch == 0:  # the weights that sampled these rows: pi_old
                         pi_old = lp.detach().float()
@@ -259,6 +283,9 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                 if trim:
                     del batch, ref, lp, ent, loss
                     trim_heap()
+            if prefix is not None:
+                prefix.backward()
+                del prefix
             all_reduce_gradients(params, ranks)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optimizer.step()
@@ -284,10 +311,14 @@ def rows_logprobs(model, rows: Sequence[TrainRow], *, temperature: float, pad_id
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",
                                          memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     out: list[list[float] | None] = [None] * len(rows)
-    for b in pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared_prefix(rows)):
+    bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared_prefix(rows))
+    prefix_len, prefix = update_prefix([[rows[i] for i in b] for b in bins]), None
+    for b in bins:
         batch = collate([rows[i] for i in b], pad_id, device)
+        if prefix is None and prefix_len:
+            prefix = prefix_pass(model, batch["input_ids"][0, :prefix_len])
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
-                            chunk_size=logprob_chunk, positions=batch["loss_mask"])
+                            chunk_size=logprob_chunk, positions=batch["loss_mask"], prefix=prefix)
         for r, i in enumerate(b):
             out[i] = lp[r, : len(rows[i])].float().tolist()
     return out  # type: ignore[return-value]

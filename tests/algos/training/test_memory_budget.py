@@ -196,3 +196,120 @@ def test_main_job_passes_its_memory_budget_to_both_stages():
     cfg = config_from_dict(MainJobConfig, apply_overrides({}, ["memory_budget_gb=3.5"]))
     assert sft_train_config(cfg, "s").memory_budget_gb == 3.5 and rl_train_config(cfg, "r").memory_budget_gb == 3.5
     assert rl_train_config(MainJobConfig(), "r").memory_budget_gb == MainJobConfig().memory_budget_gb
+
+
+# ------------------------------------------------------------------------- the shared prefix, once per update
+
+
+def _prefix_rows(n_rows=4, prefix=40, tails=(7, 12, 5, 9)):
+    g = torch.Generator().manual_seed(3)
+    head = torch.randint(0, 1000, (prefix,), generator=g).tolist()
+    return [head + torch.randint(0, 1000, (t,), generator=g).tolist() for t in tails[:n_rows]]
+
+
+def _collated(rows):
+    ids = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_prefix_pass_gives_every_micro_batch_the_same_logprobs_and_gradients(lora_model, checkpointing):
+    from agentrl.algos.objectives.logprobs import prefix_pass
+
+    rows = _prefix_rows()
+    parts = [rows[:1], rows[1:3], rows[3:]]  # three micro-batches, one of a single row
+    decoder = lora_model.get_base_model().model
+    tokens: list[int] = []
+    hook = decoder.register_forward_pre_hook(lambda m, a, kw: tokens.append(kw["input_ids"].numel()), with_kwargs=True)
+    set_gradient_checkpointing(lora_model, checkpointing)
+    lora_model.eval()
+    try:
+        results = []
+        for once in (False, True):
+            lora_model.zero_grad(set_to_none=True)
+            tokens.clear()
+            lps = []
+            with checkpointed_layers(lora_model):
+                prefix = prefix_pass(lora_model, torch.tensor(rows[0][:40])) if once else None
+            for k, part in enumerate(parts):
+                ids, mask = _collated(part)
+                with checkpointed_layers(lora_model):
+                    lp = token_logprobs(lora_model, ids, mask, prefix=prefix)
+                (lp * torch.linspace(-1, 1 + k, lp.numel()).view_as(lp)).sum().backward()
+                lps.append(lp.detach())
+            if prefix is not None:
+                prefix.backward()
+            results.append((lps, {n: p.grad.clone() for n, p in lora_model.named_parameters() if p.requires_grad},
+                            sum(tokens)))
+    finally:
+        hook.remove()
+        set_gradient_checkpointing(lora_model, False)
+    (lps0, g0, tokens0), (lps1, g1, tokens1) = results
+    for a, b in zip(lps0, lps1, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert set(g0) == set(g1) and any(g.abs().sum() > 0 for g in g1.values())  # LoRA A: 0 while B is 0
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], rtol=1e-4, atol=1e-6, msg=k)
+    # forward tokens: each micro-batch ran the 40 prefix tokens (a single row: every token) before; now the prefix
+    # runs once and each micro-batch only its rows' tails (longest tail x rows)
+    assert tokens0 == 47 + (40 + 2 * 12) + (40 + 9)
+    assert tokens1 == 40 + 7 + 2 * 12 + 9
+
+
+def test_a_prefix_that_a_row_does_not_open_with_is_refused(lora_model):
+    from agentrl.algos.objectives.logprobs import prefix_pass
+
+    rows = _prefix_rows()
+    prefix = prefix_pass(lora_model, torch.tensor(rows[0][:40]))
+    ids, mask = _collated(rows[:2])
+    ids[1, 3] += 1
+    with pytest.raises(ValueError, match="open with the prefix's 40 tokens"):
+        token_logprobs(lora_model, ids, mask, prefix=prefix)
+    with pytest.raises(ValueError, match="prefix_ids"):
+        prefix_pass(lora_model, torch.tensor([rows[0][:40]]))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_an_update_in_many_micro_batches_equals_one_in_a_single_micro_batch(tokenizer, beta):
+    """The update runs the rows' common prefix once (a PrefixPass) when it has several micro-batches: one SGD step
+    in micro-batches of one row each moves the weights as one micro-batch of every row does (with a KL term to
+    the reference too, whose passes all run before the policy's)."""
+    from agentrl.algos.objectives.batching import TrainRow, token_weights
+    from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
+    from agentrl.algos.training.reference import Reference
+    from agentrl.algos.training.update import apply_update, micro_batches, rows_logprobs
+
+    rows = _prefix_rows()
+    masks = [[0] * 42 + [1] * (len(r) - 42) for r in rows]
+    weights = token_weights(masks)
+    groups = [[TrainRow(r, m, [-1.0] * len(r), w, adv)] for r, m, w, adv in
+              zip(rows, masks, weights, (1.0, -1.0, 0.5, -0.5), strict=True)]
+    moved = []
+    for tokens in (4096, 1):
+        torch.manual_seed(0)
+        model = apply_lora(tiny_model(tokenizer, num_layers=2), LoRAConfig(r=4, alpha=8, target_modules="all-linear"))
+        assert len(micro_batches(groups, tokens)) == (1 if tokens == 4096 else 4)
+        reference = Reference(model) if beta else None
+        with torch.no_grad():  # the policy moves away from the reference (B = 0 at init): a KL gradient too
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(n)))
+        flat = [g[0] for g in groups]  # the no-gradient pass shares the prefix across micro-batches too
+        lps = rows_logprobs(model, flat, temperature=1.0, pad_id=0, micro_batch_tokens=tokens, logprob_chunk=64)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        out = apply_update(model, opt, GRPO(GRPOConfig(beta=beta)), groups, lr=1.0, temperature=1.0, pad_id=0,
+                           micro_batch_tokens=tokens, logprob_chunk=64, max_grad_norm=1e9, reference=reference,
+                           sampled=False)
+        moved.append(({n: p.detach() - before[n] for n, p in model.named_parameters() if p.requires_grad},
+                      out["train/loss"], lps))
+    (d0, loss0, lps0), (d1, loss1, lps1) = moved
+    assert loss1 == pytest.approx(loss0, rel=1e-5)
+    for a, b in zip(lps0, lps1, strict=True):
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6) and any(a)
+    assert any(d.abs().sum() > 0 for d in d0.values())
+    for n in d0:
+        torch.testing.assert_close(d1[n], d0[n], rtol=1e-4, atol=1e-6, msg=n)
