@@ -58,6 +58,12 @@ CAVEATS = [
     "question texts that also occur in the train split (the sidecar's `train_text_overlap`): their held-out "
     "figures can come from memorisation.",
     "Each figure is one run unless seeds are given; the algorithm comparison reports the spread over its seeds.",
+    "The SFT controls of `benchmarks/learning.py` runs made before commit 7a472f9 (2026-12-04) trained with "
+    "TrainConfig's default `memory_budget_gb` of 2.0 where the run's cold start and GRPO used the main job's 1.5: "
+    "larger micro-batches, so more SFT steps in the same wall time (a step 1.15x as fast on the AMX machine, 2.3x "
+    "on the fp32 one). Those controls are favoured: every one on this page except the `lr2e-5` run's, which was "
+    "rerun after the fix (its note). From commit d019e38 on, an update runs the rows' common prompt prefix once "
+    "instead of once per micro-batch, so a wall-time budget holds more steps than it did before.",
 ]
 
 
