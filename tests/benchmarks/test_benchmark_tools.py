@@ -224,3 +224,29 @@ def test_full_size_runs_are_kept_beside_quick_ones(run_all, tmp_path, monkeypatc
     assert "| quick again |" in text and "quick rows" not in text
     assert text.count("## Full-size runs") == 1 and "| new |" in text and "| 1 |" in text
     assert text.index("## Full-size runs") < text.index("## Proof of learning")
+
+
+def test_failure_modes_summarise_episodes_into_compact_rows_and_a_table(tmp_path):
+    fm = _load("failure_modes")
+
+    def turn(kind, name=None, answer=None, observation=""):
+        return {"parsed": {"kind": kind, "name": name, "answer": answer}, "observation": observation}
+
+    early = {"task": {"id": "a-1", "family": "add_multiply"}, "reward": 0.0,
+             "turns": [turn("tool_call", "add", observation="1164"), turn("answer", answer="1164")]}
+    chain = {"task": {"id": "s-1", "family": "stock_total"}, "reward": 1.0,
+             "turns": [turn("tool_call", "stock", observation="106"), turn("tool_call", "stock", observation="98"),
+                       turn("tool_call", "add", observation="204"), turn("answer", answer="204")]}
+    silent = {"task": {"id": "d-1", "family": "days"}, "reward": -0.1, "turns": [turn("answer", answer="3")]}
+    assert fm.summarise(early) == {"id": "a-1", "family": "add_multiply", "reward": 0.0, "calls": ["add"],
+                                   "answer": "first"}
+    assert fm.summarise(chain)["answer"] == "last" and fm.summarise(silent)["answer"] is None
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "eval" / "rl.jsonl").write_text("".join(json.dumps(e) + "\n" for e in (early, chain, silent, early)))
+    assert fm.write_rows(run, tmp_path / "data") == ["rl"]
+    assert fm.table(tmp_path / "data").splitlines()[2:] == ["| rl | 2 | add_multiply | add | first |",
+                                                            "| rl | 1 | days | none | - |"]  # failures only
+    (run / "eval" / "sft.jsonl").write_text('{"turns": 3}\n')
+    with pytest.raises(SystemExit, match="sft.jsonl:1: not a saved episode"):
+        fm.write_rows(run, tmp_path / "data")
