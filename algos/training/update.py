@@ -157,9 +157,9 @@ def update_prefix(batches: Sequence[Sequence[TrainRow]]) -> int:
     (:class:`~agentrl.algos.objectives.logprobs.PrefixPass`) instead of once per micro-batch; 0 for a single
     micro-batch (its forward pass shares its prefix itself) or a prefix under ``MIN_SHARED_PREFIX``. At least one
     token of every row comes after it."""
-    rows = [row for b in batches for row in b]
     if len(batches) < 2:
         return 0
+    rows = [row for b in batches for row in b]
     n = min(shared_prefix(rows), min(len(row) for row in rows) - 1)
     return n if n >= MIN_SHARED_PREFIX else 0
 
