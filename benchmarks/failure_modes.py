@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentrl.envs.datasets import load_jsonl, located_rows
+
 LABELS = ("base", "sft", "rl", "sft_control")
 
 
@@ -56,13 +58,11 @@ def write_rows(run: Path, data: Path) -> list[str]:
         if not src.is_file():
             continue
         rows = []
-        with src.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(summarise(json.loads(line)))
-                    except (ValueError, AttributeError, TypeError) as e:
-                        raise SystemExit(f"{src}:{lineno}: not a saved episode ({e})") from None
+        for where, episode in located_rows(src, name=str(src)):  # "file:line" of each JSON line
+            try:
+                rows.append(summarise(episode))
+            except (AttributeError, TypeError) as e:
+                raise SystemExit(f"{where}: not a saved episode ({e})") from None
         out = data / "calls" / f"{label}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
@@ -77,7 +77,7 @@ def table(data: Path) -> str:
         path = data / "calls" / f"{label}.jsonl"
         if not path.is_file():
             continue
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = load_jsonl(path)
         failed = collections.Counter((r["family"], " > ".join(r["calls"]) or "none", r["answer"] or "-")
                                      for r in rows if (r["reward"] or 0) <= 0)
         for (family, calls, repeats), n in sorted(failed.items(), key=lambda kv: (-kv[1], kv[0])):
