@@ -40,6 +40,11 @@ out ``stock``, ``power`` and ``convert``), skipping ``tooluse_v2``'s questions t
 rate of the algorithms comparison's diagnostic) is evaluated here, on questions no run had seen when it was chosen;
 written before any evaluation on it.
 
+**v5 and pythonmath_v3 (issue 30)** — ``tooluse_v5`` (``tooluse_v4``'s rule from test position 5,000,000 on,
+skipping the questions of every earlier ToolUse set) and ``pythonmath_v3`` (``pythonmath_v2``'s rule from test
+position 3,000,000 on, skipping ``pythonmath_v2``'s questions): for settings chosen by looking at ``tooluse_v4`` (a
+48-step cold start, GRPO at lr 6e-5) and at ``pythonmath_v2``; written before any evaluation on them.
+
 **v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings were
 chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
 ``balance_sources`` on ``search``, PythonMath's RL budget after its cold start's score on ``pythonmath``), and 78
@@ -58,8 +63,8 @@ Split membership is the env's own: generator index parity (ToolUse, PythonMath) 
 env's task generator changes, ``check`` fails: rewrite the set (``write --only NAME``) *before* tuning on it.
 
     python benchmarks/heldout.py write                  # (re)write every set (keeps the date of an unchanged set)
-    python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 tooluse_v4 search_v2   # seconds
-    python benchmarks/heldout.py write --only pythonmath_v2          # ~3.5 min: its train scan
+    python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 tooluse_v4 tooluse_v5 search_v2   # seconds
+    python benchmarks/heldout.py write --only pythonmath_v2 pythonmath_v3   # ~3.5 min: their train scan
     python benchmarks/heldout.py check                  # exit 1 when a committed set differs from its generator
 """
 
@@ -334,6 +339,22 @@ def make_pythonmath_v2() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(PYTHONMATH)[0]))
 
 
+#: v5 / pythonmath_v3 (issue 30): fresh sets at positions no run has evaluated, written on 2026-12-04 before the
+#: runs of settings chosen by looking at tooluse_v4 (a 48-step cold start, lr 6e-5) and at pythonmath_v2.
+START_V5 = 5_000_000
+_V5_ARGS = (TOOLUSE, TOOLUSE_V3_ITEMS, START_V5, ("tooluse_v2", "tooluse_v3", "tooluse_v4"))
+START_PYTHONMATH_V3 = 3_000_000
+_PYTHONMATH_V3_ARGS = (PYTHONMATH, None, START_PYTHONMATH_V3, ("pythonmath_v2",))
+
+
+def make_tooluse_v5() -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_generated_v2(*_V5_ARGS)[0]))
+
+
+def make_pythonmath_v3() -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_generated_v2(*_PYTHONMATH_V3_ARGS)[0]))
+
+
 @functools.cache
 def _search_v2() -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
     from agentrl.envs.search.questions import load_bundled
@@ -425,6 +446,16 @@ SPECS: dict[str, HeldoutSpec] = {
                                   "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
                                   "positions") + ", tooluse_v2 or tooluse_v3", make_tooluse_v4,
                               info=lambda: _generated_v2(*_V4_ARGS)[1]),
+    # v5 and pythonmath_v3 (issue 30): the same rules at fresh positions, for what was chosen by looking at
+    # tooluse_v4 and pythonmath_v2.
+    "tooluse_v5": HeldoutSpec("tooluse_v5", TOOLUSE, "test",
+                              _V2_POSITIONS.replace(str(START_V2), str(START_V5)).replace(
+                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
+                                  "positions") + ", tooluse_v2, tooluse_v3 or tooluse_v4", make_tooluse_v5,
+                              info=lambda: _generated_v2(*_V5_ARGS)[1]),
+    "pythonmath_v3": HeldoutSpec("pythonmath_v3", PYTHONMATH, "test",
+                                 _V2_POSITIONS.replace(str(START_V2), str(START_PYTHONMATH_V3)) + " or pythonmath_v2",
+                                 make_pythonmath_v3, info=lambda: _generated_v2(*_PYTHONMATH_V3_ARGS)[1]),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).

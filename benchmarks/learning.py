@@ -430,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
     ap.add_argument("--no-control", action="store_true",
                     help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
+    ap.add_argument("--no-text-only", action="store_true",
+                    help="keep the SFT control but skip PythonMath-v0's text-only pipeline (the tool's comparison, "
+                         "which trains a second model)")
     ap.add_argument("--heldout", metavar="NAME",
                     help="the env's committed held-out set to evaluate on (default HELDOUT: tooluse_v3, search_v2, "
                          "pythonmath_v2; the first sets tooluse/search/pythonmath only to re-derive old figures)")
@@ -541,7 +544,7 @@ def _run(args, argv, cfg, out: Path, name: str, started, t0: float, policy) -> i
         rows.append(("SFT control (same time)", report))
     if args.env == "AgentRL/Search-v0":
         rows.insert(0, ("base, text-only", run_text_only(cfg, out, tasks, policy)))
-    if args.env == "AgentRL/PythonMath-v0" and not args.no_control:
+    if args.env == "AgentRL/PythonMath-v0" and not (args.no_control or args.no_text_only):
         # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
         text_policy = _server_client(policy)  # the base model again: a client with no adapter loaded
         try:

@@ -37,9 +37,10 @@ ENVS = {"tooluse": "AgentRL/ToolUse-v0", "search": "AgentRL/Search-v0", "pythonm
 CURRENT = {"tooluse": "tooluse_v3"}
 
 
-@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "tooluse_v4", "search_v2",
-                                  # its generator scans 400,000 train tasks (~3.5 min): see the fast check below
-                                  pytest.param("pythonmath_v2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "tooluse_v4", "tooluse_v5", "search_v2",
+                                  # their generator scans 400,000 train tasks (~3.5 min): see the fast check below
+                                  pytest.param("pythonmath_v2", marks=pytest.mark.slow),
+                                  pytest.param("pythonmath_v3", marks=pytest.mark.slow)])
 def test_committed_heldout_set_equals_its_generator_today(heldout, name):
     spec = heldout.SPECS[name]
     assert heldout.check(spec) is None, heldout.check(spec)
@@ -99,29 +100,32 @@ def _train_scan_texts(heldout, name, full=True):
     return {t["question"] for t in tasks}
 
 
-@pytest.mark.parametrize("name", ["tooluse_v2", "pythonmath_v2",
+@pytest.mark.parametrize("name", ["tooluse_v2", "pythonmath_v2", "pythonmath_v3",
                                   pytest.param("pythonmath_v2_full_scan", marks=pytest.mark.slow)])
 def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(heldout, name):
     """Issue 28: fresh test positions, no question text in the train split's scan, at a test position evaluated
-    before or in the v1 set; the left-out (memorisable) families are absent."""
+    before, in the v1 set or (pythonmath_v3, issue 30) in pythonmath_v2; the left-out (memorisable) families are
+    absent."""
     from agentrl.envs import tool_use
     from agentrl.envs.datasets import split_index
     from agentrl.envs.python_math import tasks as python_math
 
     full = name.endswith("_full_scan")
     name = name.removesuffix("_full_scan")
-    v1 = name.removesuffix("_v2")
+    v1 = name.split("_v")[0]
+    start, earlier = ((heldout.START_PYTHONMATH_V3, ["pythonmath_v2"]) if name == "pythonmath_v3"
+                      else (heldout.START_V2, []))
     module = tool_use if v1 == "tooluse" else python_math
     meta = json.loads(heldout.SPECS[name].meta_path.read_text())
     tasks = heldout.read(name)
     texts = [heldout.task_text(t) for t in tasks]
     assert len(set(texts)) == len(tasks) == 128
     indices = [heldout.generator_index(t) for t in tasks]
-    assert all(i % 2 == 1 and i >= split_index(heldout.START_V2, "test") for i in indices)  # fresh test positions
+    assert all(i % 2 == 1 and i >= split_index(start, "test") for i in indices)  # fresh test positions
     assert indices == sorted(indices) and [module.make_task(i) for i in indices] == tasks  # the generator's own
     assert meta["left_out_families"] and not {t["family"] for t in tasks} & set(meta["left_out_families"])
     assert not set(texts) & _train_scan_texts(heldout, name, full=full)
-    assert not set(texts) & {heldout.task_text(t) for t in heldout.read(v1)}
+    assert not set(texts) & {heldout.task_text(t) for s in [v1, *earlier] for t in heldout.read(s)}
     tiers = [None, [3], [1, 2]] if v1 == "pythonmath" else [None]
     evaluated = {heldout.task_text(t) for k in tiers
                  for t in (module.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test", **({"tiers": k} if k else {})))}
@@ -159,9 +163,11 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
 
 
 @pytest.mark.parametrize(("name", "earlier_sets"), [("tooluse_v3", ("tooluse", "tooluse_v2")),
-                                                    ("tooluse_v4", ("tooluse", "tooluse_v2", "tooluse_v3"))])
+                                                    ("tooluse_v4", ("tooluse", "tooluse_v2", "tooluse_v3")),
+                                                    ("tooluse_v5", ("tooluse", "tooluse_v2", "tooluse_v3",
+                                                                    "tooluse_v4"))])
 def test_v3_and_v4_hold_the_chains_in_a_question_space_training_does_not_cover(heldout, name, earlier_sets):
-    """Issue 30: tooluse_v3 and tooluse_v4 are drawn from ToolUse-v0 with items=999, hold the multi-call stock
+    """Issue 30: tooluse_v3, tooluse_v4 and tooluse_v5 are drawn from ToolUse-v0 with items=999, hold the multi-call stock
     families, share no question text with that world's train scan, the earlier sets or the evaluated positions, and
     say their world."""
     from agentrl.envs import tool_use
