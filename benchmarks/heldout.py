@@ -44,6 +44,8 @@ written before any evaluation on it.
 skipping the questions of every earlier ToolUse set) and ``pythonmath_v3`` (``pythonmath_v2``'s rule from test
 position 3,000,000 on, skipping ``pythonmath_v2``'s questions): for settings chosen by looking at ``tooluse_v4`` (a
 48-step cold start, GRPO at lr 6e-5) and at ``pythonmath_v2``; written before any evaluation on them.
+``pythonmath_v4`` (from 4,000,000, skipping ``pythonmath_v2``'s and ``pythonmath_v3``'s questions): for a cold start
+chosen after ``pythonmath_v3``'s run (demonstrations of tier 1 only).
 
 **v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings were
 chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
@@ -64,7 +66,7 @@ env's task generator changes, ``check`` fails: rewrite the set (``write --only N
 
     python benchmarks/heldout.py write                  # (re)write every set (keeps the date of an unchanged set)
     python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 tooluse_v4 tooluse_v5 search_v2   # seconds
-    python benchmarks/heldout.py write --only pythonmath_v2 pythonmath_v3   # ~3.5 min: their train scan
+    python benchmarks/heldout.py write --only pythonmath_v2 pythonmath_v3 pythonmath_v4   # ~3.5 min: their train scan
     python benchmarks/heldout.py check                  # exit 1 when a committed set differs from its generator
 """
 
@@ -355,6 +357,16 @@ def make_pythonmath_v3() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(*_PYTHONMATH_V3_ARGS)[0]))
 
 
+#: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers 1-2,
+#: for a cold start chosen by looking at it (demonstrations of tier 1 only).
+START_PYTHONMATH_V4 = 4_000_000
+_PYTHONMATH_V4_ARGS = (PYTHONMATH, None, START_PYTHONMATH_V4, ("pythonmath_v2", "pythonmath_v3"))
+
+
+def make_pythonmath_v4() -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_generated_v2(*_PYTHONMATH_V4_ARGS)[0]))
+
+
 @functools.cache
 def _search_v2() -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
     from agentrl.envs.search.questions import load_bundled
@@ -456,6 +468,10 @@ SPECS: dict[str, HeldoutSpec] = {
     "pythonmath_v3": HeldoutSpec("pythonmath_v3", PYTHONMATH, "test",
                                  _V2_POSITIONS.replace(str(START_V2), str(START_PYTHONMATH_V3)) + " or pythonmath_v2",
                                  make_pythonmath_v3, info=lambda: _generated_v2(*_PYTHONMATH_V3_ARGS)[1]),
+    "pythonmath_v4": HeldoutSpec("pythonmath_v4", PYTHONMATH, "test",
+                                 _V2_POSITIONS.replace(str(START_V2), str(START_PYTHONMATH_V4))
+                                 + ", pythonmath_v2 or pythonmath_v3",
+                                 make_pythonmath_v4, info=lambda: _generated_v2(*_PYTHONMATH_V4_ARGS)[1]),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).
