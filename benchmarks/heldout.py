@@ -322,49 +322,33 @@ START_V3 = 3_000_000
 TOOLUSE_V3_ITEMS = 999
 
 
-def make_tooluse_v3() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[0]))
-
-
 #: v4 (issue 30): tooluse_v3's rule from test position 4,000,000 on, skipping tooluse_v2's and tooluse_v3's questions
 #: too; fixed before any run is evaluated on it, for settings chosen by looking at tooluse_v3 (a lower GRPO lr).
 START_V4 = 4_000_000
-#: tooluse_v4's arguments of _generated_v2 (its tasks and its sidecar's info come from the one cached call).
-_V4_ARGS = (TOOLUSE, TOOLUSE_V3_ITEMS, START_V4, ("tooluse_v2", "tooluse_v3"))
-
-
-def make_tooluse_v4() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(*_V4_ARGS)[0]))
+#: v5 / pythonmath_v3 (issue 30): fresh sets at positions no run has evaluated, written on 2026-12-04 before the
+#: runs of settings chosen by looking at tooluse_v4 (a 48-step cold start, lr 6e-5) and at pythonmath_v2.
+START_V5 = 5_000_000
+START_PYTHONMATH_V3 = 3_000_000
+#: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers 1-2,
+#: for a cold start chosen by looking at it (demonstrations of tier 1 only).
+START_PYTHONMATH_V4 = 4_000_000
 
 
 def make_pythonmath_v2() -> list[dict[str, Any]]:
     return copy.deepcopy(list(_generated_v2(PYTHONMATH)[0]))
 
 
-#: v5 / pythonmath_v3 (issue 30): fresh sets at positions no run has evaluated, written on 2026-12-04 before the
-#: runs of settings chosen by looking at tooluse_v4 (a 48-step cold start, lr 6e-5) and at pythonmath_v2.
-START_V5 = 5_000_000
-_V5_ARGS = (TOOLUSE, TOOLUSE_V3_ITEMS, START_V5, ("tooluse_v2", "tooluse_v3", "tooluse_v4"))
-START_PYTHONMATH_V3 = 3_000_000
-_PYTHONMATH_V3_ARGS = (PYTHONMATH, None, START_PYTHONMATH_V3, ("pythonmath_v2",))
-
-
-def make_tooluse_v5() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(*_V5_ARGS)[0]))
-
-
-def make_pythonmath_v3() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(*_PYTHONMATH_V3_ARGS)[0]))
-
-
-#: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers 1-2,
-#: for a cold start chosen by looking at it (demonstrations of tier 1 only).
-START_PYTHONMATH_V4 = 4_000_000
-_PYTHONMATH_V4_ARGS = (PYTHONMATH, None, START_PYTHONMATH_V4, ("pythonmath_v2", "pythonmath_v3"))
-
-
-def make_pythonmath_v4() -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_generated_v2(*_PYTHONMATH_V4_ARGS)[0]))
+def later_set(name: str, env: str, start: int, earlier: tuple[str, ...], items: int | None = None) -> HeldoutSpec:
+    """A set drawn by the v2 rule from test position ``start`` (ToolUse-v0: in the world of ``items`` stock items),
+    skipping the questions of the ``earlier`` sets too; its tasks and its sidecar's info come from one cached
+    :func:`_generated_v2` call."""
+    args = (env, items, start, earlier)
+    where = f"ToolUse-v0 with items={items}: test-split positions" if items else "test-split positions"
+    others = (", " + ", ".join(earlier[:-1]) if len(earlier) > 1 else "") + f" or {earlier[-1]}"
+    return HeldoutSpec(name, env, "test",
+                       _V2_POSITIONS.replace(str(START_V2), str(start)).replace("test-split positions", where)
+                       + others, lambda: copy.deepcopy(list(_generated_v2(*args)[0])),
+                       info=lambda: _generated_v2(*args)[1])
 
 
 @functools.cache
@@ -447,31 +431,14 @@ SPECS: dict[str, HeldoutSpec] = {
     "pythonmath_v2": HeldoutSpec("pythonmath_v2", PYTHONMATH, "test", _V2_POSITIONS, make_pythonmath_v2,
                                  info=lambda: _generated_v2(PYTHONMATH)[1]),
     # v3 (issue 30): the multi-call chains tooluse_v2 had to leave out, in a question space training does not cover.
-    "tooluse_v3": HeldoutSpec("tooluse_v3", TOOLUSE, "test",
-                              _V2_POSITIONS.replace(str(START_V2), str(START_V3)).replace(
-                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
-                                  "positions") + " or tooluse_v2", make_tooluse_v3,
-                              info=lambda: _generated_v2(TOOLUSE, TOOLUSE_V3_ITEMS, START_V3, ("tooluse_v2",))[1]),
-    # v4 (issue 30): tooluse_v3's rule at fresh positions, for what was chosen by looking at tooluse_v3.
-    "tooluse_v4": HeldoutSpec("tooluse_v4", TOOLUSE, "test",
-                              _V2_POSITIONS.replace(str(START_V2), str(START_V4)).replace(
-                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
-                                  "positions") + ", tooluse_v2 or tooluse_v3", make_tooluse_v4,
-                              info=lambda: _generated_v2(*_V4_ARGS)[1]),
-    # v5 and pythonmath_v3 (issue 30): the same rules at fresh positions, for what was chosen by looking at
-    # tooluse_v4 and pythonmath_v2.
-    "tooluse_v5": HeldoutSpec("tooluse_v5", TOOLUSE, "test",
-                              _V2_POSITIONS.replace(str(START_V2), str(START_V5)).replace(
-                                  "test-split positions", f"ToolUse-v0 with items={TOOLUSE_V3_ITEMS}: test-split "
-                                  "positions") + ", tooluse_v2, tooluse_v3 or tooluse_v4", make_tooluse_v5,
-                              info=lambda: _generated_v2(*_V5_ARGS)[1]),
-    "pythonmath_v3": HeldoutSpec("pythonmath_v3", PYTHONMATH, "test",
-                                 _V2_POSITIONS.replace(str(START_V2), str(START_PYTHONMATH_V3)) + " or pythonmath_v2",
-                                 make_pythonmath_v3, info=lambda: _generated_v2(*_PYTHONMATH_V3_ARGS)[1]),
-    "pythonmath_v4": HeldoutSpec("pythonmath_v4", PYTHONMATH, "test",
-                                 _V2_POSITIONS.replace(str(START_V2), str(START_PYTHONMATH_V4))
-                                 + ", pythonmath_v2 or pythonmath_v3",
-                                 make_pythonmath_v4, info=lambda: _generated_v2(*_PYTHONMATH_V4_ARGS)[1]),
+    "tooluse_v3": later_set("tooluse_v3", TOOLUSE, START_V3, ("tooluse_v2",), TOOLUSE_V3_ITEMS),
+    # v4, v5, pythonmath_v3 and pythonmath_v4 (issue 30): the same rules at fresh positions, each for what was chosen
+    # by looking at the sets before it.
+    "tooluse_v4": later_set("tooluse_v4", TOOLUSE, START_V4, ("tooluse_v2", "tooluse_v3"), TOOLUSE_V3_ITEMS),
+    "tooluse_v5": later_set("tooluse_v5", TOOLUSE, START_V5, ("tooluse_v2", "tooluse_v3", "tooluse_v4"),
+                            TOOLUSE_V3_ITEMS),
+    "pythonmath_v3": later_set("pythonmath_v3", PYTHONMATH, START_PYTHONMATH_V3, ("pythonmath_v2",)),
+    "pythonmath_v4": later_set("pythonmath_v4", PYTHONMATH, START_PYTHONMATH_V4, ("pythonmath_v2", "pythonmath_v3")),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).
