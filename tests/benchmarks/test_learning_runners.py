@@ -433,6 +433,19 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
     assert "Code interpreter vs text-only, both after RL" in page and "Per tier" in page
 
 
+def test_pythonmath_no_text_only_keeps_the_control_and_trains_no_second_model(stopping_model_dir, tmp_path):
+    learning = _load("learning")
+    out = tmp_path / "runs" / "learning-pythonmath-quick"
+    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--no-text-only", "--model", stopping_model_dir,
+                          "--out", str(out), "--results", str(tmp_path / "results"), "progress=false",
+                          "report_to=none"]) == 0
+    summary = json.loads((out / "learning.json").read_text())
+    assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
+                                                       "SFT control (same time)"]
+    assert not (out / "text_only").exists()
+    assert "Code interpreter vs text-only" not in (tmp_path / "results" / "learning_pythonmath_quick.md").read_text()
+
+
 def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, stopping_model_dir, ledger_file):
     """--variant NAME --reuse-cold-start DIR: the plain run's base and cold start are read back (no new ledger rows
     for them), only RL and the control run; the page gives the variant a section comparing it with the plain RL."""
