@@ -332,6 +332,9 @@ START_PYTHONMATH_V3 = 3_000_000
 #: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers 1-2,
 #: for a cold start chosen by looking at it (demonstrations of tier 1 only).
 START_PYTHONMATH_V4 = 4_000_000
+#: pythonmath_v5 (issue 30): written after pythonmath_v4's one run (tier-1 demonstrations: no tier-2 sample solved),
+#: for a cold start chosen by looking at it (tier-1 demonstrations plus one tier-2 family's).
+START_PYTHONMATH_V5 = 5_000_000
 
 
 def make_pythonmath_v2() -> list[dict[str, Any]]:
@@ -432,13 +435,15 @@ SPECS: dict[str, HeldoutSpec] = {
                                  info=lambda: _generated_v2(PYTHONMATH)[1]),
     # v3 (issue 30): the multi-call chains tooluse_v2 had to leave out, in a question space training does not cover.
     "tooluse_v3": later_set("tooluse_v3", TOOLUSE, START_V3, ("tooluse_v2",), TOOLUSE_V3_ITEMS),
-    # v4, v5, pythonmath_v3 and pythonmath_v4 (issue 30): the same rules at fresh positions, each for what was chosen
+    # v4, v5 and pythonmath_v3-v5 (issue 30): the same rules at fresh positions, each for what was chosen
     # by looking at the sets before it.
     "tooluse_v4": later_set("tooluse_v4", TOOLUSE, START_V4, ("tooluse_v2", "tooluse_v3"), TOOLUSE_V3_ITEMS),
     "tooluse_v5": later_set("tooluse_v5", TOOLUSE, START_V5, ("tooluse_v2", "tooluse_v3", "tooluse_v4"),
                             TOOLUSE_V3_ITEMS),
     "pythonmath_v3": later_set("pythonmath_v3", PYTHONMATH, START_PYTHONMATH_V3, ("pythonmath_v2",)),
     "pythonmath_v4": later_set("pythonmath_v4", PYTHONMATH, START_PYTHONMATH_V4, ("pythonmath_v2", "pythonmath_v3")),
+    "pythonmath_v5": later_set("pythonmath_v5", PYTHONMATH, START_PYTHONMATH_V5,
+                               ("pythonmath_v2", "pythonmath_v3", "pythonmath_v4")),
 }
 #: Env id -> the set its experiments evaluate on now (ToolUse-v0: v3, the others v2; older sets stay selectable by
 #: name).

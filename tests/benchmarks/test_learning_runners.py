@@ -41,7 +41,8 @@ CURRENT = {"tooluse": "tooluse_v3"}
                                   # their generator scans 400,000 train tasks (~3.5 min): see the fast check below
                                   pytest.param("pythonmath_v2", marks=pytest.mark.slow),
                                   pytest.param("pythonmath_v3", marks=pytest.mark.slow),
-                                  pytest.param("pythonmath_v4", marks=pytest.mark.slow)])
+                                  pytest.param("pythonmath_v4", marks=pytest.mark.slow),
+                                  pytest.param("pythonmath_v5", marks=pytest.mark.slow)])
 def test_committed_heldout_set_equals_its_generator_today(heldout, name):
     spec = heldout.SPECS[name]
     assert heldout.check(spec) is None, heldout.check(spec)
@@ -101,11 +102,11 @@ def _train_scan_texts(heldout, name, full=True):
     return {t["question"] for t in tasks}
 
 
-@pytest.mark.parametrize("name", ["tooluse_v2", "pythonmath_v2", "pythonmath_v3", "pythonmath_v4",
+@pytest.mark.parametrize("name", ["tooluse_v2", "pythonmath_v2", "pythonmath_v3", "pythonmath_v4", "pythonmath_v5",
                                   pytest.param("pythonmath_v2_full_scan", marks=pytest.mark.slow)])
 def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(heldout, name):
     """Issue 28: fresh test positions, no question text in the train split's scan, at a test position evaluated
-    before, in the v1 set or (pythonmath_v3 and v4, issue 30) in the earlier sets; the left-out (memorisable) families are
+    before, in the v1 set or (pythonmath_v3-v5, issue 30) in the earlier sets; the left-out (memorisable) families are
     absent."""
     from agentrl.envs import tool_use
     from agentrl.envs.datasets import split_index
@@ -116,6 +117,8 @@ def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(he
     v1 = name.split("_v")[0]
     start, earlier = {"pythonmath_v3": (heldout.START_PYTHONMATH_V3, ["pythonmath_v2"]),
                       "pythonmath_v4": (heldout.START_PYTHONMATH_V4, ["pythonmath_v2", "pythonmath_v3"]),
+                      "pythonmath_v5": (heldout.START_PYTHONMATH_V5, ["pythonmath_v2", "pythonmath_v3",
+                                                                      "pythonmath_v4"]),
                       }.get(name, (heldout.START_V2, []))
     module = tool_use if v1 == "tooluse" else python_math
     meta = json.loads(heldout.SPECS[name].meta_path.read_text())
