@@ -532,11 +532,14 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
 
 
 def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quick: bool) -> Path:
-    """``<results>/learning_compare_algorithms[_quick].md``: the comparison's own page (``page`` under a title), from
-    ``summary`` and the data in ``data_dir``; written at the end of a run and again by ``learning.py --page``."""
-    name = f"compare_algorithms{'_quick' if quick else ''}"
+    """``<results>/learning_<data_dir name>.md`` (``learning_compare_algorithms[_quick].md`` for the current
+    comparison): the comparison's own page (``page`` under a title, its plots in ``<results>/<data_dir name>/``),
+    from ``summary`` and the data in ``data_dir``; written at the end of a run and again by ``learning.py --page``."""
+    name = data_dir.name
     path = results / f"learning_{name}.md"
-    path.write_text(f"# The algorithms side by side: {ENV}{' (quick smoke run)' if quick else ''}\n\n"
+    title = ("The algorithms side by side" if name.removesuffix("_quick") == "compare_algorithms" else
+             f"An earlier algorithms comparison ({name.removeprefix('compare_algorithms_')})")
+    path.write_text(f"# {title}: {ENV}{' (quick smoke run)' if quick else ''}\n\n"
                     f"{page(summary, name, data_dir)}\n", encoding="utf-8")
     return path
 

@@ -2,8 +2,8 @@
 
 Read by it, all committed: ``docs/results/data/<experiment>/learning.json`` and ``eval/<stage>.jsonl`` (per-task
 scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the end of a run;
-``docs/results/data/compare_algorithms/compare.json`` (``learning.py --all`` copies it after
-``benchmarks/compare_algorithms.py``); the held-out sets' sidecars ``benchmarks/heldout/<name>.json``; and the
+``docs/results/data/compare_algorithms/compare.json`` (``benchmarks/compare_algorithms.py`` copies it there at its
+end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets' sidecars ``benchmarks/heldout/<name>.json``; and the
 ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set, whichever command ran it).
 Nothing is read from ``runs/`` (ignored by git), so a fresh clone regenerates the page byte for byte
 (``tests/benchmarks/test_learning_page.py``). A section without committed data says "not run yet".
@@ -411,18 +411,35 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
     return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
 
 
+def comparison_dirs(data: Path, quick: bool) -> list[Path]:
+    """The algorithms comparisons' data dirs: ``compare_algorithms[_quick]`` (the current one, written by
+    ``compare_algorithms.py``), then, outside ``--quick``, each earlier one kept beside it with its data
+    (``compare_algorithms_<name>``, moved there by hand when a rerun replaced it)."""
+    current = data / f"compare_algorithms{'_quick' if quick else ''}"
+    earlier = [] if quick else [p for p in sorted(data.glob("compare_algorithms_*"))
+                                if p.is_dir() and not p.name.endswith("_quick")]
+    return [current, *earlier]
+
+
 def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path | None = None
                     ) -> list[str]:
-    """The algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots and
-    its own page (``learning_compare_algorithms[_quick].md``) are (re)written there from that data too."""
+    """An algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots
+    (``<results>/<exp_dir name>/``) and its own page (``learning_<exp_dir name>.md``) are (re)written there from that
+    data too. An earlier comparison (``exp_dir`` not ``compare_algorithms[_quick]``) is titled as one."""
     import compare_algorithms
 
-    lines = ["## The algorithms side by side (ToolUse-v0)", ""]
+    plot_dir = exp_dir.name
+    current = plot_dir == f"compare_algorithms{'_quick' if quick else ''}"
+    lines = ["## The algorithms side by side (ToolUse-v0)" if current else
+             f"## An earlier algorithms comparison (ToolUse-v0): `{plot_dir.removeprefix('compare_algorithms_')}`",
+             ""]
     if summary is None:
         cmd = f"python benchmarks/compare_algorithms.py{' --quick' if quick else ''}"
         return lines + [f"Not run yet: no committed data in `{_shown(exp_dir)}/`. Command: `{cmd}` (then "
                         "`python benchmarks/learning.py --page`, or `--all`, which copies its data).", ""]
-    plot_dir = f"compare_algorithms{'_quick' if quick else ''}"
+    if not current:
+        lines += [f"Replaced by the comparison above; kept with its data (`{_shown(exp_dir)}/`). Its own page: "
+                  f"[learning_{plot_dir}.md](learning_{plot_dir}.md).", ""]
     if results is not None:
         compare_algorithms.plots(summary, exp_dir / "metrics", results / plot_dir)
         compare_algorithms.write_page_file(summary, results, exp_dir, quick)
@@ -608,8 +625,8 @@ def write_page(data: Path = DATA, results: Path = ROOT / "docs" / "results", *, 
             lines += env_section(env, run, var_dir, quick, results, selected,
                                  plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
                                  draw=out is None)
-    cmp_dir = data / f"compare_algorithms{suffix}"
-    lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick, results if out is None else None)
+    for cmp_dir in comparison_dirs(data, quick):
+        lines += compare_section(_load(cmp_dir / "compare.json"), cmp_dir, quick, results if out is None else None)
     lines += ledger_section(rows, ledger, selected)
     lines += without_data(results, data, quick)
     path = out or results / f"learning{'-quick' if quick else ''}.md"

@@ -134,3 +134,16 @@ def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
                     "| 2 | - | 0.500 | 0.0040 | 0.500 | 0.990 | 0.0000 | 120 |"]  # the plain run had one step
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert page.engine_training({}, mine, ({}, plain)) == []  # in-process variants get no such table
+
+
+def test_an_earlier_comparison_kept_with_its_data_gets_its_own_section_after_the_current_one(tmp_path):
+    page = load_benchmark("learning_page")
+    for name in ("compare_algorithms_lr2e-4", "compare_algorithms", "compare_algorithms_quick", "tooluse"):
+        (tmp_path / name).mkdir()
+    assert [p.name for p in page.comparison_dirs(tmp_path, quick=False)] == ["compare_algorithms",
+                                                                         "compare_algorithms_lr2e-4"]
+    assert [p.name for p in page.comparison_dirs(tmp_path, quick=True)] == ["compare_algorithms_quick"]
+    current = page.compare_section(None, tmp_path / "compare_algorithms", quick=False)
+    earlier = page.compare_section(None, tmp_path / "compare_algorithms_lr2e-4", quick=False)
+    assert current[0] == "## The algorithms side by side (ToolUse-v0)"
+    assert earlier[0] == "## An earlier algorithms comparison (ToolUse-v0): `lr2e-4`"
