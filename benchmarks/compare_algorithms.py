@@ -531,14 +531,21 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
     return "\n".join(lines)
 
 
+def earlier_name(data_dir: Path) -> str | None:
+    """``<name>`` of an earlier comparison kept beside the current one (``compare_algorithms_<name>/``, see
+    docs/evaluation.md); None for the current one (``compare_algorithms[_quick]/``)."""
+    name = data_dir.name.removesuffix("_quick")
+    return None if name == "compare_algorithms" else name.removeprefix("compare_algorithms_")
+
+
 def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quick: bool) -> Path:
     """``<results>/learning_<data_dir name>.md`` (``learning_compare_algorithms[_quick].md`` for the current
     comparison): the comparison's own page (``page`` under a title, its plots in ``<results>/<data_dir name>/``),
     from ``summary`` and the data in ``data_dir``; written at the end of a run and again by ``learning.py --page``."""
     name = data_dir.name
     path = results / f"learning_{name}.md"
-    title = ("The algorithms side by side" if name.removesuffix("_quick") == "compare_algorithms" else
-             f"An earlier algorithms comparison ({name.removeprefix('compare_algorithms_')})")
+    earlier = earlier_name(data_dir)
+    title = f"An earlier algorithms comparison ({earlier})" if earlier else "The algorithms side by side"
     path.write_text(f"# {title}: {ENV}{' (quick smoke run)' if quick else ''}\n\n"
                     f"{page(summary, name, data_dir)}\n", encoding="utf-8")
     return path

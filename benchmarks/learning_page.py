@@ -3,8 +3,8 @@
 Read by it, all committed: ``docs/results/data/<experiment>/learning.json`` and ``eval/<stage>.jsonl`` (per-task
 scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the end of a run;
 ``docs/results/data/compare_algorithms/compare.json`` (``benchmarks/compare_algorithms.py`` copies it there at its
-end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets' sidecars ``benchmarks/heldout/<name>.json``; and the
-ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set, whichever command ran it).
+end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets' sidecars
+``benchmarks/heldout/<name>.json``; and the ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set, whichever command ran it).
 Nothing is read from ``runs/`` (ignored by git), so a fresh clone regenerates the page byte for byte
 (``tests/benchmarks/test_learning_page.py``). A section without committed data says "not run yet".
 
@@ -425,19 +425,17 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, 
                     ) -> list[str]:
     """An algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots
     (``<results>/<exp_dir name>/``) and its own page (``learning_<exp_dir name>.md``) are (re)written there from that
-    data too. An earlier comparison (``exp_dir`` not ``compare_algorithms[_quick]``) is titled as one."""
+    data too. An earlier comparison (``compare_algorithms.earlier_name``) is titled as one."""
     import compare_algorithms
 
-    plot_dir = exp_dir.name
-    current = plot_dir == f"compare_algorithms{'_quick' if quick else ''}"
-    lines = ["## The algorithms side by side (ToolUse-v0)" if current else
-             f"## An earlier algorithms comparison (ToolUse-v0): `{plot_dir.removeprefix('compare_algorithms_')}`",
-             ""]
+    plot_dir, earlier = exp_dir.name, compare_algorithms.earlier_name(exp_dir)
+    lines = [f"## An earlier algorithms comparison (ToolUse-v0): `{earlier}`" if earlier else
+             "## The algorithms side by side (ToolUse-v0)", ""]
     if summary is None:
         cmd = f"python benchmarks/compare_algorithms.py{' --quick' if quick else ''}"
         return lines + [f"Not run yet: no committed data in `{_shown(exp_dir)}/`. Command: `{cmd}` (then "
                         "`python benchmarks/learning.py --page`, or `--all`, which copies its data).", ""]
-    if not current:
+    if earlier:
         lines += [f"Replaced by the comparison above; kept with its data (`{_shown(exp_dir)}/`). Its own page: "
                   f"[learning_{plot_dir}.md](learning_{plot_dir}.md).", ""]
     if results is not None:

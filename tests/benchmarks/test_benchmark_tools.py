@@ -183,12 +183,16 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(run_al
     committed = (ROOT / "docs" / "results" / "learning.md").read_text(encoding="utf-8")
     experiments = [ln[3:] for ln in committed.splitlines() if ln.startswith("## ")
                    and not ln.startswith(("## Held-out sets", "## Every configuration", "## Pages without"))]
-    # three envs and the algorithm comparison, plus one section per variant run with committed data
+    # three envs and the algorithm comparison, plus one section per variant run and per earlier comparison kept
+    # with committed data
     variants = [e for e in experiments if ", variant `" in e]
-    assert len(experiments) - len(variants) == 4
+    earlier = [e for e in experiments if e.startswith("An earlier algorithms comparison")]
+    assert len(experiments) - len(variants) - len(earlier) == 4
     committed_variants = [d for d in (ROOT / "docs" / "results" / "data").glob("*/learning.json")
                           if json.loads(d.read_text(encoding="utf-8")).get("variant")]
     assert len(variants) == len(committed_variants)
+    assert len(earlier) == len([d for d in (ROOT / "docs" / "results" / "data").glob("compare_algorithms_*/compare.json")
+                                if not d.parent.name.endswith("_quick")])
     assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == experiments
     assert "[results/archive/](results/archive/README.md): history, not results" in learned
     (results / "learning.md").unlink()
