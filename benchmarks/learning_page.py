@@ -415,9 +415,10 @@ def comparison_dirs(data: Path, quick: bool) -> list[Path]:
     """The algorithms comparisons' data dirs: ``compare_algorithms[_quick]`` (the current one, written by
     ``compare_algorithms.py``), then, outside ``--quick``, each earlier one kept beside it with its data
     (``compare_algorithms_<name>``, moved there by hand when a rerun replaced it)."""
+    from compare_algorithms import earlier_name
+
     current = data / f"compare_algorithms{'_quick' if quick else ''}"
-    earlier = [] if quick else [p for p in sorted(data.glob("compare_algorithms_*"))
-                                if p.is_dir() and not p.name.endswith("_quick")]
+    earlier = [] if quick else [p for p in sorted(data.glob("compare_algorithms_*")) if p.is_dir() and earlier_name(p)]
     return [current, *earlier]
 
 
