@@ -222,6 +222,8 @@ def test_a_prefix_pass_gives_every_micro_batch_the_same_logprobs_and_gradients(l
     rows = _prefix_rows()
     parts = [rows[:1], rows[1:3], rows[3:]]  # three micro-batches, one of a single row
     decoder = lora_model.get_base_model().model
+    with torch.no_grad():  # the model's one-time logit-transform check (two 8-token probe passes) runs here,
+        token_logprobs(lora_model, *_collated(parts[0]))  # not under the counting hook, whatever ran before
     tokens: list[int] = []
     hook = decoder.register_forward_pre_hook(lambda m, a, kw: tokens.append(kw["input_ids"].numel()), with_kwargs=True)
     set_gradient_checkpointing(lora_model, checkpointing)
