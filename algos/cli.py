@@ -211,14 +211,16 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_d
 
 def cmd_eval(args) -> int:
     from agentrl.algos.evaluation.evaluate import evaluate
-    from agentrl.algos.evaluation.ledger import adapter_sha256
+    from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
     from agentrl.algos.evaluation.report import results_table
     from agentrl.algos.models import load_model
     from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig
-    from agentrl.algos.training.tasks import heldout_tasks
+    from agentrl.algos.training.tasks import test_tasks
 
     env_kwargs = args.env_kwargs or {}
+    if args.ledger:
+        git_state(Path(args.ledger).parent)  # the commit its row names: the one this command starts from
     preflight([(args.env, env_kwargs)], args.model, args.adapter)
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
@@ -227,7 +229,7 @@ def cmd_eval(args) -> int:
         if args.tasks is not None:
             tasks = tasks[: args.tasks]
     else:
-        tasks = heldout_tasks(args.env, DEFAULT_EVAL_TASKS if args.tasks is None else args.tasks, env_kwargs,
+        tasks = test_tasks(args.env, DEFAULT_EVAL_TASKS if args.tasks is None else args.tasks, env_kwargs,
                               seed=args.seed)
     rank = 16
     if args.adapter and getattr(args, "engine", None):
@@ -250,8 +252,8 @@ def cmd_eval(args) -> int:
                           temperature=args.temperature, seed=args.seed)
     try:
         report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
-                          ledger={"model": args.model,
-                                  "adapter": adapter_sha256(args.adapter) if args.adapter else "base"},
+                          ledger=args.ledger, ledger_fields={
+                              "model": args.model, "adapter": adapter_sha256(args.adapter) if args.adapter else "base"},
                           text_only=args.no_tools)
     finally:
         policy.close()
@@ -411,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "every row of --tasks-file)")
     p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's held-out split")
     p.add_argument("--out", help="write episodes here (JSONL) and the summary beside it")
+    p.add_argument("--ledger", metavar="PATH",
+                   help="append a row to this ledger file when the tasks are (rows of) a fixed set whose .jsonl and "
+                        "sidecar .json lie in its folder (benchmarks/heldout/ledger.jsonl); default: record nothing")
     p.add_argument("--no-tools", action="store_true", help="text-only baseline: the env offers no tools")
     p.add_argument("--temperature", type=float, default=rollout.temperature, help="sampling temperature (0 = greedy)")
     p.add_argument("--max-new-tokens", type=int, default=rollout.max_new_tokens, help="tokens per assistant reply")

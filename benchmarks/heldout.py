@@ -57,7 +57,7 @@ re-derive a figure measured on it. How they were drawn:
 * ``tooluse`` — ToolUse-v0: 128 test-split tasks from test position 100,000 on, skipping a task whose question
   text equals one at the test positions evaluated before (0-31, the main job; 32-287, issue 16's two sets).
 * ``search`` — Search-v0: 128 questions of the bundled dev split, skipping the questions earlier runs evaluated
-  (``heldout_tasks(env, 32, seed=0)``) and any whose text occurs in the train split: the two sources (fanoutqa,
+  (``test_tasks(env, 32, seed=0)``) and any whose text occurs in the train split: the two sources (fanoutqa,
   wiki_description) in turn, each in SHA-1 order of its ids.
 * ``pythonmath`` — PythonMath-v0: as ``tooluse``, with the problem generator of ``envs/python_math/tasks.py``.
 
@@ -178,7 +178,7 @@ def search_evaluated() -> list[dict[str, Any]]:
     from agentrl.envs.datasets import seeded_draws
     from agentrl.envs.search.questions import load_bundled
 
-    # heldout_tasks(env, 32, seed=0) = env.heldout_tasks(32, seed=0 + HELDOUT_SEED_OFFSET); written out here so
+    # test_tasks(env, 32, seed=0) = env.test_tasks(32, seed=0 + HELDOUT_SEED_OFFSET); written out here so
     # that this module does not import agentrl.algos (torch).
     return seeded_draws(load_bundled("dev"), 32, 0 + 10_007)
 

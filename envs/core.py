@@ -146,7 +146,7 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`on_reset` — per-episode state, after a task is chosen (e.g. metric keys set to 0);
     * :meth:`call_reward` — a reward for a tool call that ran (partial credit; default 0, outcome reward only);
     * :meth:`extra_info` — env-specific keys merged into every step's ``info``;
-    * :meth:`heldout_tasks` — ``n`` held-out tasks for evaluation (the default says there is no such split);
+    * :meth:`test_tasks` — ``n`` held-out tasks for evaluation (the default says there is no such split);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
     A tool that needs env state or counts its own metrics is a bound method or closure passed to
@@ -235,7 +235,7 @@ class TextEnv(gym.Env[str, str]):
         """Env-specific keys merged into the ``info`` of every step (default: none)."""
         return {}
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` held-out tasks (never sampled in training) for evaluation, as a pure function of ``seed``.
 
         Raises:

@@ -13,7 +13,13 @@ of two ways:
   name is looked up.
 
 Built-in entries come first; a registered name replaces a built-in of the same name (entry points never do).
-``docs/architecture.md`` has the table of every registry, its group and its contract.
+
+Each registry knows its **contract** (``contract=``): a base class or ABC, a ``typing.runtime_checkable``
+Protocol, or a function that says what an entry lacks (:func:`contract_violation` reads all three). An entry is
+checked when it is loaded — at :meth:`Registry.get`, so a lazy ``"module:Attribute"`` entry or an entry point is
+checked on first use, and an object given to ``register`` at once — and one that breaks the contract is refused
+with a one-line :class:`TypeError` naming the entry, where it came from (:meth:`Registry.origin`) and what it
+lacks. ``docs/architecture.md`` has the table of every registry, its group and its contract.
 """
 
 from __future__ import annotations
@@ -21,13 +27,17 @@ from __future__ import annotations
 import importlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Registry", "load_object"]
+#: What a registry's entries must honour: a class (ABC, base class or runtime-checkable Protocol), or a function
+#: ``check(entry) -> str | None`` that returns what the entry lacks (``None``: nothing).
+Contract = type | Callable[[Any], str | None]
+
+__all__ = ["Contract", "Registry", "class_or_factory", "contract_violation", "load_object"]
 
 
 def load_object(path: str) -> Any:
@@ -53,6 +63,69 @@ def load_object(path: str) -> Any:
     return obj
 
 
+def _protocol_members(protocol: type) -> tuple[list[str], list[str]]:
+    """``(methods and properties, data attributes)`` a Protocol declares (its own bodies, not Protocol's)."""
+    methods: list[str] = []
+    data: list[str] = []
+    for base in reversed(protocol.__mro__):
+        if base is object or not getattr(base, "_is_protocol", False) or base.__module__ == "typing":
+            continue
+        for member, value in vars(base).items():
+            if (not member.startswith("_") or member == "__call__") and member not in methods:
+                if callable(value) or isinstance(value, (property, classmethod, staticmethod)):
+                    methods.append(member)
+        data += [a for a in vars(base).get("__annotations__", {}) if not a.startswith("_") and a not in data]
+    return methods, [d for d in data if d not in methods]
+
+
+def _defines(cls: type, member: str) -> bool:
+    """``cls`` or a base other than ``object`` defines ``member`` (every class has ``object.__call__``'s kin)."""
+    return any(member in vars(k) for k in cls.__mro__ if k is not object)
+
+
+def contract_violation(entry: Any, contract: Contract | None) -> str | None:
+    """What ``entry`` lacks to honour ``contract``, in a few words, or ``None`` when it honours it.
+
+    * a ``runtime_checkable`` Protocol: a class must define each method and property the protocol declares (its
+      data attributes are set per instance, so a class is not asked for them); any other entry must have them all;
+    * any other class (an ABC, a base class): a class must subclass it and leave no abstract method unimplemented;
+      any other entry must be an instance of it;
+    * a function: its answer, ``contract(entry)``;
+    * ``None``: anything goes.
+    """
+    if contract is None:
+        return None
+    if not isinstance(contract, type):
+        return contract(entry)
+    name = contract.__name__
+    if getattr(contract, "_is_protocol", False):
+        methods, data = _protocol_members(contract)
+        if isinstance(entry, type):
+            missing = [m for m in methods if not _defines(entry, m)]
+        else:
+            missing = [m for m in [*methods, *data] if not hasattr(entry, m)]
+        return f"lacks {', '.join(missing)} of the {name} protocol" if missing else None
+    if isinstance(entry, type):
+        if not issubclass(entry, contract):
+            return f"{entry.__name__} is not a {name} subclass"
+        abstract = sorted(getattr(entry, "__abstractmethods__", ()))
+        return f"{entry.__name__} leaves {', '.join(abstract)} of {name} unimplemented" if abstract else None
+    return None if isinstance(entry, contract) else f"a {type(entry).__name__}, not a {name}"
+
+
+def class_or_factory(contract: type) -> Callable[[Any], str | None]:
+    """The contract of a registry whose entries are called to make something (``sandbox=``, ``report_to=``): a
+    class must honour ``contract`` (:func:`contract_violation`); any other callable is a factory, and what it
+    makes is checked where it is made."""
+    def check(entry: Any) -> str | None:
+        if isinstance(entry, type):
+            return contract_violation(entry, contract)
+        return None if callable(entry) else f"a {type(entry).__name__}: neither a class nor a factory function"
+
+    check.__qualname__ = f"class_or_factory({contract.__name__})"
+    return check
+
+
 class Registry(Generic[T]):
     """Names of one extension point -> what each stands for (an object, or its import path, loaded on first use).
 
@@ -60,32 +133,62 @@ class Registry(Generic[T]):
         kind: what an entry is, for error messages (``"algorithm"``, ``"search backend"``).
         group: the entry-point group third-party packages declare entries under (``"agentrl.algorithms"``).
         builtins: the entries shipped with agentrl, name -> object or ``"module:Attribute"``.
+        contract: what every entry must honour (:data:`Contract`; :func:`contract_violation` says how each kind
+            is read); ``None``: anything goes.
     """
 
-    def __init__(self, kind: str, group: str, builtins: dict[str, T | str] | None = None):
-        self.kind, self.group = kind, group
+    def __init__(self, kind: str, group: str, builtins: dict[str, T | str] | None = None, *,
+                 contract: Contract | None = None):
+        self.kind, self.group, self.contract = kind, group, contract
         self._entries: dict[str, T | str] = dict(builtins or {})
+        self._origins: dict[str, str] = {name: f"built in: {_path(e)}" for name, e in self._entries.items()}
+        self._checked: set[str] = set()
         self._plugins_read = False
         self._shared: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo) -> Registry[T]:
         """A copy with the same entries and no shared instances (tests register on a copy and drop it)."""
-        copy = Registry(self.kind, self.group, dict(self._entries))
+        copy = Registry(self.kind, self.group, dict(self._entries), contract=self.contract)
+        copy._origins, copy._checked = dict(self._origins), set(self._checked)
         copy._plugins_read = self._plugins_read
         return copy
 
     def register(self, name: str, entry: T | str) -> None:
-        """Make ``name`` stand for ``entry`` (an object, or its ``"module:Attribute"`` import path)."""
+        """Make ``name`` stand for ``entry`` (an object, or its ``"module:Attribute"`` import path). An object is
+        checked against the contract at once, an import path when it is first loaded.
+
+        Raises:
+            ValueError: ``name`` is not a Python identifier.
+            TypeError: ``entry`` (an object) breaks the registry's contract.
+        """
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"a {self.kind} name must be a Python identifier, got {name!r}")
-        self._entries[name] = entry
+        origin = f"registered at run time: {_path(entry)}"
+        if not isinstance(entry, str):
+            self._check(name, entry, origin)
+        self._entries[name], self._origins[name] = entry, origin
+        self._checked.discard(name)
 
     def _read_plugins(self) -> None:
         if not self._plugins_read:
             self._plugins_read = True
             for ep in entry_points(group=self.group):
-                self._entries.setdefault(ep.name, ep.value)
+                if ep.name not in self._entries:
+                    self._entries[ep.name] = ep.value
+                    package = f"the package {ep.dist.name}" if ep.dist else "an installed package"
+                    self._origins[ep.name] = f"entry point of {package} in {self.group}: {ep.value}"
+
+    def origin(self, name: str) -> str:
+        """Where ``name``'s entry came from, for messages: ``"built in: module:Attr"``, ``"registered at run
+        time: module:Attr"`` or ``"entry point of the package P in GROUP: module:Attr"``."""
+        self._read_plugins()
+        return self._origins.get(name, "unknown")
+
+    def _check(self, name: str, entry: Any, origin: str) -> None:
+        problem = contract_violation(entry, self.contract)
+        if problem:
+            raise TypeError(f"{self.kind} {name!r} ({origin}) breaks the {self.kind} contract: {problem}")
 
     def names(self) -> list[str]:
         """Every registered name: built-ins first, then run-time registrations and entry points."""
@@ -99,10 +202,13 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def get(self, name: str) -> T:
-        """What ``name`` stands for (imported on first use and kept).
+        """What ``name`` stands for (imported on first use and kept), checked against the contract once.
 
         Raises:
-            ValueError: ``name`` is not registered; the message lists the names that are.
+            ValueError: ``name`` is not registered (the message lists the names that are), or its import path
+                names nothing importable.
+            TypeError: the entry breaks the registry's contract (the message names the entry, its origin and
+                what it lacks).
         """
         self._read_plugins()
         if name not in self._entries:
@@ -110,7 +216,14 @@ class Registry(Generic[T]):
                              f"an entry point in the group {self.group!r})")
         entry = self._entries[name]
         if isinstance(entry, str):
-            entry = self._entries[name] = load_object(entry)
+            try:
+                entry = load_object(entry)
+            except ValueError as e:
+                raise ValueError(f"{self.kind} {name!r} ({self._origins[name]}): {e}") from None
+            self._entries[name] = entry
+        if name not in self._checked:
+            self._check(name, entry, self._origins[name])
+            self._checked.add(name)
         return entry
 
     def make(self, name: str, *, shared: bool = False, **config: Any) -> Any:
@@ -129,3 +242,12 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, group={self.group!r}, names={self.names()})"
+
+
+def _path(entry: Any) -> str:
+    """An entry as ``"module:Attribute"`` (an import path as it is; ``None`` as ``None``)."""
+    if isinstance(entry, str) or entry is None:
+        return str(entry)
+    qualname = getattr(entry, "__qualname__", None) or type(entry).__qualname__
+    module = getattr(entry, "__module__", None) or type(entry).__module__
+    return f"{module}:{qualname}"

@@ -311,8 +311,8 @@ class ToolUseEnv(TextEnv):
             dataset: your tasks, as a JSONL path or a list of ``{"question", "answer"}`` rows (``question``, the
                 name every env's rows use, or ``query``; optional ``id``, and ``calls`` — ``[[name, arguments],
                 ...]`` — for demonstrations). Required with ``tools``.
-            heldout: your held-out tasks (same row format), what :meth:`heldout_tasks` returns; with your own
-                ``dataset`` and no ``heldout``, :meth:`heldout_tasks` refuses rather than evaluate on the mock tasks.
+            heldout: your held-out tasks (same row format), what :meth:`test_tasks` returns; with your own
+                ``dataset`` and no ``heldout``, :meth:`test_tasks` refuses rather than evaluate on the mock tasks.
             families: restrict the built-in generator to these task families (see ``FAMILIES``).
             items: the built-in stock families ask about items t1 … t<items> (2 to 999; default 99). 999 makes
                 their question space large enough for held-out questions that training never sees
@@ -364,7 +364,7 @@ class ToolUseEnv(TextEnv):
         return generator(self.items).sample(functools.partial(make_task, items=self.items), rng, self.split,
                                             self.families)
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` rows of ``heldout`` when given, else the first ``n`` generated tasks of the ``test``
         split (of ``families`` when given); ``seed`` is unused: the split is fixed.
 

@@ -97,14 +97,15 @@ def evaluate(
     progress: bool = True,
     text_only: bool = False,
     source_key: str = "data_source",
-    ledger: Mapping[str, Any] | bool = True,
+    ledger: str | Path | None = None,
+    ledger_fields: Mapping[str, Any] | None = None,
 ) -> EvalReport:
     """Sample ``n`` episodes for each task with ``policy`` and summarise them.
 
     Args:
         env: an env id (made with ``gymnasium.make(env, **env_kwargs)``) or a zero-argument factory; or, for
             several envs, a mapping ``name -> id or factory`` with each task naming its env in ``task["env"]``
-            (:func:`~agentrl.algos.training.tasks.mixture_heldout_tasks` makes such tasks); the report then has
+            (:func:`~agentrl.algos.training.tasks.mixture_test_tasks` makes such tasks); the report then has
             one sub-report per env in ``by_env``.
         policy: a policy backend (e.g. :class:`~agentrl.algos.policy.HFPolicy`).
         tasks: the held-out tasks (dicts the env accepts as ``reset(options={"task": ...})``).
@@ -118,9 +119,10 @@ def evaluate(
         text_only: the no-tools baseline: adds ``tools_enabled=False`` to ``env_kwargs``
             (:func:`text_only_env_kwargs`; raises ``ValueError`` for an env without that mode).
         source_key: the task field naming its data source, for EM per source and Macro-EM.
-        ledger: when the tasks are (rows of) a committed fixed held-out set, append a row to the ledger
-            (:mod:`~agentrl.algos.evaluation.ledger`; its id lands in ``report.settings["ledger"]``); a mapping
-            adds fields to the row (e.g. ``{"adapter": "base"}``), ``False`` records nothing.
+        ledger: a ledger file (:mod:`~agentrl.algos.evaluation.ledger`): when the tasks are (rows of) a fixed
+            set whose ``<name>.jsonl`` and sidecar ``<name>.json`` lie in the ledger's folder, a row is appended
+            to it and its id lands in ``report.settings["ledger"]``. ``None`` (the default) records nothing.
+        ledger_fields: fields added to that row (e.g. ``{"adapter": "base"}``).
     """
     from agentrl.algos.rollout.collector import collect
 
@@ -133,9 +135,8 @@ def evaluate(
     trajectories = collect(env, policy, tasks, n, config, env_kwargs=env_kwargs, progress=progress)
     report = summarize(trajectories, n, source_key=source_key)
     report.settings = _settings(env, n, config, env_kwargs, text_only)
-    if ledger is not False:
-        record(tasks, trajectories, report, policy=policy, extra=ledger if isinstance(ledger, Mapping) else None,
-               out=out)
+    if ledger is not None:
+        record(tasks, trajectories, report, ledger, policy=policy, extra=ledger_fields, out=out)
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,27 +1,27 @@
-"""The ledger: one committed JSONL row per evaluation on a fixed held-out set, whichever command ran it.
+"""The ledger: one JSONL row per evaluation on a fixed held-out set, appended to the file the caller names.
 
 A held-out set stops being held out once settings are chosen by looking at it. The ledger makes that visible:
-:func:`~agentrl.algos.evaluation.evaluate.evaluate` calls :func:`record` after every evaluation, and when the
-tasks are a fixed set (or a subset of one) it appends a row to ``benchmarks/heldout/ledger.jsonl``. The results
-pages list, per set, every configuration judged on it (``benchmarks/learning_page.py``).
+:func:`~agentrl.algos.evaluation.evaluate.evaluate` with ``ledger=PATH`` calls :func:`record` after the
+evaluation, and when the tasks are a fixed set (or a subset of one) it appends a row to ``PATH``. Without
+``ledger`` nothing is recorded anywhere: the library never writes a file the caller did not name. The learning
+harness passes ``benchmarks/heldout/ledger.jsonl``; ``agentrl eval --ledger PATH`` does the same from the command
+line. The results pages list, per set, every configuration judged on it (``benchmarks/harness/pages.py``).
 
-A fixed set is recognised by content, not by path: the tasks' text (one JSON object per line, keys sorted, as
-``benchmarks/heldout.py`` writes the files) is hashed and compared with the ``sha256`` of each sidecar
-``<name>.json`` in the sets folder, so a copy of a set counts. Tasks that are all rows of one set, unchanged but
-not all of them (``--quick`` runs), are recorded with ``tasks`` < ``set_tasks``.
+A fixed set is a ``<name>.jsonl`` with a sidecar ``<name>.json`` (holding the file's ``sha256``) **in the folder
+of the ledger file**: the sets and their ledger live together (``benchmarks/heldout/``). A set is recognised by
+content, not by path: the tasks' text (:func:`dumps`: one JSON object per line, keys sorted, the format the set
+files are written in) is hashed and compared with each sidecar's ``sha256``, so a copy of a set counts. Tasks
+that are all rows of one set, unchanged but not all of them (``--quick`` runs), are recorded with ``tasks`` <
+``set_tasks``.
 
-A row: ``id`` (a hash of the rest), ``time`` (UTC), ``commit`` and ``dirty`` (of the checkout the code runs
-from), ``command`` (the command line), ``config_sha256`` (of the evaluation settings: env, env kwargs, N, sampling
-config), ``weights`` (a fingerprint of the weights the policy samples with, see :func:`weights_fingerprint`),
-``adapter`` (what the caller says: an adapter's hash, ``"base"``, or null), ``set``, ``set_sha256``, ``tasks``,
+A row: ``id`` (a hash of the rest), ``time`` (UTC), ``commit`` and ``dirty`` (of the git checkout holding the
+ledger file, as :func:`git_state` first read it in this process: a runner reads it at its start), ``command``
+(the command line), ``config_sha256`` (of the evaluation settings: env, env kwargs, N, sampling config),
+``weights`` (a fingerprint of the weights the policy samples with, see :func:`weights_fingerprint`), ``adapter``
+(what the caller says: an adapter's hash, ``"base"``, or null), ``set``, ``set_sha256``, ``tasks``,
 ``set_tasks``, ``n``, ``temperature``, ``primary_metric`` (the sidecar's), ``scores`` (``average_at_n``,
 ``pass_at_n``, ``macro_em``, ``by_family``), ``per_task`` (task id -> mean correct over its N episodes) and
 ``out`` (the episodes file, when written).
-
-Where: ``$AGENTRL_LEDGER`` when set (``off`` or empty: no ledger), else the checkout's
-``benchmarks/heldout/ledger.jsonl`` when the code runs from a checkout, else nowhere. The sets are read from
-``$AGENTRL_HELDOUT_DIR``, else the checkout's ``benchmarks/heldout/``. Tests point ``AGENTRL_LEDGER`` at a
-temporary file (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import shlex
 import subprocess
 import sys
@@ -45,37 +44,13 @@ from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
 logger = logging.getLogger(__name__)
 
-LEDGER_ENV = "AGENTRL_LEDGER"
-SETS_ENV = "AGENTRL_HELDOUT_DIR"
-#: The checkout this module runs from (algos/evaluation/ledger.py -> the repository root).
-ROOT = Path(__file__).resolve().parents[2]
 #: Elements sampled from each weight tensor by :func:`weights_fingerprint`.
 FINGERPRINT_ELEMENTS = 4096
 
 
-def _checkout() -> Path | None:
-    return ROOT if (ROOT / ".git").exists() and (ROOT / "benchmarks" / "heldout").is_dir() else None
-
-
-def ledger_path() -> Path | None:
-    """Where rows go: ``$AGENTRL_LEDGER`` (``off``/empty: nowhere), else the checkout's ledger, else None."""
-    if LEDGER_ENV in os.environ:
-        value = os.environ[LEDGER_ENV].strip()
-        return None if value.lower() in ("", "off", "none", "0") else Path(value)
-    root = _checkout()
-    return root / "benchmarks" / "heldout" / "ledger.jsonl" if root else None
-
-
-def sets_dir() -> Path | None:
-    """Where the fixed sets and their sidecars are: ``$AGENTRL_HELDOUT_DIR``, else the checkout's."""
-    if os.environ.get(SETS_ENV):
-        return Path(os.environ[SETS_ENV])
-    root = _checkout()
-    return root / "benchmarks" / "heldout" if root else None
-
-
 def dumps(tasks: Iterable[Mapping[str, Any]]) -> str:
-    """Tasks as a set file's text: one JSON object per line, keys sorted (``benchmarks/heldout.py``'s format)."""
+    """Tasks as a set file's text: one JSON object per line, keys sorted (the format every fixed set is written in,
+    so its bytes, and the ``sha256`` its sidecar records, are a function of the tasks)."""
     return "".join(json.dumps(t, sort_keys=True, ensure_ascii=False) + "\n" for t in tasks)
 
 
@@ -83,11 +58,10 @@ def tasks_sha256(tasks: Iterable[Mapping[str, Any]]) -> str:
     return hashlib.sha256(dumps(tasks).encode()).hexdigest()
 
 
-def sidecars(folder: Path | None = None) -> dict[str, dict[str, Any]]:
+def sidecars(folder: Path) -> dict[str, dict[str, Any]]:
     """Set name -> its sidecar (``<name>.json`` with a ``sha256`` beside ``<name>.jsonl``) in ``folder``."""
-    folder = sets_dir() if folder is None else folder
     out = {}
-    for path in sorted(folder.glob("*.json")) if folder and folder.is_dir() else []:
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
@@ -97,9 +71,9 @@ def sidecars(folder: Path | None = None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def match_set(tasks: list[Mapping[str, Any]], folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
-    """``(name, sidecar)`` of the fixed set ``tasks`` are (by content hash), or are unchanged rows of; else None."""
-    folder = sets_dir() if folder is None else folder
+def match_set(tasks: list[Mapping[str, Any]], folder: Path) -> tuple[str, dict[str, Any]] | None:
+    """``(name, sidecar)`` of the fixed set in ``folder`` that ``tasks`` are (by content hash), or are unchanged
+    rows of; else None."""
     metas = sidecars(folder)
     digest = tasks_sha256(tasks)
     for name, meta in metas.items():
@@ -147,11 +121,22 @@ def scores(rows: list[dict[str, Any]], report: Any = None) -> dict[str, Any]:
             "by_family": by_family}
 
 
-def git_state(root: Path | None = None) -> dict[str, Any]:
-    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the checkout at ``root``, as it was the first time
-    this process asked: the code a long run executes is what it imported when it started, so a commit made while
-    it runs must not be recorded as its source (a runner calls this once at its start)."""
-    return dict(_git_state(str(root or ROOT)))
+def git_state(where: str | Path) -> dict[str, Any]:
+    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the git checkout holding the folder ``where``, as
+    it was the first time this process asked about that checkout: the code a long run executes is what it imported
+    when it started, so a commit made while it runs must not be recorded as its source. A runner calls this once
+    at its start (the learning harness, ``agentrl eval --ledger``); :func:`record` then reads the cached state."""
+    return dict(_git_state(_toplevel(str(Path(where).resolve()))))
+
+
+@functools.cache
+def _toplevel(folder: str) -> str:
+    """The work tree holding ``folder`` (itself when it is in none, or git is missing)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip() or folder
+    except (OSError, subprocess.SubprocessError):
+        return folder
 
 
 @functools.cache
@@ -167,7 +152,8 @@ def _git_state(root: str) -> tuple[tuple[str, Any], ...]:
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command line, its program shown as typed-from-the-checkout (``agentrl``, ``benchmarks/x.py``)."""
+    """The command line, its program shown as typed from the working directory (``agentrl``,
+    ``python benchmarks/x.py``)."""
     argv = list(sys.argv if argv is None else argv)
     if argv:
         prog = Path(argv[0])
@@ -175,7 +161,7 @@ def command_line(argv: list[str] | None = None) -> str:
             argv[0] = "agentrl"
         elif prog.suffix == ".py":
             try:
-                argv[0] = "python " + prog.resolve().relative_to(ROOT).as_posix()
+                argv[0] = "python " + prog.resolve().relative_to(Path.cwd().resolve()).as_posix()
             except ValueError:
                 argv[0] = "python " + prog.name
     return " ".join([argv[0], shlex.join(argv[1:])] if len(argv) > 1 else argv)
@@ -214,15 +200,16 @@ def config_sha256(settings: Mapping[str, Any]) -> str:
 
 
 def make_row(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, *, set_name: str,
-             sidecar: Mapping[str, Any], policy: Any = None, extra: Mapping[str, Any] | None = None,
-             out: str | Path | None = None) -> dict[str, Any]:
-    """The ledger row of one evaluation (without writing it)."""
+             sidecar: Mapping[str, Any], where: str | Path, policy: Any = None,
+             extra: Mapping[str, Any] | None = None, out: str | Path | None = None) -> dict[str, Any]:
+    """The ledger row of one evaluation (without writing it); ``where``: the folder whose checkout's commit the
+    row names (the ledger's)."""
     settings = dict(getattr(report, "settings", {}) or {})
     collector = settings.get("collector") or {}
     per = task_scores(trajectories)
     row: dict[str, Any] = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **git_state(), "command": command_line(), "config_sha256": config_sha256(settings),
+        **git_state(where), "command": command_line(), "config_sha256": config_sha256(settings),
         "weights": weights_fingerprint(policy), "adapter": None,
         "set": set_name, "set_sha256": sidecar.get("sha256"), "tasks": len(tasks),
         "set_tasks": sidecar.get("tasks"), "n": getattr(report, "n", None),
@@ -243,28 +230,27 @@ def append(row: Mapping[str, Any], path: Path) -> None:
         f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
 
 
-def read(path: Path | None = None) -> list[dict[str, Any]]:
-    """Every row of the ledger (``[]`` when there is none)."""
-    path = ledger_path() if path is None else path
-    if path is None or not path.is_file():
+def read(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of the ledger file ``path`` (``[]`` when there is none)."""
+    path = Path(path)
+    if not path.is_file():
         return []
     return [json.loads(line) for line in _lines(path)]
 
 
-def record(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, *, policy: Any = None,
-           extra: Mapping[str, Any] | None = None, out: str | Path | None = None,
-           path: Path | None = None, folder: Path | None = None) -> dict[str, Any] | None:
-    """Append the row of an evaluation to the ledger when its tasks are (rows of) a fixed set; the row, or None
-    when they are not or there is no ledger. Sets ``report.settings["ledger"]`` to the row's id and set."""
-    path = ledger_path() if path is None else path
-    if path is None:
-        return None
-    found = match_set(list(tasks), folder)
+def record(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, ledger: str | Path, *,
+           policy: Any = None, extra: Mapping[str, Any] | None = None,
+           out: str | Path | None = None) -> dict[str, Any] | None:
+    """Append the row of an evaluation to the ledger file ``ledger`` when its tasks are (rows of) a fixed set of
+    the ledger's folder; the row, or None when they are not. Sets ``report.settings["ledger"]`` to the row's id
+    and set."""
+    path = Path(ledger)
+    found = match_set(list(tasks), path.parent)
     if found is None:
         return None
     name, meta = found
-    row = make_row(list(tasks), trajectories, report, set_name=name, sidecar=meta, policy=policy, extra=extra,
-                   out=out)
+    row = make_row(list(tasks), trajectories, report, set_name=name, sidecar=meta, where=path.parent,
+                   policy=policy, extra=extra, out=out)
     append(row, path)
     if isinstance(getattr(report, "settings", None), dict):
         report.settings["ledger"] = {"id": row["id"], "set": name}
@@ -273,6 +259,6 @@ def record(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], repor
     return row
 
 
-__all__ = ["LEDGER_ENV", "SETS_ENV", "adapter_sha256", "append", "command_line", "config_sha256", "git_state", "ledger_path",
-           "make_row", "match_set", "read", "record", "scores", "sets_dir", "sidecars",
-           "task_scores", "tasks_sha256", "weights_fingerprint"]
+__all__ = ["adapter_sha256", "append", "command_line", "config_sha256", "dumps", "git_state", "make_row",
+           "match_set", "read", "record", "scores", "sidecars", "task_scores", "tasks_sha256",
+           "weights_fingerprint"]

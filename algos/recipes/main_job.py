@@ -45,7 +45,7 @@ from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
-from agentrl.algos.training.tasks import heldout_tasks
+from agentrl.algos.training.tasks import test_tasks
 from agentrl.algos.training.trainer import Trainer
 
 __all__ = ["MainJobConfig", "eval_task_list", "peak_rss_gib", "rl_train_config", "run_main_job",
@@ -59,7 +59,7 @@ class MainJobConfig:
     """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes)."""
 
     env: str = "AgentRL/ToolUse-v0"
-    """Environment id; it must provide demonstrations (env.demo) and held-out tasks (env.heldout_tasks)."""
+    """Environment id; it must provide demonstrations (env.demo) and held-out tasks (env.test_tasks)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the environment in every stage."""
     model: str = DEFAULT_MODEL
@@ -134,7 +134,7 @@ def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
         if not Path(cfg.eval_tasks_file).is_file():
             raise ValueError(f"eval_tasks_file: {cfg.eval_tasks_file} does not exist")
         return load_rows(cfg.eval_tasks_file, (), name="eval_tasks_file")
-    return heldout_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
+    return test_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
 
 
 def peak_rss_gib() -> float | None:
@@ -172,17 +172,20 @@ def rl_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConf
     return dataclasses.replace(tc, **changes)
 
 
-def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None) -> dict[str, Any]:
+def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None,
+                 ledger: str | Path | None = None) -> dict[str, Any]:
     """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path,
     "plots", "timings", "peak_rss_gib"}`` (``peak_rss_gib``: the process's VmHWM at the end, GiB, or None).
 
     ``policy``: the sampling backend of every evaluation and rollout (e.g. an
     :class:`~agentrl.algos.policy.OpenAIPolicy` of a vLLM server); default an in-process
-    :class:`~agentrl.algos.policy.HFPolicy` over the trained model."""
+    :class:`~agentrl.algos.policy.HFPolicy` over the trained model. ``ledger``: a ledger file every evaluation
+    on a fixed set appends a row to (:mod:`~agentrl.algos.evaluation.ledger`; the sets' files lie beside it),
+    its row naming the stage and the adapter; None records nothing."""
     import time
 
     from agentrl.algos.evaluation.evaluate import evaluate
-    from agentrl.algos.evaluation.ledger import adapter_sha256
+    from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
     from agentrl.algos.evaluation.plot import plot_eval, plot_run
     from agentrl.algos.evaluation.report import load_report, results_table
     from agentrl.algos.models import load_model
@@ -190,6 +193,8 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     from agentrl.algos.policy.hf import HFPolicy
 
     cfg = config or MainJobConfig()
+    if ledger is not None:
+        git_state(Path(ledger).parent)  # the commit the ledger's rows name: the one this job starts from
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -210,10 +215,10 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
             return load_report(path)
         t0 = time.perf_counter()
         # the ledger row names the stage and the adapter it evaluated ("base": none trained yet)
-        ledger = {"stage": label, "adapter": adapter_sha256(adapter) if adapter is not None and adapter.is_dir()
+        fields = {"stage": label, "adapter": adapter_sha256(adapter) if adapter is not None and adapter.is_dir()
                   else "base" if adapter is None else None}
         report = evaluate(cfg.env, policy, tasks, cfg.eval_n, eval_cfg, env_kwargs=cfg.env_kwargs, out=path,
-                          progress=cfg.progress, ledger=ledger)
+                          progress=cfg.progress, ledger=ledger, ledger_fields=fields)
         timings[f"eval_{label}"] = time.perf_counter() - t0
         logger.info("%s: %s", label, report.to_dict())
         return report

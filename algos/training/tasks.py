@@ -72,10 +72,10 @@ def rollout_seed(seed: int, collector_seed: int, batch: int) -> int:
     return int(np.random.SeedSequence([seed, collector_seed, batch]).generate_state(1)[0] % (2**31))
 
 
-def heldout_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
-    """``n`` held-out tasks of ``env`` (its :meth:`~agentrl.envs.core.TextEnv.heldout_tasks`: the test split of
+def test_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
+    """``n`` held-out tasks of ``env`` (its :meth:`~agentrl.envs.core.TextEnv.test_tasks`: the test split of
     a generator, the dev split of a question set), never seen in training."""
-    return make_env(env, env_kwargs).heldout_tasks(n, seed=seed + HELDOUT_SEED_OFFSET)
+    return make_env(env, env_kwargs).test_tasks(n, seed=seed + HELDOUT_SEED_OFFSET)
 
 
 # ---------------------------------------------------------------------------------------------- mixtures
@@ -230,8 +230,8 @@ class MixtureTaskSource:
         return [self.task(k) for k in range(start, start + n)]
 
 
-def mixture_heldout_tasks(components: Sequence[EnvComponent], n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` held-out tasks of every component (:func:`heldout_tasks`), each tagged with its env's name: the
+def mixture_test_tasks(components: Sequence[EnvComponent], n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` held-out tasks of every component (:func:`test_tasks`), each tagged with its env's name: the
     input of a per-env :func:`~agentrl.algos.evaluation.evaluate.evaluate`."""
     return [{**task, TASK_ENV_KEY: c.name}
-            for c in components for task in heldout_tasks(c.id, n, c.env_kwargs, seed=seed)]
+            for c in components for task in test_tasks(c.id, n, c.env_kwargs, seed=seed)]

@@ -90,7 +90,7 @@ def _select_tasks(env: TextEnv, *, split: str, num_tasks: int, seed: int,
             row.setdefault("id", str(i))
         return rows
     if split == "heldout":
-        return env.heldout_tasks(num_tasks, seed=seed)
+        return env.test_tasks(num_tasks, seed=seed)
     if split == "train":
         return [env.sample_task(np.random.default_rng([seed, k])) for k in range(num_tasks)]
     raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
@@ -401,7 +401,7 @@ class VerifiersTextEnv(TextEnv):
         k = int(rng.integers(len(self._tasks)))
         return {"id": self._task_id(k), "index": k}
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The taskset's first ``n`` tasks (verifiers tasksets carry their own splits; ``seed`` is unused)."""
         return [{"id": self._task_id(k), "index": k} for k in range(min(n, len(self._tasks)))]
 

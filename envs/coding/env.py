@@ -183,7 +183,7 @@ class CodingEnv(CodeToolEnv):
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         return dict(draw_row(self.tasks, rng))
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` tasks drawn from the bundled ``test`` split (or from your whole dataset), task ``k`` with
         ``np.random.default_rng([seed, k])``."""
         tasks = self.tasks if self._own_dataset else [t for t in load_coding_tasks() if split_of(t["id"]) == "test"]

@@ -18,7 +18,7 @@ Data:
   **Default mixture: all three tiers, a third of the tasks each** — tiers 1 and 2 are the ones a sub-1B model
   can learn to solve with the interpreter, tier 3 keeps the ReTool setting for larger models. This default holds
   other tasks at each position than the one before 2026-12-01 (tier 3 only); ``tiers=[3]`` reproduces that one
-  task for task, and ``families=[...]`` draws exactly as before. :meth:`PythonMathEnv.heldout_tasks` is the
+  task for task, and ``families=[...]`` draws exactly as before. :meth:`PythonMathEnv.test_tasks` is the
   first ``n`` test-split tasks of the env's own selection.
 * your rows: ``dataset=`` a JSONL path or list of ``{"question", "answer"}`` rows (AIME-style eval sets), or
   DAPO-Math-17k rows (``prompt[0].content`` with its "Answer: $Answer" template stripped,
@@ -229,7 +229,7 @@ class PythonMathEnv(CodeToolEnv):
             return dict(draw_row(self.rows, rng))
         return sample_task(rng, self.split, self.families, self.tiers)
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` generated problems of the ``test`` split of this env's task families: ``families`` when
         given, else ``tiers``, else all tiers (``DEFAULT_TIERS``). ``seed`` is unused: the split is fixed."""
         if self.families:

@@ -154,7 +154,7 @@ class SearchEnv(TextEnv):
             return draw_row(self._by_source[int(rng.integers(len(self._by_source)))], rng)
         return draw_row(self.rows, rng)
 
-    def heldout_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` questions drawn from the bundled ``dev`` split (or from your whole dataset), question ``k``
         with ``np.random.default_rng([seed, k])``."""
         rows = self.rows if self._own_dataset else load_bundled("dev")

@@ -223,10 +223,10 @@ def test_eval_tasks_file_means_every_row_unless_tasks_is_given(tiny_dir, tmp_pat
     assert len(out.read_text().splitlines()) == 5
 
 
-def test_heldout_tasks_use_the_dev_split_of_question_sets():
-    from agentrl.algos.training.tasks import heldout_tasks
+def test_test_tasks_use_the_dev_split_of_question_sets():
+    from agentrl.algos.training.tasks import test_tasks
 
-    tasks = heldout_tasks("AgentRL/Search-v0", 3)
+    tasks = test_tasks("AgentRL/Search-v0", 3)
     assert len(tasks) == 3 and all(t["question"] and t["golden_answers"] for t in tasks)
     dev_ids = {r["id"] for r in _bundled("search_dev.jsonl")}
     assert {t["id"] for t in tasks} <= dev_ids

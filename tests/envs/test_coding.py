@@ -204,7 +204,7 @@ def _old_heldout(env_kwargs, n, seed):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"split": "all"}, {"split": "train"}, {"dataset": ECHO_SUM}])
-def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
     env = gym.make("AgentRL/Coding-v0", **kwargs).unwrapped
     for seed in (0, 3):
-        assert env.heldout_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)
+        assert env.test_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)

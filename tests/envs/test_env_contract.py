@@ -176,14 +176,14 @@ def test_text_only_mode_is_declared_consistently(env_id):
 
 
 @pytest.mark.parametrize("env_id", LOCAL_ENVS)
-def test_heldout_tasks_are_declared_consistently(env_id):
+def test_test_tasks_are_declared_consistently(env_id):
     env = gym.make(env_id).unwrapped
     try:
-        tasks = env.heldout_tasks(3, seed=7)
+        tasks = env.test_tasks(3, seed=7)
     except ValueError as e:  # the default: no held-out split, and the message says what to do instead
-        assert type(env).heldout_tasks is TextEnv.heldout_tasks and "--tasks-file" in str(e)
+        assert type(env).test_tasks is TextEnv.test_tasks and "--tasks-file" in str(e)
         return
     assert len(tasks) == 3 and all(isinstance(t, dict) and "id" in t for t in tasks)
-    assert env.heldout_tasks(3, seed=7) == tasks  # a pure function of the seed
+    assert env.test_tasks(3, seed=7) == tasks  # a pure function of the seed
     obs, info = env.reset(options={"task": tasks[0]})
     assert info["task_id"] == str(tasks[0]["id"]) and obs

@@ -227,10 +227,10 @@ def test_recovered_from_error():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"families": ["modpow", "primes"]}, {"families": None}])
-def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
-    """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
+def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    """make_tasks(n, split="test"), with families only when given (the old rule of algos' test_tasks)."""
     old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
-    assert gym.make("AgentRL/PythonMath-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old
+    assert gym.make("AgentRL/PythonMath-v0", **kwargs).unwrapped.test_tasks(6, seed=10_007) == old
 
 
 # ---------------------------------------------------------------------------------------------- tiers
@@ -292,7 +292,7 @@ def test_bad_tiers_name_the_key(bad):
 
 def test_families_and_tiers_together():
     env = PythonMathEnv(families=["mul_sub"], tiers=[1, 2])
-    assert {t["family"] for t in env.heldout_tasks(5)} == {"mul_sub"}
+    assert {t["family"] for t in env.test_tasks(5)} == {"mul_sub"}
     with pytest.raises(ValueError, match=r"families \['modpow'\] are not in tiers \[1, 2\]"):
         PythonMathEnv(families=["modpow"], tiers=[1, 2])
 
@@ -305,8 +305,8 @@ def test_env_samples_and_holds_out_its_tier_selection():
         seen.add(TIERS[info["task_id"].rsplit("-", 1)[0]])
         assert int(info["task_id"].rsplit("-", 1)[1]) % 2 == 0  # the train split
     assert seen == {1}
-    assert env.heldout_tasks(8) == make_tasks(8, "test", tiers=[1])
-    assert gym.make("AgentRL/PythonMath-v0").unwrapped.heldout_tasks(8) == make_tasks(8, "test", tiers=DEFAULT_TIERS)
+    assert env.test_tasks(8) == make_tasks(8, "test", tiers=[1])
+    assert gym.make("AgentRL/PythonMath-v0").unwrapped.test_tasks(8) == make_tasks(8, "test", tiers=DEFAULT_TIERS)
 
 
 @pytest.mark.needs_bwrap
@@ -356,7 +356,7 @@ def test_text_only_mode_offers_no_tool(sb, verifier):
     assert (r, term, info["correct"]) == (1.0, True, True)
     demo = env.demo(task)
     assert [m["role"] for m in demo["messages"]] == ["system", "user", "assistant"] and demo["reward"] == 1.0
-    tasks = gym.make("AgentRL/PythonMath-v0", tools_enabled=False, tiers=[1, 2]).unwrapped.heldout_tasks(4)
+    tasks = gym.make("AgentRL/PythonMath-v0", tools_enabled=False, tiers=[1, 2]).unwrapped.test_tasks(4)
     assert tasks == make_tasks(4, "test", tiers=[1, 2])  # the same held-out tasks as the tool-using env
 
 

@@ -211,7 +211,7 @@ def test_rows_may_name_the_question_question_as_every_other_env_does():
                      heldout=[{"question": "What is 1 + 1?", "answer": "2", "id": "h"}])
     obs, _ = env.reset(seed=0)
     assert obs == "What is 2 + 3?"
-    [task] = env.heldout_tasks(1)
+    [task] = env.test_tasks(1)
     assert task["id"] == "h" and task["query"] == "What is 1 + 1?"
 
 
@@ -256,21 +256,21 @@ def test_render_modes():
 
 @pytest.mark.parametrize("kwargs", [{}, {"families": ["multiply", "stock_value"]}, {"families": []},
                                     {"split": "test"}])
-def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
-    """make_tasks(n, split="test"), with families only when given (the old rule of algos' heldout_tasks)."""
+def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
+    """make_tasks(n, split="test"), with families only when given (the old rule of algos' test_tasks)."""
     old = make_tasks(6, split="test", **({"families": kwargs["families"]} if kwargs.get("families") else {}))
-    assert gym.make("AgentRL/ToolUse-v0", **kwargs).unwrapped.heldout_tasks(6, seed=10_007) == old
+    assert gym.make("AgentRL/ToolUse-v0", **kwargs).unwrapped.test_tasks(6, seed=10_007) == old
 
 
 def test_your_own_dataset_is_evaluated_on_your_heldout_rows_never_on_the_mock_tasks(tmp_path):
     rows = [{"query": "q", "answer": "1"}]
     with pytest.raises(ValueError, match="pass heldout="):
-        gym.make("AgentRL/ToolUse-v0", dataset=rows).unwrapped.heldout_tasks(6)
+        gym.make("AgentRL/ToolUse-v0", dataset=rows).unwrapped.test_tasks(6)
     test = tmp_path / "test.jsonl"
     test.write_text('{"query": "a?", "answer": "2"}\n{"id": "b", "query": "b?", "answer": "3"}\n')
     env = gym.make("AgentRL/ToolUse-v0", dataset=rows, heldout=str(test)).unwrapped
-    assert env.heldout_tasks(6) == [{"id": "0", "query": "a?", "answer": "2"}, {"id": "b", "query": "b?", "answer": "3"}]
-    assert env.heldout_tasks(1) == [{"id": "0", "query": "a?", "answer": "2"}]
+    assert env.test_tasks(6) == [{"id": "0", "query": "a?", "answer": "2"}, {"id": "b", "query": "b?", "answer": "3"}]
+    assert env.test_tasks(1) == [{"id": "0", "query": "a?", "answer": "2"}]
 
 
 def test_tools_by_import_path_are_the_same_tools_as_the_functions():

@@ -9,7 +9,7 @@ from helpers import tiny_train_config, tiny_train_model
 
 from agentrl.algos.evaluation.metrics import aggregate_rollout_metrics, mean
 from agentrl.algos.rollout.collector import TASK_ENV_KEY, CollectorConfig
-from agentrl.algos.training.tasks import EnvComponent, MixtureTaskSource, mixture_heldout_tasks, parse_mixture
+from agentrl.algos.training.tasks import EnvComponent, MixtureTaskSource, mixture_test_tasks, parse_mixture
 
 TOOL, SEARCH = "AgentRL/ToolUse-v0", "AgentRL/Search-v0"
 MIX = [{"id": TOOL, "weight": 3}, {"id": SEARCH, "weight": 1}]
@@ -144,7 +144,7 @@ def test_evaluate_reports_each_env_and_all_together(tokenizer, tmp_path):
     from agentrl.algos.policy.hf import HFPolicy
 
     comps = parse_mixture(MIX)
-    tasks = mixture_heldout_tasks(comps, 2)
+    tasks = mixture_test_tasks(comps, 2)
     assert [t[TASK_ENV_KEY] for t in tasks] == ["ToolUse-v0"] * 2 + ["Search-v0"] * 2
     policy = HFPolicy(tiny_train_model(tokenizer), tokenizer)
     report = evaluate({c.name: c.id for c in comps}, policy, tasks, n=2,

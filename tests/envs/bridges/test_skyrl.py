@@ -95,7 +95,7 @@ def test_register_skyrl_envs_registers_every_builtin_id_under_its_gymnasium_id(r
 @pytest.mark.parametrize("env_id", env_ids())
 def test_a_scripted_episode_gives_the_same_rewards_done_and_correct_as_gymnasium(env_id):
     base = gym.make(env_id).unwrapped
-    task = base.heldout_tasks(1)[0]
+    task = base.test_tasks(1)[0]
     actions = base.demo_actions(task)
     tools = base.tools.schemas()
     base.close()
@@ -124,7 +124,7 @@ def test_a_scripted_episode_gives_the_same_rewards_done_and_correct_as_gymnasium
 @pytest.mark.parametrize("env_id", env_ids())
 @pytest.mark.parametrize("reply", ["", "<tool_call>\n{not json\n</tool_call>", "\x00" * 3 + "<answer>"])
 def test_an_invalid_reply_ends_the_episode_as_it_does_in_gymnasium(env_id, reply):
-    task = gym.make(env_id).unwrapped.heldout_tasks(1)[0]
+    task = gym.make(env_id).unwrapped.test_tasks(1)[0]
     [row] = skyrl_rows(env_id, [task])
     want = play_gym(env_id, task, [reply])
     got, (_, _, out), _ = play_skyrl(env_id, row, [reply])
@@ -134,7 +134,7 @@ def test_an_invalid_reply_ends_the_episode_as_it_does_in_gymnasium(env_id, reply
 
 
 def test_a_bad_tool_call_is_an_observation_and_the_episode_goes_on():
-    task = ToolUseEnv().heldout_tasks(1)[0]
+    task = ToolUseEnv().test_tasks(1)[0]
     [row] = skyrl_rows("AgentRL/ToolUse-v0", [task])
     call = '<tool_call>\n{"name": "no_such_tool", "arguments": {}}\n</tool_call>'
     got, (_, _, out), _ = play_skyrl("AgentRL/ToolUse-v0", row, [call])
@@ -146,7 +146,7 @@ def test_a_bad_tool_call_is_an_observation_and_the_episode_goes_on():
 
 
 def test_env_config_holds_the_make_kwargs_and_a_budget_ends_the_episode_as_in_gymnasium():
-    task = ToolUseEnv().heldout_tasks(1)[0]
+    task = ToolUseEnv().test_tasks(1)[0]
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
     env = skyrl_gym.make("AgentRL/ToolUse-v0", env_config=DictConfig({"max_turns": 2, "max_tool_calls": 9}),
                          extras={"task": task})
@@ -169,7 +169,7 @@ def test_a_user_env_added_with_register_env_is_registered_too(user_ids):
     user_ids.append("Test/SkyRLToolUse-v0")
     register_env("Test/SkyRLToolUse-v0", ToolUseEnv, "a copy of ToolUse for this test")
     assert "Test/SkyRLToolUse-v0" in register_skyrl_envs()
-    task = ToolUseEnv().heldout_tasks(1)[0]
+    task = ToolUseEnv().test_tasks(1)[0]
     env = skyrl_gym.make("Test/SkyRLToolUse-v0", env_config={}, extras={"task": task})
     env.init([])
     out = None

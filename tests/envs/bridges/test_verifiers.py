@@ -80,7 +80,7 @@ def play_gym(env_id: str, task: dict, actions: list[str], max_steps: int | None 
 
 def scripted(env_id: str) -> tuple[dict, list[str]]:
     env = gym.make(env_id, **env_kwargs(env_id)).unwrapped
-    task = env.heldout_tasks(1)[0]
+    task = env.test_tasks(1)[0]
     return task, env.demo_actions(task)
 
 
@@ -185,7 +185,7 @@ def test_verifiers_ending_the_exchange_first_gives_the_no_answer_reward(results)
 
 def test_the_dataset_is_the_env_s_tasks(results):
     env = gym.make("AgentRL/ToolUse-v0").unwrapped
-    heldout = env.heldout_tasks(3)
+    heldout = env.test_tasks(3)
     train = [env.sample_task(np.random.default_rng([5, k])) for k in range(3)]
     for split, tasks in (("heldout", heldout), ("train", train)):
         data = results[f"taskset {split}"]

@@ -233,10 +233,10 @@ def _old_heldout(env_kwargs, n, seed):
 
 @pytest.mark.parametrize("kwargs", [{}, {"split": "train"}, {"tools_enabled": False},
                                     {"dataset": [QUESTION, {**QUESTION, "id": "q2"}], "split": "train"}])
-def test_heldout_tasks_are_what_the_pipeline_used_to_take(kwargs):
+def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
     env = gym.make("AgentRL/Search-v0", **kwargs).unwrapped
     for seed in (0, 3):
-        assert env.heldout_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)
+        assert env.test_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)
 
 
 def test_balance_sources_draws_each_source_equally_and_leaves_heldout_alone():
@@ -250,4 +250,4 @@ def test_balance_sources_draws_each_source_equally_and_leaves_heldout_alone():
     assert plain_draws.count("small") / len(plain_draws) < 0.06
     small = [balanced.sample_task(np.random.default_rng([1, k])) for k in range(400)]
     assert {r["id"] for r in small if r["data_source"] == "small"} == {"small0", "small1", "small2"}
-    assert balanced.heldout_tasks(16) == plain.heldout_tasks(16)
+    assert balanced.test_tasks(16) == plain.test_tasks(16)
