@@ -53,13 +53,3 @@ def sb():
         pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
     with Sandbox(max_concurrency=2, timeout_s=5) as s:
         yield s
-
-
-@pytest.fixture(scope="session", autouse=True)
-def ledger_file(tmp_path_factory):
-    """The ledger every test's evaluations append to (``AGENTRL_LEDGER``, set before any other fixture runs),
-    never benchmarks/heldout/ledger.jsonl."""
-    path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AGENTRL_LEDGER", str(path))
-        yield path

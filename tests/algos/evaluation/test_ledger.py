@@ -1,8 +1,10 @@
-"""The held-out sets' ledger: a row for every evaluation on a fixed set (found by content), none otherwise."""
+"""The held-out sets' ledger: a row in the file the caller names for every evaluation on a fixed set (found by
+content), none otherwise, and nothing anywhere without a ledger."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 
@@ -33,22 +35,50 @@ def collect_half(monkeypatch):
     monkeypatch.setitem(sys.modules, "agentrl.algos.rollout.collector", mod)
 
 
-def test_tests_never_write_the_repository_ledger(ledger_file):
-    assert ledger.ledger_path() == ledger_file != SETS / "ledger.jsonl"
+@pytest.fixture
+def ledger_file(tmp_path):
+    """A ledger in a folder holding copies of the fixed sets ``search`` and ``tooluse`` (sets are looked up
+    beside the ledger file)."""
+    folder = tmp_path / "sets"
+    folder.mkdir()
+    for name in ("search", "tooluse"):
+        for suffix in (".jsonl", ".json"):
+            shutil.copyfile(SETS / f"{name}{suffix}", folder / f"{name}{suffix}")
+    return folder / "ledger.jsonl"
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_without_a_ledger_nothing_is_written_anywhere(collect_half, tmp_path, monkeypatch):
+    """``ledger=None`` (the default): an evaluation of a fixed set's tasks records no row, neither in the
+    repository's ledger nor in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    repo_before, tmp_before = _files(SETS), _files(tmp_path)
+    report = ev.evaluate("AgentRL/ToolUse-v0", object(), _set("tooluse")[:8], n=1, progress=False)
+    assert _files(SETS) == repo_before and _files(tmp_path) == tmp_before
+    assert "ledger" not in report.settings
+
+
+def test_a_ledger_path_gets_exactly_one_row(collect_half, ledger_file):
+    repo_before = _files(SETS)
+    report = ev.evaluate("AgentRL/ToolUse-v0", object(), _set("tooluse"), n=1, progress=False, ledger=ledger_file)
+    [row] = ledger.read(ledger_file)
+    assert row["set"] == "tooluse" and report.settings["ledger"] == {"id": row["id"], "set": "tooluse"}
+    assert _files(SETS) == repo_before  # the repository's ledger is untouched
+    assert ledger.read(ledger_file.parent / "absent.jsonl") == []
 
 
 def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, ledger_file):
     tasks = _set("search")
     copy = tmp_path / "elsewhere.jsonl"
     copy.write_text(ledger.dumps(tasks))  # the set under another name: still the set
-    before = len(ledger.read(ledger_file))
     from agentrl.envs.datasets import load_rows
 
-    report = ev.evaluate("AgentRL/Search-v0", object(), load_rows(copy), n=2, progress=False,
-                         ledger={"adapter": "base"}, out=tmp_path / "eval" / "x.jsonl")
-    rows = ledger.read(ledger_file)
-    assert len(rows) == before + 1
-    row = rows[-1]
+    report = ev.evaluate("AgentRL/Search-v0", object(), load_rows(copy), n=2, progress=False, ledger=ledger_file,
+                         ledger_fields={"adapter": "base"}, out=tmp_path / "eval" / "x.jsonl")
+    [row] = ledger.read(ledger_file)
     meta = json.loads((SETS / "search.json").read_text())
     assert row["set"] == "search" and row["set_sha256"] == meta["sha256"] and row["tasks"] == row["set_tasks"] == 128
     assert row["primary_metric"] == "macro_em" and row["adapter"] == "base" and row["n"] == 2
@@ -56,7 +86,7 @@ def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, 
     assert len(row["per_task"]) == 128 and row["per_task"][tasks[0]["id"]] == 1.0
     assert set(row["scores"]["by_family"]) == {"fanoutqa", "wiki_description"}
     assert row["scores"]["average_at_n"] == pytest.approx(report.average_at_n)
-    assert row["commit"] and len(row["commit"]) == 40 and isinstance(row["dirty"], bool)
+    assert row["commit"] is None and row["dirty"] is None  # the ledger's folder (tmp) is in no git checkout
     assert row["command"] and row["config_sha256"] and row["time"].endswith("+00:00")
     assert report.settings["ledger"] == {"id": row["id"], "set": "search"}
     assert json.loads((tmp_path / "eval" / "x.summary.json").read_text())["settings"]["ledger"]["id"] == row["id"]
@@ -64,25 +94,24 @@ def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, 
 
 def test_subsets_are_recorded_as_such_and_other_tasks_not_at_all(collect_half, ledger_file):
     tasks = _set("tooluse")
-    before = len(ledger.read(ledger_file))
-    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False)
-    row = ledger.read(ledger_file)[-1]
-    assert len(ledger.read(ledger_file)) == before + 1 and row["set"] == "tooluse"
-    assert row["tasks"] == 8 and row["set_tasks"] == 128 and row["primary_metric"] == "average_at_n"
+    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False, ledger=ledger_file)
+    [row] = ledger.read(ledger_file)
+    assert row["set"] == "tooluse" and row["tasks"] == 8 and row["set_tasks"] == 128
+    assert row["primary_metric"] == "average_at_n"
     changed = [dict(tasks[0], answer="-1"), *tasks[1:8]]  # same ids, other content: not the set
-    ev.evaluate("AgentRL/ToolUse-v0", object(), changed, n=1, progress=False)
-    ev.evaluate("AgentRL/ToolUse-v0", object(), [{"id": "x", "family": "add"}], n=1, progress=False)
-    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False, ledger=False)
-    assert len(ledger.read(ledger_file)) == before + 1
+    ev.evaluate("AgentRL/ToolUse-v0", object(), changed, n=1, progress=False, ledger=ledger_file)
+    ev.evaluate("AgentRL/ToolUse-v0", object(), [{"id": "x", "family": "add"}], n=1, progress=False,
+                ledger=ledger_file)
+    ev.evaluate("AgentRL/ToolUse-v0", object(), tasks[:8], n=1, progress=False)  # no ledger: no row
+    assert len(ledger.read(ledger_file)) == 1
 
 
-def test_ledger_path_switches(monkeypatch, tmp_path):
-    monkeypatch.setenv(ledger.LEDGER_ENV, "off")
-    assert ledger.ledger_path() is None
-    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "l.jsonl"))
-    assert ledger.ledger_path() == tmp_path / "l.jsonl"
-    monkeypatch.delenv(ledger.LEDGER_ENV)
-    assert ledger.ledger_path() == SETS / "ledger.jsonl"  # a checkout: the repository's file
+def test_the_commit_is_read_once_per_checkout(monkeypatch):
+    """A runner reads the commit at its start; a commit made while it runs is not what its rows name."""
+    first = ledger.git_state(SETS)
+    assert ledger.git_state(ROOT) == first  # the same checkout: the same (cached) state
+    monkeypatch.setattr(ledger.subprocess, "run", lambda *a, **k: pytest.fail("read the commit again"))
+    assert ledger.git_state(SETS) == first
 
 
 def test_weights_fingerprint_tells_weights_apart():
@@ -96,7 +125,8 @@ def test_weights_fingerprint_tells_weights_apart():
     assert ledger.weights_fingerprint(policy) != first
 
 
-def test_command_line_and_adapter_hash(tmp_path):
+def test_command_line_and_adapter_hash(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # a script is shown relative to the working directory
     assert ledger.command_line(["/usr/bin/agentrl", "eval", "--tasks-file", "a b.jsonl"]) == \
         "agentrl eval --tasks-file 'a b.jsonl'"
     assert ledger.command_line([str(ROOT / "benchmarks" / "learning.py"), "--quick"]) == \
