@@ -23,8 +23,10 @@ or JSONL conversations into ``(token_ids, loss_mask)`` examples for it.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -34,6 +36,32 @@ if TYPE_CHECKING:
 
 #: Rows that must share a micro-batch (one row for GRPO/PPO/SFT, ``[chosen, rejected]`` for DPO).
 RowGroup = list["TrainRow"]
+
+
+class LazyModule:
+    """A module imported on its first attribute access, so that reading an algorithm's config class (the
+    ``<name>.`` section every :class:`~agentrl.algos.training.config.TrainConfig` builds) imports no torch.
+
+    The built-in algorithm files open with::
+
+        if TYPE_CHECKING:
+            import torch
+        else:
+            torch = LazyModule("torch")
+
+    (type checkers see the real module). Each access is a ``sys.modules`` look-up; the import itself runs once,
+    under the import system's lock.
+    """
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        return f"<LazyModule {self._name!r}>"
 
 
 class Algorithm(ABC):

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from agentrl.algos.objectives.base import LazyModule
 from agentrl.algos.rollout.trajectory import group_indices
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
 __all__ = ["AGGREGATIONS", "TrainRow", "advantages_without_errors", "collate", "env_errors",
            "pack_microbatches", "policy_gradient_rows", "token_weights"]

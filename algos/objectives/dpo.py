@@ -22,13 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-
-from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm, LazyModule, RowGroup
 from agentrl.algos.objectives.batching import TrainRow, env_errors
 from agentrl.algos.rollout.trajectory import group_indices
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
+    F = LazyModule("torch.nn.functional")
 
 
 @dataclass

@@ -46,10 +46,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm, LazyModule, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.objectives.guidance import (
     add_demonstrations,
@@ -61,6 +60,11 @@ from agentrl.algos.objectives.guidance import (
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.objectives.turn_credit import check_turn_credit, step_advantages, token_advantages
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
 
 @dataclass

@@ -41,12 +41,16 @@ Metrics: ``train/guided_groups`` (groups given a demonstration), ``train/demo_to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from agentrl.algos.objectives.base import LazyModule
 from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
 GUIDANCE = ("none", "demos", "sft")
 """The values of ``grpo.guidance``."""

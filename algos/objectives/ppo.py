@@ -39,12 +39,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm, LazyModule, RowGroup
 from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
 CORRECTIONS = ("auto", "none", "tis", "mis")
 """The values of ``correction`` (GRPO, PPO)."""

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from agentrl.algos.objectives.base import Algorithm, RowGroup
+from agentrl.algos.objectives.base import Algorithm, LazyModule, RowGroup
 from agentrl.algos.objectives.batching import TrainRow, token_weights
 from agentrl.algos.rollout.demonstrations import Demonstrations, load_conversations
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
 logger = logging.getLogger(__name__)
 

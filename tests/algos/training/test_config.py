@@ -17,6 +17,17 @@ def test_importing_train_config_loads_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_building_a_train_config_loads_no_torch():
+    """Every algorithm section is built from its config class (the algorithm's module is imported), and still
+    no torch: the built-in algorithm files import it lazily (objectives.base.LazyModule)."""
+    code = ("import sys; from agentrl.algos.training.config import TrainConfig; "
+            "cfg = TrainConfig(); TrainConfig.from_dict({'algo': 'ppo', 'grpo': {'beta': 0.1}}).validate(); "
+            "assert cfg.grpo is not None and cfg.sft is not None, 'no algorithm sections'; "
+            "assert 'torch' not in sys.modules, 'torch was imported'; "
+            "assert 'agentrl.algos.objectives.grpo' in sys.modules, 'the sections imported no algorithm'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 @dataclass
 class _LateConfig:
     k: int = 3
