@@ -150,16 +150,17 @@ def cmd_train(args) -> int:
 
 def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str | None = None) -> None:
     """Fail fast, before any model loads, with one line that says what to do: each ``(env id, env kwargs)`` is
-    registered and its env comes up (:func:`~agentrl.algos.rollout.env_factory.check_env`: a wrong id names the
-    closest, a code env without bubblewrap gives the install line), ``model`` can be loaded here without a
-    network call (:func:`~agentrl.algos.models.check_model_available`) and ``adapter`` was trained on ``model``
-    (:func:`~agentrl.algos.models.lora.check_adapter_base`). Raises ``ValueError`` / ``FileNotFoundError``."""
+    registered and its env comes up (:func:`~agentrl.algos.rollout.env_factory.preflight_env`: a wrong id
+    names the closest, a code env without bubblewrap gives the install line), ``model`` can be loaded here
+    without a network call (:func:`~agentrl.algos.models.check_model_available`) and ``adapter`` was trained on
+    ``model`` (:func:`~agentrl.algos.models.lora.check_adapter_base`). Raises ``ValueError`` /
+    ``FileNotFoundError``."""
     from agentrl.algos.models import check_model_available
     from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
-    from agentrl.algos.rollout.env_factory import check_env
+    from agentrl.algos.rollout.env_factory import preflight_env
 
     for env_id, env_kwargs in envs:
-        check_env(env_id, env_kwargs)
+        preflight_env(env_id, env_kwargs)
     if adapter:
         check_adapter_folder(adapter)
     check_model_available(model)
@@ -303,11 +304,13 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
     p.add_argument("--lora-api", choices=["vllm", "sglang"], default="vllm", help="the server's runtime LoRA API")
     p.add_argument("--adapter-dir", help="where adapter versions are written for the server to read (a folder the "
                                          "server sees; default: a temporary folder)")
-    p.add_argument("--engine", choices=ENGINES,
-                   help="start this inference server (on 127.0.0.1, log in the run folder) and sample through it; "
-                        "the model is exported to a model folder first (docs/engines.md)")
+    p.add_argument("--engine", choices=ENGINES.names(),
+                   help="start this inference server (agentrl.algos.policy.engine.ENGINES; on 127.0.0.1, log "
+                        "in the run folder) and sample through it; the model is exported to a model folder "
+                        "first (docs/engines.md)")
     p.add_argument("--engine-python", help=f"the engine's python (default ${VLLM_PYTHON_ENV}, else "
-                                           f"{VLLM_VENV}/bin/python)")
+                                           f"./{VLLM_VENV}/bin/python, else a python that imports vllm: "
+                                           "this one or the one beside `vllm` on PATH)")
     p.add_argument("--engine-args", help="more flags for the --engine server, one string (e.g. "
                                          "'--gpu-memory-utilization 0.4' on a GPU the trainer shares)")
 

@@ -258,10 +258,10 @@ class TextEnv(gym.Env[str, str]):
         if name not in CALL_FORMATS:
             raise ValueError(f"call format must be one of {sorted(CALL_FORMATS)}, got {name!r}")
         calls = getattr(self.parser, "calls", None)
-        if not isinstance(calls, tuple(CALL_FORMATS.values())):
+        if not isinstance(calls, tuple(CALL_FORMATS.get(n) for n in CALL_FORMATS)):  # tags, fenced code
             return False
-        if type(calls) is not CALL_FORMATS[name]:
-            self.parser.calls = CALL_FORMATS[name]()
+        if type(calls) is not CALL_FORMATS.get(name):
+            self.parser.calls = CALL_FORMATS.get(name)()
         return True
 
     def run_tool(self, parsed: ParsedAction) -> str:

@@ -3,14 +3,21 @@
 An :class:`ActionParser` turns a reply into exactly one :class:`ParsedAction` — tool calls, a final answer or
 invalid — with one tool-call format and one answer format:
 
-* native tool-call formats (:data:`CALL_FORMATS`; :func:`native_call_format` picks the one a chat template
-  teaches): :class:`HermesCalls` (the default; Hermes/Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``),
+* native tool-call formats (the registry :data:`CALL_FORMATS`; :func:`native_call_format` picks the one a chat
+  template teaches): :class:`HermesCalls` (the default; Hermes/Qwen
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``),
   :class:`LlamaJsonCalls` (Llama 3.x ``{"name": ..., "parameters": {...}}``), :class:`MistralCalls`
   (``[TOOL_CALLS] [{"name": ..., "arguments": {...}}]``); each reads several calls in one reply (parallel calls);
 * env-chosen formats: :class:`TagCalls` (``<search>q</search>``), :class:`FencedCodeCalls` (a fenced
   ```` ```python ```` block), one call per reply;
-* answer formats: ``"answer_colon"`` (``Answer: ...``), ``"boxed"`` (the last ``\\boxed{}`` in the last 300
-  characters), ``"answer_tag"`` (``<answer>...</answer>``).
+* answer formats (the registry :data:`ANSWER_FORMATS` of :class:`AnswerFormat`): ``"answer_colon"``
+  (``Answer: ...``), ``"boxed"`` (the last ``\\boxed{}`` in the last 300 characters), ``"answer_tag"``
+  (``<answer>...</answer>``).
+
+A third party adds a native call format (a :class:`CallFormat` subclass built with no arguments) with
+:func:`register_call_format` or an entry point in the group ``agentrl.call_formats``, and an answer format (an
+:class:`AnswerFormat`) with :func:`register_answer_format` or the group ``agentrl.answer_formats``; each
+registry checks its contract when an entry is first used (:class:`~agentrl.envs.plugins.Registry`).
 
 Text inside ``<think>...</think>`` is ignored by every format. Parsing is strict: nothing but whitespace after
 the last call, arguments a JSON object, no unknown keys. Comparing an answer with the reference is
@@ -21,12 +28,17 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["ANSWER_FORMATS", "CALL_FORMATS", "ActionParser", "CallFormat", "FencedCodeCalls", "HermesCalls",
-           "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls", "extract_answer_colon",
-           "extract_answer_tag", "extract_boxed", "native_call_format", "strip_think"]
+from agentrl.envs.plugins import Registry
+
+__all__ = ["ANSWER_FORMATS", "CALL_FORMATS", "ActionParser", "AnswerFormat", "CallFormat", "FencedCodeCalls",
+           "HermesCalls", "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls",
+           "extract_answer_colon", "extract_answer_tag", "extract_boxed", "native_call_format",
+           "register_answer_format", "register_call_format", "strip_think"]
 
 # ---------------------------------------------------------------------------------------------- result
 
@@ -76,19 +88,21 @@ def strip_think(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- tool-call formats
 
 
-class CallFormat:
+class CallFormat(ABC):
     """A tool-call syntax. ``find`` returns ``None`` when the reply holds no call at all."""
 
+    @abstractmethod
     def find(self, text: str) -> ParsedAction | None:
-        raise NotImplementedError
+        """The call(s) in ``text`` (already without ``<think>`` blocks), the invalid action that explains a
+        broken one, or ``None``: no call at all. Never raises."""
 
+    @abstractmethod
     def instructions(self) -> str:
         """How to call a tool, for the system prompt."""
-        raise NotImplementedError
 
+    @abstractmethod
     def render(self, name: str, arguments: dict[str, Any]) -> str:
         """The text of a call in this format (for demonstrations)."""
-        raise NotImplementedError
 
 
 def _call_object(obj: Any, args_key: str, allowed: frozenset[str]) -> dict[str, Any] | ParsedAction:
@@ -239,9 +253,18 @@ class MistralCalls(CallFormat):
         return f"{self.MARK} {json.dumps([{'name': name, 'arguments': arguments}], ensure_ascii=False)}"
 
 
-#: The native (JSON) tool-call formats by name; :func:`native_call_format` picks one from a chat template.
-CALL_FORMATS: dict[str, type[CallFormat]] = {"hermes": HermesCalls, "llama3_json": LlamaJsonCalls,
-                                             "mistral": MistralCalls}
+#: The native (JSON) tool-call formats by name -> a :class:`CallFormat` subclass built with no arguments (or
+#: its ``"module:Class"`` path); entry-point group ``agentrl.call_formats``; the contract: a
+#: :class:`CallFormat` subclass. :func:`native_call_format` picks a built-in one from a chat template.
+CALL_FORMATS: Registry[type[CallFormat]] = Registry("call format", "agentrl.call_formats", {
+    "hermes": HermesCalls, "llama3_json": LlamaJsonCalls, "mistral": MistralCalls}, contract=CallFormat)
+
+
+def register_call_format(name: str, call_format: type[CallFormat] | str) -> None:
+    """Make ``name`` a native call format (``env.use_call_format(name)``, ``collector.call_format=name``,
+    ``ActionParser(name)``): ``call_format`` is a :class:`CallFormat` subclass built with no arguments, or its
+    ``"module:Class"`` path."""
+    CALL_FORMATS.register(name, call_format)
 
 
 def native_call_format(chat_template: Any) -> str:
@@ -354,11 +377,43 @@ def extract_answer_tag(text: str) -> str | None:
     return matches[-1].strip() or None if matches else None
 
 
-ANSWER_FORMATS = {
-    "answer_colon": (extract_answer_colon, "When you know the final answer, reply with a line 'Answer: <answer>'."),
-    "boxed": (extract_boxed, "Put your final answer in \\boxed{} at the end of your reply."),
-    "answer_tag": (extract_answer_tag, "Put your final answer inside <answer></answer>."),
-}
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How a final answer is written and read (an entry of :data:`ANSWER_FORMATS`).
+
+    Args:
+        extract: the answer in a reply (without ``<think>`` blocks), or ``None`` when it holds none. Never
+            raises.
+        instructions: how to give the answer, one sentence for the system prompt.
+        template: an answer written in this format, ``{answer}`` where the answer goes (for demonstrations).
+    """
+
+    extract: Callable[[str], str | None]
+    instructions: str
+    template: str
+
+    def render(self, answer: str) -> str:
+        """``answer`` written in this format."""
+        return self.template.replace("{answer}", answer)
+
+
+#: Answer formats by name -> an :class:`AnswerFormat` (or its ``"module:NAME"`` path); entry-point group
+#: ``agentrl.answer_formats``; the contract: an :class:`AnswerFormat` instance.
+ANSWER_FORMATS: Registry[AnswerFormat] = Registry("answer format", "agentrl.answer_formats", {
+    "answer_colon": AnswerFormat(extract_answer_colon,
+                                 "When you know the final answer, reply with a line 'Answer: <answer>'.",
+                                 "Answer: {answer}"),
+    "boxed": AnswerFormat(extract_boxed, "Put your final answer in \\boxed{} at the end of your reply.",
+                          "\\boxed{{answer}}"),
+    "answer_tag": AnswerFormat(extract_answer_tag, "Put your final answer inside <answer></answer>.",
+                               "<answer>{answer}</answer>"),
+}, contract=AnswerFormat)
+
+
+def register_answer_format(name: str, answer_format: AnswerFormat | str) -> None:
+    """Make ``name`` an answer format (``ActionParser(answer=name)``, the ``answer=`` of an env's parser):
+    ``answer_format`` is an :class:`AnswerFormat` or its ``"module:NAME"`` path."""
+    ANSWER_FORMATS.register(name, answer_format)
 
 
 # ---------------------------------------------------------------------------------------------- the parser
@@ -377,17 +432,17 @@ class ActionParser:
         if isinstance(calls, str):
             if calls not in CALL_FORMATS:
                 raise ValueError(f"call format must be one of {sorted(CALL_FORMATS)}, got {calls!r}")
-            calls = CALL_FORMATS[calls]()
+            calls = CALL_FORMATS.get(calls)()
         self.calls = calls if calls is not None else HermesCalls()
         self.answer_format = answer
-        self._extract, self._answer_instructions = ANSWER_FORMATS[answer]
+        self._answer = ANSWER_FORMATS.get(answer)
 
     def parse(self, text: str) -> ParsedAction:
         visible = strip_think(text)
         call = self.calls.find(visible)
         if call is not None:
             return call
-        answer = self._extract(visible)
+        answer = self._answer.extract(visible)
         if answer is not None:
             return ParsedAction("answer", answer=answer)
         return ParsedAction("invalid", error="no tool call and no final answer found")
@@ -398,7 +453,7 @@ class ActionParser:
 
     def answer_instructions(self) -> str:
         """How to give the final answer in this parser's answer format (one sentence)."""
-        return self._answer_instructions
+        return self._answer.instructions
 
     def describe_tools(self, schemas: list[dict[str, Any]]) -> str:
         lines = "\n".join(json.dumps(s["function"], ensure_ascii=False) for s in schemas)
@@ -408,8 +463,5 @@ class ActionParser:
         return self.calls.render(name, arguments)
 
     def render_answer(self, answer: str) -> str:
-        if self.answer_format == "boxed":
-            return f"\\boxed{{{answer}}}"
-        if self.answer_format == "answer_tag":
-            return f"<answer>{answer}</answer>"
-        return f"Answer: {answer}"
+        """``answer`` written in this parser's answer format (for demonstrations)."""
+        return self._answer.render(answer)

@@ -110,7 +110,9 @@ def contract_violation(entry: Any, contract: Contract | None) -> str | None:
             return f"{entry.__name__} is not a {name} subclass"
         abstract = sorted(getattr(entry, "__abstractmethods__", ()))
         return f"{entry.__name__} leaves {', '.join(abstract)} of {name} unimplemented" if abstract else None
-    return None if isinstance(entry, contract) else f"a {type(entry).__name__}, not a {name}"
+    if isinstance(entry, contract):
+        return None
+    return f"a {type(entry).__name__}, neither a {name} subclass nor a {name}"
 
 
 def class_or_factory(contract: type) -> Callable[[Any], str | None]:

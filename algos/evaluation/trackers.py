@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agentrl.envs.plugins import Registry
+from agentrl.envs.plugins import Registry, class_or_factory
 
 logger = logging.getLogger(__name__)
 
@@ -220,13 +220,13 @@ def _mlflow_key(key: str) -> str:
 # ---------------------------------------------------------------------------------------------- the registry
 
 #: ``report_to`` name -> the tracker's entry (a class, or its ``"module:Class"`` path); entry-point group
-#: ``agentrl.trackers``.
+#: ``agentrl.trackers``; the contract: a class with the :class:`Tracker` methods, or a factory function.
 TRACKERS: Registry[TrackerFactory] = Registry("tracker", "agentrl.trackers", {
     "tensorboard": TensorBoardTracker,
     "wandb": WandbTracker,
     "mlflow": MLflowTracker,
     "trackio": TrackioTracker,
-})
+}, contract=class_or_factory(Tracker))
 
 #: The ``report_to`` value that selects no tracker (the JSONL log only); no tracker may take this name.
 NONE = "none"

@@ -14,13 +14,14 @@ from agentrl.envs.plugins import Registry
 
 __all__ = ["ALGORITHMS", "algorithm_class", "algorithm_names", "register_algorithm"]
 
-#: name -> an Algorithm subclass or its "module:Class" path; entry-point group ``agentrl.algorithms``
+#: name -> an Algorithm subclass or its "module:Class" path; entry-point group ``agentrl.algorithms``; the
+#: contract: an :class:`Algorithm` subclass that implements its abstract methods.
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", "agentrl.algorithms", {
     "grpo": "agentrl.algos.objectives.grpo:GRPO",
     "ppo": "agentrl.algos.objectives.ppo:PPO",
     "dpo": "agentrl.algos.objectives.dpo:DPO",
     "sft": "agentrl.algos.objectives.sft:SFT",
-})
+}, contract=Algorithm)
 
 
 def register_algorithm(name: str, algorithm: str | type[Algorithm]) -> None:

@@ -35,22 +35,19 @@ attention), ``_kv_cache.py`` (its shim over transformers' cache internals), ``op
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from agentrl.algos.policy.base import Policy
 from agentrl.envs.plugins import Registry
-
-if TYPE_CHECKING:
-    from agentrl.algos.policy.base import Policy
 
 __all__ = ["POLICIES", "register_policy"]
 
 #: name -> a :class:`~agentrl.algos.policy.base.Policy` subclass or its "module:Class" path (group
 #: ``agentrl.policies``). ``hf`` samples in process; any other name is a server the CLI reaches at ``--policy-url``
 #: through the class's ``connect(url, tokenizer, *, model, **server_options)`` (as :class:`OpenAIPolicy` has).
+#: The contract: a :class:`Policy` subclass that implements ``generate``.
 POLICIES: Registry[type[Policy]] = Registry("policy backend", "agentrl.policies", {
     "hf": "agentrl.algos.policy.hf:HFPolicy",
     "openai": "agentrl.algos.policy.openai:OpenAIPolicy",
-})
+}, contract=Policy)
 
 
 def register_policy(name: str, entry: str | type[Policy]) -> None:

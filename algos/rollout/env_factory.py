@@ -1,8 +1,8 @@
 """Where a rollout's envs come from: resolve an env id, make a text env, choose the executor that hosts them.
 
 * :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env;
-  :func:`check_env_id` / :func:`check_env` — a one-line error for a wrong id (naming the closest) or an env that
-  cannot come up, before any model loads.
+  :func:`check_env_id` / :func:`preflight_env` — a one-line error for a wrong id (naming the closest) or an
+  env that cannot come up, before any model loads.
 * :func:`make_text_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
   the tool schemas itself, the env must not list them again in its prompt (see :mod:`agentrl.algos.rollout.chat`).
   The collector applies it to env ids; Ray env actors apply it to the envs they host.
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from agentrl.envs.plugins import Registry
+from agentrl.envs.plugins import Registry, contract_violation
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +42,22 @@ class EnvPool(Protocol):
         """Release the hosts."""
 
 
+def _executor_contract(entry: Any) -> str | None:
+    """An executor is ``None`` (envs made in-process) or a class with the :class:`EnvPool` methods."""
+    if entry is None:
+        return None
+    if not isinstance(entry, type):
+        return f"a {type(entry).__name__}, not an EnvPool class (or None)"
+    return contract_violation(entry, EnvPool)
+
+
 #: executor name -> an :class:`EnvPool` class or its ``"module:Class"`` path (``None``: envs made in-process by
-#: id); entry-point group ``agentrl.executors``.
+#: id); entry-point group ``agentrl.executors``; the contract: ``None`` or a class with the
+#: :class:`EnvPool` methods.
 EXECUTORS: Registry[type[EnvPool] | None] = Registry("executor", "agentrl.executors", {
     "local": None,
     "ray": "agentrl.algos.integrations.ray_envs:RayEnvPool",
-})
+}, contract=_executor_contract)
 
 
 def register_executor(name: str, pool: str | type[EnvPool]) -> None:
@@ -117,10 +127,12 @@ def check_env_id(env: str) -> None:
                      "a new env needs register_env, docs/integration.md)")
 
 
-def check_env(env: str, env_kwargs: dict[str, Any] | None = None) -> None:
-    """Fail fast, before any model loads: ``env`` is a registered id (:func:`check_env_id`) and one env made with
-    ``env_kwargs`` comes up (a code env without bubblewrap, or a wrong keyword, is refused here rather than after
-    the model has loaded). The env is closed again.
+def preflight_env(env: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """The CLI's check before it loads a model (not Gymnasium's ``check_env`` of the env API, nor
+    :func:`agentrl.envs.checker.check_text_env` of the text-env contract). Fail fast, before any model loads:
+    ``env`` is a registered id (:func:`check_env_id`) and one env made with ``env_kwargs`` comes up (a code
+    env without bubblewrap, or a wrong keyword, is refused here rather than after the model has loaded). The
+    env is closed again.
 
     Raises:
         ValueError: an unknown id, or the env refused ``env_kwargs`` or its sandbox (the message says what to do).

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.envs.plugins import Registry
+from agentrl.envs.plugins import Registry, class_or_factory
 from agentrl.envs.sandbox import bwrap
 from agentrl.envs.sandbox.config import SandboxUnavailable
 from agentrl.envs.sandbox.pool import Sandbox, default_sandbox
@@ -25,11 +25,12 @@ from agentrl.envs.sandbox.protocol import CodeSandbox
 
 __all__ = ["SANDBOXES", "check_sandbox", "make_sandbox", "register_sandbox"]
 
-#: Sandbox name -> a class (or factory) whose keyword arguments are ``sandbox_kwargs``.
+#: Sandbox name -> a class (or factory) whose keyword arguments are ``sandbox_kwargs``; the contract: a class
+#: with the :class:`CodeSandbox` methods, or a factory (what it makes is checked by :func:`make_sandbox`).
 SANDBOXES: Registry[Callable[..., CodeSandbox]] = Registry("sandbox", "agentrl.sandboxes", {
     "bwrap": "agentrl.envs.sandbox.pool:Sandbox",
     "remote": "agentrl.envs.sandbox.remote:RemoteSandbox",
-})
+}, contract=class_or_factory(CodeSandbox))
 
 
 def register_sandbox(name: str, sandbox: Callable[..., CodeSandbox] | str) -> None:

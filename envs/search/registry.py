@@ -24,14 +24,15 @@ from agentrl.envs.search.types import SearchBackend
 
 __all__ = ["BACKENDS", "make_backend", "register_search_backend"]
 
-#: Backend name -> its :class:`SearchBackend` subclass (constructor keyword arguments: ``backend_kwargs``).
+#: Backend name -> its :class:`SearchBackend` subclass (constructor keyword arguments: ``backend_kwargs``);
+#: the contract: a :class:`SearchBackend` subclass.
 BACKENDS: Registry[type[SearchBackend]] = Registry("search backend", "agentrl.search_backends", {
     "local": "agentrl.envs.search.bm25:LocalBackend",
     "retriever": "agentrl.envs.search.online:RetrieverBackend",
     "wikipedia": "agentrl.envs.search.online:WikipediaBackend",
     "zhihu": "agentrl.envs.search.online:ZhihuBackend",
     "deepseek": "agentrl.envs.search.online:DeepSeekBackend",
-})
+}, contract=SearchBackend)
 
 
 def register_search_backend(name: str, backend: type[SearchBackend] | str) -> None:
@@ -50,13 +51,11 @@ def make_backend(backend: str | SearchBackend = "local", *, shared: bool = True,
 
     Raises:
         ValueError: an unknown name (the message lists the registered ones), or ``config`` with an instance.
-        TypeError: the name stands for something that is not a :class:`SearchBackend` subclass.
+        TypeError: the name stands for something that is not a :class:`SearchBackend` subclass (the registry's
+            contract).
     """
     if isinstance(backend, SearchBackend):
         if config:
             raise ValueError("backend_kwargs apply to a backend name, not to a backend instance")
         return backend
-    cls = BACKENDS.get(backend)
-    if not (isinstance(cls, type) and issubclass(cls, SearchBackend)):
-        raise TypeError(f"search backend {backend!r} is {cls!r}, not a SearchBackend subclass")
     return BACKENDS.make(backend, shared=shared, **config)

@@ -50,7 +50,8 @@ def test_register_search_backend_and_the_contract(monkeypatch):
     assert isinstance(backend, EchoBackend) and backend.topk == 2 and make_backend("echo", topk=2) is backend
     assert backend.search("hello").items[0].text == "hello"
     register_search_backend("notabackend", "json:dumps")
-    with pytest.raises(TypeError, match="not a SearchBackend subclass"):
+    with pytest.raises(TypeError, match=r"'notabackend' \(registered at run time: json:dumps\) breaks "
+                                        "the search backend contract: a function, neither a SearchBackend"):
         make_backend("notabackend")
     with pytest.raises(ValueError, match="unknown search backend 'bing'.*agentrl.search_backends"):
         make_backend("bing")
