@@ -3,12 +3,13 @@
 Built-in tasks come from a seeded generator over mock tools a small model cannot replace by guessing
 (three-digit multiplication, an inventory look-up, unit conversion, date arithmetic) and chains of two or three
 calls. Task ``i`` is a pure function of ``i`` (:func:`make_task`), so the set is unbounded and reproducible;
-the ``train`` split uses even indices, ``test`` odd ones, so held-out tasks never appear in training.
+the ``train`` split uses even indices, ``test`` odd ones, so test tasks never appear in training.
 
 Users bring their own tools and data::
 
     gymnasium.make("AgentRL/ToolUse-v0", tools=[my_fn, ...], dataset="tasks.jsonl")  # rows {query, answer}
-    gymnasium.make("AgentRL/ToolUse-v0", tools=["my_tools:lookup"], dataset="train.jsonl", heldout="test.jsonl")
+    gymnasium.make("AgentRL/ToolUse-v0", tools=["my_tools:lookup"], dataset="train.jsonl",
+                   test_dataset="test.jsonl")
 
 Tools may be named by import path (``"package.module:function"``), so a JSON config or the command line carries
 them (``agentrl train ... env_kwargs.tools='["my_tools:lookup"]' env_kwargs.dataset=train.jsonl``); rows with
@@ -289,7 +290,7 @@ class ToolUseEnv(TextEnv):
         tools: ToolSet | str | Iterable[Tool | Callable | str] | None = None,
         dataset: str | Path | Iterable[dict[str, Any]] | None = None,
         *,
-        heldout: str | Path | Iterable[dict[str, Any]] | None = None,
+        test_dataset: str | Path | Iterable[dict[str, Any]] | None = None,
         families: Sequence[str] | None = None,
         items: int = ITEMS,
         split: str = "train",
@@ -311,11 +312,12 @@ class ToolUseEnv(TextEnv):
             dataset: your tasks, as a JSONL path or a list of ``{"question", "answer"}`` rows (``question``, the
                 name every env's rows use, or ``query``; optional ``id``, and ``calls`` — ``[[name, arguments],
                 ...]`` — for demonstrations). Required with ``tools``.
-            heldout: your held-out tasks (same row format), what :meth:`test_tasks` returns; with your own
-                ``dataset`` and no ``heldout``, :meth:`test_tasks` refuses rather than evaluate on the mock tasks.
+            test_dataset: your test tasks (same row format), what :meth:`test_tasks` returns; with
+                your own ``dataset`` and no ``test_dataset``, :meth:`test_tasks` refuses rather than
+                evaluate on the mock tasks.
             families: restrict the built-in generator to these task families (see ``FAMILIES``).
             items: the built-in stock families ask about items t1 … t<items> (2 to 999; default 99). 999 makes
-                their question space large enough for held-out questions that training never sees
+                their question space large enough for test questions that training never sees
                 (``benchmarks/heldout.py``'s ``tooluse_v3``).
             split: ``"train"`` or ``"test"`` — which built-in tasks ``reset`` samples.
             max_turns, max_tool_calls, max_obs_chars: the episode budgets.
@@ -344,7 +346,7 @@ class ToolUseEnv(TextEnv):
                              "{'question': ..., 'answer': ...} rows): the built-in tasks need the mock tools")
         self.split = check_split(split, ("train", "test"))
         self.rows = question_rows(dataset, "dataset") if dataset is not None else None
-        self.heldout = question_rows(heldout, "heldout") if heldout is not None else None
+        self.test_rows = question_rows(test_dataset, "test_dataset") if test_dataset is not None else None
         self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
         self.items = items
         generator(items)  # a bad value fails now
@@ -365,18 +367,19 @@ class ToolUseEnv(TextEnv):
                                             self.families)
 
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """The first ``n`` rows of ``heldout`` when given, else the first ``n`` generated tasks of the ``test``
-        split (of ``families`` when given); ``seed`` is unused: the split is fixed.
+        """The first ``n`` rows of ``test_dataset`` when given, else the first ``n`` generated tasks of the
+        ``test`` split (of ``families`` when given); ``seed`` is unused: the split is fixed.
 
         Raises:
-            ValueError: the env was made with your own ``dataset`` but no ``heldout`` (the mock tasks would
-                score your tools on questions they cannot answer).
+            ValueError: the env was made with your own ``dataset`` but no ``test_dataset`` (the mock tasks
+                would score your tools on questions they cannot answer).
         """
-        if self.heldout is not None:
-            return [{"id": str(row.get("id", i)), **row} for i, row in enumerate(self.heldout[:n])]
+        if self.test_rows is not None:
+            return [{"id": str(row.get("id", i)), **row} for i, row in enumerate(self.test_rows[:n])]
         if self.rows is not None:
-            raise ValueError("AgentRL/ToolUse-v0 made with your own dataset= has no held-out tasks: pass heldout= "
-                             "(a JSONL of {question, answer} rows) in env_kwargs, or evaluate with --tasks-file")
+            raise ValueError("AgentRL/ToolUse-v0 made with your own dataset= has no test tasks: pass "
+                             "test_dataset= (a JSONL of {question, answer} rows) in env_kwargs, or evaluate "
+                             "with --tasks-file")
         return make_tasks(n, split="test", families=self.families, items=self.items)
 
     def task_instructions(self, task: dict[str, Any]) -> str:

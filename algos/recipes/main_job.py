@@ -59,7 +59,7 @@ class MainJobConfig:
     """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes)."""
 
     env: str = "AgentRL/ToolUse-v0"
-    """Environment id; it must provide demonstrations (env.demo) and held-out tasks (env.test_tasks)."""
+    """Environment id; it must provide demonstrations (env.demo) and test tasks (env.test_tasks)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the environment in every stage."""
     model: str = DEFAULT_MODEL
@@ -81,10 +81,10 @@ class MainJobConfig:
     seed: int = 0
     """Seed of every stage."""
     eval_tasks: int = 32
-    """Held-out (test-split) tasks per evaluation (not used with eval_tasks_file)."""
+    """Test-split tasks per evaluation (not used with eval_tasks_file)."""
     eval_tasks_file: str | None = None
     """JSONL of the held-out tasks (every row; e.g. benchmarks/heldout/tooluse.jsonl, fixed before tuning) instead
-    of the env's first eval_tasks held-out tasks."""
+    of the env's first eval_tasks test tasks."""
     eval_n: int = 1
     """Samples per held-out task (the N of Average@N / Pass@N)."""
     eval_temperature: float = 0.0
@@ -127,7 +127,7 @@ class MainJobConfig:
 
 def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
     """The held-out tasks of every evaluation: all rows of ``eval_tasks_file``, else the env's first
-    ``eval_tasks`` held-out tasks."""
+    ``eval_tasks`` test tasks."""
     if cfg.eval_tasks_file:
         from agentrl.envs.datasets import load_rows
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from agentrl.algos.rollout.collector import TASK_ENV_KEY
 
-#: Held-out tasks are drawn with ``seed + HELDOUT_SEED_OFFSET`` so they never share a stream with training.
-HELDOUT_SEED_OFFSET = 10_007
+#: Test tasks are drawn with ``seed + TEST_SEED_OFFSET`` so they never share a stream with training.
+TEST_SEED_OFFSET = 10_007
 #: The env of mixture task ``k`` is drawn from ``default_rng([seed, MIXTURE_STREAM, k])``, a stream of its own.
 MIXTURE_STREAM = 7_919
 #: Where an env id given without a namespace is looked for (``ToolUse-v0`` -> ``AgentRL/ToolUse-v0``).
@@ -73,9 +73,9 @@ def rollout_seed(seed: int, collector_seed: int, batch: int) -> int:
 
 
 def test_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
-    """``n`` held-out tasks of ``env`` (its :meth:`~agentrl.envs.core.TextEnv.test_tasks`: the test split of
+    """``n`` test tasks of ``env`` (its :meth:`~agentrl.envs.core.TextEnv.test_tasks`: the test split of
     a generator, the dev split of a question set), never seen in training."""
-    return make_env(env, env_kwargs).test_tasks(n, seed=seed + HELDOUT_SEED_OFFSET)
+    return make_env(env, env_kwargs).test_tasks(n, seed=seed + TEST_SEED_OFFSET)
 
 
 # ---------------------------------------------------------------------------------------------- mixtures
@@ -231,7 +231,7 @@ class MixtureTaskSource:
 
 
 def mixture_test_tasks(components: Sequence[EnvComponent], n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` held-out tasks of every component (:func:`test_tasks`), each tagged with its env's name: the
+    """``n`` test tasks of every component (:func:`test_tasks`), each tagged with its env's name: the
     input of a per-env :func:`~agentrl.algos.evaluation.evaluate.evaluate`."""
     return [{**task, TASK_ENV_KEY: c.name}
             for c in components for task in test_tasks(c.id, n, c.env_kwargs, seed=seed)]

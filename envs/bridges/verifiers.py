@@ -4,7 +4,7 @@ is ``verifiers.v1``; docs/bridges/verifiers.md)::
     import verifiers.v1 as vf
     from agentrl.envs.bridges.verifiers import load_environment
 
-    env = load_environment("AgentRL/ToolUse-v0", split="heldout", num_tasks=8)   # a vf.Env
+    env = load_environment("AgentRL/ToolUse-v0", split="test", num_tasks=8)   # a vf.Env
     ctx = vf.ModelContext(model="m", client=vf.EvalClientConfig(base_url="http://127.0.0.1:8000/v1",
                                                                 api_key_var="MY_KEY"))
     async with env.serving():
@@ -17,7 +17,7 @@ environment of its own (:data:`VERIFIERS_INSTALL`); this module imports it only 
 A verifiers 0.4.0 environment is a *taskset* (the rows), an ``Env`` (how a task becomes an episode) and a
 *harness* (the program that plays a seat by calling the model). Ours maps onto them so:
 
-* **Dataset**: our env's tasks: your ``tasks`` rows, else ``num_tasks`` held-out tasks (``split="heldout"``) or
+* **Dataset**: our env's tasks: your ``tasks`` rows, else ``num_tasks`` test tasks (``split="test"``) or
   training draws (``split="train"``, task ``k`` drawn with ``default_rng([seed, k])``). A task's data holds our
   row (``task``), its opening messages (``system_prompt``, ``prompt``) and the tool schemas (``tools``).
 * **Turns are played by our env**, as verifiers' own game envs do: ``AgentRLEnv.run`` opens an
@@ -83,17 +83,17 @@ def _verifiers():
 
 def _select_tasks(env: TextEnv, *, split: str, num_tasks: int, seed: int,
                  tasks: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The dataset of a taskset: ``tasks`` when given, else ``num_tasks`` held-out tasks or training draws."""
+    """The dataset of a taskset: ``tasks`` when given, else ``num_tasks`` test tasks or training draws."""
     if tasks is not None:
         rows = [dict(t) for t in tasks]
         for i, row in enumerate(rows):
             row.setdefault("id", str(i))
         return rows
-    if split == "heldout":
+    if split == "test":
         return env.test_tasks(num_tasks, seed=seed)
     if split == "train":
         return [env.sample_task(np.random.default_rng([seed, k])) for k in range(num_tasks)]
-    raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
 
 def _outcome(env: TextEnv, step: tuple | None, stop_condition: str | None) -> dict[str, Any]:
@@ -139,12 +139,13 @@ def plugin_module() -> types.ModuleType:
         """The registered gymnasium id of the env that plays the turns."""
         env_kwargs: dict[str, Any] = {}
         """Its ``gymnasium.make`` keyword arguments."""
-        split: Literal["train", "heldout"] = "train"
-        """``heldout``: the env's held-out tasks; ``train``: seeded draws from its training tasks."""
+        split: Literal["train", "test"] = "train"
+        """``test``: the env's test tasks (:meth:`~agentrl.envs.core.TextEnv.test_tasks`); ``train``: seeded
+        draws from its training tasks."""
         num_tasks: int = 100
         """How many tasks (ignored with ``tasks``)."""
         seed: int = 0
-        """Seeds the draws (and the held-out selection where an env uses one)."""
+        """Seeds the draws (and the test-task selection where an env uses one)."""
         tasks: list[dict[str, Any]] | None = None
         """Your task rows, instead of the env's own (each gets ``id`` = its position if it has none)."""
 
@@ -255,7 +256,7 @@ def plugin_module() -> types.ModuleType:
     return module
 
 
-def load_environment(env_id: str = "AgentRL/ToolUse-v0", *, split: Literal["train", "heldout"] = "train",
+def load_environment(env_id: str = "AgentRL/ToolUse-v0", *, split: Literal["train", "test"] = "train",
                      num_tasks: int = 100, seed: int = 0, tasks: Sequence[dict[str, Any]] | None = None,
                      agent: dict[str, Any] | None = None, **env_kwargs: Any):
     """A verifiers environment (``verifiers.v1.Env``) whose tasks are ``env_id``'s and whose turns it plays.
@@ -263,7 +264,7 @@ def load_environment(env_id: str = "AgentRL/ToolUse-v0", *, split: Literal["trai
     Args:
         env_id: a registered id (``AgentRL/*``, or yours from :func:`~agentrl.envs.register_env`).
         split, num_tasks, seed, tasks: the dataset (:class:`AgentRLTasksetConfig`): your ``tasks`` rows, else
-            ``num_tasks`` held-out tasks or seeded training draws.
+            ``num_tasks`` test tasks or seeded training draws.
         agent: fields of the ``agent`` seat's ``vf.AgentConfig`` (e.g. ``{"max_turns": 8}``, ``{"model": ...}``).
         **env_kwargs: ``gymnasium.make`` keyword arguments of the env.
 

@@ -208,7 +208,7 @@ def test_user_tools_and_dataset(tmp_path):
 
 def test_rows_may_name_the_question_question_as_every_other_env_does():
     env = ToolUseEnv(dataset=[{"question": "What is 2 + 3?", "answer": "5"}],
-                     heldout=[{"question": "What is 1 + 1?", "answer": "2", "id": "h"}])
+                     test_dataset=[{"question": "What is 1 + 1?", "answer": "2", "id": "h"}])
     obs, _ = env.reset(seed=0)
     assert obs == "What is 2 + 3?"
     [task] = env.test_tasks(1)
@@ -262,13 +262,13 @@ def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
     assert gym.make("AgentRL/ToolUse-v0", **kwargs).unwrapped.test_tasks(6, seed=10_007) == old
 
 
-def test_your_own_dataset_is_evaluated_on_your_heldout_rows_never_on_the_mock_tasks(tmp_path):
+def test_your_own_dataset_is_evaluated_on_your_test_rows_never_on_the_mock_tasks(tmp_path):
     rows = [{"query": "q", "answer": "1"}]
-    with pytest.raises(ValueError, match="pass heldout="):
+    with pytest.raises(ValueError, match="pass test_dataset="):
         gym.make("AgentRL/ToolUse-v0", dataset=rows).unwrapped.test_tasks(6)
     test = tmp_path / "test.jsonl"
     test.write_text('{"query": "a?", "answer": "2"}\n{"id": "b", "query": "b?", "answer": "3"}\n')
-    env = gym.make("AgentRL/ToolUse-v0", dataset=rows, heldout=str(test)).unwrapped
+    env = gym.make("AgentRL/ToolUse-v0", dataset=rows, test_dataset=str(test)).unwrapped
     assert env.test_tasks(6) == [{"id": "0", "query": "a?", "answer": "2"}, {"id": "b", "query": "b?", "answer": "3"}]
     assert env.test_tasks(1) == [{"id": "0", "query": "a?", "answer": "2"}]
 

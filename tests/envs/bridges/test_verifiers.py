@@ -107,7 +107,7 @@ def results() -> dict:
     task, demo = scripted("AgentRL/ToolUse-v0")
     cases["bad call"] = episode("AgentRL/ToolUse-v0", [BAD_CALL, *demo], task)
     cases["stopped"] = episode("AgentRL/ToolUse-v0", demo, task, agent={"max_turns": 1})
-    for split, seed in (("heldout", 0), ("train", 5)):
+    for split, seed in (("test", 0), ("train", 5)):
         cases[f"taskset {split}"] = {"kind": "taskset", "env_id": "AgentRL/ToolUse-v0", "env_kwargs": {},
                                      "split": split, "num_tasks": 3, "seed": seed}
     for name, guesses in GUESSES.items():
@@ -185,9 +185,9 @@ def test_verifiers_ending_the_exchange_first_gives_the_no_answer_reward(results)
 
 def test_the_dataset_is_the_env_s_tasks(results):
     env = gym.make("AgentRL/ToolUse-v0").unwrapped
-    heldout = env.test_tasks(3)
+    test = env.test_tasks(3)
     train = [env.sample_task(np.random.default_rng([5, k])) for k in range(3)]
-    for split, tasks in (("heldout", heldout), ("train", train)):
+    for split, tasks in (("test", test), ("train", train)):
         data = results[f"taskset {split}"]
         assert [d["task"] for d in data] == json.loads(json.dumps(tasks))
         assert [d["id"] for d in data] == [t["id"] for t in tasks]
