@@ -105,6 +105,12 @@ class CallFormat(ABC):
         """The text of a call in this format (for demonstrations)."""
 
 
+def _json_error(e: ValueError) -> str:
+    """Why a call's JSON did not decode: a ``JSONDecodeError``'s message and position, or the text of another
+    ``ValueError`` (an integer longer than Python's digit limit)."""
+    return f"{e.msg} at char {e.pos}" if isinstance(e, json.JSONDecodeError) else str(e)
+
+
 def _call_object(obj: Any, args_key: str, allowed: frozenset[str]) -> dict[str, Any] | ParsedAction:
     """One decoded call object as ``{"name", "arguments"[, "id"]}``, or the invalid action that explains why not."""
     if not isinstance(obj, dict):
@@ -159,7 +165,7 @@ class HermesCalls(CallFormat):
             try:
                 calls.append(_call_object(json.loads(body), "arguments", self._KEYS))
             except ValueError as e:
-                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
+                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({_json_error(e)})")
             rest = text[end + len(self.CLOSE):]
             if not rest.strip():
                 return _calls_action(calls)
@@ -200,7 +206,7 @@ class LlamaJsonCalls(CallFormat):
             try:
                 obj, pos = decoder.raw_decode(text, pos)
             except ValueError as e:
-                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
+                return ParsedAction("invalid", error=f"the tool call is not valid JSON ({_json_error(e)})")
             if isinstance(obj, dict) and "parameters" in obj and "arguments" in obj:
                 return ParsedAction("invalid", error='give "parameters" or "arguments", not both')
             key = "arguments" if isinstance(obj, dict) and "arguments" in obj else "parameters"
@@ -236,7 +242,7 @@ class MistralCalls(CallFormat):
         try:
             obj, end = json.JSONDecoder().raw_decode(body, len(body) - len(body.lstrip()))
         except ValueError as e:
-            return ParsedAction("invalid", error=f"the tool calls are not valid JSON ({e.msg} at char {e.pos})")
+            return ParsedAction("invalid", error=f"the tool calls are not valid JSON ({_json_error(e)})")
         if body[end:].strip():
             return ParsedAction("invalid", error=f"text after the {self.MARK} list; end the reply with it")
         if isinstance(obj, dict):

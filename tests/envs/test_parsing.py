@@ -199,6 +199,14 @@ def test_mistral_invalid(text, fragment):
     assert a.kind == "invalid" and fragment in a.error
 
 
+@pytest.mark.parametrize("name", ["hermes", "llama3_json", "mistral"])
+def test_a_number_past_pythons_digit_limit_is_an_invalid_call_not_an_exception(name):
+    """json raises a plain ValueError (no .msg/.pos) for an integer of more than 4300 digits."""
+    parser = ActionParser(name)
+    a = parser.parse(parser.render_call("add", {"a": 1}).replace('"a": 1', '"a": ' + "9" * 5000))
+    assert a.kind == "invalid" and "not valid JSON" in a.error and "4300 digits" in a.error
+
+
 @pytest.mark.parametrize("name", sorted(CALL_FORMATS))
 def test_each_native_format_reads_what_it_renders(name):
     parser = ActionParser(name)
