@@ -112,7 +112,7 @@ def contract_violation(entry: Any, contract: Contract | None) -> str | None:
         return f"{entry.__name__} leaves {', '.join(abstract)} of {name} unimplemented" if abstract else None
     if isinstance(entry, contract):
         return None
-    return f"a {type(entry).__name__}, neither a {name} subclass nor a {name}"
+    return f"a {type(entry).__name__}, neither a subclass nor an instance of {name}"
 
 
 def class_or_factory(contract: type) -> Callable[[Any], str | None]:

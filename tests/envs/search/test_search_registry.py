@@ -51,7 +51,7 @@ def test_register_search_backend_and_the_contract(monkeypatch):
     assert backend.search("hello").items[0].text == "hello"
     register_search_backend("notabackend", "json:dumps")
     with pytest.raises(TypeError, match=r"'notabackend' \(registered at run time: json:dumps\) breaks "
-                                        "the search backend contract: a function, neither a SearchBackend"):
+                                        "the search backend contract: a function, neither a subclass nor an instance"):
         make_backend("notabackend")
     with pytest.raises(ValueError, match="unknown search backend 'bing'.*agentrl.search_backends"):
         make_backend("bing")
