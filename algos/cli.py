@@ -169,7 +169,7 @@ def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str |
 
 
 def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_dir=None):
-    """The sampler backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
+    """The policy backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
 
     ``--engine vllm``: a vLLM server this process starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
     its log in ``run_dir``, adapters up to rank ``lora_rank``); closing the policy stops it.
@@ -296,7 +296,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
     p.add_argument("--dtype", default=dtype_default,
                    help="auto (bf16 where the hardware has bf16 units, else fp32; the default), bf16, fp32, fp16")
     p.add_argument("--policy", choices=POLICIES.names(),
-                   help="sampler backend (agentrl.algos.policy.POLICIES): hf in process (the default), or a "
+                   help="policy backend (agentrl.algos.policy.POLICIES): hf in process (the default), or a "
                         "server at --policy-url (openai, the default with --policy-url)")
     p.add_argument("--policy-url", help="sample through this OpenAI-compatible server (vLLM, SGLang, serve_policy) "
                                         "instead of in-process; the LoRA adapter is hot-swapped after each step")

@@ -71,7 +71,7 @@ class RolloutWorker:
 
     def load_adapter_state(self, state: dict[str, Any], version: int | None = None) -> int:
         """Load the trainer's adapter tensors (:func:`~agentrl.algos.models.lora.trainable_state_dict`), refresh the
-        sampler, and set the policy version recorded in trajectories (default: one more than before)."""
+        policy, and set the policy version recorded in trajectories (default: one more than before)."""
         if self.model is None:
             raise RuntimeError("this worker wraps a ready Policy; it has no model to load adapter weights into")
         from agentrl.algos.models.lora import load_trainable_state_dict

@@ -34,14 +34,14 @@ How the pieces meet TRL 1.16's contract (read from ``trl/trainer/grpo_trainer.py
   prompts are not in such runs (e.g. a process's slice splits a group) every prompt is rolled out alone.
 * **Returned fields**, one entry per trajectory, in prompt order: ``prompt_ids`` (the first ``prompt_len`` tokens:
   system + user + assistant header), ``completion_ids`` (everything after: every reply with the tool turns
-  between them), ``logprobs`` (the sampler's log-probability per completion token, 0.0 on env tokens),
+  between them), ``logprobs`` (the rollout log-probability per completion token, 0.0 on env tokens),
   ``env_mask`` (the collector's loss mask of the completion part) and, forwarded to reward functions as keyword
   arguments, ``env_reward`` (the episode's reward), ``env_correct`` and ``env_format_ok`` (0/1) and
   ``env_termination`` (``answered``, ``invalid``, ``budget``, ``truncated`` or ``error``).
 * **Weights.** By default the policy is an :class:`~agentrl.algos.policy.HFPolicy` over ``trainer.model`` and
   ``trainer.processing_class`` (created on the first call and kept); before every rollout it is refreshed with
   ``policy.update_weights(model)`` — a no-op for a plain model (it samples with the live weights), a merge of the
-  current LoRA into a separate sampler copy for a PEFT model (the trainer's weights are never touched).
+  current LoRA into a separate merged copy for a PEFT model (the trainer's weights are never touched).
 * **Sampling.** Unless you pass ``collector_config``, temperature, top-p and top-k come from the trainer's
   ``GRPOConfig`` and ``max_completion_length`` becomes the per-reply token budget (``max_new_tokens``); the whole
   episode is bounded by ``CollectorConfig.max_total_tokens``. Keep the collector's temperature equal to
@@ -206,7 +206,7 @@ class _DefaultPolicy:
             model = accelerator.unwrap_model(model)
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
         if self.policy is None or self.model_id != id(model):
-            self.policy = HFPolicy(model, tokenizer)  # a PEFT model is merged into the sampler here
+            self.policy = HFPolicy(model, tokenizer)  # a PEFT model is merged into the policy's copy here
             self.model_id = id(model)
         else:
             self.policy.update_weights(model)

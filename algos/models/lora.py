@@ -5,7 +5,7 @@
   of another base model before anything loads; :func:`trainable_state_dict`,
   :func:`load_trainable_state_dict` — the adapter tensors for checkpoints.
 * :func:`iter_merged_weights` — the base weights with the adapter merged in (fp32, one layer at a time), for a
-  sampler copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
+  merged copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
 
 Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO): the
 policy at the start of the RL stage, i.e. the model with the adapter disabled after a fresh LoRA, or a frozen
@@ -178,7 +178,7 @@ def check_adapter_base(path: str | Path, model: str) -> None:
 
 
 class MergeError(ValueError):
-    """An adapter that cannot be merged into a plain sampler copy (the message names the option at fault)."""
+    """An adapter that cannot be merged into a plain merged copy (the message names the option at fault)."""
 
 
 def _check_mergeable(base, lora: dict[str, Any]) -> None:
@@ -186,7 +186,7 @@ def _check_mergeable(base, lora: dict[str, Any]) -> None:
 
     A LoRA target whose weight is tied to another parameter (``lm_head`` or ``embed_tokens`` of a model with
     ``tie_word_embeddings=True``): the adapted layer and its twin would need different weights, while the
-    sampler (built from the same config) keeps them tied. Also DoRA on a non-Linear layer, ``lora_bias`` on a
+    merged copy (built from the same config) keeps them tied. Also DoRA on a non-Linear layer, ``lora_bias`` on a
     layer without bias and other LoRA variants. Checked before any weight is yielded, so a refused merge leaves
     its consumer untouched.
     """
@@ -201,7 +201,7 @@ def _check_mergeable(base, lora: dict[str, Any]) -> None:
         if twins:
             raise MergeError(
                 f"LoRA target_modules includes {name.rsplit('.', 1)[-1]!r}, whose weight is tied to {twins[0]} "
-                f"(tie_word_embeddings=True): a sampler with tied weights cannot hold the merged layer; leave "
+                f"(tie_word_embeddings=True): a merged copy with tied weights cannot hold the merged layer; leave "
                 f"{name.rsplit('.', 1)[-1]!r} out of target_modules or untie the model's embeddings")
         layer = m.get_base_layer()
         for adapter in _active(m):
@@ -209,10 +209,10 @@ def _check_mergeable(base, lora: dict[str, Any]) -> None:
             dora = bool(getattr(m, "use_dora", {}).get(adapter, False))
             if variant is not None and not dora:
                 raise MergeError(f"LoRA variant {type(variant).__name__} of adapter {adapter!r} cannot be merged "
-                                 "into the sampler; use a plain LoRA adapter (or DoRA on linear layers)")
+                                 "into the merged copy; use a plain LoRA adapter (or DoRA on linear layers)")
             if dora and not isinstance(layer, torch.nn.Linear):
                 raise MergeError(f"use_dora=True on {name} ({type(layer).__name__}) cannot be merged into the "
-                                 "sampler; DoRA is merged for Linear layers only")
+                                 "merged copy; DoRA is merged for Linear layers only")
             if getattr(m, "lora_bias", {}).get(adapter, False) and getattr(layer, "bias", None) is None:
                 raise MergeError(f"lora_bias=True on adapter {adapter!r}, but {name} has no bias to merge it into")
 
@@ -292,5 +292,5 @@ def iter_merged_weights(peft_model) -> Iterator[tuple[str, Any]]:
 
 def merged_state_dict(peft_model) -> dict[str, Any]:
     """All of :func:`iter_merged_weights` in one dict (every adapted weight in fp32 at once: for inspection and
-    small models; a sampler refresh streams the iterator instead)."""
+    small models; a policy refresh streams the iterator instead)."""
     return dict(iter_merged_weights(peft_model))

@@ -80,11 +80,11 @@ class Algorithm(ABC):
     (:mod:`agentrl.algos.training.reference`); the loop skips that pass otherwise."""
     min_group_size: ClassVar[int] = 1
     """The smallest ``group_size`` the algorithm accepts (2 when it compares samples within a group)."""
-    sampler_temperature: ClassVar[bool] = True
+    uses_rollout_temperature: ClassVar[bool] = True
     """The loss's logprobs (policy and reference) are those of the distribution the rollout sampled from, the
-    logits divided by the rollout temperature, as a ratio against the sampler's logprobs needs (PPO, GRPO).
+    logits divided by the rollout temperature, as a ratio against the rollout logprobs needs (PPO, GRPO).
     False: the model's own distribution (temperature 1), as DPO's implicit reward is defined. An algorithm
-    without rollouts (SFT) always gets temperature 1: there is no sampler."""
+    without rollouts (SFT) always gets temperature 1: there is no rollout."""
     mean_weight: ClassVar[str] = "loss_tokens"
     """The count that weighs this algorithm's averaged statistics across micro-batches (see :meth:`loss`)."""
     summed_stats: ClassVar[tuple[str, ...]] = ("loss_tokens",)

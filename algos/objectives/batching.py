@@ -107,7 +107,7 @@ class TrainRow:
     token_ids: list[int]
     loss_mask: list[int]
     old_logprobs: list[float]
-    """The sampler's logprobs (pi_old); zeros when the algorithm has none (SFT)."""
+    """The rollout logprobs (pi_old); zeros when the algorithm has none (SFT)."""
     weights: list[float]
     """Per-token loss weights over the whole logical batch (:func:`token_weights`)."""
     advantage: float = 0.0
@@ -119,7 +119,7 @@ class TrainRow:
     """Weight of a sequence-level loss term (a DPO pair's 1/P, on both of its rows)."""
     off_policy: bool = False
     """The tokens were not sampled by the policy (a demonstration, :mod:`~agentrl.algos.objectives.guidance`):
-    ``old_logprobs`` are zeros, and ``logprob_gap`` and the sampler-mismatch correction leave the row out."""
+    ``old_logprobs`` are zeros, and ``logprob_gap`` and the rollout correction leave the row out."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:

@@ -9,7 +9,7 @@ training stage started (:mod:`agentrl.algos.training.reference`)::
     h     = beta * [ (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l)) ]
     L     = -log sigmoid(h)                 averaged over the P pairs of the batch (weight 1/P each)
 
-Both logprobs are of the model's own distribution (temperature 1, ``sampler_temperature = False``), whatever
+Both logprobs are of the model's own distribution (temperature 1, ``uses_rollout_temperature = False``), whatever
 the rollout temperature: the implicit reward ``beta * log(pi / pi_ref)`` is defined on the policy itself, as in
 TRL's online DPO. Trajectories that ended with an env error (``termination == "error"``) never enter a pair
 (``train/env_error_trajectories``).
@@ -86,7 +86,7 @@ class DPO(Algorithm):
     config_class = DPOConfig
     needs_reference = True
     min_group_size = 2
-    sampler_temperature = False
+    uses_rollout_temperature = False
     mean_weight = "pairs"
     summed_stats = ("loss_tokens", "pairs")
 

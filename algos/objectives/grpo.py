@@ -3,11 +3,11 @@
 For a group of ``G`` trajectories sampled for one task, with outcome rewards ``R_1..R_G``::
 
     A_i   = (R_i - mean(R)) / (std(R) + 1e-6)     (std scaling optional: scale_std=False gives R_i - mean(R))
-    r_t   = exp(log pi(a_t) - log pi_old(a_t))    pi_old = the sampler's logprobs recorded at rollout, or with a
-                                                  sampler-mismatch correction the trainer's own (below)
+    r_t   = exp(log pi(a_t) - log pi_old(a_t))    pi_old = the rollout logprobs recorded at rollout, or with a
+                                                  rollout correction the trainer's own (below)
     L_t   = -w_t * min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i)  +  beta * KL_t
             (dual clip and log-ratio clamp as in PPO: :func:`~agentrl.algos.objectives.ppo.clipped_surrogate`;
-            w_t = 1 without a correction, the TIS/MIS weight of pi_old / pi_sampler with one:
+            w_t = 1 without a correction, the TIS/MIS weight of pi_old / pi_rollout with one:
             :func:`~agentrl.algos.objectives.ppo.importance_weights`; the KL term is not weighted)
     KL_t  = exp(q_t) - q_t - 1,   q_t = log pi_ref(a_t) - log pi(a_t)     (Schulman's k3, >= 0)
     loss  = sum_t w_t * L_t       w_t: 1/N over all N action tokens of the batch ('token_mean'), or
@@ -93,11 +93,11 @@ class GRPOConfig:
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
     correction: str = "auto"
-    """Sampler-mismatch correction (docs/algorithms/grpo.md#sampler-mismatch-correction): 'tis' weights each
-    token's policy-gradient term by min(pi_old / pi_sampler, correction_cap), 'mis' by that ratio inside
+    """Rollout correction (docs/algorithms/grpo.md#rollout-correction): 'tis' weights each
+    token's policy-gradient term by min(pi_old / pi_rollout, correction_cap), 'mis' by that ratio inside
     [1/cap, cap] and drops the token outside it, both with the PPO ratio taken against pi_old (the trainer's own logprobs before the
-    update) instead of the sampler's; 'none' keeps the sampler's as pi_old; 'auto': 'tis' when rollouts are
-    sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process the sampler is the model)."""
+    update) instead of the rollout logprobs; 'none' keeps the rollout logprobs as pi_old; 'auto': 'tis' when rollouts are
+    sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process the policy is the model)."""
     correction_level: str = "token"
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
     correction_cap: float = 2.0
@@ -150,7 +150,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
               is_weights: torch.Tensor | None = None,
               off_policy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss of the module docstring. ``ref_logprobs`` is required when ``config.beta > 0``;
-    ``is_weights`` (the sampler-mismatch correction's ``w_t``; None = 1) weighs the clipped term, not the KL.
+    ``is_weights`` (the rollout correction's ``w_t``; None = 1) weighs the clipped term, not the KL.
     ``off_policy`` (``[B]``, 1 for a demonstration row; None = none) gives those rows the demonstration loss of
     :mod:`~agentrl.algos.objectives.guidance` instead of the clipped surrogate and the KL term.
 

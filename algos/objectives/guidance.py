@@ -20,7 +20,7 @@ so a demonstration token the policy finds unlikely (small ``p``) gets a larger w
 ``p * grad log p`` would give it (which vanishes as ``p -> 0``), and a token it already predicts (``p -> 1``)
 little. Token weights (the aggregation) are computed over all rows, demonstrations included; the KL term, when
 ``beta > 0``, applies to on-policy tokens only. A demonstration row is ``TrainRow.off_policy``: it is left out of
-``train/logprob_gap`` and of the sampler-mismatch correction (there is no sampler to correct for).
+``train/logprob_gap`` and of the rollout correction (no policy sampled them).
 
 With ``grpo.guidance='sft'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't": fine-tune on
 the questions RL fails, interleaved with RL) the same demonstrations are chosen the same way, but they do not join

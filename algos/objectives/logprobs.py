@@ -189,8 +189,9 @@ def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entro
 MIN_SHARED_PREFIX = 32
 
 
-def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
-    """Length of the token prefix that every row shares (real tokens only)."""
+def padded_shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
+    """Length of the token prefix that every row of a padded ``[B, T]`` batch shares, real tokens only: the
+    tensor form of :func:`~agentrl.algos.rollout.trajectory.shared_prefix_len`."""
     same = (input_ids == input_ids[:1]).all(dim=0)
     if attention_mask is not None:
         same &= attention_mask.bool().all(dim=0)
@@ -279,7 +280,7 @@ def _tail_states(decoder, input_ids, attention_mask, head, kv) -> torch.Tensor:
 def _hidden_states(decoder, input_ids, attention_mask, share_prefix: bool, min_prefix: int = MIN_SHARED_PREFIX):
     """Final hidden states ``[B, T, H]``; the common prefix is run once when that saves work."""
     bsz, seq_len = input_ids.shape
-    p = common_prefix_length(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
+    p = padded_shared_prefix_len(input_ids, attention_mask) if share_prefix and bsz > 1 else 0
     p = min(p, seq_len - 1)
     if p < min_prefix:
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
@@ -351,7 +352,7 @@ def token_logprobs(
             see the module docstring).
         input_ids: ``[B, T]`` token ids (right padding).
         attention_mask: ``[B, T]`` 1 on real tokens, 0 on padding; ``None`` = all real.
-        temperature: logits are divided by it before the softmax — use the sampler's temperature so the
+        temperature: logits are divided by it before the softmax — use the rollout temperature so the
             result is the log-probability of the distribution the rollout sampled from.
         chunk_size: positions (counted over the whole batch) per LM-head call; bounds the logits memory at
             ``chunk_size x V`` floats.

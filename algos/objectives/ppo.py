@@ -1,6 +1,6 @@
 """PPO with clip-higher, as ReTool trains: the clipped surrogate on trajectory-level, group-baselined advantages.
 
-For each action token ``t`` of trajectory ``i`` (``pi_old`` = the sampler's logprobs recorded at rollout)::
+For each action token ``t`` of trajectory ``i`` (``pi_old`` = the rollout logprobs recorded at rollout)::
 
     r_t   = exp(clamp(log pi(a_t) - log pi_old(a_t), -log_ratio_clamp, log_ratio_clamp))
     A_i   = R_i - b_i                      b_i = mean reward of i's group (or of the others: leave-one-out)
@@ -14,16 +14,16 @@ such token of a stale batch (asynchronous training, ``epochs > 1``) can outweigh
 that term at ``clip_ratio_c * |A|`` (Ye et al. 2020; verl's ``clip_ratio_c``, default 3), with zero gradient
 beyond the cap; the clamp of the log-ratio before ``exp`` keeps a huge ratio finite, so the capped term's
 gradient is exactly 0 instead of ``0 * inf = NaN``. On-policy (the first epoch of a synchronous step) every
-ratio is 1 up to the sampler's numerics, so neither ever acts there: both are on by default; 0 turns each off.
+ratio is 1 up to the policy backend's numerics, so neither ever acts there: both are on by default; 0 turns each off.
 Trajectories that ended with an env error are left out of the baselines and of training
 (``train/env_error_trajectories``).
 
-Sampler-mismatch correction (``correction``, shared with GRPO; docs/algorithms/grpo.md). When the sampler is
-not the trained model itself (an inference server, top-k/top-p truncation), its logprobs ``pi_sampler`` differ
+Rollout correction (``correction``, shared with GRPO; docs/algorithms/grpo.md). When the policy that
+samples is not the trained model itself (an inference server, top-k/top-p truncation), its logprobs ``pi_rollout`` differ
 from the trainer's own ``pi_old`` (the logprobs of the weights the rollout was sampled with, recomputed by the
 trainer: the first epoch's forward pass, kept for the later epochs). The ratio is then taken against ``pi_old``
 (so it is exactly 1 on the first epoch) and each token's policy-gradient term is weighted by
-:func:`importance_weights` of ``rho_t = pi_old(a_t) / pi_sampler(a_t)``::
+:func:`importance_weights` of ``rho_t = pi_old(a_t) / pi_rollout(a_t)``::
 
     tis:  w_t = min(rho_t, C)                          truncated importance sampling
     mis:  w_t = rho_t if 1/C <= rho_t <= C else 0      masked importance sampling (the token is dropped)
@@ -56,8 +56,8 @@ CORRECTION_LEVELS = ("token", "sequence")
 
 
 @dataclass(frozen=True)
-class SamplerCorrection:
-    """A resolved sampler-mismatch correction (never 'auto' or 'none': those resolve to this or to None)."""
+class RolloutCorrection:
+    """A resolved rollout correction (never 'auto' or 'none': those resolve to this or to None)."""
 
     mode: str
     """'tis' (truncate the importance weight at ``cap``) or 'mis' (drop tokens outside ``[1/cap, cap]``)."""
@@ -68,7 +68,7 @@ class SamplerCorrection:
     def __post_init__(self):
         check_correction(self.mode, self.level, self.cap)
         if self.mode in ("auto", "none"):
-            raise ValueError(f"SamplerCorrection is a resolved correction: 'tis' or 'mis', not {self.mode!r}")
+            raise ValueError(f"RolloutCorrection is a resolved correction: 'tis' or 'mis', not {self.mode!r}")
 
 
 def check_correction(mode: str, level: str, cap: float) -> None:
@@ -83,16 +83,16 @@ def check_correction(mode: str, level: str, cap: float) -> None:
                          f"'mis'), got {cap!r}")
 
 
-def importance_weights(train_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor,
-                       correction: SamplerCorrection) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token weights correcting a policy-gradient loss for tokens drawn from the sampler, not from ``pi_old``.
+def importance_weights(train_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor,
+                       correction: RolloutCorrection) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token weights correcting a policy-gradient loss for tokens the policy backend drew, not ``pi_old``.
 
     Args:
         train_logprobs: ``[B, T]`` the trainer's logprobs of the sampled tokens under the weights that sampled
             them (``pi_old``; no gradient).
-        sampler_logprobs: ``[B, T]`` the sampler's logprobs of the same tokens (what the rollout recorded).
+        rollout_logprobs: ``[B, T]`` the rollout logprobs of the same tokens (what the rollout recorded).
         mask: ``[B, T]`` the action tokens (> 0); the weight is 1 elsewhere.
-        correction: what to do with the ratio ``rho = exp(train - sampler)`` (per token, or per row's product
+        correction: what to do with the ratio ``rho = exp(train - rollout)`` (per token, or per row's product
             for ``level='sequence'``): 'tis' ``min(rho, cap)``, 'mis' ``rho`` inside ``[1/cap, cap]`` and 0 outside.
 
     Returns:
@@ -101,7 +101,7 @@ def importance_weights(train_logprobs: torch.Tensor, sampler_logprobs: torch.Ten
         action tokens.
     """
     m = mask > 0
-    log_rho = torch.where(m, train_logprobs.detach().float() - sampler_logprobs.float(), 0.0)
+    log_rho = torch.where(m, train_logprobs.detach().float() - rollout_logprobs.float(), 0.0)
     if correction.level == "sequence":
         log_rho = torch.where(m, log_rho.sum(dim=-1, keepdim=True), 0.0)
     rho = torch.exp(log_rho)  # inf where a sequence's log-ratio overflows: truncated or masked below
@@ -137,7 +137,7 @@ class PPOConfig:
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
     correction: str = "auto"
-    """Sampler-mismatch correction, as grpo.correction (docs/algorithms/grpo.md#sampler-mismatch-correction):
+    """Rollout correction, as grpo.correction (docs/algorithms/grpo.md#rollout-correction):
     'tis', 'mis', 'none' or 'auto' ('tis' when rollouts are sampled by a server or with top-k/top-p)."""
     correction_level: str = "token"
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
@@ -172,7 +172,7 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
 
     Args:
         logprobs: ``[B, T]`` current policy's logprobs of the taken tokens (differentiable).
-        old_logprobs: ``[B, T]`` the sampler's logprobs (pi_old).
+        old_logprobs: ``[B, T]`` the rollout logprobs (pi_old).
         advantages: ``[B, T]``, or ``[B]`` broadcast over each sequence.
         eps_low, eps_high: the clip range ``[1 - eps_low, 1 + eps_high]``.
         clip_ratio_c: the dual clip (> 1): for ``A < 0`` the loss is at most ``clip_ratio_c * |A|``; 0 = off.
@@ -230,7 +230,7 @@ def surrogate_stats(info: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[s
 def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
              config: PPOConfig, is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """``sum(weights * is_weights * L_clip)`` (see the module docstring) and its statistics over tokens with
-    weight > 0. ``is_weights``: the sampler-mismatch correction's per-token weights (:func:`importance_weights`;
+    weight > 0. ``is_weights``: the rollout correction's per-token weights (:func:`importance_weights`;
     None = 1)."""
     per_token, info = clipped_surrogate(logprobs, old_logprobs, advantages, config.eps_low, config.eps_high,
                                         config.clip_ratio_c, config.log_ratio_clamp)

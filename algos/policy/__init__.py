@@ -14,7 +14,7 @@ temperature, top-k and top-p: :class:`~agentrl.algos.policy.base.SamplingParams`
 is included; ``"length"``: the budget ran out). A backend may keep state per ``key`` (the KV cache of the
 trajectory so far) and must drop it on :meth:`Policy.release`; a request whose prompt does not extend what a
 key cached is still answered correctly (the cache is cut back to the common prefix). ``Policy.version`` counts
-the weight updates the sampler has seen; the collector records it in each trajectory.
+the weight updates the policy has seen; the collector records it in each trajectory.
 
 Backends are named in :data:`POLICIES` (``--policy NAME``); add one with :func:`register_policy` or an entry
 point in the group ``agentrl.policies``. Built in:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.rollout.trajectory import common_prefix_len
+from agentrl.algos.rollout.trajectory import shared_prefix_len
 
 NAME = "agentrl_cascade"
 MIN_PREFIX = 32  # below this many common tokens a call decodes without a shared prefix
@@ -208,7 +208,7 @@ def dense(prefix: Prefix | None, kv, n: int):
 def shared_length(prompts) -> int:
     """Tokens a call's prompts share as a prefix, 0 below :data:`MIN_PREFIX` (every row keeps at least one token
     to prefill)."""
-    common = min(common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
+    common = min(shared_prefix_len(prompts), min(len(p) for p in prompts) - 1)
     return common if common >= MIN_PREFIX else 0
 
 

@@ -1,7 +1,7 @@
 """The transformers backend: :class:`HFPolicy`, batched decoding with per-trajectory KV-cache reuse.
 
 torch loads when a policy is built and transformers' cache internals (``_kv_cache.py``) when it first samples, so
-importing this module stays light. ``_fresh_copy`` builds the plain sampler model that LoRA updates are merged into.
+importing this module stays light. ``_fresh_copy`` builds the plain copy that LoRA updates are merged into.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class HFPolicy(Policy):
     """A transformers causal LM as policy, with batched decoding and per-trajectory KV-cache reuse.
 
     Args:
-        model: a causal LM (a PEFT model too: it is merged into a sampler copy at once, see
+        model: a causal LM (a PEFT model too: it is merged into a merged copy at once, see
             :meth:`update_weights`).
         tokenizer: its tokenizer.
         max_batch_size: decode at most this many requests together (None: no bound); the others wait, in order,
@@ -53,7 +53,7 @@ class HFPolicy(Policy):
             fraction of its running rows' count is waiting. Trades wasted rows against cache copies and prefill
             passes.
         share_weights: with a PEFT ``model``, sample through that model itself (its base weights shared with
-            the trainer, the adapter applied unmerged on every forward pass) instead of a merged sampler copy:
+            the trainer, the adapter applied unmerged on every forward pass) instead of a merged copy:
             no second copy of the base weights, at the cost of the LoRA matmuls in every decode step. The
             trainer must not update the model while this policy samples (the synchronous trainer never does).
         cascade: when all rows of a call share a prompt prefix of at least 32 tokens, keep its keys/values once
@@ -86,7 +86,7 @@ class HFPolicy(Policy):
         self.cascade = cascade
         self._cascade_state = None  # the running call's _cascade.CascadeState, when it decodes with a shared prefix
         self._cache: dict[Hashable, _CacheEntry] = {}
-        self._sampler = None  # a plain (non-PEFT) copy refreshed by update_weights
+        self._copy = None  # a plain (non-PEFT) copy refreshed by update_weights
         self.model = model
         self.model.eval()
         self.dtype = next(model.parameters()).dtype
@@ -104,48 +104,48 @@ class HFPolicy(Policy):
         """Sample with ``source_model``'s current weights from now on, without touching ``source_model``.
 
         * A PEFT (LoRA) model: its adapters are merged in fp32 into a separate plain copy of the architecture
-          (the *sampler*, created on the first call in this policy's dtype, refreshed in place afterwards), so
+          (the *merged copy*, created on the first call in this policy's dtype, refreshed in place afterwards), so
           sampling pays no unmerged-adapter cost and the trainer's base weights are never modified (a
           merge/unmerge round trip in bf16 is not exact). The merge streams layer by layer
           (:func:`~agentrl.algos.models.lora.iter_merged_weights`): the transient is one layer in fp32, not the
-          model. Every sampler weight must be written (tied weights count once), else ``RuntimeError``; an
+          model. Every weight of the merged copy must be written (tied weights count once), else ``RuntimeError``; an
           adapter that cannot be merged raises :class:`~agentrl.algos.models.lora.MergeError` before any write.
         * With ``share_weights``, a PEFT model is sampled as it is (no copy, no merge): only the cache is reset.
         * A plain model: if it is the model being sampled, nothing to do; otherwise its weights are copied into
-          the sampler.
+          the merged copy.
         """
         torch = self._torch
         if is_peft(source_model) and self.share_weights:
-            self._sampler = source_model.get_base_model()  # the LoRA-injected model: adapter applied unmerged
+            self._copy = source_model.get_base_model()  # the LoRA-injected model: adapter applied unmerged
         elif is_peft(source_model):
-            own = self._sampler_like(source_model.get_base_model()).state_dict()
+            own = self._copy_like(source_model.get_base_model()).state_dict()
             written: set[int] = set()
             with torch.no_grad():
                 for name, tensor in iter_merged_weights(source_model):
                     if name not in own:
-                        raise RuntimeError(f"merged LoRA weight {name} has no place in the sampler")
+                        raise RuntimeError(f"merged LoRA weight {name} has no place in the merged copy")
                     own[name].copy_(tensor)
                     written.add(own[name].data_ptr())
             missing = [k for k, p in own.items() if p.data_ptr() not in written]
             if missing:
-                raise RuntimeError(f"the merged LoRA weights lack {missing[:5]}: the sampler would keep random "
+                raise RuntimeError(f"the merged LoRA weights lack {missing[:5]}: the merged copy would keep random "
                                    "weights there")
         elif source_model is self.model:
             return
         else:
             state = source_model.state_dict()
             with torch.no_grad():
-                for name, p in self._sampler_like(source_model).state_dict().items():
+                for name, p in self._copy_like(source_model).state_dict().items():
                     p.copy_(state[name])
-        self.model = self._sampler
+        self.model = self._copy
         self._cache.clear()  # cached keys/values belong to the old weights
         self.version += 1
 
-    def _sampler_like(self, model):
-        """The sampler copy, created from ``model``'s architecture (in this policy's dtype and device) on first use."""
-        if self._sampler is None:
-            self._sampler = _fresh_copy(model, self.dtype, self.device)
-        return self._sampler
+    def _copy_like(self, model):
+        """The merged copy, created from ``model``'s architecture (in this policy's dtype and device) on first use."""
+        if self._copy is None:
+            self._copy = _fresh_copy(model, self.dtype, self.device)
+        return self._copy
 
     # ---------------------------------------------------------------- cache
     def release(self, keys: Iterable[Hashable]) -> None:

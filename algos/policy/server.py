@@ -334,7 +334,7 @@ def serve_policy(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, mode
     ``enable_lora=True`` (``policy`` must be an :class:`HFPolicy` of a plain model) adds vLLM's runtime LoRA
     endpoints, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST /v1/unload_lora_adapter``
     ``{"lora_name"}`` (also under SGLang's paths, without ``/v1``): a loaded PEFT adapter is merged into its own
-    sampler copy of the base model and served under its name, chosen by a request's ``model`` (vLLM) or
+    merged copy of the base model and served under its name, chosen by a request's ``model`` (vLLM) or
     ``lora_path`` (SGLang). Loading an existing name is a 400 (vLLM's "has already been loaded"); unloading an
     unknown one a 404.
 

@@ -70,11 +70,11 @@ class MainJobConfig:
     """Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
     attn_implementation: str | None = None
     """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
-    sampler_shares_weights: bool = False
-    """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of
+    policy_shares_weights: bool = False
+    """Sample through the trained model itself (adapter unmerged) instead of a merged copy: one copy of
     the base weights in memory instead of two, at the cost of the LoRA matmuls in every decode step."""
-    sampler_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
-    """The local sampler (rollouts and evaluations) decodes at most this many tokens of context per batch (each
+    policy_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+    """The in-process policy (HFPolicy: rollouts and evaluations) decodes at most this many tokens of context per batch (each
     prompt beyond the shared prefix plus its reply budget); None: all at once."""
     out: str = "runs/main"
     """Run directory."""
@@ -147,8 +147,8 @@ def peak_rss_gib() -> float | None:
 def _common(cfg: MainJobConfig) -> dict[str, Any]:
     return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
                 progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
-                attn_implementation=cfg.attn_implementation, sampler_shares_weights=cfg.sampler_shares_weights,
-                sampler_max_batch_tokens=cfg.sampler_max_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
+                attn_implementation=cfg.attn_implementation, policy_shares_weights=cfg.policy_shares_weights,
+                policy_max_batch_tokens=cfg.policy_max_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
 
 
 def sft_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
@@ -202,8 +202,8 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
                                   attn_implementation=cfg.attn_implementation)
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
     if policy is None:
-        policy = HFPolicy(model, tokenizer, share_weights=cfg.sampler_shares_weights,
-                          max_batch_tokens=cfg.sampler_max_batch_tokens)
+        policy = HFPolicy(model, tokenizer, share_weights=cfg.policy_shares_weights,
+                          max_batch_tokens=cfg.policy_max_batch_tokens)
     tasks = eval_task_list(cfg)
     rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)

@@ -7,7 +7,7 @@ One trajectory is one episode as a single token sequence::
     logprobs  = [ 0 ...                                      | rollout lp   | 0 ...                               | rollout lp   ]
 
 ``loss_mask`` is 1 exactly on the tokens the policy sampled (including an end-of-turn token it sampled);
-tool output, template markup and the prompt are 0. ``logprobs`` are the sampler's log-probabilities of the
+tool output, template markup and the prompt are 0. ``logprobs`` are the rollout log-probabilities of the
 sampled tokens (0 where the mask is 0): the trainer's ``pi_old``.
 
 Trajectories of one task share a ``group_id`` (a GRPO group); :func:`group_indices` (positions per group) and
@@ -101,7 +101,7 @@ def all_equal(rewards: Sequence[float]) -> bool:
     return max(rewards) == min(rewards)
 
 
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+def shared_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
     """Length of the longest token prefix common to all ``seqs`` (non-empty)."""
     first = seqs[0]
     n = min(len(s) for s in seqs)

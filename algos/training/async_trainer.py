@@ -12,7 +12,7 @@ with the new weights. Here the two run at once, in one process::
                                                       update(units)                 losses: the trainer's own)
                                                       with weights_lock: policy.update_weights(model); version += 1
 
-The sampler is the policy backend's own copy of the weights (:class:`~agentrl.algos.policy.HFPolicy` merges the
+The policy backend samples from its own copy of the weights (:class:`~agentrl.algos.policy.HFPolicy` merges the
 LoRA adapter into a separate model; an :class:`~agentrl.algos.policy.OpenAIPolicy` server holds its own), so the
 trainer's model is never read by the producer. Publishing new weights takes the lock that a whole ``collect``
 holds, so every trajectory of a batch is sampled by exactly one version, never by half-updated weights.
@@ -27,15 +27,15 @@ range. Trajectories (whole groups) more than ``max_staleness`` versions stale ar
   batch), or
 * ``staleness="tis"``: corrected with truncated importance sampling (decoupled PPO): the current weights'
   logprobs ``pi_cur`` of the sampled tokens are computed once (no gradient), the clipped ratio is taken against
-  ``pi_cur`` instead of the stale sampler (the trust region is around the current policy), and each token's loss
-  weight is multiplied by ``min(pi_cur / pi_sampler, tis_cap)``, the importance weight from the sampler's
+  ``pi_cur`` instead of the stale rollout logprobs (the trust region is around the current policy), and each token's loss
+  weight is multiplied by ``min(pi_cur / pi_rollout, tis_cap)``, the importance weight from the rollout's
   distribution to the current one, truncated to bound its variance.
 
-The sampler-mismatch correction of GRPO/PPO (``grpo.correction``, on by default with a server sampler:
+The rollout correction of GRPO/PPO (``grpo.correction``, on by default with a server policy:
 :func:`~agentrl.algos.training.update.resolve_correction`) runs here as in the synchronous trainer: its
 ``pi_old`` is the first epoch's own logprobs, which here are the *current* weights' (the trainer has moved on
 since the batch was sampled), so every row is trained as decoupled PPO around the current policy, with
-``min(pi_cur / pi_sampler, correction_cap)`` correcting staleness and the server's numerics together (a row
+``min(pi_cur / pi_rollout, correction_cap)`` correcting staleness and the server's numerics together (a row
 already corrected by ``staleness="tis"`` has ``pi_old = pi_cur`` and gets weight 1 there).
 
 Everything else is the synchronous trainer's: task order (a batch's tasks and rollout seed are a function of its

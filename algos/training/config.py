@@ -58,7 +58,7 @@ class AsyncConfig:
     staleness: str = "drop"
     """'drop' or 'tis' (truncated importance sampling against the current weights, grpo/ppo only)."""
     tis_cap: float = 2.0
-    """Upper bound of the per-token importance weight pi_current / pi_sampler in 'tis' mode."""
+    """Upper bound of the per-token importance weight pi_current / pi_rollout in 'tis' mode."""
 
 
 @dataclass
@@ -85,12 +85,12 @@ class TrainConfig:
     """'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
     attn_implementation: str | None = None
     """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
-    sampler_shares_weights: bool = False
-    """Sample through the trained model itself (adapter unmerged) instead of a merged sampler copy: one copy of the
+    policy_shares_weights: bool = False
+    """Sample through the trained model itself (adapter unmerged) instead of a merged copy: one copy of the
     base weights instead of two, slower decoding. Synchronous training only (refused with asynchronous.enabled:
     the producer would sample through the model while it is updated)."""
-    sampler_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
-    """The local sampler decodes at most this many tokens of context per batch (each prompt beyond the shared
+    policy_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+    """The in-process policy (HFPolicy) decodes at most this many tokens of context per batch (each prompt beyond the shared
     prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live trajectories at once."""
     adapter: str | None = None
     """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
@@ -143,7 +143,7 @@ class TrainConfig:
     seed: int = 0
     """Seeds task order, rollout sampling and initialisation."""
     tasks_file: str | None = None
-    """JSONL of task rows to train on (default: the env's own task sampler); `agentrl eval --tasks-file` and the
+    """JSONL of task rows to train on (default: the env's own sample_task); `agentrl eval --tasks-file` and the
     main job's eval_tasks_file name the same kind of file."""
     progress: bool = True
     """Show a progress bar."""
@@ -196,8 +196,8 @@ class TrainConfig:
                              f"got {self.malloc_mmap_threshold_mb!r}")
         if not self.memory_budget_gb > 0:
             raise ValueError(f"memory_budget_gb must be > 0 (GiB), got {self.memory_budget_gb!r}")
-        if self.sampler_max_batch_tokens is not None and self.sampler_max_batch_tokens < 1:
-            raise ValueError(f"sampler_max_batch_tokens must be >= 1 or null, got {self.sampler_max_batch_tokens!r}")
+        if self.policy_max_batch_tokens is not None and self.policy_max_batch_tokens < 1:
+            raise ValueError(f"policy_max_batch_tokens must be >= 1 or null, got {self.policy_max_batch_tokens!r}")
         if self.logprob_chunk < 1:
             raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk!r}")
         if self.steps < 0 or self.tasks_per_step < 1 or self.group_size < 1:
@@ -219,10 +219,10 @@ class TrainConfig:
                                  f"({per_token}); use 'drop' with {self.algo}")
             if a.queue_size < 1 or a.max_staleness < 0 or a.tis_cap <= 0:
                 raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0, tis_cap > 0")
-            if self.sampler_shares_weights:
+            if self.policy_shares_weights:
                 raise ValueError("asynchronous training samples in a producer thread while the trainer updates the "
-                                 "model, so sampler_shares_weights=true would sample through weights being changed "
-                                 "(and race the backward pass): set sampler_shares_weights=false (the sampler keeps "
+                                 "model, so policy_shares_weights=true would sample through weights being changed "
+                                 "(and race the backward pass): set policy_shares_weights=false (the policy keeps "
                                  "its own merged copy, published after each step) or train synchronously (drop "
                                  "--async / asynchronous.enabled)")
 

@@ -12,7 +12,7 @@ resumed, so a resumed run keeps the stage's own reference) and never changes aft
 
 The reference pass runs without gradients and in eval mode (dropout off). The second adapter is never
 trained (``requires_grad`` stays False, so neither the optimizer nor a checkpoint's trainable tensors see it)
-and the sampler never sees it (its weights merge the active, trained adapter only).
+and the policy never sees it (its weights merge the active, trained adapter only).
 """
 
 from __future__ import annotations

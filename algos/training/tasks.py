@@ -42,7 +42,7 @@ class TaskSource:
     """Task ``k`` of a run as a pure function of ``(seed, k)``: the data position is just ``k``.
 
     With ``rows`` (a dataset), positions walk through a fresh seeded permutation each epoch. Otherwise the
-    env's own sampler draws task ``k`` with ``np.random.default_rng([seed, k])`` (for ToolUse-v0 that is the
+    env's own sample_task draws task ``k`` with ``np.random.default_rng([seed, k])`` (for ToolUse-v0 that is the
     seeded train-split generator, restricted to ``env_kwargs["families"]`` when given).
     """
 

@@ -3,7 +3,7 @@
 One logical step::
 
     tasks   = the next tasks_per_step tasks from the data position     (checkpointed: no task twice, none lost)
-    trajs   = collect(env, policy, tasks, group_size)                   (the sampler has the current weights)
+    trajs   = collect(env, policy, tasks, group_size)                   (the policy has the current weights)
     rows    = algo.prepare(trajs)                                        (advantages / pairs over whole groups)
     for epoch in range(algo.epochs):                                     (1 = strictly on-policy)
         for micro-batch in pack_microbatches(rows, micro_batch_tokens):
@@ -105,7 +105,7 @@ class Trainer:
                 self.load_checkpoint(ckpt)
         if self.ranks.is_main:
             atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
-        self._setup_sampler(policy)
+        self._setup_policy(policy)
         self._logger = None
         self.history: list[dict[str, Any]] = []
         self._dead_steps = 0  # consecutive steps without a learning signal (_check_learning_signal)
@@ -171,7 +171,7 @@ class Trainer:
         if not self.algo.needs_rollouts or self.algo.uses_demonstrations:
             self.examples = self.algo.offline_data(self.tokenizer, self.tasks, self.env_label)
 
-    def _setup_sampler(self, policy) -> None:
+    def _setup_policy(self, policy) -> None:
         """For a rollout algorithm: the sampling policy (an ``HFPolicy`` over the model unless given), given the
         current weights, and what ``collect`` gets as its env: the id itself (local threads) or a pool of Ray env
         actors; for a mixture, a mapping name -> either, each task naming its env."""
@@ -180,17 +180,17 @@ class Trainer:
         self.rollout_env = None
         self._collector = None
         self.correction = None
-        """The sampler-mismatch correction of the updates (:func:`~agentrl.algos.training.update.resolve_correction`)."""
+        """The rollout correction of the updates (:func:`~agentrl.algos.training.update.resolve_correction`)."""
         if not self.algo.needs_rollouts:
             return
         if self.policy is None:
             from agentrl.algos.policy.hf import HFPolicy
 
-            self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.sampler_shares_weights,
-                                   max_batch_tokens=config.sampler_max_batch_tokens)
+            self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.policy_shares_weights,
+                                   max_batch_tokens=config.policy_max_batch_tokens)
         self.correction = resolve_correction(self.algo, self.policy, config.collector)
         if self.correction is not None:
-            logger.info("sampler-mismatch correction: %s", self.correction)
+            logger.info("rollout correction: %s", self.correction)
         self.policy.update_weights(self.model)
 
         def make(env_id, env_kwargs):
@@ -285,7 +285,7 @@ class Trainer:
         return {c.name: c.env_kwargs for c in self.mixture} if self.mixture else self.config.env_kwargs
 
     def step(self) -> dict[str, Any]:
-        """One logical step: data -> (rollout) -> update -> sampler refresh. Returns the step's metrics."""
+        """One logical step: data -> (rollout) -> update -> policy refresh. Returns the step's metrics."""
         t_step = time.perf_counter()
         metrics: dict[str, Any] = {}
         if self.algo.needs_rollouts:
@@ -311,9 +311,9 @@ class Trainer:
     @property
     def loss_temperature(self) -> float:
         """The temperature of the loss's logprobs: the rollout's when the algorithm takes a ratio against the
-        sampler (:attr:`~agentrl.algos.objectives.base.Algorithm.sampler_temperature`), else 1 (and 1 for an
-        algorithm without rollouts: there is no sampler)."""
-        return self.rollout_temperature if self.algo.needs_rollouts and self.algo.sampler_temperature else 1.0
+        rollout logprobs (:attr:`~agentrl.algos.objectives.base.Algorithm.uses_rollout_temperature`), else 1 (and 1 for an
+        algorithm without rollouts: there is no rollout)."""
+        return self.rollout_temperature if self.algo.needs_rollouts and self.algo.uses_rollout_temperature else 1.0
 
     def _optimize(self, rows, prep_stats: dict[str, Any], metrics: dict[str, Any], t_step: float) -> dict[str, Any]:
         """The update half of a step (shared with the asynchronous trainer): :meth:`apply_update_rows` on prepared

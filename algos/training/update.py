@@ -9,11 +9,11 @@ micro-batches' gradients reach it through :class:`~agentrl.algos.objectives.logp
 reference policy's logprobs are computed once, before the first epoch. :class:`StepStats` gathers what the
 micro-batches report into the step's ``train/*`` metrics.
 
-Sampler-mismatch correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first
+Rollout correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first
 epoch's forward pass gives the trainer's own logprobs of the sampled tokens under the weights that sampled them
 (``pi_old``; dropout is off for rollout algorithms, so the same numbers a separate no-gradient pass would give,
-at no extra cost); they replace the sampler's as the ratio's denominator, are kept for the later epochs, and
-:func:`~agentrl.algos.objectives.ppo.importance_weights` of ``pi_old / pi_sampler`` weighs each token's
+at no extra cost); they replace the rollout logprobs as the ratio's denominator, are kept for the later epochs, and
+:func:`~agentrl.algos.objectives.ppo.importance_weights` of ``pi_old / pi_rollout`` weighs each token's
 policy-gradient term (``train/is_weight_mean``, ``train/is_clipped_frac`` or ``train/is_masked_frac``).
 """
 
@@ -29,8 +29,8 @@ import torch
 from agentrl.algos.objectives.base import Algorithm, RowGroup
 from agentrl.algos.objectives.batching import TrainRow, collate, pack_microbatches
 from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, prefix_pass, token_logprobs
-from agentrl.algos.objectives.ppo import SamplerCorrection, importance_weights
-from agentrl.algos.rollout.trajectory import common_prefix_len
+from agentrl.algos.objectives.ppo import RolloutCorrection, importance_weights
+from agentrl.algos.rollout.trajectory import shared_prefix_len
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.memory import (
     DEFAULT_BUDGET_GB,
@@ -50,8 +50,8 @@ class StepStats:
     Per-micro-batch loss statistics are combined as :meth:`Algorithm.loss` documents: the ``summed`` counts
     summed (first epoch), ``*_max`` maximised, the rest averaged with each micro-batch's ``stats[mean_weight]``
     as its weight (:attr:`Algorithm.mean_weight`, :attr:`Algorithm.summed_stats`). Entropy is a token mean over
-    action tokens; ``logprob_gap`` (trainer vs sampler logprobs of the sampled tokens, first epoch) measures how
-    far the sampler's numerics are from the trainer's.
+    action tokens; ``logprob_gap`` (trainer vs rollout logprobs of the sampled tokens, first epoch) measures how
+    far the policy backend's numerics are from the trainer's.
     """
 
     def __init__(self, lr: float, mean_weight: str = "loss_tokens", summed: Sequence[str] = ("loss_tokens",)):
@@ -69,7 +69,7 @@ class StepStats:
 
     def add(self, epoch: int, batch: dict[str, torch.Tensor], logprobs: torch.Tensor, entropy: torch.Tensor,
             stats: dict[str, float], *, sampled: bool) -> None:
-        """Record one micro-batch (``sampled``: its rows carry the sampler's logprobs)."""
+        """Record one micro-batch (``sampled``: its rows carry the rollout logprobs)."""
         m = batch["loss_mask"] > 0
         n_tok = int(m.sum())
         self.entropy[0] += float(entropy[m].sum())
@@ -77,9 +77,9 @@ class StepStats:
         if epoch == 0:
             self.out["train/padded_tokens"] += batch["input_ids"].numel()
             self.out["train/real_tokens"] += int(batch["attention_mask"].sum())
-            if sampled:  # against the sampler's logprobs (a correction moved them to "sampler_logprobs")
-                m = m & (batch["off_policy"] == 0)[:, None]  # demonstrations have no sampler logprobs
-                gap = (logprobs.detach() - batch.get("sampler_logprobs", batch["old_logprobs"])).abs()[m]
+            if sampled:  # against the rollout logprobs (a correction moved them to "rollout_logprobs")
+                m = m & (batch["off_policy"] == 0)[:, None]  # demonstrations have no rollout logprobs
+                gap = (logprobs.detach() - batch.get("rollout_logprobs", batch["old_logprobs"])).abs()[m]
                 if gap.numel():
                     self.gap[0] += float(gap.sum())
                     self.gap[1] += gap.numel()
@@ -133,12 +133,13 @@ class StepStats:
         return out
 
 
-def shared_prefix(rows: Sequence[TrainRow], min_prefix: int = MIN_SHARED_PREFIX) -> int:
-    """Tokens every row opens with (0 when fewer than ``min_prefix``: the forward pass then does not share
-    them, see :mod:`~agentrl.algos.objectives.logprobs`)."""
+def forward_shared_prefix_len(rows: Sequence[TrainRow], min_prefix: int = MIN_SHARED_PREFIX) -> int:
+    """The rows' :func:`~agentrl.algos.rollout.trajectory.shared_prefix_len` as the forward pass shares it: 0
+    for one row or under ``min_prefix`` tokens (the forward pass then does not share them, see
+    :mod:`~agentrl.algos.objectives.logprobs`)."""
     if len(rows) < 2:
         return 0
-    n = common_prefix_len([r.token_ids for r in rows])
+    n = shared_prefix_len([r.token_ids for r in rows])
     return n if n >= min_prefix else 0
 
 
@@ -147,7 +148,7 @@ def micro_batches(row_groups: Sequence[RowGroup], token_budget: int) -> list[lis
     (the rows' common prefix counted once per micro-batch: computed once per update, see :func:`update_prefix`,
     its activations are held under each)."""
     lengths = [max(len(row) for row in g) for g in row_groups]
-    shared = shared_prefix([row for g in row_groups for row in g])
+    shared = forward_shared_prefix_len([row for g in row_groups for row in g])
     bins = pack_microbatches(lengths, token_budget, [len(g) for g in row_groups], shared=shared)
     return [[row for i in b for row in row_groups[i]] for b in bins]
 
@@ -160,19 +161,19 @@ def update_prefix(batches: Sequence[Sequence[TrainRow]]) -> int:
     if len(batches) < 2:
         return 0
     rows = [row for b in batches for row in b]
-    n = min(shared_prefix(rows), min(len(row) for row in rows) - 1)
+    n = min(forward_shared_prefix_len(rows), min(len(row) for row in rows) - 1)
     return n if n >= MIN_SHARED_PREFIX else 0
 
 
-def resolve_correction(algo: Algorithm, policy, sampling) -> SamplerCorrection | None:
-    """The sampler-mismatch correction a run applies: None, or the algorithm's ``correction`` resolved.
+def resolve_correction(algo: Algorithm, policy, sampling) -> RolloutCorrection | None:
+    """The rollout correction a run applies: None, or the algorithm's ``correction`` resolved.
 
     Only per-token policy-gradient algorithms (:attr:`Algorithm.token_level`: GRPO, PPO) with a ``correction``
-    key have one. ``'auto'`` means ``'tis'`` unless the sampler's logprobs are the trainer's own: ``policy`` (a
+    key have one. ``'auto'`` means ``'tis'`` unless the rollout logprobs are the trainer's own: ``policy`` (a
     wrapper's ``inner`` policy) is an in-process :class:`~agentrl.algos.policy.hf.HFPolicy`, which samples the
     trained weights (a copy merged in fp32, or the model itself) with the logits the trainer recomputes, and
     ``sampling`` (``CollectorConfig`` or ``SamplingParams``: ``temperature``, ``top_k``, ``top_p``) truncates
-    nothing, so ``pi_sampler == pi_old`` up to the rounding of a batched decode (1e-4 in fp32; bf16 rounds
+    nothing, so ``pi_rollout == pi_old`` up to the rounding of a batched decode (1e-4 in fp32; bf16 rounds
     more, see docs/collector.md) and a correction would only cost. A server (vLLM, SGLang: other kernels,
     other numerics) or top-k/top-p (whose logprobs are renormalised over the kept tokens, while the trainer's
     are over the whole vocabulary) turns it on.
@@ -190,22 +191,22 @@ def resolve_correction(algo: Algorithm, policy, sampling) -> SamplerCorrection |
         if isinstance(policy, HFPolicy) and not truncated:
             return None
         mode = "tis"
-    return SamplerCorrection(mode, config.correction_level, config.correction_cap)
+    return RolloutCorrection(mode, config.correction_level, config.correction_cap)
 
 
 def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGroup], *, lr: float,
                  temperature: float, pad_id: int, micro_batch_tokens: int | str, logprob_chunk: int,
                  max_grad_norm: float, reference: Reference | None = None, sampled: bool | None = None,
                  after_step: Callable[[], None] | None = None, ranks: Ranks | None = None,
-                 trim: bool = False, correction: SamplerCorrection | None = None) -> dict[str, Any]:
+                 trim: bool = False, correction: RolloutCorrection | None = None) -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
-    :attr:`Algorithm.sampler_temperature` is False: the trainer decides). ``reference`` gives the reference
+    :attr:`Algorithm.uses_rollout_temperature` is False: the trainer decides). ``reference`` gives the reference
     logprobs when ``algo.needs_reference``. ``sampled`` (default ``algo.needs_rollouts``): the rows' old
-    logprobs are the sampler's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
+    logprobs are the rollout's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
     eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
-    ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the sampler there).
+    ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the policy there).
     ``trim``: give glibc's free heap pages back to the OS after every micro-batch (:func:`trim_heap`), so what one
     micro-batch freed in small blocks does not stay in the RSS under the next one's (the trainer's
     ``malloc_mmap_threshold_mb`` setting turns it on).
@@ -218,7 +219,7 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     ranks before clipping, and the returned statistics are those of the whole batch on every rank.
 
     ``correction`` (:func:`resolve_correction`; only when ``sampled`` and ``algo.token_level``): the loss gets
-    ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["sampler_logprobs"]`` = the
+    ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["rollout_logprobs"]`` = the
     rows' recorded ones, and ``batch["is_weights"]`` (see the module docstring).
     """
     if algo.needs_reference and reference is None:
@@ -271,7 +272,7 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                             kept[i] = (pi_old, w, is_stats)
                     else:
                         pi_old, w, is_stats = kept[i]
-                    batch["sampler_logprobs"] = batch["old_logprobs"]
+                    batch["rollout_logprobs"] = batch["old_logprobs"]
                     batch["old_logprobs"] = pi_old
                     batch["is_weights"] = w
                 loss, loss_stats = algo.loss(lp, ref, batch)
@@ -311,7 +312,7 @@ def rows_logprobs(model, rows: Sequence[TrainRow], *, temperature: float, pad_id
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",
                                          memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     out: list[list[float] | None] = [None] * len(rows)
-    bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared_prefix(rows))
+    bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=forward_shared_prefix_len(rows))
     prefix_len, prefix = update_prefix([[rows[i] for i in b] for b in bins]), None
     for b in bins:
         batch = collate([rows[i] for i in b], pad_id, device)

@@ -158,7 +158,7 @@ def test_ray_collect_order_and_group_ids(tokenizer):
 
 
 def test_rollout_worker_adapter_round_trip(tokenizer):
-    """The worker samples exactly what a local sampler with the trainer's adapter samples, before and after an
+    """The worker samples exactly what a local policy with the trainer's adapter samples, before and after an
     update shipped as a state dict."""
     lora = LoRAConfig(r=4, alpha=8)
     trainer_model = apply_lora(tiny_model(tokenizer, seed=3), lora)
@@ -184,7 +184,7 @@ def test_rollout_worker_adapter_round_trip(tokenizer):
     for a, b in zip(after, expected, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert all(t.policy_version == 7 for t in after)
-    assert [t.logprobs for t in after] != [t.logprobs for t in before]  # the new adapter changed the sampler
+    assert [t.logprobs for t in after] != [t.logprobs for t in before]  # the new adapter changed the policy
     assert ray.get(worker.get_version.remote()) == 7
 
 

@@ -43,15 +43,16 @@ def test_shared_prefix_is_counted_once_per_microbatch():
 
 
 def test_micro_batches_find_the_rows_common_prefix():
-    from agentrl.algos.training.update import micro_batches, shared_prefix
+    from agentrl.algos.training.update import forward_shared_prefix_len, micro_batches
 
     def item(ids):
         return TrainRow(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids), weights=[0.0] * len(ids))
 
     prefix = list(range(100))
     rows = [item(prefix + [1000 + r] * 20) for r in range(6)]
-    assert shared_prefix(rows) == 100 and shared_prefix(rows[:1]) == 0
-    assert shared_prefix([item(list(range(10)) + [1]), item(list(range(10)) + [2])]) == 0  # below min_prefix
+    assert forward_shared_prefix_len(rows) == 100 and forward_shared_prefix_len(rows[:1]) == 0
+    below_min = [item(list(range(10)) + [1]), item(list(range(10)) + [2])]
+    assert forward_shared_prefix_len(below_min) == 0  # below min_prefix
     # 6 rows of 120 with 100 shared: 100 + 6 x 20 = 220 tokens computed, though 720 padded
     assert [len(b) for b in micro_batches([[r] for r in rows], 220)] == [6]
     assert [len(b) for b in micro_batches([[r] for r in rows], 219)] == [5, 1]

@@ -172,5 +172,5 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
         ids, mask, reward = trainer.algo.demos.get(t.task)
         assert ids[: t.prompt_len] == t.token_ids[: t.prompt_len] and mask.index(1) == t.prompt_len
         assert reward > t.reward
-    # demonstration rows (no sampler logprobs) are left out of the gap ('sft' here: no sampled row trained at all)
+    # demonstration rows (no rollout logprobs) are left out of the gap ('sft' here: no sampled row trained at all)
     assert m["train/logprob_gap"] < 1e-4 if mode == "demos" else "train/logprob_gap" not in m

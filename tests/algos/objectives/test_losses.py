@@ -222,7 +222,7 @@ def test_token_logprobs_gradients_equal_the_full_logits_autograd():
 def test_shared_prefix_gives_the_same_logprobs_and_gradients():
     from peft import LoraConfig, get_peft_model
 
-    from agentrl.algos.objectives.logprobs import common_prefix_length
+    from agentrl.algos.objectives.logprobs import padded_shared_prefix_len
 
     model = get_peft_model(_tiny_llama(seed=5), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
     prefix = torch.randint(0, 300, (40,))
@@ -232,7 +232,7 @@ def test_shared_prefix_gives_the_same_logprobs_and_gradients():
     for i, r in enumerate(rows):
         ids[i, :len(r)] = r
         am[i, :len(r)] = 1
-    assert common_prefix_length(ids, am) >= 40
+    assert padded_shared_prefix_len(ids, am) >= 40
     w = torch.randn(3, 54)
     results = []
     for share in (False, True):

@@ -1,5 +1,5 @@
-"""The sampler merge (``iter_merged_weights`` into ``HFPolicy``'s sampler copy): layer by layer, the same weights as
-the whole-dict merge, PEFT's function for DoRA and ``lora_bias``, clear refusals, and the shared-weights sampler."""
+"""The merge (``iter_merged_weights`` into ``HFPolicy``'s merged copy): layer by layer, the same weights as
+the whole-dict merge, PEFT's function for DoRA and ``lora_bias``, clear refusals, and the shared-weights policy."""
 
 from __future__ import annotations
 
@@ -52,16 +52,16 @@ def _logits(model, ids):
         return model(ids).logits
 
 
-def _sampler_matches_peft(peft_model, tokenizer, atol):
-    """The sampler's logits equal the (unmerged) PEFT model's on a fixed input."""
+def _merged_copy_matches_peft(peft_model, tokenizer, atol):
+    """The merged copy's logits equal the (unmerged) PEFT model's on a fixed input."""
     policy = HFPolicy(peft_model, tokenizer)
     ids = torch.arange(3, 40).view(1, -1)
     torch.testing.assert_close(_logits(policy.model, ids), _logits(peft_model, ids), atol=atol, rtol=0)
     return policy
 
 
-def test_layer_by_layer_sampler_weights_equal_the_whole_dict_merge(tokenizer):
-    # bf16 base as on a GPU: the sampler holds exactly the fp32 merge rounded once to bf16, i.e. today's formula
+def test_layer_by_layer_merged_copy_weights_equal_the_whole_dict_merge(tokenizer):
+    # bf16 base as on a GPU: the merged copy holds exactly the fp32 merge rounded once to bf16, i.e. today's formula
     # (w.float() + (B.float() @ A.float()) * scaling).to(bf16), bit for bit.
     base = tiny_model(tokenizer, hidden_size=32, num_layers=3, dtype=torch.bfloat16)
     peft_model = _perturb(apply_lora(copy.deepcopy(base), LoRAConfig(r=4, alpha=8)))
@@ -96,12 +96,12 @@ def test_the_merge_streams_one_layer_at_a_time(tokenizer):
 
 def test_dora_adapters_merge_to_peft_function(tokenizer):
     peft_model = _peft(_llama(tokenizer), use_dora=True)
-    _sampler_matches_peft(peft_model, tokenizer, atol=1e-5)
+    _merged_copy_matches_peft(peft_model, tokenizer, atol=1e-5)
 
 
 def test_lora_bias_is_merged_into_the_base_bias(tokenizer):
     peft_model = _peft(_llama(tokenizer, bias=True), lora_bias=True)
-    policy = _sampler_matches_peft(peft_model, tokenizer, atol=1e-5)
+    policy = _merged_copy_matches_peft(peft_model, tokenizer, atol=1e-5)
     q = peft_model.get_base_model().model.layers[0].self_attn.q_proj
     assert not torch.equal(policy.model.state_dict()["model.layers.0.self_attn.q_proj.bias"],
                            q.get_base_layer().bias)
@@ -109,7 +109,7 @@ def test_lora_bias_is_merged_into_the_base_bias(tokenizer):
 
 def test_lm_head_target_on_an_untied_model_is_merged(tokenizer):
     peft_model = _peft(_llama(tokenizer, tied=False), target_modules=["q_proj", "lm_head"])
-    _sampler_matches_peft(peft_model, tokenizer, atol=1e-5)
+    _merged_copy_matches_peft(peft_model, tokenizer, atol=1e-5)
 
 
 def test_lm_head_target_on_tied_embeddings_is_refused_naming_the_option(tokenizer):
@@ -125,7 +125,7 @@ def test_lora_bias_without_a_base_bias_is_refused_before_any_weight_is_written(t
         list(iter_merged_weights(peft_model))
 
 
-def test_a_sampler_weight_left_unwritten_is_an_error_lm_head_included(tokenizer, monkeypatch):
+def test_a_merged_copy_weight_left_unwritten_is_an_error_lm_head_included(tokenizer, monkeypatch):
     peft_model = _peft(_llama(tokenizer, tied=False))
     real = hf_module.iter_merged_weights
     monkeypatch.setattr(hf_module, "iter_merged_weights",
@@ -134,7 +134,7 @@ def test_a_sampler_weight_left_unwritten_is_an_error_lm_head_included(tokenizer,
         HFPolicy(peft_model, tokenizer)
 
 
-def test_shared_weights_sampler_samples_what_the_merged_copy_samples(tokenizer):
+def test_shared_weights_policy_samples_what_the_merged_copy_samples(tokenizer):
     base = tiny_model(tokenizer, hidden_size=32)
     peft_model = _perturb(apply_lora(copy.deepcopy(base), LoRAConfig(r=4)), scale=0.1)
     merged = HFPolicy(peft_model, tokenizer)

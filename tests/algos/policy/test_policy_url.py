@@ -50,7 +50,7 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_mod
         # the server sampled with the trainer's current weights (step 2: the adapter swapped in after step 1):
         # its logprobs are the trainer's up to fp32 rounding
         assert 0 <= r["train/logprob_gap"] < 1e-4
-        # a server sampler: the sampler-mismatch correction is on ('auto' -> 'tis'), its weights ~1 here
+        # a server policy: the rollout correction is on ('auto' -> 'tis'), its weights ~1 here
         assert r["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-3) and r["train/is_clipped_frac"] == 0
         assert r["train/ratio_mean"] == pytest.approx(1.0)
 

@@ -477,7 +477,7 @@ def test_update_weights_samples_merged_lora_without_touching_the_base(tokenizer)
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     base_before = {k: v.clone() for k, v in peft_model.get_base_model().state_dict().items() if "lora" not in k}
-    policy = HFPolicy(peft_model, tokenizer)  # a PEFT model is merged into a plain sampler at once
+    policy = HFPolicy(peft_model, tokenizer)  # a PEFT model is merged into a plain merged copy at once
     assert not hasattr(policy.model, "peft_config") and policy.version == 1
     cfg = CollectorConfig(max_new_tokens=16, temperature=1.0, seed=1)
     trajs = collect(lambda: EchoEnv(turns=2), policy, echo_tasks(2), 2, config=cfg)
@@ -486,7 +486,7 @@ def test_update_weights_samples_merged_lora_without_touching_the_base(tokenizer)
             lp = token_logprobs(peft_model, torch.tensor([tr.token_ids]))[0]
         mask = torch.tensor(tr.loss_mask, dtype=torch.bool)
         assert (lp[mask] - torch.tensor(tr.logprobs)[mask]).abs().max().item() <= 1e-4
-    # A training step changes the adapter; update_weights makes the sampler follow, the base stays as it was.
+    # A training step changes the adapter; update_weights makes the merged copy follow, the base stays as it was.
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_A" in name:

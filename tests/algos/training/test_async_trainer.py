@@ -112,8 +112,8 @@ def test_async_needs_a_rollout_algorithm_and_valid_settings(tmp_path):
     with pytest.raises(ValueError, match="grpo, ppo"):
         dpo.validate()
     shared = _acfg(tmp_path)
-    shared.sampler_shares_weights = True  # the producer would sample through the model being updated
-    with pytest.raises(ValueError, match="set sampler_shares_weights=false .* or train synchronously"):
+    shared.policy_shares_weights = True  # the producer would sample through the model being updated
+    with pytest.raises(ValueError, match="set policy_shares_weights=false .* or train synchronously"):
         shared.validate()
     shared.asynchronous.enabled = False
     shared.validate()

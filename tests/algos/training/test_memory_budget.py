@@ -124,13 +124,13 @@ def test_auto_checkpointing_turns_on_when_the_budget_is_short(lora_model):
     ({"gradient_checkpointing": "sometimes"}, "gradient_checkpointing"),
     ({"malloc_mmap_threshold_mb": 0}, "malloc_mmap_threshold_mb"),
     ({"malloc_mmap_threshold_mb": -4}, "malloc_mmap_threshold_mb"),
-    ({"sampler_max_batch_tokens": 0}, "sampler_max_batch_tokens"),
+    ({"policy_max_batch_tokens": 0}, "policy_max_batch_tokens"),
 ])
 def test_bad_values_name_the_key(lora_model, kwargs, key):
     if key == "malloc_mmap_threshold_mb":
         with pytest.raises(ValueError, match=key):
             set_malloc_mmap_threshold(kwargs[key])
-    elif key != "sampler_max_batch_tokens":  # a sampler setting: only the config checks it
+    elif key != "policy_max_batch_tokens":  # a policy setting: only the config checks it
         args = {"gradient_checkpointing": "auto", "micro_batch_tokens": "auto", "memory_budget_gb": 2.0, **kwargs}
         with pytest.raises(ValueError, match=key):
             memory_plan(lora_model, **args)

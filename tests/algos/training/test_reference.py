@@ -57,7 +57,7 @@ def test_reference_is_the_starting_adapter_and_does_not_move(tokenizer, tmp_path
     hist = trainer.train()
     assert sum(h["train/optimizer_steps"] for h in hist) == 2
     assert hist[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at the start
-    # the sampler merges the trained adapter only: merging the copy too would shift logprobs by about
+    # the policy merges the trained adapter only: merging the copy too would shift logprobs by about
     # |start - base| (~0.04 nats a token here); merged-vs-LoRA rounding after an update is ~1e-4
     assert hist[1]["train/logprob_gap"] < 0.05 * float((start - base).abs()[:, 1:].mean())
     assert not torch.allclose(_lp(model, ids), start, atol=1e-4)  # the policy moved ...
@@ -95,7 +95,7 @@ def test_a_fresh_adapter_uses_the_base_model_as_reference(tokenizer):
 
 
 def test_lora_dropout_is_off_in_the_rl_forward_passes(tokenizer, tmp_path):
-    """With lora.dropout=0.5 a train-mode recompute would differ from the sampler's logprobs at the first epoch."""
+    """With lora.dropout=0.5 a train-mode recompute would differ from the rollout logprobs at the first epoch."""
     model = tiny_train_model(tokenizer)
     cfg = tiny_train_config(tmp_path, lora=LoRAConfig(dropout=0.5), grpo={"beta": 0.1})
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
@@ -129,7 +129,7 @@ def test_dpo_logprobs_are_at_temperature_one_and_grpo_at_the_rollout_temperature
         [m] = trainer.train()
         assert m["train/optimizer_steps"] == 1
         assert seen and set(seen) == {want}, algo  # policy and reference passes alike
-        assert ("train/logprob_gap" in m) == (algo == "grpo")  # DPO's T=1 logprobs are not the sampler's
+        assert ("train/logprob_gap" in m) == (algo == "grpo")  # DPO's T=1 logprobs are not the rollout's
 
 
 def test_grpo_with_kl_trains_on_equal_reward_groups(tokenizer, tmp_path):

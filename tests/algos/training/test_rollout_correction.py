@@ -1,6 +1,6 @@
-"""Sampler-mismatch correction (TIS / MIS, token and sequence level): the weights equal the formula on rows whose
-stored (sampler) logprobs differ from the model's by a known amount, the update's gradient is the weighted
-policy gradient, and 'auto' turns it on exactly when the sampler is not the trained model in process."""
+"""Rollout correction (TIS / MIS, token and sequence level): the weights equal the formula on rows whose
+stored (rollout) logprobs differ from the model's by a known amount, the update's gradient is the weighted
+policy gradient, and 'auto' turns it on exactly when the policy is not the trained model in process."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.objectives.dpo import DPO
 from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
 from agentrl.algos.objectives.logprobs import token_logprobs
-from agentrl.algos.objectives.ppo import PPO, PPOConfig, SamplerCorrection, importance_weights
+from agentrl.algos.objectives.ppo import PPO, PPOConfig, RolloutCorrection, importance_weights
 from agentrl.algos.policy.base import SamplingParams
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.policy.openai import OpenAIPolicy
@@ -24,7 +24,7 @@ from agentrl.algos.training.async_trainer import VersionedPolicy
 from agentrl.algos.training.trainer import Trainer
 from agentrl.algos.training.update import apply_update, resolve_correction, rows_logprobs
 
-# Per action token: log pi_old - log pi_sampler. exp: 1.35, 0.61, 3.32 (over C=2), 0.37 (under 1/C), 1.0, 1.92
+# Per action token: log pi_old - log pi_rollout. exp: 1.35, 0.61, 3.32 (over C=2), 0.37 (under 1/C), 1.0, 1.92
 GAPS = [[0.3, -0.5, 1.2, -1.0], [0.0, 0.65]]
 ADV = [0.8, -0.6]
 
@@ -43,12 +43,12 @@ def _w(gap, mode, cap=2.0):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_importance_weights_equal_the_formula(mode, level):
     mask = torch.tensor([[0, 1, 1, 1, 1], [0, 0, 1, 1, 0]])
-    sampler = torch.randn(2, 5, generator=torch.Generator().manual_seed(0))
+    rollout = torch.randn(2, 5, generator=torch.Generator().manual_seed(0))
     gaps = torch.zeros(2, 5)
     gaps[0, 1:] = torch.tensor(GAPS[0])
     gaps[1, 2:4] = torch.tensor(GAPS[1])
-    train = torch.where(mask > 0, sampler + gaps, torch.full_like(sampler, 7.0))  # off-mask values never count
-    w, stats = importance_weights(train, sampler, mask, SamplerCorrection(mode, level, cap=2.0))
+    train = torch.where(mask > 0, rollout + gaps, torch.full_like(rollout, 7.0))  # off-mask values never count
+    w, stats = importance_weights(train, rollout, mask, RolloutCorrection(mode, level, cap=2.0))
     if level == "token":
         want = [[_w(g, mode) for g in row] for row in GAPS]
     else:  # one ratio per row: the product of its tokens' ratios
@@ -71,7 +71,7 @@ def test_a_sequence_ratio_that_overflows_is_truncated_or_masked_not_nan():
     mask = torch.ones(1, 200)
     for mode, want in (("tis", 2.0), ("mis", 0.0)):
         w, _ = importance_weights(torch.zeros(1, 200), torch.full((1, 200), -1.0), mask,
-                                  SamplerCorrection(mode, "sequence"))
+                                  RolloutCorrection(mode, "sequence"))
         assert torch.equal(w, torch.full((1, 200), want))
 
 
@@ -83,14 +83,14 @@ def test_correction_settings_are_checked():
         with pytest.raises(ValueError, match=match):
             PPO(PPOConfig(**bad))
     with pytest.raises(ValueError, match="resolved"):
-        SamplerCorrection("auto")
+        RolloutCorrection("auto")
 
 
 # ---------------------------------------------------------------------------------------------- the update
 
 
 def _rows(model, gaps=GAPS):
-    """Two rows whose recorded (sampler) logprobs are the model's minus ``gaps`` on their action tokens."""
+    """Two rows whose recorded (rollout) logprobs are the model's minus ``gaps`` on their action tokens."""
     g = torch.Generator().manual_seed(1)
     rows = []
     for gap, adv in zip(gaps, ADV, strict=True):
@@ -138,7 +138,7 @@ def test_the_update_weights_each_token_by_the_formula(mode, level):
         w = [[_w(sum(gap), mode)] * len(gap) for gap in GAPS]
     want = _weighted_pg_gradient(copy.deepcopy(model), rows, w)
     out, delta = _update(model, GRPO(GRPOConfig(correction=mode, correction_level=level)), rows,
-                         SamplerCorrection(mode, level, cap=2.0))
+                         RolloutCorrection(mode, level, cap=2.0))
     for n, d in delta.items():
         torch.testing.assert_close(-d, want[n], atol=1e-6, rtol=1e-4, msg=n)
     flat = [x for row in w for x in row]
@@ -147,7 +147,7 @@ def test_the_update_weights_each_token_by_the_formula(mode, level):
     assert key in out and ("train/is_masked_frac" if mode == "tis" else "train/is_clipped_frac") not in out
     # the ratio is taken against the trainer's own pi_old: exactly 1 on the first epoch, nothing clipped
     assert out["train/ratio_mean"] == pytest.approx(1.0) and out["train/clip_frac_high"] == 0
-    # the gap metric still measures the sampler against the trainer
+    # the gap metric still measures the rollout against the trainer
     gaps = [abs(g) for gap in GAPS for g in gap]
     assert out["train/logprob_gap"] == pytest.approx(sum(gaps) / len(gaps), abs=1e-5)
     if mode == "tis" and level == "token":
@@ -156,7 +156,7 @@ def test_the_update_weights_each_token_by_the_formula(mode, level):
         assert out[key] == pytest.approx(2 / 6)  # exp(1.2) > 2 and exp(-1) < 1/2 dropped
 
 
-def test_without_a_correction_the_ratio_is_taken_against_the_sampler():
+def test_without_a_correction_the_ratio_is_taken_against_the_rollout_logprobs():
     model = tiny_llama(seed=2)
     model.eval()
     rows = _rows(model)
@@ -170,7 +170,7 @@ def test_later_epochs_keep_the_first_epochs_pi_old_and_weights():
     model = tiny_llama(seed=2)
     model.eval()
     rows = _rows(model)
-    out, _ = _update(model, PPO(PPOConfig(epochs=3, correction="tis")), rows, SamplerCorrection("tis"))
+    out, _ = _update(model, PPO(PPOConfig(epochs=3, correction="tis")), rows, RolloutCorrection("tis"))
     assert out["train/optimizer_steps"] == 3
     w = [_w(g, "tis") for gap in GAPS for g in gap]
     assert out["train/is_weight_mean"] == pytest.approx(sum(w) / len(w), rel=1e-4)  # the same in every epoch
@@ -184,21 +184,21 @@ def test_auto_is_on_for_a_server_or_truncation_and_off_in_process(tokenizer):
     hf = HFPolicy.__new__(HFPolicy)  # only its type matters here
     server = OpenAIPolicy("http://127.0.0.1:9", "m", tokenizer)
     grpo, plain = GRPO(), CollectorConfig(temperature=1.0)
-    assert resolve_correction(grpo, hf, plain) is None  # the sampler's logprobs are the trainer's
-    assert resolve_correction(grpo, server, plain) == SamplerCorrection("tis", "token", 2.0)
+    assert resolve_correction(grpo, hf, plain) is None  # the rollout logprobs are the trainer's
+    assert resolve_correction(grpo, server, plain) == RolloutCorrection("tis", "token", 2.0)
     assert resolve_correction(grpo, VersionedPolicy(server), plain).mode == "tis"  # the async wrapper
     for truncating in (CollectorConfig(top_p=0.9), CollectorConfig(top_k=20), SamplingParams(top_p=0.5)):
         assert resolve_correction(grpo, hf, truncating).mode == "tis"
     assert resolve_correction(grpo, hf, CollectorConfig(temperature=0.0, top_p=0.5)) is None  # greedy: no cut
     assert resolve_correction(GRPO(GRPOConfig(correction="none")), server, plain) is None
     assert resolve_correction(GRPO(GRPOConfig(correction="mis", correction_cap=3.0)), hf, plain) == \
-        SamplerCorrection("mis", "token", 3.0)
+        RolloutCorrection("mis", "token", 3.0)
     assert resolve_correction(PPO(PPOConfig(correction_level="sequence")), server, plain).level == "sequence"
     assert resolve_correction(DPO(), server, plain) is None  # not a per-token policy gradient
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
-def test_in_process_training_corrects_only_a_truncated_sampler(tokenizer, tmp_path, top_p):
+def test_in_process_training_corrects_only_truncated_sampling(tokenizer, tmp_path, top_p):
     """top-p sampling records the truncated distribution's logprobs, above the trainer's full-vocabulary ones:
     'auto' corrects (weight = the nucleus mass, <= 1; ratio 1); untruncated it stays off (ratio 1 anyway)."""
     cfg = tiny_train_config(tmp_path, steps=1, tasks_per_step=2, group_size=4, lr=1e-3,
@@ -211,6 +211,6 @@ def test_in_process_training_corrects_only_a_truncated_sampler(tokenizer, tmp_pa
         assert trainer.correction is None and "train/is_weight_mean" not in m
         assert m["train/logprob_gap"] < 1e-4
     else:
-        assert trainer.correction == SamplerCorrection("tis")
+        assert trainer.correction == RolloutCorrection("tis")
         assert 0.8 - 1e-4 <= m["train/is_weight_mean"] < 1.0 and m["train/is_clipped_frac"] == 0
         assert m["train/logprob_gap"] > 1e-3  # -log(nucleus mass) per token
