@@ -190,8 +190,8 @@ class ToolSet:
             known = ", ".join(self._tools) or "none"
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}", "unknown_tool")
         args, err = t.validate(arguments)
-        if err is not None:
-            return ToolResult(err, "invalid_arguments")
+        if args is None:  # (None, error)
+            return ToolResult(str(err), "invalid_arguments")
         try:
             value = t.fn(**args)
         except ToolUnavailable:
@@ -346,7 +346,7 @@ def load_tools(spec: ToolSet | str | Iterable[Tool | Callable | str]) -> ToolSet
             :class:`ToolSet` given beside other tools.
     """
     items = [spec] if isinstance(spec, (str, ToolSet)) else list(spec)
-    loaded = [load_object(s) if isinstance(s, str) else s for s in items]
+    loaded: list[Any] = [load_object(s) if isinstance(s, str) else s for s in items]
     sets = [t for t in loaded if isinstance(t, ToolSet)]
     if sets:
         if len(loaded) > 1:

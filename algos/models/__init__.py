@@ -320,6 +320,8 @@ def tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: i
                 stop = tokenizer.eos_token_id
             direction = torch.randn(hidden_size, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
-                model.get_input_embeddings().weight[stop] = end_scale * direction / direction.norm()
-    model.to(dtype or torch.float32)
+                # the ignores: .weight is Tensor | Module to type checkers, .to() a wrapper typed for models
+                embeddings = model.get_input_embeddings()
+                embeddings.weight[stop] = end_scale * direction / direction.norm()  # type: ignore[operator]
+    model.to(dtype or torch.float32)  # type: ignore[arg-type]
     return model.eval()

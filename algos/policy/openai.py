@@ -330,6 +330,8 @@ class OpenAIPolicy(Policy):
 class _Posted(Session):
     """:class:`OpenAIPolicy`'s session: requests in flight as HTTP calls; the server decides the batches."""
 
+    policy: OpenAIPolicy
+
     def __init__(self, policy: OpenAIPolicy, sampling: SamplingParams):
         super().__init__(policy, sampling)
         self._inflight: dict[int, Future] = {}

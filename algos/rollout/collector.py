@@ -45,7 +45,7 @@ import numpy as np
 
 from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
-from agentrl.algos.rollout.env_factory import make_text_env, resolve_call_format
+from agentrl.algos.rollout.env_factory import make_chat_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class Collector:
     def _make_env(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
         if not isinstance(env, str):
             return env()
-        return make_text_env(env, env_kwargs, template_tools=self.chat.supports_tools, call_format=self.call_format)
+        return make_chat_env(env, env_kwargs, template_tools=self.chat.supports_tools, call_format=self.call_format)
 
     def _get_envs(self, env, env_kwargs: dict[str, Any], n: int, tag: str | None = None) -> list[Any]:
         key = (env, repr(sorted(env_kwargs.items()))) if isinstance(env, str) else (id(env), None)
@@ -325,14 +325,16 @@ class Collector:
         if len(ep.turns) >= self.config.max_turns:
             self._finish(ep, "budget", self._no_answer_reward(ep.env), bar)
             return
-        glue = ep.conv.glue(ep.token_ids[turn.prompt_len:], _observation_messages(obs, info))
+        conv = ep.conv
+        assert conv is not None  # built when the episode started
+        glue = conv.glue(ep.token_ids[turn.prompt_len:], _observation_messages(obs, info))
         if len(ep.token_ids) + len(glue) >= self.config.max_total_tokens:
             self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
             return
         ep.token_ids = ep.token_ids + glue
         ep.loss_mask.extend([0] * len(glue))
         ep.logprobs.extend([0.0] * len(glue))
-        ep.conv.check(ep.token_ids)
+        conv.check(ep.token_ids)
 
     def _trajectory(self, ep: _Episode, version: int) -> Trajectory:
         info = ep.info or {}
@@ -388,7 +390,7 @@ def collect(env: str | Callable[[], Any] | Mapping[str, str | Callable[[], Any]]
     """Roll out ``group_size`` trajectories for each task with ``policy``.
 
     Args:
-        env: an env id (made with :func:`~agentrl.algos.rollout.env_factory.make_text_env`: ``gymnasium.make(env,
+        env: an env id (made with :func:`~agentrl.algos.rollout.env_factory.make_chat_env`: ``gymnasium.make(env,
             **env_kwargs)`` plus the ``tools_in_prompt`` rule) or a zero-argument factory returning a text env (see
             :mod:`agentrl.envs.core`), e.g. :func:`~agentrl.algos.rollout.env_factory.rollout_env`'s Ray pool; or a
             mapping ``name -> id or factory`` (a mixture), each task naming its env in ``task["env"]``.

@@ -18,7 +18,7 @@ import time
 import weakref
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agentrl.envs._resources import ProcessDefault, WorkerPool, stop_process
 from agentrl.envs.sandbox.bwrap import (
@@ -34,6 +34,7 @@ from agentrl.envs.sandbox.config import (
     SandboxConfig,
     SandboxError,
     SandboxUnavailable,
+    Status,
 )
 from agentrl.envs.sandbox.protocol import ExecStats
 from agentrl.envs.sandbox.sanitize import sanitize_output
@@ -94,7 +95,7 @@ class _Worker:
         self.uid = uid
         self.proc: subprocess.Popen | None = None
         self.preloaded: list[str] = []
-        self._errlog = None
+        self._errlog: IO[bytes] | None = None
         self._plain_dir: str | None = None
 
     @property
@@ -348,9 +349,8 @@ class Sandbox(WorkerPool):
 
     # ------------------------------------------------------------------ internals
     def _result(self, reply: dict[str, Any], latency: float) -> ExecResult:
-        status = reply.get("status")
-        if status not in ("ok", "error", "timeout", "sandbox_error"):
-            status = "sandbox_error"
+        known = reply.get("status") in ("ok", "error", "timeout", "sandbox_error")
+        status: Status = reply["status"] if known else "sandbox_error"
         stdout, stderr = str(reply.get("stdout", "")), str(reply.get("stderr", ""))
         if self.config.sanitize:
             stdout, stderr = sanitize_output(stdout), sanitize_output(stderr)
