@@ -1,6 +1,6 @@
-"""The managed engine without vLLM: where its python comes from (``find_engine_python``), the ``ENGINES`` registry
-and its ``Engine`` contract, and ``start_engine_policy`` with a registered engine (the reference server, in
-process). The real vLLM engine is tests/algos/policy/test_vllm.py (``-m slow``)."""
+"""The managed engine without vLLM: where its python comes from (``find_engine_python``), the ``ENGINES``
+registry and its ``Engine`` contract, and ``start_engine_policy`` with a registered engine (the reference
+server, in process). The real vLLM engine is tests/algos/policy/test_vllm.py (``-m slow``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def nowhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     return tmp_path
 
 
@@ -85,7 +86,8 @@ def test_the_lookup_order_flag_variable_working_directory_this_python_path(nowhe
 
 
 class ReferenceEngine:
-    """An engine that is no process: the reference server (``serve_policy``) of the model folder, in a thread."""
+    """An engine that is no process: the reference server (``serve_policy``) of the model folder, in a
+    thread."""
 
     lora_api = "vllm"
 
@@ -121,7 +123,8 @@ class ReferenceEngine:
 
 
 def test_engines_is_a_registry_whose_contract_is_the_engine_protocol():
-    assert ENGINES.group == "agentrl.engines" and ENGINES.contract is Engine and ENGINES.get("vllm") is VLLMEngine
+    assert ENGINES.group == "agentrl.engines" and ENGINES.contract is Engine
+    assert ENGINES.get("vllm") is VLLMEngine
     registry = copy.deepcopy(ENGINES)
 
     class NoStop:
@@ -129,22 +132,24 @@ def test_engines_is_a_registry_whose_contract_is_the_engine_protocol():
 
         def start(self): ...
 
-    with pytest.raises(TypeError, match=r"^engine 'half' \(registered at run time: .*NoStop\) breaks the engine "
-                                        "contract: lacks find_python, url, stop of the Engine protocol$"):
+    with pytest.raises(TypeError, match=r"^engine 'half' \(registered at run time: .*NoStop\) breaks the "
+                                        "engine contract: lacks find_python, url, stop of the Engine "
+                                        "protocol$"):
         registry.register("half", NoStop)
     with pytest.raises(ValueError, match=r"unknown engine 'sglang'; choose one of \['vllm'\]"):
         start_engine_policy("m", engine="sglang")
 
 
 def test_a_registered_engine_serves_the_policy_and_stops_with_it(tiny_dir, tokenizer, monkeypatch, tmp_path):
-    monkeypatch.setattr(engine_module, "ENGINES", copy.deepcopy(ENGINES))  # the registration dies with the copy
+    monkeypatch.setattr(engine_module, "ENGINES", copy.deepcopy(ENGINES))  # the registration dies with it
     register_engine("reference", ReferenceEngine)
     policy = start_engine_policy(str(tiny_dir), engine="reference", tokenizer=tokenizer, run_dir=tmp_path)
     try:
         engine = policy.engine
         assert isinstance(engine, ReferenceEngine) and engine.python == sys.executable
         assert policy.lora_api == "vllm" and engine.name == tiny_dir.name
-        [result] = policy.generate([GenerationRequest(tokenizer.encode("Hello"), 3, seed=0)], SamplingParams())
+        request = GenerationRequest(tokenizer.encode("Hello"), 3, seed=0)
+        [result] = policy.generate([request], SamplingParams())
         assert 1 <= len(result.token_ids) <= 3
     finally:
         policy.close()
@@ -178,13 +183,13 @@ class EchoEngine:
 
 
 def test_a_third_party_engine_entry_point_is_an_engine_choice(tmp_path, monkeypatch):
-    """What ``pip install`` of a package declaring ``[project.entry-points."agentrl.engines"]`` leaves: a fresh
-    process lists the engine and ``--engine echo`` parses."""
+    """What ``pip install`` of a package declaring ``[project.entry-points."agentrl.engines"]`` leaves: a
+    fresh process lists the engine and ``--engine echo`` parses."""
     code = ("from agentrl.algos import cli\nfrom agentrl.algos.policy.engine import ENGINES\n"
             "print(ENGINES.names(), ENGINES.get('echo').lora_api)\n"
             "print(cli.build_parser().parse_args(['eval', '--engine', 'echo']).engine)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.engines", "echo = echo_engine:EchoEngine", "echo_engine",
-                          PLUGIN, code)
+    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.engines", "echo = echo_engine:EchoEngine",
+                          "echo_engine", PLUGIN, code)
     assert out.splitlines() == ["['vllm', 'echo'] sglang", "echo"], out
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["eval", "--engine", "echo"])  # this process has no such plugin
