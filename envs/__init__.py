@@ -15,7 +15,8 @@ Public names:
 * `ENVS` — the built-in environments, id -> (entry point, description); `register_env` adds yours (also
   read from the entry-point group ``agentrl.envs`` at import, so an installed package's env is
   ``gym.make``-able by id); `register_env_ref` makes ``gym.make("my.module:make_env")`` build an unregistered
-  env class or factory (the form ``agentrl train --env`` accepts).
+  env class or factory (the form ``agentrl train --env`` accepts); `make_text_env` makes the bare `TextEnv`
+  behind an id (no Gymnasium wrappers), as the bridges and the trainers do.
 * `TextEnv` — the base class and contract of every env (:mod:`agentrl.envs.core`), with `Budgets` (turn,
   tool-call and length limits), `Rewards` (reward values) and `AnyText` (its text spaces).
 * `ActionParser` reads a reply into a `ParsedAction` (tool calls, an answer, or an error).
@@ -26,7 +27,9 @@ Public names:
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import Any
 
+import gymnasium
 from gymnasium.envs.registration import register, registry
 
 from agentrl.envs import vector as _vector  # noqa: F401  (async vector envs return real text)
@@ -37,7 +40,8 @@ from agentrl.envs.sandbox.remote import RemoteSandbox
 from agentrl.envs.tools import Tool, ToolResult, ToolSet, tool
 
 __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "RemoteSandbox", "Rewards", "Sandbox",
-           "TextEnv", "Tool", "ToolResult", "ToolSet", "register_env", "register_env_ref", "tool"]
+           "TextEnv", "Tool", "ToolResult", "ToolSet", "make_text_env", "register_env", "register_env_ref",
+           "tool"]
 
 #: The built-in environments: id -> (entry point, one-line description). Registered lazily: the module behind
 #: an entry point is imported only when the env is made.
@@ -102,6 +106,21 @@ def register_env_ref(env: str) -> str:
         return env
     if callable(target):
         register_env(name, env, _FACTORY)
+    return env
+
+
+def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> TextEnv:
+    """The bare :class:`TextEnv` behind a registered id or a ``"module:factory"`` reference:
+    ``gymnasium.make(register_env_ref(env_id), **env_kwargs).unwrapped``, without Gymnasium's wrappers, whose
+    order check raises on a ``step`` before ``reset`` (a bridge keeps the never-raise contract).
+
+    Raises:
+        TypeError: the id makes something that is not a :class:`TextEnv`.
+    """
+    env = gymnasium.make(register_env_ref(env_id), **(env_kwargs or {})).unwrapped
+    if not isinstance(env, TextEnv):
+        env.close()
+        raise TypeError(f"{env_id} is a {type(env).__name__}, not an agentrl TextEnv")
     return env
 
 

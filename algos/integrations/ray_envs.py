@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any
 
-from agentrl.algos.rollout.env_factory import make_text_env
+from agentrl.algos.rollout.env_factory import make_chat_env
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class EnvHost:
     def open(self) -> tuple[int, dict[str, Any]]:
         """Create an env; returns its key and what the proxy exposes locally (``tools_in_prompt``, ``rewards``,
         spaces)."""
-        env = make_text_env(self.env_id, self.env_kwargs, template_tools=self.template_tools,
+        env = make_chat_env(self.env_id, self.env_kwargs, template_tools=self.template_tools,
                             call_format=self.call_format)
         with self._lock:
             key = next(self._keys)
@@ -128,7 +128,7 @@ class RemoteEnv:
         host: an :func:`env_host_actor` handle to place the env on; default: a new actor owned by this proxy
             (killed by :meth:`close`).
         template_tools, call_format: build the env with ``tools_in_prompt=False`` / this tool-call format (see
-            :func:`~agentrl.algos.rollout.env_factory.make_text_env`).
+            :func:`~agentrl.algos.rollout.env_factory.make_chat_env`).
 
     ``reset``/``step`` block until the actor answers (the collector calls them from its thread pool, so many
     envs step concurrently). ``unwrapped`` is the proxy itself, exposing ``tools_in_prompt``, ``rewards`` and the

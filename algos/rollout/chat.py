@@ -39,7 +39,7 @@ Tools. If the template has a tools section (it mentions ``tools``), tool schemas
 without one (SmolLM2's ChatML) get the tools from the environment's own system prompt, which already lists the
 schemas and the call format (``tools_in_prompt=True``, the default of every :class:`~agentrl.envs.core.TextEnv`).
 The collector and the SFT renderer apply that rule (:func:`template_supports_tools` and :func:`prompt_tools` here,
-the env side in :func:`agentrl.algos.rollout.env_factory.make_text_env`). The tool-call format the template teaches
+the env side in :func:`agentrl.algos.rollout.env_factory.make_chat_env`). The tool-call format the template teaches
 (:attr:`ChatFormat.call_format`) is the one the env reads.
 """
 

@@ -3,7 +3,7 @@
 * :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env;
   :func:`check_env_id` / :func:`preflight_env` — a one-line error for a wrong id (naming the closest) or an
   env that cannot come up, before any model loads.
-* :func:`make_text_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
+* :func:`make_chat_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
   the tool schemas itself, the env must not list them again in its prompt (see :mod:`agentrl.algos.rollout.chat`).
   The collector applies it to env ids; Ray env actors apply it to the envs they host.
 * :func:`rollout_env` — what to pass as :func:`~agentrl.algos.rollout.collector.collect`'s ``env`` for an
@@ -33,7 +33,7 @@ class EnvPool(Protocol):
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, *, num_workers: int | None,
                  template_tools: bool, call_format: str | None, actor_options: dict[str, Any] | None) -> None:
         """``num_workers`` hosts of ``env_id`` envs made with ``env_kwargs``, ``tools_in_prompt = not
-        template_tools`` and ``call_format`` (as :func:`make_text_env` does); ``actor_options`` go to the hosts."""
+        template_tools`` and ``call_format`` (as :func:`make_chat_env` does); ``actor_options`` go to the hosts."""
 
     def __call__(self) -> Any:
         """A new env (a ``TextEnv``-like object; the collector resets it)."""
@@ -168,10 +168,11 @@ def env_class(env: str | Callable[[], Any]) -> type | None:
     return entry if isinstance(entry, type) else None
 
 
-def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False,
+def make_chat_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, template_tools: bool = False,
                   call_format: str | None = None):
-    """``gymnasium.make(env_id, **env_kwargs)``, with ``tools_in_prompt=False`` when the chat template renders the
-    tool schemas itself (``template_tools``) and the caller did not choose. An env that takes no
+    """The collector's env for a chat template: ``gymnasium.make(env_id, **env_kwargs)`` (wrappers kept; the
+    bare env is :func:`agentrl.envs.make_text_env`), with ``tools_in_prompt=False`` when the chat template
+    renders the tool schemas itself (``template_tools``) and the caller did not choose. An env that takes no
     ``tools_in_prompt`` keyword (its ``gymnasium.make`` raises ``TypeError``) is made without it: its own prompt
     describes the tools. ``call_format`` (e.g. :attr:`~agentrl.algos.rollout.chat.ChatFormat.call_format`) goes to
     :meth:`~agentrl.envs.core.TextEnv.use_call_format` of an env that has it."""
@@ -188,12 +189,12 @@ def make_text_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, temp
         except TypeError:
             logger.info("%s takes no tools_in_prompt; its prompt describes the tools itself", env_id)
     env = env if env is not None else gym.make(env_id, **kwargs)
-    configure_text_env(env, call_format=call_format)
+    configure_chat_env(env, call_format=call_format)
     return env
 
 
-def configure_text_env(env, *, template_tools: bool | None = None, call_format: str | None = None):
-    """Set up an existing env as :func:`make_text_env` makes one: ``tools_in_prompt = not template_tools`` (when
+def configure_chat_env(env, *, template_tools: bool | None = None, call_format: str | None = None):
+    """Set up an existing env as :func:`make_chat_env` makes one: ``tools_in_prompt = not template_tools`` (when
     given and the env has that attribute) and ``call_format`` through
     :meth:`~agentrl.envs.core.TextEnv.use_call_format` (when given and the env has it). Takes effect at the next
     ``reset``; returns ``env``."""
@@ -219,7 +220,7 @@ def rollout_env(executor: str, env_id: str, env_kwargs: dict[str, Any] | None = 
                 call_format: str = "auto") -> str | Callable[[], Any]:
     """What to pass as ``collect``'s ``env`` for an executor (one of :data:`EXECUTORS`).
 
-    * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with :func:`make_text_env`
+    * ``"local"``: ``env_id`` itself — the collector makes the envs in-process with :func:`make_chat_env`
       (pass ``env_kwargs`` to ``collect``).
     * ``"ray"``: a :class:`~agentrl.algos.integrations.ray_envs.RayEnvPool` of ``num_workers`` env actors (a
       zero-argument factory of remote envs made with ``env_kwargs``); ``tokenizer`` and ``call_format`` (a

@@ -29,15 +29,6 @@ MIXTURE_STREAM = 7_919
 DEFAULT_NAMESPACE = "AgentRL"
 
 
-def make_env(env: str, env_kwargs: dict[str, Any] | None = None):
-    """The bare :class:`~agentrl.envs.core.TextEnv` behind a registered id (no Gymnasium wrappers)."""
-    import gymnasium as gym
-
-    from agentrl.envs import register_env_ref
-
-    return gym.make(register_env_ref(env), **(env_kwargs or {})).unwrapped
-
-
 class TaskSource:
     """Task ``k`` of a run as a pure function of ``(seed, k)``: the data position is just ``k``.
 
@@ -52,9 +43,9 @@ class TaskSource:
         self.rows = rows
         self.env = None
         if rows is None:
-            self.env = make_env(env, env_kwargs)
-            if not hasattr(self.env, "sample_task"):
-                raise TypeError(f"{env} has no sample_task(rng); pass a task dataset (tasks_file=file.jsonl)")
+            from agentrl.envs import make_text_env
+
+            self.env = make_text_env(env, env_kwargs)
 
     def task(self, k: int) -> dict[str, Any]:
         if self.rows is not None:
@@ -75,7 +66,9 @@ def rollout_seed(seed: int, collector_seed: int, batch: int) -> int:
 def test_tasks(env: str, n: int, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0) -> list[dict]:
     """``n`` test tasks of ``env`` (its :meth:`~agentrl.envs.core.TextEnv.test_tasks`: the test split of
     a generator, the dev split of a question set), never seen in training."""
-    return make_env(env, env_kwargs).test_tasks(n, seed=seed + TEST_SEED_OFFSET)
+    from agentrl.envs import make_text_env
+
+    return make_text_env(env, env_kwargs).test_tasks(n, seed=seed + TEST_SEED_OFFSET)
 
 
 # ---------------------------------------------------------------------------------------------- mixtures

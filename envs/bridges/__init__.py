@@ -10,24 +10,5 @@ Each peer has one file here, and each file goes both ways where the peer allows:
 * :mod:`agentrl.envs.bridges.skyrl` — SkyRL-gym: any registered env in ``skyrl_gym``'s registry.
 
 The peers' packages are optional extras (``[openenv]``, ``[skyrl]``, ``[verifiers]``), imported only here.
+The bare env behind an id, which every bridge plays, is :func:`agentrl.envs.make_text_env`.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-import gymnasium as gym
-
-import agentrl.envs
-from agentrl.envs.core import TextEnv
-
-
-def text_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> TextEnv:
-    """The bare :class:`~agentrl.envs.core.TextEnv` behind a registered id, without gymnasium's wrappers (whose
-    order check raises on a ``step`` before ``reset``: a bridge keeps the never-raise contract)."""
-    gym.register_envs(agentrl.envs)
-    env = gym.make(agentrl.envs.register_env_ref(env_id), **(env_kwargs or {})).unwrapped
-    if not isinstance(env, TextEnv):
-        env.close()
-        raise TypeError(f"{env_id} is a {type(env).__name__}, not an agentrl TextEnv")
-    return env

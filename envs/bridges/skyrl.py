@@ -52,7 +52,7 @@ except ImportError as e:  # pragma: no cover - the [skyrl] extra is part of the 
     raise ImportError("agentrl.envs.bridges.skyrl needs SkyRL-gym: pip install 'agentrl-gym[skyrl]'") from e
 
 import agentrl.envs
-from agentrl.envs.bridges import text_env
+from agentrl.envs import make_text_env
 from agentrl.envs.core import TextEnv
 
 __all__ = ["AgentRLSkyRLEnv", "register_skyrl_envs", "skyrl_rows"]
@@ -108,7 +108,7 @@ class AgentRLSkyRLEnv(BaseTextEnv):
         extras = dict(_plain(extras) or {})
         kwargs = dict(_plain(env_config) or {})
         self.env_id = env_id
-        self.env: TextEnv = text_env(env_id, kwargs)  # bare: its step never raises, even before init
+        self.env: TextEnv = make_text_env(env_id, kwargs)  # bare: its step never raises, even before init
         self.task = _row_task(extras)
         self.seed = _row_seed(extras)
         self.max_turns = self.env.budgets.max_turns
@@ -198,7 +198,7 @@ def skyrl_rows(env_id: str, tasks: Sequence[dict[str, Any]], env_kwargs: Mapping
     JSON text, ``reward_spec`` ``{"method": "env", "ground_truth": <the answer, as text>}`` (for reading: the env
     scores).
     """
-    env = text_env(env_id, dict(env_kwargs or {}))
+    env = make_text_env(env_id, dict(env_kwargs or {}))
     try:
         rows = []
         for i, task in enumerate(tasks):

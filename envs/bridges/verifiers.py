@@ -54,7 +54,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from agentrl.envs.bridges import text_env
+from agentrl.envs import make_text_env
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import ToolSet
@@ -175,7 +175,7 @@ def plugin_module() -> types.ModuleType:
 
         def load(self):
             c = self.config
-            env = text_env(c.env_id, c.env_kwargs)
+            env = make_text_env(c.env_id, c.env_kwargs)
             try:
                 rows = _select_tasks(env, split=c.split, num_tasks=c.num_tasks, seed=c.seed, tasks=c.tasks)
                 for row in rows:
@@ -225,7 +225,7 @@ def plugin_module() -> types.ModuleType:
 
         async def run(self, task, agents) -> None:
             c = self.taskset.config
-            env = await asyncio.to_thread(text_env, task.data.env_id, c.env_kwargs)
+            env = await asyncio.to_thread(make_text_env, task.data.env_id, c.env_kwargs)
             try:
                 await asyncio.to_thread(env.reset, options={"task": dict(task.data.task)})
                 async with agents.agent.interaction(task) as interaction:

@@ -21,7 +21,7 @@ from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.rollout.chat import ChatFormat, prompt_tools
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
 from agentrl.algos.rollout.demonstrations import demonstration
-from agentrl.algos.rollout.env_factory import env_class, make_text_env
+from agentrl.algos.rollout.env_factory import env_class, make_chat_env
 from agentrl.envs.tool_use import ToolUseEnv, make_tasks
 
 
@@ -422,7 +422,7 @@ def test_trajectories_round_trip_through_jsonl(tmp_path, tokenizer):
     assert [b.to_dict() for b in back] == [t.to_dict() for t in trajs]
 
 
-def test_make_text_env_applies_the_tools_in_prompt_rule():
+def test_make_chat_env_applies_the_tools_in_prompt_rule():
     class NoToolsKeyword(gym.Env):
         observation_space = action_space = gym.spaces.Discrete(1)
 
@@ -432,13 +432,13 @@ def test_make_text_env_applies_the_tools_in_prompt_rule():
 
     gym.register(id="TestNoToolsKeyword-v0", entry_point=NoToolsKeyword)
     try:
-        assert make_text_env("TestNoToolsKeyword-v0", template_tools=True).unwrapped.__class__ is NoToolsKeyword
+        assert make_chat_env("TestNoToolsKeyword-v0", template_tools=True).unwrapped.__class__ is NoToolsKeyword
     finally:
         gym.registry.pop("TestNoToolsKeyword-v0")
-    assert make_text_env("AgentRL/ToolUse-v0", template_tools=True).unwrapped.tools_in_prompt is False
-    assert make_text_env("AgentRL/ToolUse-v0").unwrapped.tools_in_prompt is True
+    assert make_chat_env("AgentRL/ToolUse-v0", template_tools=True).unwrapped.tools_in_prompt is False
+    assert make_chat_env("AgentRL/ToolUse-v0").unwrapped.tools_in_prompt is True
     # the caller's choice wins
-    env = make_text_env("AgentRL/ToolUse-v0", {"tools_in_prompt": True}, template_tools=True)
+    env = make_chat_env("AgentRL/ToolUse-v0", {"tools_in_prompt": True}, template_tools=True)
     assert env.unwrapped.tools_in_prompt is True
 
 

@@ -17,7 +17,7 @@ from agentrl.algos.rollout.env_factory import EXECUTORS, EnvPool, register_execu
 ENV = "AgentRL/ToolUse-v0"
 
 PLUGIN = '''
-from agentrl.algos.rollout.env_factory import make_text_env
+from agentrl.algos.rollout.env_factory import make_chat_env
 
 
 class LocalPool:
@@ -29,7 +29,7 @@ class LocalPool:
 
     def __call__(self):
         self.made += 1
-        return make_text_env(self.args[0], self.args[1], template_tools=self.args[3], call_format=self.args[4])
+        return make_chat_env(self.args[0], self.args[1], template_tools=self.args[3], call_format=self.args[4])
 
     def close(self):
         self.closed = True
