@@ -18,6 +18,10 @@ the nearest valid one. The checker is a small walk over :func:`typing.get_type_h
 * a single string where a ``list[str]`` is declared becomes a one-element list (``report_to=wandb``).
 
 Booleans are never coerced (``"false"`` is not ``False``, ``1`` is not ``True``) and nothing becomes a string.
+
+A key or value that was renamed or removed (:data:`RENAMED_KEYS`, :data:`REMOVED_KEYS`, :data:`RENAMED_VALUES`:
+the one table of old names) is refused with one line naming what replaced it, in a dict, a ``key=value``
+override or the ``config.json`` of an older run being resumed. There are no aliases: the old name is gone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,33 @@ import types
 import typing
 from pathlib import Path
 from typing import Any
+
+#: Where each name is defined, with the names it replaced.
+GLOSSARY = "docs/architecture.md#glossary"
+
+#: Renamed config keys, dotted as typed: old -> new.
+RENAMED_KEYS: dict[str, str] = {
+    "sampler_shares_weights": "policy_shares_weights",
+    "sampler_max_batch_tokens": "policy_max_batch_tokens",
+}
+
+#: Removed config keys, dotted as typed: old -> what to use instead.
+REMOVED_KEYS: dict[str, str] = {}
+
+#: Renamed values of a key: (dotted key, old value) -> new value.
+RENAMED_VALUES: dict[tuple[str, str], str] = {}
+
+
+def old_name_error(key: str, value: Any = dataclasses.MISSING) -> ValueError | None:
+    """The one-line error for a renamed or removed config key (``key`` dotted, as typed), or for a renamed
+    ``value`` of ``key``; None when neither is an old name."""
+    if key in RENAMED_KEYS:
+        return ValueError(f"{key} was renamed to {RENAMED_KEYS[key]} ({GLOSSARY})")
+    if key in REMOVED_KEYS:
+        return ValueError(f"{key} was removed: {REMOVED_KEYS[key]} ({GLOSSARY})")
+    if isinstance(value, str) and (key, value) in RENAMED_VALUES:
+        return ValueError(f"{key}={value!r} was renamed to {key}={RENAMED_VALUES[key, value]!r} ({GLOSSARY})")
+    return None
 
 
 class _Mismatch(Exception):
@@ -166,13 +197,17 @@ def config_from_dict(cls, d: dict[str, Any], base=None, *, _prefix: str = ""):
     ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``.
 
     Raises:
-        ValueError: an unknown key (naming the nearest valid key) or a value of the wrong type (naming the
-            dotted key, the expected type and the value); see the module docstring for the coercions.
+        ValueError: an old key or value (naming what replaced it, :func:`old_name_error`), an unknown key (naming
+            the nearest valid key) or a value of the wrong type (naming the dotted key, the expected type and the
+            value); see the module docstring for the coercions.
     """
     if not isinstance(d, dict):
         raise ValueError(f"{_prefix.rstrip('.') or cls.__name__}: expected a mapping of config keys, got {d!r}")
     names = [f.name for f in dataclasses.fields(cls)]
-    for k in d:
+    for k, v in d.items():
+        old = old_name_error(f"{_prefix}{k}", v)
+        if old is not None:
+            raise old
         if k not in names:
             raise unknown_key_error(str(k), names, _prefix)
     hints = typing.get_type_hints(cls)

@@ -10,7 +10,14 @@ from typing import Literal
 import pytest
 
 from agentrl.algos import cli
-from agentrl.algos.config import check_value, config_from_dict, load_config_file
+from agentrl.algos.config import (
+    REMOVED_KEYS,
+    RENAMED_KEYS,
+    RENAMED_VALUES,
+    check_value,
+    config_from_dict,
+    load_config_file,
+)
 from agentrl.algos.recipes.main_job import MainJobConfig
 from agentrl.algos.training.config import TrainConfig
 
@@ -128,3 +135,56 @@ def test_train_help_lists_the_config_keys(capsys):
     assert "agentrl config-docs" in out
     for key in ("group_size", "report_to", "grpo.", "collector.", "max_new_tokens", "lora.", "rl_steps"):
         assert key in out, key
+
+
+def _nested(dotted: str, value) -> dict:
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    *parents, leaf = dotted.split(".")
+    d = {leaf: value}
+    for p in reversed(parents):
+        d = {p: d}
+    return d
+
+
+def _default(dotted: str):
+    node = TrainConfig()
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+OLD_NAMES = ([(old, 1, f"{old} was renamed to {new} (docs/architecture.md#glossary)")
+              for old, new in RENAMED_KEYS.items()]
+             + [(old, 1, f"{old} was removed: {instead} (docs/architecture.md#glossary)")
+                for old, instead in REMOVED_KEYS.items()]
+             + [(key, value, f"{key}={value!r} was renamed to {key}={new!r} (docs/architecture.md#glossary)")
+                for (key, value), new in RENAMED_VALUES.items()])
+
+
+@pytest.mark.parametrize("key, value, line", OLD_NAMES, ids=[f"{k}={v}" for k, v, _ in OLD_NAMES])
+def test_an_old_key_or_value_gives_one_line_naming_what_replaced_it(key, value, line, tmp_path, capsys):
+    with pytest.raises(ValueError) as e:  # a dict (a config file, a resumed run's config.json)
+        TrainConfig.from_dict(_nested(key, value))
+    assert str(e.value) == line and "\n" not in line
+    override = f"{key}={json.dumps(value)}"
+    argv = ["train", "--env", "Test/Echo-v0", "--algo", "grpo", "--out", str(tmp_path), override]
+    assert cli.main(argv) == 2  # a key=value override
+    assert f"agentrl train: error: {line}" in capsys.readouterr().err
+    assert cli.main(["main-job", "--out", str(tmp_path / "main"), override]) == 2
+    assert f"error: {line}" in capsys.readouterr().err
+    resumed = {**TrainConfig(out=str(tmp_path)).to_dict(), **_nested(key, value)}
+    (tmp_path / "config.json").write_text(json.dumps(resumed))
+    assert cli.main(["train", "--out", str(tmp_path), "--resume"]) == 2  # an older run resumed
+    assert f"agentrl train: error: {line}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED_KEYS.items()))
+def test_a_renamed_key_s_new_name_is_a_key(old, new):
+    assert TrainConfig.from_dict(_nested(new, _default(new))) == TrainConfig()
+
+
+@pytest.mark.parametrize("key, value", sorted(RENAMED_VALUES))
+def test_a_renamed_value_s_new_value_is_accepted(key, value):
+    new = RENAMED_VALUES[key, value]
+    config = TrainConfig.from_dict(_nested(key, new))
+    assert _nested(key, new)[key.split(".")[0]].items() <= config.to_dict()[key.split(".")[0]].items()
