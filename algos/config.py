@@ -19,9 +19,10 @@ the nearest valid one. The checker is a small walk over :func:`typing.get_type_h
 
 Booleans are never coerced (``"false"`` is not ``False``, ``1`` is not ``True``) and nothing becomes a string.
 
-A key or value that was renamed or removed (:data:`RENAMED_KEYS`, :data:`REMOVED_KEYS`, :data:`RENAMED_VALUES`:
-the one table of old names) is refused with one line naming what replaced it, in a dict, a ``key=value``
-override or the ``config.json`` of an older run being resumed. There are no aliases: the old name is gone.
+A key or value that was renamed or removed (:data:`RENAMED_KEYS`, :data:`REMOVED_KEYS`,
+:data:`RENAMED_VALUES`: the one table of old names) is refused with one line naming what replaced it, in a
+dict, a ``key=value`` override or the ``config.json`` of an older run being resumed. There are no aliases:
+the old name is gone.
 """
 
 from __future__ import annotations
@@ -197,9 +198,9 @@ def config_from_dict(cls, d: dict[str, Any], base=None, *, _prefix: str = ""):
     ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``.
 
     Raises:
-        ValueError: an old key or value (naming what replaced it, :func:`old_name_error`), an unknown key (naming
-            the nearest valid key) or a value of the wrong type (naming the dotted key, the expected type and the
-            value); see the module docstring for the coercions.
+        ValueError: an old key or value (naming what replaced it, :func:`old_name_error`), an unknown key
+            (naming the nearest valid key) or a value of the wrong type (naming the dotted key, the expected
+            type and the value); see the module docstring for the coercions.
     """
     if not isinstance(d, dict):
         raise ValueError(f"{_prefix.rstrip('.') or cls.__name__}: expected a mapping of config keys, got {d!r}")
