@@ -135,8 +135,9 @@ def _calls_action(calls: list[dict[str, Any] | ParsedAction]) -> ParsedAction:
     for c in calls:
         if isinstance(c, ParsedAction):
             return c
-    first = calls[0]
-    return ParsedAction("tool_call", name=first["name"], arguments=first["arguments"], calls=list(calls))
+    good = [c for c in calls if isinstance(c, dict)]  # all of them
+    first = good[0]
+    return ParsedAction("tool_call", name=first["name"], arguments=first["arguments"], calls=good)
 
 
 class HermesCalls(CallFormat):

@@ -253,6 +253,7 @@ class HFPolicy(Policy):
             v = v0.new_zeros((len(rows), v0.shape[1], width, v0.shape[3]))
             for b, r in enumerate(rows):
                 if r.cached:
+                    assert r.kv is not None  # a row with cached tokens holds their keys and values
                     k[b, :, width - r.cached:] = r.kv[layer][0][0]
                     v[b, :, width - r.cached:] = r.kv[layer][1][0]
             layers.append((k, v))

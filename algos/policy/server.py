@@ -79,6 +79,7 @@ class _BatchingWorker:
         job.done.wait()
         if job.error is not None:
             raise job.error
+        assert job.result is not None  # the worker sets result or error before done
         return job.result
 
     def _run(self) -> None:
@@ -113,8 +114,10 @@ class _BatchingWorker:
         self.thread.join(timeout=5)
 
 
-def _adapter_policy(base: HFPolicy, path: str) -> HFPolicy:
+def _adapter_policy(base: Policy, path: str) -> HFPolicy:
     """An :class:`HFPolicy` sampling ``base``'s model with the PEFT adapter at ``path`` merged in (fp32 merge)."""
+    if not isinstance(base, HFPolicy):
+        raise TypeError(f"LoRA adapters load into a served HFPolicy only, not into a {type(base).__name__}")
     if not (Path(path) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"no PEFT adapter at {path} (no adapter_config.json)")
     # load_adapter injects LoRA layers into the model it is given: give it a copy, never the served base.

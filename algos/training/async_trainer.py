@@ -321,7 +321,7 @@ class AsyncTrainer(Trainer):
         cfg = self.config
         current = rows_logprobs(self.model, stale, temperature=self.rollout_temperature, pad_id=self.pad_id,
                                 micro_batch_tokens=self.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
-        weights = []
+        weights: list[float] = []
         for it, lp in zip(stale, current, strict=True):
             w = tis_correct(it, lp, self.async_config.tis_cap)
             weights.extend(x for x, m in zip(w, it.loss_mask, strict=True) if m)

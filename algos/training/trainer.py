@@ -33,7 +33,7 @@ import logging
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -55,6 +55,10 @@ from agentrl.algos.training.memory import (
 from agentrl.algos.training.reference import Reference
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
 from agentrl.algos.training.update import apply_update, resolve_correction
+
+if TYPE_CHECKING:
+    from agentrl.algos.evaluation.run_log import MetricsLogger
+    from agentrl.algos.rollout.collector import Collector
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +110,7 @@ class Trainer:
         if self.ranks.is_main:
             atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
         self._setup_policy(policy)
-        self._logger = None
+        self._logger: MetricsLogger | None = None
         self.history: list[dict[str, Any]] = []
         self._dead_steps = 0  # consecutive steps without a learning signal (_check_learning_signal)
 
@@ -137,9 +141,10 @@ class Trainer:
             model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
             memory_budget_gb=config.memory_budget_gb)
         set_gradient_checkpointing(model, self.checkpointing)
-        self.manages_heap = config.malloc_mmap_threshold_mb is not None  # glibc: mmap threshold set, heap trimmed
-        if self.manages_heap:
-            set_malloc_mmap_threshold(config.malloc_mmap_threshold_mb)
+        threshold = config.malloc_mmap_threshold_mb
+        self.manages_heap = threshold is not None  # glibc: mmap threshold set, heap trimmed
+        if threshold is not None:
+            set_malloc_mmap_threshold(threshold)
         logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
                     self.checkpointing, config.memory_budget_gb)
 
@@ -163,11 +168,12 @@ class Trainer:
 
             rows = load_rows(config.tasks_file, ())
         self.mixture = config.env_mixture()
+        self.tasks: TaskSource | MixtureTaskSource
         if self.mixture:
             self.tasks = MixtureTaskSource(self.mixture, seed=config.seed, tasks_per_step=config.tasks_per_step)
         else:
             self.tasks = TaskSource(config.env, config.env_kwargs, seed=config.seed, rows=rows)
-        self.examples = None
+        self.examples: Any = None
         if not self.algo.needs_rollouts or self.algo.uses_demonstrations:
             self.examples = self.algo.offline_data(self.tokenizer, self.tasks, self.env_label)
 
@@ -177,8 +183,8 @@ class Trainer:
         actors; for a mixture, a mapping name -> either, each task naming its env."""
         config = self.config
         self.policy = policy
-        self.rollout_env = None
-        self._collector = None
+        self.rollout_env: Any = None
+        self._collector: Collector | None = None
         self.correction = None
         """The rollout correction of the updates (:func:`~agentrl.algos.training.update.resolve_correction`)."""
         if not self.algo.needs_rollouts:
@@ -219,7 +225,7 @@ class Trainer:
         try:
             while self.global_step < cfg.steps:
                 metrics = self.step()
-                if main:
+                if self._logger is not None:  # the main rank's
                     self._logger.log(self.global_step, metrics)
                 self.history.append(metrics)
                 self._check_learning_signal(metrics)
