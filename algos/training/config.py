@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentrl.algos.config import config_from_dict, nested_dicts_to_configs
 from agentrl.algos.models import DEFAULT_MODEL
@@ -20,6 +20,12 @@ from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.env_factory import EXECUTORS
 from agentrl.algos.training.tasks import EnvComponent, parse_mixture
+
+if TYPE_CHECKING:
+    from agentrl.algos.objectives.dpo import DPOConfig
+    from agentrl.algos.objectives.grpo import GRPOConfig
+    from agentrl.algos.objectives.ppo import PPOConfig
+    from agentrl.algos.objectives.sft import SFTConfig
 
 
 def algorithm_section(name: str) -> Any:
@@ -159,6 +165,11 @@ class TrainConfig:
     """With executor='ray': the number of env actors (default: the cluster's CPUs, at most 16)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
+    if TYPE_CHECKING:  # the built-in sections, as type checkers see them (with_algorithm_sections adds them here)
+        grpo: GRPOConfig = field(default_factory=GRPOConfig)
+        ppo: PPOConfig = field(default_factory=PPOConfig)
+        dpo: DPOConfig = field(default_factory=DPOConfig)
+        sft: SFTConfig = field(default_factory=SFTConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
 
     def __post_init__(self):
