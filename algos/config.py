@@ -52,7 +52,10 @@ RENAMED_KEYS: dict[str, str] = {
 REMOVED_KEYS: dict[str, str] = {}
 
 #: Renamed values of a key: (dotted key, old value) -> new value.
-RENAMED_VALUES: dict[tuple[str, str], str] = {}
+RENAMED_VALUES: dict[tuple[str, str], str] = {
+    ("grpo.guidance", "demos"): "luffy",
+    ("grpo.guidance", "sft"): "relift",
+}
 
 
 def old_name_error(key: str, value: Any = dataclasses.MISSING) -> ValueError | None:

@@ -31,8 +31,8 @@ effective ``beta``) does not depend on how many groups happened to be degenerate
 an env error (``termination == "error"``) are left out of the group statistics and of training
 (``train/env_error_trajectories``).
 
-Two options extend the advantage: ``guidance='demos'`` adds the env's demonstration to groups no sample solved
-(``'sft'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
+Two options extend the advantage: ``guidance='luffy'`` adds the env's demonstration to groups no sample solved
+(``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
 samples share (:mod:`~agentrl.algos.objectives.turn_credit`).
 
 Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
@@ -55,7 +55,7 @@ from agentrl.algos.objectives.guidance import (
     check_guidance,
     demo_loss,
     demo_stats,
-    sft_demo_rows,
+    relift_demo_rows,
 )
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.objectives.turn_credit import check_turn_credit, step_advantages, token_advantages
@@ -103,15 +103,15 @@ class GRPOConfig:
     correction_cap: float = 2.0
     """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
     guidance: str = "none"
-    """'demos': a group whose best sample scores below the env's demonstration of its task gets that
-    demonstration as one more member, trained with LUFFY's shaped off-policy loss; 'sft': that demonstration is
+    """'luffy': a group whose best sample scores below the env's demonstration of its task gets that
+    demonstration as one more member, trained with LUFFY's shaped off-policy loss; 'relift': that demonstration is
     trained with an NLL term beside the group's plain GRPO (ReLIFT); 'none': plain GRPO
     (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance)."""
     guidance_gamma: float = 0.1
-    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma) ('demos'): smaller weighs unlikely tokens
+    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma) ('luffy'): smaller weighs unlikely tokens
     more."""
     guidance_coef: float = 1.0
-    """c (> 0) of 'sft''s term: c times the mean NLL of the batch's demonstration tokens."""
+    """c (> 0) of 'relift''s term: c times the mean NLL of the batch's demonstration tokens."""
     step_weight: float = 0.0
     """w (>= 0) of the GiGPO-style turn-level advantage added to each reply's tokens (:mod:`~agentrl.algos.
     objectives.turn_credit`, docs/algorithms/grpo.md#turn-level-credit); 0: one advantage per trajectory."""
@@ -211,23 +211,23 @@ class GRPO(Algorithm):
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Advantages over whole groups (env errors left out); zero-advantage groups dropped when ``beta = 0``,
-        kept for their KL term otherwise; one unit per trajectory. With ``guidance='demos'`` a demonstration
+        kept for their KL term otherwise; one unit per trajectory. With ``guidance='luffy'`` a demonstration
         first joins each group no sample solved (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`);
-        with ``'sft'`` it becomes an NLL row of its own (:func:`~agentrl.algos.objectives.guidance.sft_demo_rows`)."""
+        with ``'relift'`` it becomes an NLL row of its own (:func:`~agentrl.algos.objectives.guidance.relift_demo_rows`)."""
         n, guided, mode = len(trajectories), None, self.config.guidance
         if mode != "none":
             if self.demos is None:
                 raise RuntimeError(f"grpo.guidance={mode!r} needs the env's demonstrations: the trainer calls "
                                    "offline_data(tokenizer, tasks, env_id) when uses_demonstrations is true")
             trajectories, guided = add_demonstrations(trajectories, self.demos)
-        grouped = trajectories[:n] if mode == "sft" else trajectories  # 'sft': demonstrations join no group
+        grouped = trajectories[:n] if mode == "relift" else trajectories  # 'relift': demonstrations join no group
         adv, errors = advantages_without_errors(
             grouped, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
         rows, stats = policy_gradient_rows(grouped, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
                                              norm_tokens=self.config.norm_tokens)
-        if mode == "sft":
-            rows += sft_demo_rows(trajectories[n:], n, self.config.guidance_coef)
+        if mode == "relift":
+            rows += relift_demo_rows(trajectories[n:], n, self.config.guidance_coef)
         extra = {} if guided is None else {"guided_groups": guided}
         if self.config.step_weight > 0:
             step, step_stats = step_advantages(grouped, self.config.step_gamma, self.config.scale_std)

@@ -2,7 +2,7 @@
 
 GRPO learns nothing from a group whose samples all fail: their rewards are equal, so every advantage is 0.
 When the policy cannot yet sample a solution of a task (a three-call chain, say), RL alone never starts on it.
-With ``grpo.guidance='demos'`` (LUFFY, Yan et al. 2025, "Learning to Reason under Off-Policy Guidance") the
+With ``grpo.guidance='luffy'`` (LUFFY, Yan et al. 2025, "Learning to Reason under Off-Policy Guidance") the
 env's own demonstration of the task (``env.demo(task)``, the transcript of a correct solution, rendered token for
 token as a rollout: :class:`~agentrl.algos.rollout.demonstrations.TaskDemonstrations`) is added to every group
 whose best on-policy reward is below the demonstration's reward. It is one more member of the group::
@@ -22,7 +22,7 @@ little. Token weights (the aggregation) are computed over all rows, demonstratio
 ``beta > 0``, applies to on-policy tokens only. A demonstration row is ``TrainRow.off_policy``: it is left out of
 ``train/logprob_gap`` and of the rollout correction (no policy sampled them).
 
-With ``grpo.guidance='sft'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't": fine-tune on
+With ``grpo.guidance='relift'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't": fine-tune on
 the questions RL fails, interleaved with RL) the same demonstrations are chosen the same way, but they do not join
 their group: the samples keep plain GRPO (an all-failed group stays a group without signal and is skipped), and
 the demonstrations add a supervised term, the mean negative log-likelihood of their action tokens::
@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentrl.algos.config import old_name_error
 from agentrl.algos.objectives.base import LazyModule
 from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
@@ -52,19 +53,23 @@ if TYPE_CHECKING:
 else:
     torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
-GUIDANCE = ("none", "demos", "sft")
+GUIDANCE = ("none", "luffy", "relift")
 """The values of ``grpo.guidance``."""
 
 
 def check_guidance(mode: str, gamma: float, coef: float = 1.0) -> None:
-    """Raise ``ValueError`` naming the key for guidance settings that mean nothing."""
+    """Raise ``ValueError`` naming the key for guidance settings that mean nothing (an old value: naming the new
+    one, :func:`~agentrl.algos.config.old_name_error`)."""
+    old = old_name_error("grpo.guidance", mode)
+    if old is not None:
+        raise old
     if mode not in GUIDANCE:
         raise ValueError(f"guidance must be one of {GUIDANCE}, got {mode!r}")
     if not gamma > 0:
         raise ValueError(f"guidance_gamma must be > 0 (LUFFY's shaping p / (p + gamma); 0.1 in the paper), "
                          f"got {gamma!r}")
     if not coef > 0:
-        raise ValueError(f"guidance_coef must be > 0 (the weight of guidance='sft''s NLL term), got {coef!r}")
+        raise ValueError(f"guidance_coef must be > 0 (the weight of guidance='relift''s NLL term), got {coef!r}")
 
 
 def add_demonstrations(trajectories: Sequence[Trajectory], demos) -> tuple[list[Trajectory], int]:
@@ -103,8 +108,8 @@ def shaped_demo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, gamma: fl
     return -advantages * p / (p + gamma)
 
 
-def sft_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: float) -> list[TrainRow]:
-    """``guidance='sft'``'s rows: each demonstration as an off-policy :class:`~agentrl.algos.objectives.batching.
+def relift_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: float) -> list[TrainRow]:
+    """``guidance='relift'``'s rows: each demonstration as an off-policy :class:`~agentrl.algos.objectives.batching.
     TrainRow` whose action tokens weigh ``coef / N_d`` (``N_d``: the action tokens of all of them), so the loss term
     ``sum w_t * -log p_t`` is ``coef`` times their mean NLL. ``meta["index"]`` counts on from ``first_index``."""
     total = sum(sum(d.loss_mask) for d in demonstrations)
@@ -115,8 +120,8 @@ def sft_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: 
 
 
 def demo_loss(mode: str, logprobs: torch.Tensor, advantages: torch.Tensor, gamma: float) -> torch.Tensor:
-    """The per-token loss of demonstration tokens: LUFFY's shaped term (``'demos'``) or the NLL (``'sft'``)."""
-    return -logprobs if mode == "sft" else shaped_demo_loss(logprobs, advantages, gamma)
+    """The per-token loss of demonstration tokens: LUFFY's shaped term (``'luffy'``) or the NLL (``'relift'``)."""
+    return -logprobs if mode == "relift" else shaped_demo_loss(logprobs, advantages, gamma)
 
 
 def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]:
@@ -127,5 +132,5 @@ def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]
     return {"demo_tokens": n, "demo_prob_mean": float(torch.exp(logprobs.detach()[off_mask]).mean())}
 
 
-__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_loss", "demo_stats", "sft_demo_rows",
+__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_loss", "demo_stats", "relift_demo_rows",
            "shaped_demo_loss"]

@@ -1,4 +1,4 @@
-"""GRPO's demonstration guidance (LUFFY's 'demos', ReLIFT's 'sft'): which groups get a demonstration, the shaped loss
+"""GRPO's demonstration guidance (LUFFY's 'luffy', ReLIFT's 'relift'): which groups get a demonstration, the shaped loss
 and its gradient, the NLL term, the rows and statistics they produce, and real steps on ToolUse-v0 whose
 demonstrations are rendered as rollouts are."""
 
@@ -10,7 +10,7 @@ from helpers import tiny_train_config, tiny_train_model
 
 from agentrl.algos.objectives.batching import collate
 from agentrl.algos.objectives.grpo import GRPO, GRPOConfig, grpo_loss
-from agentrl.algos.objectives.guidance import add_demonstrations, sft_demo_rows, shaped_demo_loss
+from agentrl.algos.objectives.guidance import add_demonstrations, relift_demo_rows, shaped_demo_loss
 from agentrl.algos.rollout.trajectory import Trajectory
 
 
@@ -60,7 +60,7 @@ def test_shaped_loss_value_and_gradient_are_luffys():
 
 
 def test_grpo_loss_gives_demonstration_rows_the_shaped_term_and_no_kl():
-    cfg = GRPOConfig(beta=0.5, guidance="demos")
+    cfg = GRPOConfig(beta=0.5, guidance="luffy")
     lp = torch.tensor([[-0.3, -0.4], [-1.0, -2.0]], requires_grad=True)
     old = torch.tensor([[-0.3, -0.4], [0.0, 0.0]])  # the demonstration row has no pi_old
     ref = torch.tensor([[-0.2, -0.6], [-9.0, -9.0]])  # a large "KL" on the demo row must not count
@@ -78,7 +78,7 @@ def test_grpo_loss_gives_demonstration_rows_the_shaped_term_and_no_kl():
 
 
 def test_prepare_adds_demonstrations_marks_them_off_policy_and_gives_them_the_positive_advantage():
-    algo = GRPO(GRPOConfig(guidance="demos", scale_std=False))
+    algo = GRPO(GRPOConfig(guidance="luffy", scale_std=False))
     algo.demos = FakeDemos()
     trajs = [_traj(0, 0.0, {"q": 0}) for _ in range(4)] + [_traj(1, 0.0, {"q": 1}), _traj(1, 1.0, {"q": 1})]
     groups, stats = algo.prepare(trajs)
@@ -100,7 +100,7 @@ def test_plain_grpo_consults_no_demonstrations():
 
 
 def test_sft_guidance_keeps_groups_plain_and_adds_demonstrations_as_nll_rows():
-    algo = GRPO(GRPOConfig(guidance="sft", guidance_coef=0.5, scale_std=False))
+    algo = GRPO(GRPOConfig(guidance="relift", guidance_coef=0.5, scale_std=False))
     algo.demos = FakeDemos()
     plain = GRPO(GRPOConfig(scale_std=False))
     trajs = ([_traj(0, 0.0, {"q": 0}) for _ in range(4)]                       # all fail: guided, group skipped
@@ -131,11 +131,11 @@ def test_sft_demo_rows_skip_demonstrations_without_action_tokens():
                       group_id=0, task={})
     empty = Trajectory(token_ids=[1, 2], loss_mask=[0, 0], logprobs=[0.0] * 2, prompt_len=2, reward=1.0,
                        group_id=0, task={})
-    rows = sft_demo_rows([empty, full], 10, 1.0)
+    rows = relift_demo_rows([empty, full], 10, 1.0)
     assert [r.meta["index"] for r in rows] == [11] and rows[0].weights == [0.0, 0.5, 0.5]
 
 
-@pytest.mark.parametrize("key,value,message", [("guidance", "luffy", "guidance must be one of"),
+@pytest.mark.parametrize("key,value,message", [("guidance", "gigpo", "guidance must be one of"),
                                                ("guidance_gamma", 0.0, "guidance_gamma must be > 0"),
                                                ("guidance_coef", 0.0, "guidance_coef must be > 0")])
 def test_bad_guidance_settings_name_the_key(key, value, message):
@@ -143,7 +143,7 @@ def test_bad_guidance_settings_name_the_key(key, value, message):
         GRPO(GRPOConfig(**{key: value}))
 
 
-@pytest.mark.parametrize("mode", ["demos", "sft"])
+@pytest.mark.parametrize("mode", ["luffy", "relift"])
 def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(mode, tokenizer, tmp_path):
     from agentrl.algos.training.trainer import Trainer
 
@@ -158,13 +158,13 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
 
     trainer.algo.prepare = spy
     [m] = trainer.train()
-    # a random-init model solves nothing: every group is guided, and trains ('demos': no group skipped; 'sft': the
+    # a random-init model solves nothing: every group is guided, and trains ('luffy': no group skipped; 'relift': the
     # groups are skipped, the demonstrations alone make the step)
-    skipped = 0 if mode == "demos" else 2
+    skipped = 0 if mode == "luffy" else 2
     assert m["train/guided_groups"] == 2 and m["train/skipped_groups"] == skipped
     assert m["train/optimizer_steps"] == 1
     assert m["train/demo_tokens"] > 0 and 0 < m["train/demo_prob_mean"] < 1
-    if mode == "demos":  # the samples' tokens and the demonstrations'
+    if mode == "luffy":  # the samples' tokens and the demonstrations'
         assert m["train/loss_tokens"] > m["train/demo_tokens"]
     else:  # every group skipped: only the demonstrations train
         assert m["train/loss_tokens"] == m["train/demo_tokens"]
@@ -172,5 +172,11 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
         ids, mask, reward = trainer.algo.demos.get(t.task)
         assert ids[: t.prompt_len] == t.token_ids[: t.prompt_len] and mask.index(1) == t.prompt_len
         assert reward > t.reward
-    # demonstration rows (no rollout logprobs) are left out of the gap ('sft' here: no sampled row trained at all)
-    assert m["train/logprob_gap"] < 1e-4 if mode == "demos" else "train/logprob_gap" not in m
+    # demonstration rows (no rollout logprobs) are left out of the gap ('relift' here: no sampled row trained at all)
+    assert m["train/logprob_gap"] < 1e-4 if mode == "luffy" else "train/logprob_gap" not in m
+
+
+@pytest.mark.parametrize("old, new", [("demos", "luffy"), ("sft", "relift")])
+def test_an_old_guidance_value_names_the_new_one(old, new):
+    with pytest.raises(ValueError, match=rf"^grpo.guidance='{old}' was renamed to grpo.guidance='{new}' \(docs/"):
+        GRPO(GRPOConfig(guidance=old))
