@@ -73,7 +73,7 @@ def _plain(kwargs: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _settings(env, n, config, env_kwargs, text_only) -> dict[str, Any]:
-    cfg = asdict(config) if config is not None and is_dataclass(config) else None
+    cfg = asdict(config) if is_dataclass(config) and not isinstance(config, type) else None
     mixture = isinstance(env, Mapping)
     return {
         "env": {name: _env_label(e) for name, e in env.items()} if mixture else _env_label(env),
@@ -128,10 +128,11 @@ def evaluate(
 
     if not tasks:
         raise ValueError("evaluate() needs at least one task")
-    if text_only and isinstance(env, Mapping):
-        env_kwargs = {name: text_only_env_kwargs(e, (env_kwargs or {}).get(name)) for name, e in env.items()}
-    elif text_only:
-        env_kwargs = text_only_env_kwargs(env, env_kwargs)
+    if text_only:
+        if isinstance(env, Mapping):
+            env_kwargs = {name: text_only_env_kwargs(e, (env_kwargs or {}).get(name)) for name, e in env.items()}
+        else:
+            env_kwargs = text_only_env_kwargs(env, env_kwargs)
     trajectories = collect(env, policy, tasks, n, config, env_kwargs=env_kwargs, progress=progress)
     report = summarize(trajectories, n, source_key=source_key)
     report.settings = _settings(env, n, config, env_kwargs, text_only)

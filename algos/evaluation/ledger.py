@@ -35,7 +35,7 @@ import shlex
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +238,7 @@ def read(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in _lines(path)]
 
 
-def record(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, ledger: str | Path, *,
+def record(tasks: Sequence[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, ledger: str | Path, *,
            policy: Any = None, extra: Mapping[str, Any] | None = None,
            out: str | Path | None = None) -> dict[str, Any] | None:
     """Append the row of an evaluation to the ledger file ``ledger`` when its tasks are (rows of) a fixed set of
