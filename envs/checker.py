@@ -189,11 +189,12 @@ def _replies(rng: np.random.Generator, env: gym.Env, tool_names: list[str]) -> C
                 for _ in range(int(rng.integers(0, 3)))}
         name = str(rng.choice(names))
         fmt = formats[int(rng.integers(len(formats)))]
-        own = parser is not None and rng.random() < 0.5
         try:
-            return (parser.render_call if own else fmt.render)(name, args)
+            if parser is not None and rng.random() < 0.5:
+                return parser.render_call(name, args)
         except Exception:  # noqa: BLE001 - the env's renderer wants its own argument: a native call then
-            return fmt.render(name, args)
+            pass
+        return fmt.render(name, args)
 
     def answer() -> str:
         value = str(rng.choice(["42", "x", "", "1/2", "0", "Zambezi"]))

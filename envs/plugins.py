@@ -232,7 +232,7 @@ class Registry(Generic[T]):
         """``get(name)(**config)``. With ``shared=True`` one instance per (name, config) serves the whole process
         (made again once its ``closed`` attribute is true), so a backend's concurrency limit, rate limit and stats
         hold across every env that uses it."""
-        factory = self.get(name)
+        factory: Any = self.get(name)
         if not shared:
             return factory(**config)
         key = (name, json.dumps(config, sort_keys=True, default=str))

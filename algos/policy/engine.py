@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.envs.plugins import Registry
@@ -160,6 +160,11 @@ class Engine(Protocol):
     lora_api: str
     """The server's runtime LoRA API (:class:`~agentrl.algos.policy.openai.OpenAIPolicy`'s ``lora_api``)."""
 
+    def __init__(self, model_dir: str | Path, *, python: str, served_model_name: str, dtype: str | None,
+                 max_lora_rank: int | None, log_path: str | Path | None, extra_args: Sequence[str],
+                 startup_timeout_s: float) -> None:
+        """The server of ``model_dir``, not started yet (:class:`VLLMEngine` documents each argument)."""
+
     @staticmethod
     def find_python(python: str | None = None) -> str:
         """The interpreter that runs the engine (``python``: ``--engine-python``), found before the model is
@@ -220,7 +225,11 @@ class VLLMEngine:
         self.startup_s: float | None = None
 
     lora_api = "vllm"
-    find_python = staticmethod(find_engine_python)
+
+    @staticmethod
+    def find_python(python: str | None = None) -> str:
+        """:func:`find_engine_python`."""
+        return find_engine_python(python)
 
     @property
     def url(self) -> str:
@@ -282,6 +291,7 @@ class VLLMEngine:
     def _wait_healthy(self, t0: float) -> None:
         import requests
 
+        assert self.proc is not None, "start() sets proc first"
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -386,9 +396,9 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
                         log_path=Path(run_dir) / f"{engine}.log" if run_dir else None, extra_args=extra_args,
                         startup_timeout_s=startup_timeout_s).start()
     try:
-        policy = EnginePolicy.connect(server.url, tokenizer if tokenizer is not None else load_tokenizer(model),
-                                      model=served, lora_api=engine_cls.lora_api, adapter_dir=adapter_dir,
-                                      record_dir=record_dir)
+        policy = cast(EnginePolicy, EnginePolicy.connect(
+            server.url, tokenizer if tokenizer is not None else load_tokenizer(model), model=served,
+            lora_api=engine_cls.lora_api, adapter_dir=adapter_dir, record_dir=record_dir))
     except BaseException:
         server.stop()
         raise
