@@ -1,12 +1,14 @@
-# NOTE (helper D, 22:48 UTC): a mistake of mine emptied this file and lost its uncommitted edits (the
-# CALL_FORMATS / ANSWER_FORMATS registry tests); restored to HEAD plus my digit-limit test. Helper C:
-# please re-apply your registry tests, then delete this note.
 """The reply parsers: strict Hermes calls, tag and fenced formats, answer extractors, normalisation."""
 
-import pytest
+import copy
 
+import pytest
+from helpers import run_with_plugin
+
+from agentrl.envs import parsing
 from agentrl.envs.answers import answers_match, exact_match, normalize_answer, parse_number
 from agentrl.envs.parsing import (
+    ANSWER_FORMATS,
     CALL_FORMATS,
     ActionParser,
     FencedCodeCalls,
@@ -18,6 +20,8 @@ from agentrl.envs.parsing import (
     extract_answer_tag,
     extract_boxed,
     native_call_format,
+    register_answer_format,
+    register_call_format,
     strip_think,
 )
 
@@ -233,3 +237,78 @@ def test_unknown_call_format_name_is_refused():
 ])
 def test_native_call_format_from_template(template, name):
     assert native_call_format(template) == name
+
+
+# ---------------------------------------------------------------------------------------------- the format registries
+
+
+def test_the_format_registries_hold_the_builtins():
+    assert {"hermes", "llama3_json", "mistral"} <= set(CALL_FORMATS.names())
+    assert {"answer_colon", "boxed", "answer_tag"} <= set(ANSWER_FORMATS.names())
+    assert isinstance(ANSWER_FORMATS.get("boxed"), parsing.AnswerFormat)
+
+
+def test_a_format_that_breaks_its_contract_is_refused(monkeypatch):
+    monkeypatch.setattr(parsing, "CALL_FORMATS", copy.deepcopy(parsing.CALL_FORMATS))
+    monkeypatch.setattr(parsing, "ANSWER_FORMATS", copy.deepcopy(parsing.ANSWER_FORMATS))
+    with pytest.raises(TypeError, match=r"'not_calls' \(registered at run time: .*breaks the call format contract"):
+        register_call_format("not_calls", dict)  # not a CallFormat subclass
+    with pytest.raises(TypeError, match=r"'not_answers' \(registered at run time: .*breaks the answer format"):
+        register_answer_format("not_answers", len)  # not an AnswerFormat
+    assert "not_calls" not in parsing.CALL_FORMATS and "not_answers" not in parsing.ANSWER_FORMATS
+
+
+PIPE_PLUGIN = """
+import json
+import re
+
+from agentrl.envs.parsing import AnswerFormat, CallFormat, ParsedAction
+
+
+class PipeCalls(CallFormat):
+    def find(self, text):
+        m = re.search(r"CALL\\|(\\w+)\\|(.*)", text)
+        if m is None:
+            return None
+        try:
+            args = json.loads(m.group(2))
+        except ValueError:
+            return ParsedAction("invalid", error="the arguments are not JSON")
+        call = {"name": m.group(1), "arguments": args}
+        return ParsedAction("tool_call", name=call["name"], arguments=args, calls=[call])
+
+    def instructions(self):
+        return "Call a tool with a line CALL|name|{json arguments}."
+
+    def render(self, name, arguments):
+        return f"CALL|{name}|{json.dumps(arguments)}"
+
+
+def _final(text):
+    m = re.search(r"FINAL=(\\S+)", text)
+    return m.group(1) if m else None
+
+
+FINAL = AnswerFormat(_final, "Reply with FINAL=<answer>.", "FINAL={answer}")
+"""
+
+
+def test_a_third_partys_call_format_through_an_entry_point(tmp_path, monkeypatch):
+    code = ("import gymnasium as gym, agentrl.envs\n"
+            "from agentrl.envs.parsing import ActionParser\n"
+            "a = ActionParser('pipe').parse('Let me add.\\nCALL|add|{\"a\": 1}')\n"
+            "env = gym.make('AgentRL/ToolUse-v0').unwrapped\n"
+            "print(a.kind, a.name, a.arguments, env.use_call_format('pipe'), env.parser.parse('CALL|x|{}').kind)")
+    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.call_formats", "pipe = pipe_formats:PipeCalls",
+                          "pipe_formats", PIPE_PLUGIN, code)
+    assert out.split() == ["tool_call", "add", "{'a':", "1}", "True", "tool_call"]  # ToolUse-v0 switched to it
+
+
+def test_a_third_partys_answer_format_through_an_entry_point(tmp_path, monkeypatch):
+    code = ("from agentrl.envs.parsing import ActionParser\n"
+            "p = ActionParser(answer='final')\n"
+            "a = p.parse('So it is FINAL=42')\n"
+            "print(a.kind, a.answer, p.parse('Answer: 42').kind)")
+    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.answer_formats", "final = pipe_formats:FINAL",
+                          "pipe_formats", PIPE_PLUGIN, code)
+    assert out.split() == ["answer", "42", "invalid"]
