@@ -46,6 +46,8 @@ GLOSSARY = "docs/architecture.md#glossary"
 RENAMED_KEYS: dict[str, str] = {
     "sampler_shares_weights": "policy_shares_weights",
     "sampler_max_batch_tokens": "policy_max_batch_tokens",
+    "grpo.step_weight": "grpo.turn_weight",
+    "grpo.step_gamma": "grpo.turn_gamma",
 }
 
 #: Removed config keys, dotted as typed: old -> what to use instead.

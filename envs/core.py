@@ -228,7 +228,7 @@ class TextEnv(gym.Env[str, str]):
 
     def call_reward(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> float:
         """A reward for one tool call that ran, added to the step's reward (partial credit for a step towards the
-        answer, the per-turn reward of turn-level credit); default 0: outcome reward only."""
+        answer, the per-turn reward of turn credit); default 0: outcome reward only."""
         return 0.0
 
     def extra_info(self) -> dict[str, Any]:

@@ -113,7 +113,7 @@ class TrainRow:
     advantage: float = 0.0
     """Trajectory-level advantage, broadcast over its action tokens."""
     token_advantages: list[float] | None = None
-    """Per-token advantages (turn-level credit, :mod:`~agentrl.algos.objectives.turn_credit`); None: ``advantage``
+    """Per-token advantages (turn credit, :mod:`~agentrl.algos.objectives.turn_credit`); None: ``advantage``
     on every token."""
     seq_weight: float = 0.0
     """Weight of a sequence-level loss term (a DPO pair's 1/P, on both of its rows)."""

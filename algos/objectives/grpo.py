@@ -32,7 +32,7 @@ an env error (``termination == "error"``) are left out of the group statistics a
 (``train/env_error_trajectories``).
 
 Two options extend the advantage: ``guidance='luffy'`` adds the env's demonstration to groups no sample solved
-(``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``step_weight > 0`` adds a turn-level advantage from states the
+(``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``turn_weight > 0`` adds a turn-level advantage from states the
 samples share (:mod:`~agentrl.algos.objectives.turn_credit`).
 
 Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
@@ -58,7 +58,7 @@ from agentrl.algos.objectives.guidance import (
     relift_demo_rows,
 )
 from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
-from agentrl.algos.objectives.turn_credit import check_turn_credit, step_advantages, token_advantages
+from agentrl.algos.objectives.turn_credit import check_turn_credit, token_advantages, turn_advantages
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 if TYPE_CHECKING:
@@ -112,10 +112,10 @@ class GRPOConfig:
     more."""
     guidance_coef: float = 1.0
     """c (> 0) of 'relift''s term: c times the mean NLL of the batch's demonstration tokens."""
-    step_weight: float = 0.0
-    """w (>= 0) of the GiGPO-style turn-level advantage added to each reply's tokens (:mod:`~agentrl.algos.
-    objectives.turn_credit`, docs/algorithms/grpo.md#turn-level-credit); 0: one advantage per trajectory."""
-    step_gamma: float = 0.95
+    turn_weight: float = 0.0
+    """w (>= 0) of the GiGPO-style turn advantage added to each reply's tokens (:mod:`~agentrl.algos.
+    objectives.turn_credit`, docs/algorithms/grpo.md#turn-credit); 0: one advantage per trajectory."""
+    turn_gamma: float = 0.95
     """Discount (0, 1] of the turn rewards in the turn-level returns."""
 
 
@@ -194,7 +194,7 @@ class GRPO(Algorithm):
         super().__init__(config)
         correction_of(self.config)
         check_guidance(self.config.guidance, self.config.guidance_gamma, self.config.guidance_coef)
-        check_turn_credit(self.config.step_weight, self.config.step_gamma)
+        check_turn_credit(self.config.turn_weight, self.config.turn_gamma)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
         self.demos = None
 
@@ -229,15 +229,15 @@ class GRPO(Algorithm):
         if mode == "relift":
             rows += relift_demo_rows(trajectories[n:], n, self.config.guidance_coef)
         extra = {} if guided is None else {"guided_groups": guided}
-        if self.config.step_weight > 0:
-            step, step_stats = step_advantages(grouped, self.config.step_gamma, self.config.scale_std)
-            extra.update(step_stats)
+        if self.config.turn_weight > 0:
+            turn_adv, turn_stats = turn_advantages(grouped, self.config.turn_gamma, self.config.scale_std)
+            extra.update(turn_stats)
         for row in rows:
             i = row.meta["index"]
             row.off_policy = i >= n
-            if self.config.step_weight > 0 and i < len(grouped) and trajectories[i].turns:
-                row.token_advantages = token_advantages(trajectories[i], row.advantage, step[i],
-                                                        self.config.step_weight)
+            if self.config.turn_weight > 0 and i < len(grouped) and trajectories[i].turns:
+                row.token_advantages = token_advantages(trajectories[i], row.advantage, turn_adv[i],
+                                                        self.config.turn_weight)
         return [[row] for row in rows], {**stats, "env_error_trajectories": errors, **extra}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:

@@ -1,13 +1,13 @@
-"""Turn-level credit for GRPO: a GiGPO-style step advantage from states that several samples of a group share.
+"""Turn credit for GRPO: a GiGPO-style turn advantage from states that several samples of a group share.
 
 GRPO gives every token of a trajectory the same advantage, so in a multi-turn episode the reply that made the
 right tool call and the reply that then botched the answer are credited alike. GiGPO (Feng et al. 2025,
-"Group-in-Group Policy Optimization for LLM Agent Training") adds a step-level advantage without a critic: the
-samples of a group start from one task, so many of them pass through *the same intermediate state* (here: the
-same observations so far, i.e. the same tool results), and the replies made from one such anchor state can be
-compared with each other, like a group.
+"Group-in-Group Policy Optimization for LLM Agent Training") adds a turn advantage (its "step-level" one)
+without a critic: the samples of a group start from one task, so many of them pass through *the same
+intermediate state* (here: the same observations so far, i.e. the same tool results), and the replies made
+from one such anchor state can be compared with each other, like a group.
 
-With ``grpo.step_weight = w > 0`` (``grpo.step_gamma = g``), for trajectory ``i`` and its turn ``k``::
+With ``grpo.turn_weight = w > 0`` (``grpo.turn_gamma = g``), for trajectory ``i`` and its turn ``k``::
 
     s_ik   = (o_i0, ..., o_i(k-1))               the anchor state: the observations before reply k (k = 0: the task)
     G_ik   = sum_{j >= k} g^(j - k) r_ij          the discounted return from turn k (r_ij: Turn.reward, the env's
@@ -21,8 +21,8 @@ Turn 0's anchor is the task itself, shared by the whole group, so ``A_i0^S`` is 
 of the reply *after* a given call. Observations stand for the env's state (equal tool results, equal state),
 which holds for envs whose answers depend on the call only. Groups whose episode rewards are all equal are still
 dropped before the update when ``beta = 0`` (as plain GRPO drops them); demonstrations (guidance) have no turns
-and keep their episode advantage. Metrics: ``train/step_anchor_turns`` (turns whose anchor state at least one
-other turn of the group shares) and ``train/step_adv_abs_mean``.
+and keep their episode advantage. Metrics: ``train/turn_anchor_turns`` (turns whose anchor state at least one
+other turn of the group shares) and ``train/turn_adv_abs_mean``.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
 
 def check_turn_credit(weight: float, gamma: float) -> None:
-    """Raise ``ValueError`` naming the key for step-credit settings that mean nothing."""
+    """Raise ``ValueError`` naming the key for turn-credit settings that mean nothing."""
     if weight < 0:
-        raise ValueError(f"step_weight must be >= 0 (0 = episode advantages only), got {weight!r}")
+        raise ValueError(f"turn_weight must be >= 0 (0 = episode advantages only), got {weight!r}")
     if not 0 < gamma <= 1:
-        raise ValueError(f"step_gamma must be in (0, 1], got {gamma!r}")
+        raise ValueError(f"turn_gamma must be in (0, 1], got {gamma!r}")
 
 
 def turn_returns(trajectory: Trajectory, gamma: float) -> list[float]:
@@ -55,7 +55,7 @@ def anchor_state(trajectory: Trajectory, k: int) -> tuple[str, ...]:
     return tuple(t.observation for t in trajectory.turns[:k])
 
 
-def step_advantages(trajectories: Sequence[Trajectory], gamma: float, scale_std: bool = False,
+def turn_advantages(trajectories: Sequence[Trajectory], gamma: float, scale_std: bool = False,
                     eps: float = 1e-6) -> tuple[list[list[float]], dict[str, float]]:
     """``A^S`` per trajectory and turn (see the module docstring), over the anchor states of each group; env
     errors (``termination == 'error'``) take no part. Returns ``(advantages, stats)``."""
@@ -81,21 +81,21 @@ def step_advantages(trajectories: Sequence[Trajectory], gamma: float, scale_std:
                 a = g - mean
                 adv[i][k] = (a / (std + eps) if std > 0 else 0.0) if scale_std else a
     flat = [abs(a) for row in adv for a in row]
-    stats = {"step_anchor_turns": shared, "step_adv_abs_mean": sum(flat) / len(flat) if flat else 0.0}
+    stats = {"turn_anchor_turns": shared, "turn_adv_abs_mean": sum(flat) / len(flat) if flat else 0.0}
     return adv, stats
 
 
-def token_advantages(trajectory: Trajectory, episode_advantage: float, step: Sequence[float],
+def token_advantages(trajectory: Trajectory, episode_advantage: float, per_turn: Sequence[float],
                      weight: float) -> list[float]:
-    """Per token: ``A_i + weight * A_ik^S`` on the tokens of reply ``k``, ``A_i`` on other action tokens, 0 on
-    the rest (prompt, observations, template)."""
+    """Per token: ``A_i + weight * A_ik^S`` (``per_turn[k]``) on the tokens of reply ``k``, ``A_i`` on other
+    action tokens, 0 on the rest (prompt, observations, template)."""
     out = [episode_advantage if m else 0.0 for m in trajectory.loss_mask]
     for k, turn in enumerate(trajectory.turns):
-        extra = weight * step[k]
+        extra = weight * per_turn[k]
         for p in range(turn.prompt_len, turn.prompt_len + turn.completion_len):
             if trajectory.loss_mask[p]:
                 out[p] += extra
     return out
 
 
-__all__ = ["anchor_state", "check_turn_credit", "step_advantages", "token_advantages", "turn_returns"]
+__all__ = ["anchor_state", "check_turn_credit", "turn_advantages", "token_advantages", "turn_returns"]

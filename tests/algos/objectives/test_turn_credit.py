@@ -1,4 +1,4 @@
-"""Turn-level credit (GiGPO-style step advantages): returns, anchor states, per-token advantages, the GRPO rows and
+"""Turn credit (GiGPO-style turn advantages): returns, anchor states, per-token advantages, the GRPO rows and
 the per-turn rewards the collector records."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from agentrl.algos.objectives.batching import collate
 from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
-from agentrl.algos.objectives.turn_credit import step_advantages, token_advantages, turn_returns
+from agentrl.algos.objectives.turn_credit import token_advantages, turn_advantages, turn_returns
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
 
 
@@ -31,26 +31,26 @@ def test_turn_returns_discount_the_later_rewards():
     assert turn_returns(t, 0.9) == pytest.approx([0.5 + 0.81, 0.9, 1.0])
 
 
-def test_step_advantages_compare_turns_that_start_from_the_same_observations():
+def test_turn_advantages_compare_turns_that_start_from_the_same_observations():
     # Four samples: two got tool result "r1" then answered right/wrong; one got "r2" then answered right; one
     # answered at once, wrong. Outcome reward only (last turn).
     trajs = [_traj(0, [("r1", 0.0), ("", 1.0)]), _traj(0, [("r1", 0.0), ("", 0.0)]),
              _traj(0, [("r2", 0.0), ("", 1.0)]), _traj(0, [("", 0.0)]),
              _traj(1, [("x", 0.0), ("", 1.0)], termination="error")]  # env error: no part, no credit
-    adv, stats = step_advantages(trajs, gamma=1.0)
+    adv, stats = turn_advantages(trajs, gamma=1.0)
     # turn 0: the task is every sample's anchor; returns 1, 0, 1, 0 -> mean 0.5
     assert [a[0] for a in adv[:4]] == pytest.approx([0.5, -0.5, 0.5, -0.5])
     # turn 1 after "r1": returns 1 and 0 -> +-0.5; after "r2": alone -> 0
     assert adv[0][1] == pytest.approx(0.5) and adv[1][1] == pytest.approx(-0.5) and adv[2][1] == 0.0
     assert adv[4] == [0.0, 0.0]
-    assert stats["step_anchor_turns"] == 4 + 2  # the four first turns and the two after "r1"
-    scaled, _ = step_advantages(trajs, gamma=1.0, scale_std=True)
+    assert stats["turn_anchor_turns"] == 4 + 2  # the four first turns and the two after "r1"
+    scaled, _ = turn_advantages(trajs, gamma=1.0, scale_std=True)
     assert scaled[0][1] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-6) * 1.0, rel=1e-5)  # (1 - 0.5) / std(1, 0)
 
 
-def test_token_advantages_add_each_replys_step_credit_to_its_own_tokens_only():
+def test_token_advantages_add_each_replys_turn_credit_to_its_own_tokens_only():
     t = _traj(0, [("r1", 0.0), ("", 1.0)])
-    out = token_advantages(t, episode_advantage=0.25, step=[0.5, -1.0], weight=0.5)
+    out = token_advantages(t, episode_advantage=0.25, per_turn=[0.5, -1.0], weight=0.5)
     #          prompt    reply 0          obs  reply 1           obs
     assert out == pytest.approx([0, 0, 0.5, 0.5, 0, -0.25, -0.25, 0])
 
@@ -58,9 +58,9 @@ def test_token_advantages_add_each_replys_step_credit_to_its_own_tokens_only():
 def test_grpo_rows_carry_token_advantages_and_collate_makes_them_a_matrix():
     trajs = [_traj(0, [("r1", 0.0), ("", 1.0)]), _traj(0, [("r1", 0.0), ("", 0.0)]),
              _traj(0, [("r2", 0.0), ("", 1.0)]), _traj(0, [("", 0.0)])]
-    groups, stats = GRPO(GRPOConfig(step_weight=1.0, step_gamma=1.0, scale_std=False)).prepare(trajs)
+    groups, stats = GRPO(GRPOConfig(turn_weight=1.0, turn_gamma=1.0, scale_std=False)).prepare(trajs)
     rows = [g[0] for g in groups]
-    assert stats["step_anchor_turns"] == 6 and stats["step_adv_abs_mean"] > 0
+    assert stats["turn_anchor_turns"] == 6 and stats["turn_adv_abs_mean"] > 0
     first = rows[0]  # episode advantage 1 - 0.5 = 0.5; turn 0 step +0.5, turn 1 step +0.5
     assert first.token_advantages == pytest.approx([0, 0, 1.0, 1.0, 0, 1.0, 1.0, 0])
     batch = collate(rows, pad_id=0)
@@ -70,8 +70,8 @@ def test_grpo_rows_carry_token_advantages_and_collate_makes_them_a_matrix():
     assert all(g[0].token_advantages is None for g in plain) and collate([g[0] for g in plain], 0)["advantages"].dim() == 1
 
 
-@pytest.mark.parametrize("key,value,message", [("step_weight", -1.0, "step_weight must be >= 0"),
-                                               ("step_gamma", 0.0, "step_gamma must be in")])
+@pytest.mark.parametrize("key,value,message", [("turn_weight", -1.0, "turn_weight must be >= 0"),
+                                               ("turn_gamma", 0.0, "turn_gamma must be in")])
 def test_bad_step_settings_name_the_key(key, value, message):
     with pytest.raises(ValueError, match=message):
         GRPO(GRPOConfig(**{key: value}))
