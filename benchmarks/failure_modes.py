@@ -13,92 +13,9 @@ files, so it can be re-derived from a fresh clone:
 Never asserts; exits 2 when there is nothing to read.
 """
 
-from __future__ import annotations
-
-import argparse
-import collections
-import json
 import sys
-from pathlib import Path
-from typing import Any
 
-from agentrl.envs.datasets import load_jsonl, located_rows
-
-LABELS = ("base", "sft", "rl", "sft_control")
-
-
-def summarise(episode: dict[str, Any]) -> dict[str, Any]:
-    """The compact row of one saved episode (``turns`` with ``parsed`` actions and ``observation`` texts)."""
-    calls, observations = [], []
-    for turn in episode.get("turns", []):
-        parsed = turn.get("parsed") or {}
-        if parsed.get("kind") == "tool_call":
-            calls.append(parsed.get("name"))
-            observations.append(turn.get("observation"))
-    turns = episode.get("turns") or [{}]
-    answer = (turns[-1].get("parsed") or {}).get("answer")
-    if not observations:
-        repeats = None
-    elif answer is not None and answer == observations[0]:
-        repeats = "first"
-    elif answer is not None and answer == observations[-1]:
-        repeats = "last"
-    else:
-        repeats = "other"
-    task = episode.get("task") or {}
-    return {"id": task.get("id"), "family": task.get("family"), "reward": episode.get("reward"), "calls": calls,
-            "answer": repeats}
-
-
-def write_rows(run: Path, data: Path) -> list[str]:
-    """Summarise ``run``'s eval episodes into ``data/calls/``; returns the labels written."""
-    written = []
-    for label in LABELS:
-        src = run / "eval" / f"{label}.jsonl"
-        if not src.is_file():
-            continue
-        rows = []
-        for where, episode in located_rows(src, name=str(src)):  # "file:line" of each JSON line
-            try:
-                rows.append(summarise(episode))
-            except (AttributeError, TypeError) as e:
-                raise SystemExit(f"{where}: not a saved episode ({e})") from None
-        out = data / "calls" / f"{label}.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-        written.append(label)
-    return written
-
-
-def table(data: Path) -> str:
-    """Markdown: per model, the failed episodes counted by (family, calls, what the answer repeated)."""
-    lines = ["| Model | failed | family | tool calls | answer repeats |", "|---|---:|---|---|---|"]
-    for label in LABELS:
-        path = data / "calls" / f"{label}.jsonl"
-        if not path.is_file():
-            continue
-        rows = load_jsonl(path)
-        failed = collections.Counter((r["family"], " > ".join(r["calls"]) or "none", r["answer"] or "-")
-                                     for r in rows if (r["reward"] or 0) <= 0)
-        for (family, calls, repeats), n in sorted(failed.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"| {label} | {n} | {family} | {calls} | {repeats} |")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", help="a learning run's directory (its eval/*.jsonl episodes): write the compact rows")
-    ap.add_argument("--data", required=True, help="the run's committed data folder (docs/results/data/<name>)")
-    args = ap.parse_args(argv)
-    data = Path(args.data)
-    if args.run:
-        labels = write_rows(Path(args.run), data)
-        print(f"wrote {data / 'calls'}/{{{','.join(labels)}}}.jsonl", file=sys.stderr)
-    if not list((data / "calls").glob("*.jsonl")):
-        print(f"no compact rows in {data / 'calls'}: run with --run first", file=sys.stderr)
-        raise SystemExit(2)
-    print(table(data))
-
+from harness.failure_modes import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,7 +6,8 @@ it through ``PYTHONPATH``, see tests/algos/integrations/test_ray.py).
 - chat templates: ``TEMPLATES`` and ``make_template_tokenizer`` (ChatML, Llama-3-style, Qwen-style);
 - collector drivers: ``ScriptedPolicy``, ``EchoEnv``, ``echo_tasks``, ``stop_biased_model``;
 - trainer: ``ScoreEnv`` (registered as "Test/Score-v0" on import), ``tiny_train_model``, ``tiny_train_config``;
-- benchmarks: ``load_benchmark`` (a script of benchmarks/ as a module).
+- benchmarks: ``load_benchmark`` (a script of benchmarks/ as a module; the learning harness is imported as
+  ``harness.*``).
 """
 
 from __future__ import annotations
@@ -294,12 +295,11 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def load_benchmark(name: str):
-    """``benchmarks/<name>.py`` imported as module ``bench_<name>`` (benchmarks/ put on ``sys.path`` for its own imports)."""
+    """The script ``benchmarks/<name>.py`` imported as module ``bench_<name>`` (its own ``harness`` imports resolve
+    through pytest's ``pythonpath``, which lists benchmarks/; the harness's modules are imported as ``harness.*``)."""
     import importlib.util
     import sys
 
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 
+import harness.failure_modes as fm
+import harness.suite as run_all
 import pytest
+from harness.machine import machine
+from harness.results_page import tables
+from harness.tables import extra_table
 from helpers import ROOT, load_benchmark
 
 BENCH = ROOT / "benchmarks"
@@ -17,18 +22,13 @@ BENCH = ROOT / "benchmarks"
 _load = load_benchmark
 
 
-@pytest.fixture(scope="module")
-def run_all():
-    return _load("run_all")
-
-
-def test_tables_finds_each_markdown_table(run_all):
+def test_tables_finds_each_markdown_table():
     text = "intro\n| a | b |\n|---|---:|\n| 1 | 2 |\nbetween\n| x |\n|---|\n\n| lone row |\ntail"
-    found = run_all.tables(text)
+    found = tables(text)
     assert found == ["| a | b |\n|---|---:|\n| 1 | 2 |", "| x |\n|---|"]  # a single '|' line is not a table
 
 
-def test_clean_drops_progress_bars_and_loader_noise(run_all):
+def test_clean_drops_progress_bars_and_loader_noise():
     raw = ("model ready\n"
            "rollout:  10%|#         | 1/10 [00:01<00:09,  1.00it/s]\rrollout: 100%|##########| 10/10 [00:10<00:00,"
            "  1.00it/s]\n"
@@ -38,7 +38,7 @@ def test_clean_drops_progress_bars_and_loader_noise(run_all):
     assert run_all.clean(raw) == "model ready\n| a |"
 
 
-def test_quick_arguments_name_real_options(run_all):
+def test_quick_arguments_name_real_options():
     """Every --quick argument list only uses flags the script's parser defines."""
     for name, args in run_all.QUICK_ARGS.items():
         source = (BENCH / f"{name}.py").read_text()
@@ -46,8 +46,8 @@ def test_quick_arguments_name_real_options(run_all):
             assert f'"{flag}"' in source, f"{name}.py has no {flag} option"
 
 
-def test_machine_description_names_cpu_ram_and_versions(run_all):
-    text = "\n".join(run_all.machine())
+def test_machine_description_names_cpu_ram_and_versions():
+    text = "\n".join(machine())
     for needle in ("CPU:", "RAM:", "torch", "transformers", "load average", "git commit"):
         assert needle in text
 
@@ -100,11 +100,10 @@ def test_reward_of_the_trl_comparison():
 def test_learning_extra_table_reports_rates():
     from agentrl.algos.evaluation.report import EvalReport
 
-    learning = _load("learning")
     rows = [("base", EvalReport(n=4, num_tasks=2, tool_use_rate=0.25, valid_tool_call_rate=0.5, mean_reward=-0.1,
                                 env_metrics={"self_correction": 0.125})),
             ("RL", EvalReport(n=4, num_tasks=2, tool_use_rate=1.0, valid_tool_call_rate=1.0, mean_reward=0.75))]
-    table = learning.extra_table(rows).splitlines()
+    table = extra_table(rows).splitlines()
     assert table[0].endswith("| Self-correction |")
     assert table[2] == "| base | 25.0% | 50.0% | -0.100 | 0.0% | 12.5% |"
     assert table[3] == "| RL | 100.0% | 100.0% | +0.750 | 0.0% | 0.0% |"
@@ -152,7 +151,7 @@ Not run yet: no committed data in `docs/results/data/search/`.
 """
 
 
-def test_learning_only_embeds_just_the_page_generated_from_committed_data(run_all, tmp_path):
+def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_path):
     results = tmp_path / "results"
     (results / "archive").mkdir(parents=True)
     (results / "learning.md").write_text(_LEARNING_PAGE, encoding="utf-8")
@@ -202,7 +201,7 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(run_al
         run_all.main(["--learning-only", "--out", str(tmp_path / "missing.md")])
 
 
-def test_full_size_runs_are_kept_beside_quick_ones(run_all, tmp_path, monkeypatch):
+def test_full_size_runs_are_kept_beside_quick_ones(tmp_path, monkeypatch):
     import datetime
 
     page = tmp_path / "results.md"
@@ -231,8 +230,6 @@ def test_full_size_runs_are_kept_beside_quick_ones(run_all, tmp_path, monkeypatc
 
 
 def test_failure_modes_summarise_episodes_into_compact_rows_and_a_table(tmp_path):
-    fm = _load("failure_modes")
-
     def turn(kind, name=None, answer=None, observation=""):
         return {"parsed": {"kind": kind, "name": name, "answer": answer}, "observation": observation}
 

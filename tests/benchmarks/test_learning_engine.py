@@ -2,17 +2,20 @@
 vLLM server (CPU build, ``.venv-vllm``; docs/engines.md) the run starts and stops; SFT trains in process.
 
 ``--quick`` budgets on a tiny random Llama of hidden size 128 (vLLM's CPU attention has no kernel for the head size of
-smaller ones); ``--out``, ``--results`` and ``--data`` are temporary folders and the ledger is the tests' own
-(conftest's ``ledger_file``), so nothing committed changes.
+smaller ones); ``--out``, ``--results``, ``--data`` and ``--ledger`` (beside a copy of the fixed set) are temporary,
+so nothing committed changes.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 
+import harness.commands as commands
 import pytest
 import requests
-from helpers import adapter_loads, load_benchmark, save_model_dir
+from harness.pages import env_section
+from helpers import ROOT, adapter_loads, save_model_dir
 
 from agentrl.algos.models import tiny_model
 
@@ -26,13 +29,15 @@ def model_dir(tmp_path_factory, tokenizer):
                           tokenizer)
 
 
-def test_learning_quick_samples_through_one_vllm_server(model_dir, tmp_path, ledger_file):
-    learning = load_benchmark("learning")
+def test_learning_quick_samples_through_one_vllm_server(model_dir, tmp_path):
     out, results, data = tmp_path / "run", tmp_path / "results", tmp_path / "data"
-    before = ledger_file.read_text().count("\n") if ledger_file.is_file() else 0
-    assert learning.main(["--quick", "--engine", "vllm", "--no-control", "--variant", "vllm-quick", "--model",
-                          str(model_dir), "--out", str(out), "--results", str(results), "--data", str(data),
-                          "progress=false", "report_to=none"]) == 0
+    (tmp_path / "sets").mkdir()
+    for name in ("tooluse_v3.jsonl", "tooluse_v3.json"):
+        shutil.copyfile(ROOT / "benchmarks" / "heldout" / name, tmp_path / "sets" / name)
+    ledger_file = tmp_path / "sets" / "ledger.jsonl"
+    assert commands.learning_main(["--quick", "--engine", "vllm", "--no-control", "--variant", "vllm", "--model",
+                                   str(model_dir), "--out", str(out), "--results", str(results), "--data", str(data),
+                                   "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert summary["engine"] == "vllm"
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)"]
@@ -51,11 +56,9 @@ def test_learning_quick_samples_through_one_vllm_server(model_dir, tmp_path, led
         requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
 
     # every evaluation left its row in the tests' ledger (never benchmarks/heldout/ledger.jsonl)
-    assert ledger_file.read_text().count("\n") - before == 3
-    page = (results / "learning_tooluse_vllm-quick_quick.md").read_text()
+    assert ledger_file.read_text().count("\n") == 3
+    page = (results / "learning_tooluse_vllm_quick.md").read_text()
     assert "Engine vllm" in page
-    learning_page = load_benchmark("learning_page")
-    run = json.loads((data / "tooluse_vllm-quick_quick" / "learning.json").read_text())
-    section = "\n".join(learning_page.env_section("AgentRL/ToolUse-v0", run, data / "tooluse_vllm-quick_quick",
-                                                  True, results, {}))
+    run = json.loads((data / "tooluse_vllm_quick" / "learning.json").read_text())
+    section = "\n".join(env_section("AgentRL/ToolUse-v0", run, data / "tooluse_vllm_quick", True, results, {}))
     assert "engine vllm" in section

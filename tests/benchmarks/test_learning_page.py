@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import ROOT, load_benchmark
+import harness.pages as page
+import harness.results_page as results_page
+import harness.tables as tables
+from harness.compare_page import compare_section
+from harness.data import comparison_dirs, selections
+from helpers import ROOT
 
 from agentrl.algos.evaluation.report import EvalReport
 
 
 def test_the_committed_page_regenerates_byte_identically_from_committed_data(tmp_path):
-    page = load_benchmark("learning_page")
     out = page.write_page(out=tmp_path / "learning.md")  # docs/results/data + benchmarks/heldout/ledger.jsonl
     committed = ROOT / "docs" / "results" / "learning.md"
     assert out.read_bytes() == committed.read_bytes(), (
@@ -21,7 +25,6 @@ def test_the_committed_page_regenerates_byte_identically_from_committed_data(tmp
 
 
 def test_the_readme_summary_is_the_one_the_committed_data_gives():
-    page = load_benchmark("learning_page")
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = page.README_MARKS
     block = text.split(start, 1)[1].split(end, 1)[0].strip()
@@ -31,10 +34,9 @@ def test_the_readme_summary_is_the_one_the_committed_data_gives():
 
 
 def test_the_results_page_embeds_the_committed_learning_page():
-    run_all = load_benchmark("run_all")
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    embedded = text.split(run_all.LEARNING_HEADING, 1)[1].strip()
-    assert embedded == "\n".join(run_all.learning_sections(ROOT / "docs")).strip(), (
+    embedded = text.split(results_page.LEARNING_HEADING, 1)[1].strip()
+    assert embedded == "\n".join(results_page.learning_sections(ROOT / "docs")).strip(), (
         "docs/results.md's learning section differs from docs/results/learning.md: run python benchmarks/learning.py "
         "--page (it rewrites both) and commit them")
 
@@ -54,7 +56,6 @@ def _ledger_row(id_, set_name, weights, value, tasks=128):
 
 
 def test_a_page_from_crafted_data(tmp_path):
-    page = load_benchmark("learning_page")
     data, results = tmp_path / "data", tmp_path / "results"
     exp = data / "tooluse"
     cold = [1] * 60 + [0] * 40
@@ -106,7 +107,7 @@ def test_a_page_from_crafted_data(tmp_path):
     # the ledger: three configurations on the whole set (the 8-task row is a subset), the best is selected
     assert "**selected** (best of 3)" in text and "| 8 of 128 |" in text
     assert "Not run yet: no committed data in" in text  # the other envs
-    assert page.selections(rows) == {"r3": 3}
+    assert selections(rows) == {"r3": 3}
     assert "| add | 8 | 4 (50%) | 25% / 75% |" in text and "| chain | 4 | 0 (0%) | 0% / 0% |" in text
     assert page.write_page(data, results, ledger=ledger).read_text() == text  # a function of the data
     readme = tmp_path / "README.md"
@@ -119,7 +120,6 @@ def test_a_page_from_crafted_data(tmp_path):
 
 
 def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
-    page = load_benchmark("learning_page")
     mine, plain = tmp_path / "tooluse_vllm", tmp_path / "tooluse"
     for exp, rewards in ((mine, [0.25, 0.5]), (plain, [0.75])):
         (exp / "metrics").mkdir(parents=True)
@@ -128,22 +128,21 @@ def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
                         "train/is_weight_mean": 0.99, "train/is_clipped_frac": 0.0, "time/rollout": 120.0}) + "\n"
             for k, r in enumerate(rewards, 1)))
     plot = tmp_path / "plots" / "curves.png"
-    lines = page.engine_training({"engine": "vllm"}, mine, ({}, plain), plot=plot)
+    lines = tables.engine_training({"engine": "vllm"}, mine, ({}, plain), plot=plot)
     rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     assert rows == ["| 1 | 0.750 | 0.250 | 0.0020 | 0.500 | 0.990 | 0.0000 | 120 |",
                     "| 2 | - | 0.500 | 0.0040 | 0.500 | 0.990 | 0.0000 | 120 |"]  # the plain run had one step
     assert plot.read_bytes()[:4] == b"\x89PNG"
-    assert page.engine_training({}, mine, ({}, plain)) == []  # in-process variants get no such table
+    assert tables.engine_training({}, mine, ({}, plain)) == []  # in-process variants get no such table
 
 
 def test_an_earlier_comparison_kept_with_its_data_gets_its_own_section_after_the_current_one(tmp_path):
-    page = load_benchmark("learning_page")
     for name in ("compare_algorithms_lr2e-4", "compare_algorithms", "compare_algorithms_quick", "tooluse"):
         (tmp_path / name).mkdir()
-    assert [p.name for p in page.comparison_dirs(tmp_path, quick=False)] == ["compare_algorithms",
+    assert [p.name for p in comparison_dirs(tmp_path, quick=False)] == ["compare_algorithms",
                                                                          "compare_algorithms_lr2e-4"]
-    assert [p.name for p in page.comparison_dirs(tmp_path, quick=True)] == ["compare_algorithms_quick"]
-    current = page.compare_section(None, tmp_path / "compare_algorithms", quick=False)
-    earlier = page.compare_section(None, tmp_path / "compare_algorithms_lr2e-4", quick=False)
+    assert [p.name for p in comparison_dirs(tmp_path, quick=True)] == ["compare_algorithms_quick"]
+    current = compare_section(None, tmp_path / "compare_algorithms", quick=False)
+    earlier = compare_section(None, tmp_path / "compare_algorithms_lr2e-4", quick=False)
     assert current[0] == "## The algorithms side by side (ToolUse-v0)"
     assert earlier[0] == "## An earlier algorithms comparison (ToolUse-v0): `lr2e-4`"

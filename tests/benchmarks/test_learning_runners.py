@@ -13,18 +13,33 @@ import os
 import shutil
 from pathlib import Path
 
+import harness.commands as commands
+import harness.compare_run as compare_run
+import harness.heldout as heldout_module
+import harness.heldout_draw as draw
 import pytest
-from helpers import ROOT, load_benchmark, save_model_dir
+from harness.data import family_table
+from harness.experiments import EXPERIMENTS, experiment
+from harness.layout import SETS
+from harness.learning_run import all_commands, heldout_path
+from helpers import ROOT, save_model_dir
 
 BENCH = ROOT / "benchmarks"
 
 
-_load = load_benchmark
-
-
 @pytest.fixture(scope="module")
 def heldout():
-    return _load("heldout")
+    return heldout_module
+
+
+def _ledger_beside_sets(folder: Path) -> Path:
+    """A ledger in ``folder`` beside copies of the committed sets (the ledger recognises the sets in its folder):
+    the runners' tests never write benchmarks/heldout/ledger.jsonl."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in (ROOT / "benchmarks" / "heldout").glob("*.json*"):
+        if f.name != "ledger.jsonl":
+            shutil.copyfile(f, folder / f.name)
+    return folder / "ledger.jsonl"
 
 
 # ---------------------------------------------------------------------------------------------- held-out sets
@@ -49,7 +64,7 @@ def test_committed_heldout_set_equals_its_generator_today(heldout, name):
     meta = json.loads(spec.meta_path.read_text())
     tasks = heldout.read(name)
     assert len(tasks) == meta["tasks"] and meta["ids"] == [str(t["id"]) for t in tasks]
-    assert len(set(meta["ids"])) == len(tasks) == (meta.get("available", heldout.SIZE))
+    assert len(set(meta["ids"])) == len(tasks) == (meta.get("available", draw.SIZE))
     assert meta["env"] == spec.env and "fixed before tuning" in meta["status"]
     assert meta["generator_command"] == f"python benchmarks/heldout.py write --only {name}"
     assert meta["primary_metric"] == ("macro_em" if spec.env == "AgentRL/Search-v0" else "average_at_n")
@@ -58,14 +73,14 @@ def test_committed_heldout_set_equals_its_generator_today(heldout, name):
 def test_v1_sets_are_marked_burnt_and_every_env_evaluates_on_its_v2_set(heldout):
     from agentrl.algos.evaluation.ledger import sidecars
 
-    metas = sidecars(heldout.FOLDER)  # what the ledger recognises a set by
+    metas = sidecars(SETS)  # what the ledger recognises a set by
     for v1, v2 in zip(V1, V2, strict=True):
         assert metas[v1]["burnt"] and "burnt" not in metas[v2]
         assert metas[v2]["fixed_before_tuning"] is True and metas[v2]["train_text_overlap_total"] == 0
         assert metas[v2]["train_text_overlap"] == {}
         assert metas[v2]["sha256"] == hashlib.sha256(heldout.SPECS[v2].path.read_bytes()).hexdigest()
         current = CURRENT.get(v1, v2)
-        assert heldout.BY_ENV[ENVS[v1]] == current and heldout.path_for_env(ENVS[v1]) == heldout.SPECS[current].path
+        assert experiment(ENVS[v1]).heldout == current and heldout.path_for_env(ENVS[v1]) == heldout.SPECS[current].path
         assert heldout.path_for_env(ENVS[v1], v1) == heldout.SPECS[v1].path  # still selectable by name
     assert len(heldout.read("tooluse_v2")) == len(heldout.read("pythonmath_v2")) == 128
     assert set(metas["tooluse_v2"]["left_out_families"]) == {"convert", "power", "stock", "stock_total", "stock_value"}
@@ -79,12 +94,12 @@ def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, nam
 
     module = tool_use if name == "tooluse" else python_math
     tasks = heldout.SPECS[name].make()  # what the file holds (checked equal above)
-    indices = [heldout.generator_index(t) for t in tasks]
+    indices = [draw.generator_index(t) for t in tasks]
     assert all(i % 2 == 1 for i in indices)  # test split: odd generator indices, never a train index
-    evaluated = {split_index(k, "test") for k in range(heldout.EVALUATED_TEST_POSITIONS)}
+    evaluated = {split_index(k, "test") for k in range(draw.EVALUATED_TEST_POSITIONS)}
     assert not evaluated & set(indices)
-    evaluated_texts = {heldout.task_text(t) for t in module.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test")}
-    assert not evaluated_texts & {heldout.task_text(t) for t in tasks}
+    evaluated_texts = {draw.task_text(t) for t in module.make_tasks(draw.EVALUATED_TEST_POSITIONS, "test")}
+    assert not evaluated_texts & {draw.task_text(t) for t in tasks}
 
 
 def _train_scan_texts(heldout, name, full=True):
@@ -92,7 +107,7 @@ def _train_scan_texts(heldout, name, full=True):
     from agentrl.envs import tool_use
     from agentrl.envs.python_math import tasks as python_math
 
-    n = heldout.TRAIN_SCAN
+    n = draw.TRAIN_SCAN
     if name == "tooluse_v2":
         return {t["query"] for t in tool_use.make_tasks(n, "train")}
     tasks = python_math.make_tasks(n, "train", tiers=[1, 2])  # the learning preset's mixture
@@ -115,25 +130,25 @@ def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(he
     full = name.endswith("_full_scan")
     name = name.removesuffix("_full_scan")
     v1 = name.split("_v")[0]
-    start, earlier = {"pythonmath_v3": (heldout.START_PYTHONMATH_V3, ["pythonmath_v2"]),
-                      "pythonmath_v4": (heldout.START_PYTHONMATH_V4, ["pythonmath_v2", "pythonmath_v3"]),
-                      "pythonmath_v5": (heldout.START_PYTHONMATH_V5, ["pythonmath_v2", "pythonmath_v3",
+    start, earlier = {"pythonmath_v3": (draw.START_PYTHONMATH_V3, ["pythonmath_v2"]),
+                      "pythonmath_v4": (draw.START_PYTHONMATH_V4, ["pythonmath_v2", "pythonmath_v3"]),
+                      "pythonmath_v5": (draw.START_PYTHONMATH_V5, ["pythonmath_v2", "pythonmath_v3",
                                                                       "pythonmath_v4"]),
-                      }.get(name, (heldout.START_V2, []))
+                      }.get(name, (draw.START_V2, []))
     module = tool_use if v1 == "tooluse" else python_math
     meta = json.loads(heldout.SPECS[name].meta_path.read_text())
     tasks = heldout.read(name)
-    texts = [heldout.task_text(t) for t in tasks]
+    texts = [draw.task_text(t) for t in tasks]
     assert len(set(texts)) == len(tasks) == 128
-    indices = [heldout.generator_index(t) for t in tasks]
+    indices = [draw.generator_index(t) for t in tasks]
     assert all(i % 2 == 1 and i >= split_index(start, "test") for i in indices)  # fresh test positions
     assert indices == sorted(indices) and [module.make_task(i) for i in indices] == tasks  # the generator's own
     assert meta["left_out_families"] and not {t["family"] for t in tasks} & set(meta["left_out_families"])
     assert not set(texts) & _train_scan_texts(heldout, name, full=full)
-    assert not set(texts) & {heldout.task_text(t) for s in [v1, *earlier] for t in heldout.read(s)}
+    assert not set(texts) & {draw.task_text(t) for s in [v1, *earlier] for t in heldout.read(s)}
     tiers = [None, [3], [1, 2]] if v1 == "pythonmath" else [None]
-    evaluated = {heldout.task_text(t) for k in tiers
-                 for t in (module.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test", **({"tiers": k} if k else {})))}
+    evaluated = {draw.task_text(t) for k in tiers
+                 for t in (module.make_tasks(draw.EVALUATED_TEST_POSITIONS, "test", **({"tiers": k} if k else {})))}
     assert not set(texts) & evaluated
 
 
@@ -145,9 +160,9 @@ def test_search_heldout_set_is_unevaluated_dev_questions(heldout):
     train = load_bundled("train")
     assert all(split_of(i) == "dev" for i in ids)
     assert not ids & {t["id"] for t in train}
-    assert not ids & {t["id"] for t in heldout.search_evaluated()}
-    texts = {heldout.task_text(t).strip().lower() for t in tasks}
-    assert not texts & {heldout.task_text(t).strip().lower() for t in train}
+    assert not ids & {t["id"] for t in draw.search_evaluated()}
+    texts = {draw.task_text(t).strip().lower() for t in tasks}
+    assert not texts & {draw.task_text(t).strip().lower() for t in train}
     assert {t["data_source"] for t in tasks} == {"fanoutqa", "wiki_description"}  # both sources, for Macro-EM
 
 
@@ -155,14 +170,14 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
     from agentrl.envs.search.questions import load_bundled, split_of
 
     def norm(t):
-        return heldout.task_text(t).strip().lower()
+        return draw.task_text(t).strip().lower()
 
     tasks, v1, train = heldout.read("search_v2"), heldout.read("search"), load_bundled("train")
     ids, texts = {t["id"] for t in tasks}, {norm(t) for t in tasks}
     assert len(ids) == len(texts) == len(tasks) == 106  # every dev question left: fewer than 128
     assert all(split_of(i) == "dev" for i in ids)
-    assert not ids & ({t["id"] for t in train} | {t["id"] for t in heldout.search_evaluated()} | {t["id"] for t in v1})
-    assert not texts & ({norm(t) for t in train} | {norm(t) for t in v1} | {norm(t) for t in heldout.search_evaluated()})
+    assert not ids & ({t["id"] for t in train} | {t["id"] for t in draw.search_evaluated()} | {t["id"] for t in v1})
+    assert not texts & ({norm(t) for t in train} | {norm(t) for t in v1} | {norm(t) for t in draw.search_evaluated()})
     # fanoutqa's 14 dev questions were all used by the evaluated draws and v1: one source left (Macro-EM = its EM)
     assert {t["data_source"] for t in tasks} == {"wiki_description"}
 
@@ -183,22 +198,21 @@ def test_v3_and_v4_hold_the_chains_in_a_question_space_training_does_not_cover(h
     assert heldout.set_env_kwargs(heldout.SPECS[name].path) == {"items": 999}
     assert heldout.set_env_kwargs(heldout.SPECS["tooluse_v2"].path) == {}
     assert {"stock_total", "stock_value"} <= {t["family"] for t in tasks}
-    assert all(t["items"] == 999 and heldout.generator_index(t) % 2 == 1 for t in tasks)
+    assert all(t["items"] == 999 and draw.generator_index(t) % 2 == 1 for t in tasks)
     texts = {t["query"] for t in tasks}
-    train = {t["query"] for t in tool_use.make_tasks(heldout.TRAIN_SCAN, "train", items=999)}
+    train = {t["query"] for t in tool_use.make_tasks(draw.TRAIN_SCAN, "train", items=999)}
     earlier = {t["query"] for earlier_set in earlier_sets for t in heldout.read(earlier_set)}
-    evaluated = {t["query"] for t in tool_use.make_tasks(heldout.EVALUATED_TEST_POSITIONS, "test")}
+    evaluated = {t["query"] for t in tool_use.make_tasks(draw.EVALUATED_TEST_POSITIONS, "test")}
     assert not texts & (train | earlier | evaluated)
 
 
 def test_learning_runner_takes_the_v2_set_and_old_sets_by_name():
-    learning = _load("learning")
-    assert learning.heldout_path("AgentRL/ToolUse-v0").name == "tooluse_v3.jsonl"
-    assert learning.heldout_path("AgentRL/Search-v0").name == "search_v2.jsonl"
-    assert learning.heldout_path("AgentRL/PythonMath-v0").name == "pythonmath_v2.jsonl"
-    assert learning.heldout_path("AgentRL/ToolUse-v0", "tooluse").name == "tooluse.jsonl"
+    assert heldout_path("AgentRL/ToolUse-v0").name == "tooluse_v3.jsonl"
+    assert heldout_path("AgentRL/Search-v0").name == "search_v2.jsonl"
+    assert heldout_path("AgentRL/PythonMath-v0").name == "pythonmath_v2.jsonl"
+    assert heldout_path("AgentRL/ToolUse-v0", "tooluse").name == "tooluse.jsonl"
     with pytest.raises(ValueError, match="not AgentRL/ToolUse-v0"):
-        learning.heldout_path("AgentRL/ToolUse-v0", "search_v2")
+        heldout_path("AgentRL/ToolUse-v0", "search_v2")
 
 
 # ---------------------------------------------------------------------------------------------- main job
@@ -232,14 +246,17 @@ def quick_runs(stopping_model_dir, tmp_path_factory):
     """learning.py --quick (ToolUse-v0) and compare_algorithms.py --quick into one runs/ folder."""
     root = tmp_path_factory.mktemp("learning")
     runs, results = root / "runs", root / "results"
-    learning, compare = _load("learning"), _load("compare_algorithms")
-    assert learning.main(["--quick", "--model", stopping_model_dir, "--out", str(runs / "learning-tooluse-quick"),
-                          "--results", str(results), "progress=false", "report_to=none"]) == 0
+    ledger = _ledger_beside_sets(root / "sets")
+    repo_ledger = (ROOT / "benchmarks" / "heldout" / "ledger.jsonl").read_bytes()
+    assert commands.learning_main(["--quick", "--model", stopping_model_dir, "--out", str(runs / "learning-tooluse-quick"),
+                                   "--results", str(results), "--ledger", str(ledger), "progress=false",
+                                   "report_to=none"]) == 0
     cmp_args = ["--quick", "--model", stopping_model_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
                 str(results), "--seeds", "0,1", "--max-steps", "1", "--eval-points", "0.5,1",
-                "--algos", "grpo,ppo,dpo,sft,grpo_turns"]
-    assert compare.main(cmp_args) == 0
-    return {"runs": runs, "results": results, "cmp_args": cmp_args, "compare": compare, "learning": learning}
+                "--algos", "grpo,ppo,dpo,sft,grpo_turns", "--ledger", str(ledger)]
+    assert commands.compare_main(cmp_args) == 0
+    assert (ROOT / "benchmarks" / "heldout" / "ledger.jsonl").read_bytes() == repo_ledger  # written where told
+    return {"runs": runs, "results": results, "cmp_args": cmp_args, "ledger": ledger}
 
 
 def test_learning_quick_evaluates_the_fixed_set_and_records_memory(quick_runs, heldout):
@@ -283,7 +300,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             elif algo == "grpo":
                 assert config["grpo"]["step_weight"] == 0
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v3.jsonl"
-    assert summary["commit"] == git_state()["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
+    assert summary["commit"] == git_state(ROOT)["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
     assert (plots / "heldout_vs_time.png").stat().st_size > 0 and (plots / "reward_vs_step.png").stat().st_size > 0
@@ -303,14 +320,14 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
     assert len(done) == 10
-    assert quick_runs["compare"].main(quick_runs["cmp_args"]) == 0
+    assert commands.compare_main(quick_runs["cmp_args"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")} == done
     with pytest.raises(SystemExit, match="minutes"):  # runs of another budget are never mixed in
-        quick_runs["compare"].main([*quick_runs["cmp_args"], "--minutes", "0.5"])
+        commands.compare_main([*quick_runs["cmp_args"], "--minutes", "0.5"])
 
 
 def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
-    takes_step = _load("compare_algorithms").takes_step
+    takes_step = compare_run.takes_step
 
     def steps_in(budget: float, step_seconds: float, max_steps: int | None = None) -> int:
         clock, steps = 0.0, 0
@@ -326,10 +343,9 @@ def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
 
 
 def test_a_comparison_option_changes_only_its_settings(tmp_path):
-    compare = _load("compare_algorithms")
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    runner = object.__new__(compare.Runner)  # train_config needs the settings only, not the model
+    runner = object.__new__(compare_run.Runner)  # train_config needs the settings only, not the model
     runner.cfg, runner.sections = MainJobConfig(), {"ppo": [], "dpo": []}
     plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     low = runner.train_config("grpo_lr2e-5", 0, tmp_path / "adapter", tmp_path / "low")
@@ -343,13 +359,12 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     assert guided.lr == relift.lr == plain.lr and dataclasses.replace(guided.grpo, guidance="none") == plain.grpo
 
 
-def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_path, monkeypatch):
-    compare = _load("compare_algorithms")
+def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_path):
     run_dir = tmp_path / "grpo-s0"
     result = {"points": [{"fraction": 1.0}], "final": {"average_at_n": 0.25}}
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("AGENTRL_LEDGER", str(ledger))
-    assert compare.ledger_commit(run_dir, result) == {}  # no ledger yet
+    assert compare_run.ledger_commit(run_dir, result, ledger) == {}  # no ledger yet
+    assert compare_run.ledger_commit(run_dir, result, None) == {}  # none given
     rows = [{"id": "a", "commit": "c1", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
              "scores": {"average_at_n": 0.5}},  # another score: another evaluation of that file
             {"id": "b", "commit": "c2", "dirty": False, "out": str(tmp_path / "ppo-s0" / "eval" / "at-1.jsonl"),
@@ -357,13 +372,14 @@ def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_pat
             {"id": "c", "commit": "c3", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
              "scores": {"average_at_n": 0.25}}]
     ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert compare.ledger_commit(run_dir, result) == {"commit": "c3", "dirty": False,
+    assert compare_run.ledger_commit(run_dir, result, ledger) == {"commit": "c3", "dirty": False,
                                                       "commit_from": "ledger row c (its final evaluation)"}
 
 
-def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
-    import learning_page
+def test_page_fills_sections_from_committed_data_only(quick_runs):
+    import harness.pages as learning_page
 
+    ledger_file = quick_runs["ledger"]
     results = quick_runs["results"]
     data = results / "data"
     exported = data / "tooluse_quick"  # learning.py copied the run's data at its end
@@ -397,29 +413,29 @@ def test_page_fills_sections_from_committed_data_only(quick_runs, ledger_file):
 
 
 def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkeypatch, tmp_path):
-    learning = quick_runs["learning"]
-    cmds = learning.all_commands(True, "m", Path("r"), "res")
+    cmds = all_commands(True, "m", Path("r"), "res")
     scripts = [Path(c[1]).name for c in cmds]
-    assert scripts == ["learning.py"] * len(learning.PRESETS) + ["compare_algorithms.py"]
-    assert [c[c.index("--env") + 1] for c in cmds[:-1]] == list(learning.PRESETS)
+    assert scripts == ["learning.py"] * len(EXPERIMENTS) + ["compare_algorithms.py"]
+    assert [c[c.index("--env") + 1] for c in cmds[:-1]] == [e.env for e in EXPERIMENTS]
     assert all(c[-5:] == ["--quick", "--model", "m", "--results", "res"] for c in cmds)
     ran = []
-    monkeypatch.setattr(learning.subprocess, "run",
+    monkeypatch.setattr(commands.subprocess, "run",
                         lambda cmd, cwd=None: ran.append(cmd) or type("R", (), {"returncode": 0})())
-    assert learning.main(["--all", "--quick", "--runs", str(tmp_path), "--results", str(tmp_path / "res")]) == 0
+    assert commands.learning_main(["--all", "--quick", "--runs", str(tmp_path), "--results", str(tmp_path / "res")]) == 0
     assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
     with pytest.raises(SystemExit, match="--all runs every experiment in process"):  # was: --engine dropped
-        learning.main(["--all", "--engine", "vllm", "--runs", str(tmp_path)])
+        commands.learning_main(["--all", "--engine", "vllm", "--runs", str(tmp_path)])
 
 
 def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stopping_model_dir, tmp_path):
     """ReTool's comparison: the same stages with the tool switched off, in <out>/text_only, as extra rows."""
     from agentrl.algos.rollout.trajectory import load_trajectories
 
-    learning = _load("learning")
     out = tmp_path / "runs" / "learning-pythonmath-quick"
-    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", stopping_model_dir, "--out", str(out),
-                          "--results", str(tmp_path / "results"), "progress=false", "report_to=none"]) == 0
+    ledger = _ledger_beside_sets(tmp_path / "sets")
+    assert commands.learning_main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", stopping_model_dir, "--out",
+                                   str(out), "--results", str(tmp_path / "results"), "--ledger", str(ledger),
+                                   "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
                                                        "SFT control (same time)", "base, text-only",
@@ -430,18 +446,19 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
     for stage in ("base", "sft", "rl"):  # both pipelines evaluate the same held-out tasks
         ids = [sorted({t.task["id"] for t in load_trajectories(d / "eval" / f"{stage}.jsonl")}) for d in (out, out / "text_only")]
         assert ids[0] == ids[1] and len(ids[0]) == 4
-    tier_rows = summary["tier_table"].splitlines()
+    data = tmp_path / "results" / "data" / "pythonmath_quick"  # the committed data: per-task scores of each row
+    tier_rows = family_table(json.loads((data / "learning.json").read_text()), data, "tier").splitlines()
     assert tier_rows[0].startswith("| Model | tier ") and len(tier_rows) == 2 + 7  # head, rule, seven stages
     page = (tmp_path / "results" / "learning_pythonmath_quick.md").read_text()
     assert "Code interpreter vs text-only, both after RL" in page and "Per tier" in page
 
 
 def test_pythonmath_no_text_only_keeps_the_control_and_trains_no_second_model(stopping_model_dir, tmp_path):
-    learning = _load("learning")
     out = tmp_path / "runs" / "learning-pythonmath-quick"
-    assert learning.main(["--env", "AgentRL/PythonMath-v0", "--quick", "--no-text-only", "--model", stopping_model_dir,
-                          "--out", str(out), "--results", str(tmp_path / "results"), "progress=false",
-                          "report_to=none"]) == 0
+    ledger = _ledger_beside_sets(tmp_path / "sets")
+    assert commands.learning_main(["--env", "AgentRL/PythonMath-v0", "--quick", "--no-text-only", "--model",
+                                   stopping_model_dir, "--out", str(out), "--results", str(tmp_path / "results"),
+                                   "--ledger", str(ledger), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
                                                        "SFT control (same time)"]
@@ -449,20 +466,20 @@ def test_pythonmath_no_text_only_keeps_the_control_and_trains_no_second_model(st
     assert "Code interpreter vs text-only" not in (tmp_path / "results" / "learning_pythonmath_quick.md").read_text()
 
 
-def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, stopping_model_dir, ledger_file):
+def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, stopping_model_dir):
     """--variant NAME --reuse-cold-start DIR: the plain run's base and cold start are read back (no new ledger rows
     for them), only RL and the control run; the page gives the variant a section comparing it with the plain RL."""
-    import learning_page
+    import harness.pages as learning_page
 
     from agentrl.algos.evaluation.ledger import read
 
-    learning, runs, results = quick_runs["learning"], quick_runs["runs"], quick_runs["results"]
+    runs, results, ledger_file = quick_runs["runs"], quick_runs["results"], quick_runs["ledger"]
     plain = runs / "learning-tooluse-quick"
     before = len(read(ledger_file))
     out = runs / "learning-tooluse-guided-quick"
-    assert learning.main(["--quick", "--model", stopping_model_dir, "--variant", "guided", "--reuse-cold-start",
-                          str(plain), "--out", str(out), "--results", str(results), "progress=false",
-                          "report_to=none", "grpo.guidance=demos"]) == 0
+    assert commands.learning_main(["--quick", "--model", stopping_model_dir, "--variant", "guided",
+                                   "--reuse-cold-start", str(plain), "--out", str(out), "--results", str(results),
+                                   "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
     assert (out / "eval" / "sft.jsonl").read_bytes() == (plain / "eval" / "sft.jsonl").read_bytes()
     assert json.loads((out / "grpo" / "config.json").read_text())["grpo"]["guidance"] == "demos"
     new = [r for r in read(ledger_file)[before:]]
@@ -475,5 +492,7 @@ def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, st
     assert "grpo.guidance=demos" in title
     assert "read back from" in text and "| RL (GRPO) vs the plain recipe's RL (GRPO) |" in text
     with pytest.raises(SystemExit, match="no finished cold start"):
-        learning.main(["--quick", "--variant", "x", "--reuse-cold-start", str(out / "nowhere"), "--out",
-                       str(runs / "x")])
+        commands.learning_main(["--quick", "--variant", "relift", "--reuse-cold-start", str(out / "nowhere"),
+                                "--out", str(runs / "x"), "--ledger", str(ledger_file)])
+    with pytest.raises(SystemExit, match="not declared for AgentRL/ToolUse-v0: declare it"):  # --variant NAME: a record
+        commands.learning_main(["--quick", "--variant", "x", "--out", str(runs / "x")])

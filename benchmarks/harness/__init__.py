@@ -1,0 +1,21 @@
+"""The learning harness: the experiments of ``docs/results/learning.md``, declared once, run, and rendered from
+committed data.
+
+Layers, lowest first (``tests/test_architecture.py`` checks them); a module imports only from its own layer or
+lower ones:
+
+1. :mod:`harness.layout` (where the checkout keeps things), :mod:`harness.experiments` (every experiment,
+   declared once: env, fixed held-out set, overrides, variants, comparisons with their goals, page section);
+2. :mod:`harness.heldout_draw`, :mod:`harness.heldout` (the fixed held-out sets), :mod:`harness.machine`;
+3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
+   writer of that data);
+4. runners: :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`,
+   :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`, :mod:`harness.figures`,
+   :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`, :mod:`harness.pages`.
+   A runner never imports a renderer, a renderer never imports a runner;
+5. :mod:`harness.commands`: the command lines of ``benchmarks/learning.py`` and
+   ``benchmarks/compare_algorithms.py`` (run, then render).
+
+The scripts in ``benchmarks/`` are thin entry points: ``python benchmarks/learning.py`` has ``benchmarks/`` as
+``sys.path[0]``, so ``harness`` imports as a package; tests get it from pytest's ``pythonpath``.
+"""

@@ -1,0 +1,215 @@
+"""The one reader of committed data: every renderer reads ``docs/results/data/``, the fixed sets' sidecars and the
+ledger through these functions, and judges comparisons with :func:`judged`. Nothing here reads ``runs/``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from agentrl.algos.evaluation import ledger
+from harness.experiments import COMPARE, RL, TEXT_LABELS, Comparison, Experiment, experiment
+from harness.heldout import SPECS
+from harness.layout import ROOT
+
+
+def load_json(path: Path) -> dict[str, Any] | None:
+    """A JSON file's object, or None when it is missing or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """Every row of the ledger file ``path``."""
+    return ledger.read(path)
+
+
+def read_scores(path: Path) -> tuple[dict[str, float], dict[str, str]]:
+    """``({task id: score}, {task id: group})`` of a per-task file (group: ``data_source``, else ``family``)."""
+    rows = read_rows(path)
+    return ({r["id"]: r["score"] for r in rows},
+            {r["id"]: str(r.get("data_source", r.get("family"))) for r in rows})
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a committed JSONL file (per-task scores, metrics)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def primary_metric(env: str) -> str:
+    """The metric goals on ``env``'s fixed set are stated in (the set's declared ``primary_metric``)."""
+    return SPECS[experiment(env).heldout].primary_metric
+
+
+def grpo_metrics(exp_dir: Path) -> list[dict[str, Any]]:
+    """The committed GRPO metrics of a run (``metrics/grpo.jsonl``), one record per step; none without the file."""
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    path = exp_dir / "metrics" / "grpo.jsonl"
+    return read_metrics(path) if path.is_file() else []
+
+
+def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, Any]]]:
+    """The committed runs of ``env``'s recipe variants (``learning.py --variant``): ``(data dir, learning.json)``,
+    by variant name."""
+    out = []
+    for path in sorted(data.glob("*/learning.json")):
+        run = load_json(path)
+        if run and run.get("env") == env and run.get("variant") and bool(run.get("quick")) == quick:
+            out.append((path.parent, run))
+    return sorted(out, key=lambda x: x[1]["variant"])
+
+
+def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str, Any], Path] | None:
+    """What a variant's RL is compared with: the run whose cold start it reused (``cold_start_from``), else the
+    plain recipe's run (the first of ``runs``) when it was judged on the same set; None otherwise."""
+    same_set = [(d, r) for d, r in runs if r is not run and r.get("heldout_sha256") == run.get("heldout_sha256")]
+    for d, r in same_set:
+        if run.get("cold_start_from") and r.get("run_dir") == run["cold_start_from"]:
+            return r, d
+    if run.get("cold_start_from"):
+        return None
+    return next(((r, d) for d, r in same_set if not r.get("variant")), None)
+
+
+def runs_of(data: Path, exp: Experiment, quick: bool) -> tuple[tuple[Path, dict[str, Any] | None],
+                                                               list[tuple[Path, dict[str, Any]]]]:
+    """``((plain data dir, its learning.json or None), [(variant data dir, learning.json), ...])`` of ``exp``."""
+    plain_dir = data / f"{exp.name}{'_quick' if quick else ''}"
+    return (plain_dir, load_json(plain_dir / "learning.json")), variants(data, exp.env, quick)
+
+
+def earlier_name(data_dir: Path) -> str | None:
+    """``<name>`` of an earlier algorithms comparison kept beside the current one (``compare_algorithms_<name>/``,
+    see docs/evaluation.md); None for the current one (``compare_algorithms[_quick]/``)."""
+    name = data_dir.name.removesuffix("_quick")
+    return None if name == "compare_algorithms" else name.removeprefix("compare_algorithms_")
+
+
+def comparison_dirs(data: Path, quick: bool) -> list[Path]:
+    """The algorithms comparisons' data dirs: ``compare_algorithms[_quick]`` (the current one, written by
+    ``compare_algorithms.py``), then, outside ``--quick``, each earlier one kept beside it with its data
+    (``compare_algorithms_<name>``, moved there by hand when a rerun replaced it)."""
+    current = data / f"compare_algorithms{'_quick' if quick else ''}"
+    earlier = [] if quick else [p for p in sorted(data.glob("compare_algorithms_*")) if p.is_dir() and earlier_name(p)]
+    return [current, *earlier]
+
+
+def selections(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Ledger row id -> K for each row that is the best of K >= 2 configurations judged on the same whole set
+    with the same N and temperature (a configuration: the weights, else the adapter, plus the eval settings)."""
+    groups: dict[tuple, dict[tuple, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("tasks") != r.get("set_tasks"):
+            continue
+        value = (r.get("scores") or {}).get(r.get("primary_metric", "average_at_n"))
+        if value is None:
+            continue
+        config = (r.get("weights") or r.get("adapter") or r["id"], r.get("config_sha256"))
+        best = groups.setdefault((r["set"], r.get("set_sha256"), r.get("n"), r.get("temperature")), {})
+        if config not in best or value > best[config]["_value"]:
+            best[config] = {**r, "_value": value}
+    out = {}
+    for configs in groups.values():
+        if len(configs) >= 2:
+            top = max(c["_value"] for c in configs.values())
+            out.update({c["id"]: len(configs) for c in configs.values() if c["_value"] == top})
+    return out
+
+
+def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
+    """Whether a run was judged on a committed fixed set (by content: the file's hash against the sidecars; all of
+    it, unchanged since)."""
+    for name, spec in SPECS.items():
+        meta = load_json(spec.meta_path) or {}
+        path = (ROOT / file) if not Path(file).is_absolute() else Path(file)
+        if sha is not None and sha == meta.get("sha256"):
+            if used is not None and used < meta["tasks"]:
+                return f"**only the first {used} of the committed fixed set's {meta['tasks']} tasks**"
+            return f"the committed fixed set `{name}`"
+        if path.resolve() == spec.path.resolve():
+            return "**a different version of the fixed set**"
+    return "**not a committed fixed set** (a subset or another file: not a held-out result)"
+
+
+def judged(scores: dict[str, dict[str, float]], comparisons: list[Comparison], metric: str = "average_at_n",
+           groups: dict[str, str] | None = None) -> list[tuple[Comparison, Any]]:
+    """Each comparison whose two rows have per-task ``scores`` (row label -> {task id: score}), with its paired
+    bootstrap interval and verdict (``agentrl.algos.evaluation.intervals.compare``) against its goal."""
+    from agentrl.algos.evaluation.intervals import compare
+
+    return [(c, compare(scores[c.a], scores[c.b], goal_points=c.goal, metric=metric, groups=groups, strict=c.strict))
+            for c in comparisons if c.a in scores and c.b in scores]
+
+
+def learning_judged(env: str, run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None = None
+                    ) -> list[tuple[Comparison, Any]]:
+    """The comparisons of a learning run's section (its experiment's, in order) from its committed per-task files;
+    for a variant with ``plain`` (the run and data dir it is compared with) also its RL against that run's."""
+    evals = run.get("evals", {})
+    comparisons = list(experiment(env).comparisons)
+    scores = {label: read_scores(exp_dir / evals[label])[0] for c in comparisons for label in (c.a, c.b)
+              if label in evals}
+    groups = read_scores(exp_dir / evals[RL])[1] if RL in evals else None
+    if plain is not None and RL in evals and RL in plain[0].get("evals", {}):
+        other = f"variant {plain[0]['variant']}" if plain[0].get("variant") else "the plain recipe"
+        scores[f"{other}'s {RL}"] = read_scores(plain[1] / plain[0]["evals"][RL])[0]
+        comparisons.append(Comparison(RL, f"{other}'s {RL}", 0.0, strict=True))
+    return judged(scores, comparisons, primary_metric(env), groups)
+
+
+def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Comparison, Any]]:
+    """Each algorithm against the cold start, each RL algorithm against SFT-continued and each option against its
+    plain algorithm, on the final evaluations' per-task scores in ``data_dir/eval`` (a task's score is its mean
+    over seeds), goal: above B. Empty when the files are not there."""
+    def final(algo: str) -> dict[str, float] | None:
+        paths = [data_dir / "eval" / f"{algo}-s{r['seed']}-at-1.jsonl" for r in summary["runs"][algo]]
+        if not paths or not all(p.is_file() for p in paths):
+            return None
+        per_seed = [read_scores(p)[0] for p in paths]
+        return {task: statistics.fmean(s[task] for s in per_seed) for task in per_seed[0]}
+
+    if not (data_dir / "eval" / "cold_start.jsonl").is_file():
+        return []
+    label = COMPARE.label
+    scores = {"cold start": read_scores(data_dir / "eval" / "cold_start.jsonl")[0]}
+    scores.update({label(a): s for a in summary["runs"] if (s := final(a)) is not None})
+    pairs = [(label(a), "cold start") for a in summary["runs"]]
+    if "sft" in summary["runs"]:
+        pairs += [(label(a), label("sft")) for a in summary["runs"] if a != "sft"]
+    pairs += [(label(a), label(o.algo)) for a in summary["runs"] if (o := COMPARE.option(a)) and o.algo in summary["runs"]]
+    return judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
+
+
+#: A learning run's stages in the order its per-family tables list them: (row label, its per-task file's stem in
+#: the run's data ``eval/``).
+FAMILY_ROWS = (("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
+               ("SFT control (same time)", "sft_control"),
+               *((label, f"text_only_{stem}") for stem, label in TEXT_LABELS.items()))
+
+
+def family_table(run: dict[str, Any], exp_dir: Path, key: str = "family") -> str | None:
+    """Average@N per task ``key`` (``family``, ``tier``) of each stage, from the run's committed per-task scores
+    (a task's score is its mean over its N episodes); None when the tasks have no such field. A family that is
+    only the task's ``data_source`` (Search-v0) is left out: the results table's EM per source shows it."""
+    evals = run.get("evals", {})
+    reports: dict[str, dict[str, float]] = {}
+    for label, _ in FAMILY_ROWS:
+        if label not in evals or not (exp_dir / evals[label]).is_file():
+            continue
+        by: dict[Any, list[float]] = {}
+        for r in read_rows(exp_dir / evals[label]):
+            if key in r and not (key == "family" and r.get("data_source") == r["family"]):
+                by.setdefault(r[key], []).append(r["score"])
+        reports[label] = {g: sum(v) / len(v) for g, v in by.items()}
+    groups = sorted({g for r in reports.values() for g in r}, key=str)
+    if not groups:
+        return None
+    head = [f"{key} {g}" if key == "tier" else str(g) for g in groups]
+    lines = ["| Model | " + " | ".join(head) + " |", "|---|" + "---:|" * len(groups)]
+    for label, r in reports.items():
+        lines.append(f"| {label} | " + " | ".join(f"{100 * r.get(g, 0.0):.0f}%" for g in groups) + " |")
+    return "\n".join(lines)

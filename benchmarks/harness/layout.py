@@ -1,0 +1,26 @@
+"""Where the checkout keeps the harness's inputs and outputs (the harness runs from a checkout; the library
+``agentrl`` never looks these up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The checkout: benchmarks/harness/layout.py -> the repository root.
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCRIPTS = ROOT / "benchmarks"
+#: The fixed held-out sets (``<name>.jsonl`` and the sidecar ``<name>.json``) and, beside them, their ledger.
+SETS = SCRIPTS / "heldout"
+LEDGER = SETS / "ledger.jsonl"
+RESULTS = ROOT / "docs" / "results"
+#: The committed data every results page is generated from.
+DATA = RESULTS / "data"
+README = ROOT / "README.md"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
+
+
+def shown(path: Path) -> str:
+    """A path as a page shows it: relative to the checkout when inside it."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()

@@ -1,0 +1,237 @@
+"""The learning runner: the main job (base -> SFT cold start -> GRPO -> eval) of one declared experiment on its fixed
+held-out set, plus its controls; it leaves ``<out>/learning.json`` and copies the run's data to
+``docs/results/data/<name>/`` (:mod:`harness.export`). It renders nothing: ``benchmarks/learning.py`` writes the
+pages from that data afterwards (:mod:`harness.run_page`, :mod:`harness.pages`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentrl.algos.evaluation.ledger import dumps, git_state
+from harness.controls import reuse_cold_start, run_sft_control, run_text_only, server_client, stage_seconds
+from harness.experiments import (
+    COLD_START,
+    CONTROL,
+    EXPERIMENTS,
+    RL,
+    STAGE_LABELS,
+    TEXT_LABELS,
+    TEXT_ONLY_BASE,
+    Experiment,
+    experiment,
+)
+from harness.export import export_run
+from harness.heldout import SPECS, names_for_env, path_for_env, read, set_env_kwargs
+from harness.layout import ROOT, SCRIPTS
+from harness.machine import machine
+
+logger = logging.getLogger("learning")
+
+
+def heldout_path(env: str, name: str | None = None) -> Path:
+    """The committed file of the held-out set ``name`` of ``env`` (default its experiment's)."""
+    return path_for_env(env, name)
+
+
+def quick_heldout(env: str, n: int, out: Path, name: str | None = None) -> Path:
+    """The first ``n`` tasks of ``env``'s fixed held-out set, as ``<out>/heldout-quick.jsonl`` (--quick runs)."""
+    path = out / "heldout-quick.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(read(heldout_path(env, name))[:n]), encoding="utf-8")
+    return path
+
+
+def all_commands(quick: bool, model: str | None, runs: Path, results: str) -> list[list[str]]:
+    """The child commands of ``--all``: every env's experiment, then the algorithm comparison."""
+    common = (["--quick"] if quick else []) + (["--model", model] if model else []) + ["--results", results]
+    suffix = "-quick" if quick else ""
+    cmds = [[sys.executable, str(SCRIPTS / "learning.py"), "--env", e.env, "--out",
+             str(runs / f"learning-{e.name}{suffix}"), *common] for e in EXPERIMENTS]
+    cmds.append([sys.executable, str(SCRIPTS / "compare_algorithms.py"), "--out",
+                 str(runs / f"compare-algorithms{suffix}"), *common])
+    return cmds
+
+
+def data_dir(args) -> Path:
+    """Where a run's committed data goes and the page reads it: ``--data``, else ``<results>/data``."""
+    return Path(args.data) if args.data else Path(args.results) / "data"
+
+
+def copy_plots(out: Path, dest: Path) -> list[Path]:
+    """Copy every PNG of the run (stage curves and the eval chart) to ``dest`` as ``<stage>_<name>.png``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    copied = []
+    for png in sorted(out.rglob("*.png")):
+        # <out>/<stage>/plots/x.png -> <stage>_x.png; <out>/plots/x.png -> eval_x.png; nested runs (text_only/)
+        # keep their folder in the name, so the text-only pipeline's curves do not overwrite the tool run's
+        parts = png.relative_to(out).parent.parts
+        stage = "_".join(p for p in parts if p != "plots") or "eval"
+        target = dest / f"{stage}_{png.name}"
+        shutil.copyfile(png, target)
+        copied.append(target)
+    return copied
+
+
+def shown_args(argv: list[str]) -> list[str]:
+    """The command-line arguments without ``--note``'s text (it is shown in the page itself)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--note":
+            skip = True
+            out.append('--note "..."')
+        elif a.startswith("--note="):
+            out.append('--note "..."')
+        else:
+            out.append(a)
+    return out
+
+
+def write_summary(out: Path, cfg, args, argv, overrides: list[str], rows, started, seconds: float, name: str,
+                  stages: dict[str, float], page: dict[str, Any]) -> Path:
+    """``<out>/learning.json``: what the results pages need, all from this run (figures, command, time, machine;
+    ``page``: what only the run's own page shows, :mod:`harness.run_page`)."""
+    import hashlib
+
+    from agentrl.algos.recipes.main_job import peak_rss_gib
+
+    tasks_file = Path(cfg.eval_tasks_file)
+    summary = {
+        "env": cfg.env, "quick": args.quick, "seed": cfg.seed, "model": cfg.model, "eval_n": cfg.eval_n,
+        "eval_temperature": cfg.eval_temperature, "heldout_file": str(cfg.eval_tasks_file),
+        "heldout_sha256": hashlib.sha256(tasks_file.read_bytes()).hexdigest() if tasks_file.is_file() else None,
+        "command": " ".join(["python benchmarks/learning.py", *shown_args(sys.argv[1:] if argv is None else argv)]),
+        "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds, "stage_seconds": stages,
+        "peak_rss_gib": peak_rss_gib(), "machine": machine(), "results_page": f"learning_{name}.md",
+        "config": {"env_kwargs": dict(cfg.env_kwargs), "sft_families": list(cfg.sft_families),
+                   "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps, "sft_batch_size": cfg.sft_batch_size,
+                   "rl_steps": cfg.rl_steps, "rl_tasks_per_step": cfg.rl_tasks_per_step,
+                   "rl_group_size": cfg.rl_group_size, "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens,
+                   "max_turns": cfg.max_turns, "dtype": cfg.dtype, "lora_r": cfg.lora.r, "grpo_beta": cfg.grpo.beta},
+        "rows": [[label, report.to_dict()] for label, report in rows], **git_state(ROOT),
+        "primary_metric": SPECS[experiment(cfg.env).heldout].primary_metric, "page": page,
+        "variant": args.variant, "overrides": overrides, "run_dir": str(out),
+        "cold_start_from": str(args.reuse_cold_start) if args.reuse_cold_start else None,
+        "engine": getattr(args, "engine", None),
+    }
+    path = out / "learning.json"
+    path.write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclasses.dataclass
+class Setup:
+    """A learning run, configured: its experiment, name, run directory, MainJobConfig, the overrides it was given
+    (the declared variant's, then the command line's) and the ledger it appends to."""
+
+    exp: Experiment
+    name: str
+    out: Path
+    cfg: Any
+    overrides: list[str]
+    ledger: Path
+
+
+def configure(args) -> Setup:
+    """The run ``args`` (``benchmarks/learning.py``'s command line) asks for: the experiment's settings (full or
+    ``--quick``), its declared variant's overrides and set, the set's world (its sidecar's ``env_kwargs``) and
+    the command line's overrides, in that order."""
+    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    exp = experiment(args.env)
+    variant = None
+    if args.variant:
+        if not args.variant.replace("-", "").isalnum():
+            raise SystemExit(f"--variant {args.variant!r}: use letters, digits and '-' (it names files)")
+        try:
+            variant = exp.variant(args.variant)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+    heldout_name = args.heldout or (variant.heldout if variant else None)
+    name = exp.name + (f"_{args.variant}" if args.variant else "") + ("_quick" if args.quick else "")
+    out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
+    preset = dict(exp.quick if args.quick else exp.full)
+    try:
+        heldout_file = heldout_path(args.env, heldout_name)
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"--heldout {heldout_name}: {e}; the sets of {args.env}: "
+                         f"{', '.join(names_for_env(args.env))}") from None
+    world = set_env_kwargs(heldout_file)  # tooluse_v3: {"items": 999}
+    preset["env_kwargs"] = {**preset.get("env_kwargs", {}), **world}
+    if args.quick:  # the first rows of the fixed held-out set
+        preset["eval_tasks_file"] = str(quick_heldout(args.env, preset["eval_tasks"], out, heldout_name))
+    else:
+        preset["eval_tasks_file"] = str(heldout_file.relative_to(ROOT))
+    if args.model:
+        preset["model"] = args.model
+    overrides = [*(variant.overrides if variant else ()), *args.overrides]
+    cfg = config_from_dict(MainJobConfig, apply_overrides({**preset, "env": args.env, "out": str(out)}, overrides))
+    return Setup(exp, name, out, cfg, overrides, Path(args.ledger))
+
+
+def run(args, argv, setup: Setup, policy=None) -> Path:
+    """The experiment after its configuration: the main job, the controls, ``<out>/learning.json`` and the run's
+    committed data (``<data>/<name>/``, returned)."""
+    import agentrl.algos.recipes.main_job as pipeline
+    from agentrl.algos.evaluation.plot import plot_eval
+    from agentrl.algos.recipes.main_job import run_main_job
+
+    exp, cfg, out, ledger = setup.exp, setup.cfg, setup.out, setup.ledger
+    if args.reuse_cold_start:
+        reuse_cold_start(Path(args.reuse_cold_start), out)
+    started = datetime.datetime.now().astimezone()
+    t0 = time.perf_counter()
+    result = run_main_job(cfg, resume=True, policy=policy, ledger=ledger)
+    rows = [(STAGE_LABELS.get(k, k), r) for k, r in result["rows"]]
+    rl_s = stage_seconds(out / "grpo")
+    tasks = pipeline.eval_task_list(cfg)
+    control = None
+    if not args.no_control:
+        budget = args.minutes * 60 if args.minutes else rl_s
+        report, control = run_sft_control(cfg, out, budget, tasks, policy, ledger)
+        if control is None and (out / "sft_control" / "control.json").is_file():
+            control = json.loads((out / "sft_control" / "control.json").read_text())
+        rows.append((CONTROL, report))
+    if exp.text_only_baseline:
+        rows.insert(0, (TEXT_ONLY_BASE, run_text_only(cfg, out, tasks, policy, ledger)))
+    if exp.text_only_pipeline and not (args.no_control or args.no_text_only):
+        # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
+        text_policy = server_client(policy)  # the base model again: a client with no adapter loaded
+        try:
+            text = run_main_job(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+                                                    out=str(out / "text_only")), resume=True, policy=text_policy,
+                                ledger=ledger)
+        finally:
+            if text_policy is not None:
+                text_policy.close()
+        rows += [(TEXT_LABELS[k], r) for k, r in text["rows"]]
+    results_dir = Path(args.results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: held-out results")
+    plots = copy_plots(out, results_dir / setup.name)
+    by = dict(rows)
+    page = {"tasks": len(tasks), "control": control, "note": args.note, "plots": [p.name for p in plots],
+            "timings": dict(result["timings"])}
+    summary = write_summary(out, cfg, args, argv, setup.overrides, rows, started, time.perf_counter() - t0,
+                            setup.name, {"sft": stage_seconds(out / "sft"), "grpo": rl_s,
+                                         **({"sft_control": control["seconds"]} if control else {})}, page)
+    stages = [("base", out / "eval" / "base.jsonl"), (COLD_START, out / "eval" / "sft.jsonl"),
+              (RL, out / "eval" / "rl.jsonl"), (CONTROL, out / "eval" / "sft_control.jsonl")]
+    stages += [(label, out / "text_only" / "eval" / f"{stem}.jsonl") for stem, label in TEXT_LABELS.items()]
+    episodes = {label: p for label, p in stages if label in by} | (
+        {TEXT_ONLY_BASE: out / "eval" / "text_only.jsonl"} if exp.text_only_baseline else {})
+    data = export_run(out, data_dir(args) / setup.name, json.loads(summary.read_text()), episodes)
+    print(f"data for the page: {data.parent}")
+    return data.parent

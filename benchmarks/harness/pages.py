@@ -1,0 +1,298 @@
+"""``docs/results/learning.md``: one page of every learning result, generated only from committed data.
+
+Read by it (through :mod:`harness.data`), all committed: ``docs/results/data/<experiment>/learning.json`` and
+``eval/<stage>.jsonl`` (per-task scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the
+end of a run; ``docs/results/data/compare_algorithms/compare.json`` (``benchmarks/compare_algorithms.py`` copies it
+there at its end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets'
+sidecars ``benchmarks/heldout/<name>.json``; and the ledger ``benchmarks/heldout/ledger.jsonl`` (a row per
+evaluation on a fixed set the harness or ``agentrl eval --ledger`` made). Nothing is read from ``runs/`` (ignored
+by git), so a fresh clone regenerates the page byte for byte (``tests/benchmarks/test_learning_page.py``). A
+section without committed data says "not run yet". The sections, their comparisons and goals are the experiments'
+declarations (:mod:`harness.experiments`); the per-family and per-tier tables are computed from the per-task scores.
+
+Each comparison shows both scores on the set's declared primary metric, the difference, its paired bootstrap
+95% interval over tasks (``agentrl.algos.evaluation.intervals``), the verdict against the stated goal, the
+command and the commit. The ledger section lists per set every configuration judged on it; a figure is
+**selected** when several configurations were judged on the same set (same N and temperature) and it is the
+best of them: it was chosen by looking at the set, so it is not a held-out figure.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.compare_page import compare_section
+from harness.data import (
+    baseline,
+    comparison_dirs,
+    family_table,
+    grpo_metrics,
+    heldout_status,
+    learning_judged,
+    load_json,
+    primary_metric,
+    read_ledger,
+    runs_of,
+    selections,
+)
+from harness.experiments import EXPERIMENTS, experiment
+from harness.heldout import SPECS
+from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
+from harness.results_page import refresh_learning
+from harness.tables import cell, commit_text, engine_training, signal_table, verdict
+
+CAVEATS = [
+    "The held-out sets were fixed before any tuning on them (`benchmarks/heldout.py`; each sidecar records its "
+    "date and positions). Earlier figures, kept for history in [archive/](archive/README.md), were measured on the "
+    "v1 sets or the first 32 test-split tasks, on which settings were chosen, and their raw data was not "
+    "committed: they are not held-out figures (issue 16) and none appears on this page.",
+    "The main job's settings (Dr. GRPO, budgets; first a cold start on `add_multiply` alone) were chosen before "
+    "these sets existed, on the train split (`benchmarks/coldstart_probe.py`) and on the first 32 test tasks. The "
+    "cold start on all nine families with 16 steps (the default since session 7) was chosen on the train split "
+    "and adopted by a rule written down before its one evaluation on the ToolUse set "
+    "([archive/tooluse_coldstart.md](archive/tooluse_coldstart.md)). Search-v0: `rl_steps=32` was decided before running; "
+    "`balance_sources` was tried in session 8 after reading dev episodes of that run (fanoutqa answered with the "
+    "question's entity) and not kept: it scored below the session-7 run on the same dev questions "
+    "([archive/learning_search_balanced.md](archive/learning_search_balanced.md)). Otherwise nothing on this "
+    "page was chosen by looking at these held-out sets unless the list of configurations below shows several "
+    "configurations judged on the same set, in which case the best of them is a selected, not a held-out, figure.",
+    "ToolUse-v0's `stock` and `power` families (and many `convert`, `stock_value`, `stock_total` questions) have "
+    "question texts that also occur in the train split (the sidecar's `train_text_overlap`): their held-out "
+    "figures can come from memorisation.",
+    "Each figure is one run unless seeds are given; the algorithm comparison reports the spread over its seeds.",
+    "The SFT controls of `benchmarks/learning.py` runs made before commit 7a472f9 (2026-12-04) trained with "
+    "TrainConfig's default `memory_budget_gb` of 2.0 where the run's cold start and GRPO used the main job's 1.5: "
+    "larger micro-batches, so more SFT steps in the same wall time (a step 1.15x as fast on the AMX machine, 2.3x "
+    "on the fp32 one). Those controls are favoured: every one on this page except the `lr2e-5` run's, which was "
+    "rerun after the fix (its note). From commit d019e38 on, an update runs the rows' common prompt prefix once "
+    "instead of once per micro-batch, so a wall-time budget holds more steps than it did before.",
+]
+
+
+def heldout_table() -> str:
+    """One row per committed held-out set, from its sidecar."""
+    lines = ["| Set | Env | Split | Tasks | Positions | Fixed on | Per family | Train-text overlap | Primary metric |",
+             "|---|---|---|---:|---|---|---|---|---|"]
+    for name, spec in SPECS.items():
+        meta = load_json(spec.meta_path)
+        if meta is None:
+            lines.append(f"| `{spec.path.relative_to(ROOT)}` | {spec.env} | {spec.split} | not written yet | "
+                         f"`python benchmarks/heldout.py write --only {name}` | | | | |")
+            continue
+        fams = ", ".join(f"{k} {v}" for k, v in meta["families"].items())
+        overlap = ", ".join(f"{k} {v}" for k, v in meta["train_text_overlap"].items()) or "none"
+        lines.append(f"| `{spec.path.relative_to(ROOT)}` | {meta['env']} | {meta['split']} | {meta['tasks']} | "
+                     f"{meta['positions']} | {meta['date']} | {fams} | {overlap} | "
+                     f"{meta.get('primary_metric', spec.primary_metric)} |")
+    return "\n".join(lines)
+
+
+def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int],
+                plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
+    """The comparison table of a section (:func:`harness.data.learning_judged`): scores, difference, paired bootstrap 95% interval, goal,
+    verdict, and whether A's figure was selected."""
+    from agentrl.algos.evaluation.intervals import METRICS
+
+    name = METRICS[primary_metric(env)].replace("@N", f"@{run['eval_n']}")
+    reports = dict(run["rows"])
+    lines = [f"Comparisons on the set's primary metric, {name} (paired bootstrap over tasks, 10,000 resamples, "
+             "seed 0; verdict: met when the difference reaches the goal; *decided* when the whole interval lies on "
+             "the verdict's side):", "",
+             f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
+             "|---|---:|---:|---:|---|---|---|---|"]
+    for cmp, c in learning_judged(env, run, exp_dir, plain):
+        a, b = cmp.a, cmp.b
+        ledger_id = ((reports.get(a) or {}).get("settings") or {}).get("ledger", {}).get("id")
+        sel = (f"**selected** (best of {selected[ledger_id]} on this set)" if ledger_id in selected
+               else "no" if ledger_id else "no ledger row")
+        lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
+                     f"| {cmp.goal_text} | {verdict(c)} | {sel} |")
+    if len(lines) == 4:
+        return []
+    return lines + ["", f"Command: `{run['command']}`, {commit_text(run)}.", ""]
+
+
+def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path,
+                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None,
+                draw: bool = False) -> list[str]:
+    """One env's section; a variant's (``run["variant"]``) also compares its RL with ``plain``'s, the plain
+    recipe's run and data dir, when given. ``draw``: (re)draw the plots made from committed data into
+    ``results``."""
+    from agentrl.algos.evaluation.report import EvalReport, results_table
+
+    exp = experiment(env)
+    title = exp.title
+    variant = (run or {}).get("variant")
+    if variant:
+        overrides = " ".join(run.get("overrides") or [])
+        title = (f"{env.split('/')[-1]}, variant `{variant}`" + (f": `{overrides}`" if overrides else "")
+                 + (f" (sampled by {run['engine']})" if run.get("engine") else ""))
+    lines = [f"## {title}", ""]
+    if run is None:
+        cmd = f"python benchmarks/learning.py --env {env}{' --quick' if quick else ''}"
+        return lines + [f"Not run yet: no committed data in `{shown(exp_dir)}/`. Command: `{cmd}`.", ""]
+    rows = [(label, EvalReport.from_dict(d)) for label, d in run["rows"]]
+    by = dict(rows)
+    c = run["config"]
+    stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
+    lines += [
+        f"Command: `{run['command']}` ({commit_text(run)}; started {run['started']}, {run['invocation_seconds'] / 60:.1f} "
+        f"min this invocation; stage times {stages}; peak RSS {run['peak_rss_gib'] or float('nan'):.2f} GiB). "
+        f"Seed {run['seed']}, model {run['model']}. Data: `{shown(exp_dir)}/`.", "",
+        f"Held-out: {by[rows[0][0]].num_tasks} tasks of `{run['heldout_file']}` "
+        f"({heldout_status(run['heldout_file'], run['heldout_sha256'])}), N = {run['eval_n']} at temperature "
+        f"{run['eval_temperature']}.", "",
+        f"Settings: cold start {c['sft_steps']} SFT steps on {c['sft_demos']} demos of "
+        f"{', '.join(c['sft_families']) or 'all families'}; GRPO {c['rl_steps']} steps of {c['rl_tasks_per_step']} "
+        f"tasks x {c['rl_group_size']}, lr {c['rl_lr']}; replies <= {c['max_new_tokens']} tokens, "
+        f"{c['max_turns']} turns" + (f"; env {json.dumps(c['env_kwargs'])}" if c.get("env_kwargs") else "")
+        + (f"; engine {run['engine']} (every evaluation and GRPO rollout sampled by a {run['engine']} server, SFT "
+           "in process)" if run.get("engine") else "") + ".", "",
+        results_table(rows), "",
+    ]
+    if run.get("cold_start_from"):
+        lines += [f"The base and cold-start rows were read back from `{run['cold_start_from']}` (the plain recipe's "
+                  "run), not re-run: this variant differs from it only after the cold start.", ""]
+    lines += comparisons(env, run, exp_dir, selected, plain)
+    families, tiers = family_table(run, exp_dir), family_table(run, exp_dir, "tier")
+    if families:
+        lines += ["Per task family (Average@N):", "", families, ""]
+    if tiers:
+        lines += ["Per tier (Average@N):", "", tiers, ""]
+    lines += signal_table(grpo_metrics(exp_dir))
+    plot_dir = exp_dir.name
+    lines += engine_training(run, exp_dir, plain, results / plot_dir / "grpo_engine_vs_in_process.png" if draw else None)
+    for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),
+                         (f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
+                          f"{plot_dir}/eval_eval_comparison.png"),
+                         (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", f"{plot_dir}/grpo_reward.png"),
+                         (f"![{env} GRPO through the engine and in process]({plot_dir}/grpo_engine_vs_in_process.png)",
+                          f"{plot_dir}/grpo_engine_vs_in_process.png")):
+        if (results / target).is_file():
+            lines += [text, ""]
+    return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
+
+
+def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str, int]) -> list[str]:
+    """Per held-out set, every evaluation the ledger recorded on it, in the order they ran."""
+    lines = ["## Every configuration judged on each held-out set (the ledger)", "",
+             f"From `{shown(ledger)}`: one row per evaluation on a fixed set, whichever command ran it "
+             "(`agentrl eval --tasks-file`, `benchmarks/learning.py`, `benchmarks/compare_algorithms.py`, the main "
+             "job). Weights: a fingerprint of the sampled weights; config: a hash of the evaluation settings. A row "
+             "marked **selected** is the best of several configurations judged on the same whole set with the same N "
+             "and temperature: a figure chosen by looking at the set, not a held-out figure.", ""]
+    for name in SPECS:
+        on = [r for r in rows if r.get("set") == name]
+        lines += [f"### `{name}`", ""]
+        if not on:
+            lines += ["No evaluation recorded on this set.", ""]
+            continue
+        metric = on[0].get("primary_metric", "average_at_n")
+        lines += [f"| Time (UTC) | Commit | Command | Weights | Adapter | Config | Tasks | N, T | {metric} | |",
+                  "|---|---|---|---|---|---|---:|---|---:|---|"]
+        for r in on:
+            commit = (r.get("commit") or "?")[:10] + (" (dirty)" if r.get("dirty") else "")
+            value = (r.get("scores") or {}).get(metric)
+            mark = f"**selected** (best of {selected[r['id']]})" if r["id"] in selected else ""
+            stage = f" ({r['stage']})" if r.get("stage") else ""
+            lines.append(f"| {r.get('time')} | `{commit}` | `{cell(r.get('command'))}`{stage} | `{r.get('weights')}` | "
+                         f"{cell(r.get('adapter'))} | `{r.get('config_sha256')}` | {r.get('tasks')} of "
+                         f"{r.get('set_tasks')} | {r.get('n')}, {r.get('temperature')} | "
+                         f"{'–' if value is None else f'{100 * value:.1f}%'} | {mark} |")
+        lines.append("")
+    return lines
+
+
+def without_data(results: Path, data: Path, quick: bool) -> list[str]:
+    """Learning pages in ``results`` whose experiment has no committed data (their figures cannot be re-derived),
+    and a pointer to ``results/archive/`` (earlier pages kept for history) when it exists."""
+    pages = [p for p in sorted(results.glob("learning_*.md"))
+             if (p.stem.endswith("_quick") == quick) and not (data / p.stem.removeprefix("learning_")).is_dir()]
+    archive = results / "archive" / "README.md"
+    if not pages and not archive.is_file():
+        return []
+    lines = ["## Pages without committed raw data", ""]
+    if pages:
+        lines += ["These pages were written by runs whose per-task outputs and metrics were not committed: their "
+                  "figures cannot be re-derived or audited from this repository, and none of them appears above.", "",
+                  *[f"- [{p.name}]({p.name})" for p in pages], ""]
+    if archive.is_file():
+        lines += ["Pages and plots of earlier runs on the burnt v1 sets, whose raw data was never committed, are kept "
+                  "for history in [archive/](archive/README.md): they are not results, and each of their figures is "
+                  "superseded by this page once the runs on the v2 sets are committed.", ""]
+    return lines
+
+
+#: The lines around README's generated summary (``summary_table``), which ``--page`` rewrites.
+README_MARKS = ("<!-- learning-summary: generated by `python benchmarks/learning.py --page` from docs/results/data; "
+                "do not edit -->", "<!-- /learning-summary -->")
+
+
+def summary_table(data: Path = DATA) -> str:
+    """One line per comparison of every committed (non-quick) run, for the README: the env, its set, the two
+    rows, their scores, the difference with its interval, the goal and the verdict."""
+    lines = ["| Env (held-out set) | Comparison | A | B | A - B, 95% interval | Goal | Verdict |",
+             "|---|---|---:|---:|---|---|---|"]
+    for exp in EXPERIMENTS:
+        env = exp.env
+        (plain_dir, plain), others = runs_of(data, exp, False)
+        runs = [(plain_dir, plain)] * (plain is not None) + others
+        for exp_dir, run in runs:
+            label = env.split("/")[-1] + (f" `{run['variant']}`" if run.get("variant") else "")
+            where = Path(run["heldout_file"]).stem
+            for cmp, c in learning_judged(env, run, exp_dir, baseline(run, runs) if run.get("variant") else None):
+                lines.append(f"| {label} (`{where}`) | {cmp.a} vs {cmp.b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} "
+                             f"[{c.low:+.1f}, {c.high:+.1f}] | {cmp.goal_text} | {verdict(c)} |")
+    return "\n".join(lines) if len(lines) > 2 else "No learning run has committed data yet."
+
+
+def update_readme(readme: Path, data: Path = DATA) -> bool:
+    """Rewrite the block between :data:`README_MARKS` in ``readme`` with :func:`summary_table`; False when the
+    file has no such block."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = README_MARKS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{summary_table(data)}\n{end}{tail}", encoding="utf-8")
+    return True
+
+
+def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = False,
+               ledger: Path = LEDGER, out: Path | None = None, readme: Path | None = None) -> Path:
+    """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
+    data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite its
+    generated summary block (:func:`update_readme`; ``--page`` passes README.md) and the learning section of
+    docs/results.md (:func:`harness.results_page.refresh_learning`)."""
+    rows = read_ledger(ledger)
+    selected = selections(rows)
+    lines = [f"# Learning results{' (quick smoke runs: not results)' if quick else ''}", "",
+             f"Generated by `python benchmarks/learning.py --page{' --quick' if quick else ''}` from committed data "
+             f"only: `{shown(data)}/` (per-task eval outputs and each run's `learning.json`, copied there by "
+             f"`benchmarks/learning.py`) and the ledger `{shown(ledger)}`. A section without committed data says "
+             "so; see [docs/evaluation.md](../evaluation.md#results-pages-and-the-ledger) for how figures are made.", "",
+             "## Held-out sets", "", heldout_table(), "", "Selection caveats:", "",
+             *[f"- {c}" for c in CAVEATS], ""]
+    for exp in EXPERIMENTS:
+        env = exp.env
+        (exp_dir, plain), others = runs_of(data, exp, quick)
+        lines += env_section(env, plain, exp_dir, quick, results, selected)
+        for var_dir, run in others:
+            lines += env_section(env, run, var_dir, quick, results, selected,
+                                 plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
+                                 draw=out is None)
+    for cmp_dir in comparison_dirs(data, quick):
+        lines += compare_section(load_json(cmp_dir / "compare.json"), cmp_dir, quick, results if out is None else None)
+    lines += ledger_section(rows, ledger, selected)
+    lines += without_data(results, data, quick)
+    path = out or results / f"learning{'-quick' if quick else ''}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    if readme is not None and not quick:
+        update_readme(readme, data)
+        if RESULTS_PAGE.is_file() and results.resolve() == RESULTS.resolve():
+            refresh_learning(RESULTS_PAGE)  # its learning section embeds this page's tables
+    return path
