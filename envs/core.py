@@ -323,6 +323,7 @@ class TextEnv(gym.Env[str, str]):
         parsed = self.parser.parse(action)
 
         if parsed.kind == "answer":
+            assert self.task is not None, "step() before reset()"
             reward, correct = self.score(parsed.answer or "", self.task)
             return self._finish(
                 "", parsed, reward=reward, termination="answered", correct=correct, answer=parsed.answer
@@ -350,6 +351,7 @@ class TextEnv(gym.Env[str, str]):
             t0 = time.perf_counter()
             out = self.run_tool(ParsedAction("tool_call", name=call["name"], arguments=call["arguments"]))
             self.metrics.tool_latency_s += time.perf_counter() - t0
+            assert self.task is not None, "step() before reset()"
             credit += float(self.call_reward(call["name"], call["arguments"], self.task))
             out = clip_head(out, self.budgets.max_obs_chars)
             self.messages.append({"role": "tool", "name": call["name"], "tool_call_id": call_id, "content": out})
