@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where environments run: threads in this process (local, default) or Ray actors")
     p.add_argument("--async", dest="async_", action="store_true",
                    help="decoupled rollout and training: sample the next batches while updating "
-                        "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis, tis_cap)")
+                        "(asynchronous.* keys: queue_size, max_staleness, staleness=drop|tis)")
     p.add_argument("--report-to", type=_report_to, metavar="SINKS",
                    help="experiment trackers, comma-separated: tensorboard (default), wandb, mlflow, trackio, none "
                         "(the report_to key; docs/trackers.md)")

@@ -51,7 +51,10 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 #: Removed config keys, dotted as typed: old -> what to use instead.
-REMOVED_KEYS: dict[str, str] = {}
+REMOVED_KEYS: dict[str, str] = {
+    "asynchronous.tis_cap": "staleness='tis' truncates its weight at the algorithm's correction_cap "
+                            "(grpo.correction_cap, ppo.correction_cap)",
+}
 
 #: Renamed values of a key: (dotted key, old value) -> new value.
 RENAMED_VALUES: dict[tuple[str, str], str] = {

@@ -28,7 +28,8 @@ range. Trajectories (whole groups) more than ``max_staleness`` versions stale ar
 * ``staleness="tis"``: corrected with truncated importance sampling (decoupled PPO): the current weights'
   logprobs ``pi_cur`` of the sampled tokens are computed once (no gradient), the clipped ratio is taken against
   ``pi_cur`` instead of the stale rollout logprobs (the trust region is around the current policy), and each token's loss
-  weight is multiplied by ``min(pi_cur / pi_rollout, tis_cap)``, the importance weight from the rollout's
+  weight is multiplied by ``min(pi_cur / pi_rollout, correction_cap)`` (the algorithm's cap, e.g.
+  ``grpo.correction_cap``), the importance weight from the rollout's
   distribution to the current one, truncated to bound its variance.
 
 The rollout correction of GRPO/PPO (``grpo.correction``, on by default with a server policy:
@@ -321,11 +322,11 @@ class AsyncTrainer(Trainer):
         cfg = self.config
         current = rows_logprobs(self.model, stale, temperature=self.rollout_temperature, pad_id=self.pad_id,
                                 micro_batch_tokens=self.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
+        cap = cfg.algorithm_config().correction_cap  # one cap for the truncated importance weight
         weights: list[float] = []
         for it, lp in zip(stale, current, strict=True):
-            w = tis_correct(it, lp, self.async_config.tis_cap)
+            w = tis_correct(it, lp, cap)
             weights.extend(x for x, m in zip(w, it.loss_mask, strict=True) if m)
-        return {"async/tis_corrected": len(stale),
-                "async/tis_weight_mean": sum(weights) / len(weights) if weights else 1.0,
-                "async/tis_truncated_frac": (sum(1 for x in weights if x >= self.async_config.tis_cap) / len(weights)
-                                             if weights else 0.0)}
+        n = len(weights)
+        return {"async/tis_corrected": len(stale), "async/tis_weight_mean": sum(weights) / n if n else 1.0,
+                "async/tis_truncated_frac": sum(1 for x in weights if x >= cap) / n if n else 0.0}

@@ -62,9 +62,8 @@ class AsyncConfig:
     """Trajectories sampled more than this many policy versions (weight updates) before the trainer's current
     weights are dropped ('drop') or importance-corrected ('tis')."""
     staleness: str = "drop"
-    """'drop' or 'tis' (truncated importance sampling against the current weights, grpo/ppo only)."""
-    tis_cap: float = 2.0
-    """Upper bound of the per-token importance weight pi_current / pi_rollout in 'tis' mode."""
+    """'drop' or 'tis' (truncated importance sampling against the current weights, grpo/ppo only; the weight
+    pi_current / pi_rollout is truncated at the algorithm's correction_cap, e.g. grpo.correction_cap)."""
 
 
 @dataclass
@@ -228,8 +227,11 @@ class TrainConfig:
                 per_token = ", ".join(n for n in names if algorithm_class(n).token_level)
                 raise ValueError(f"asynchronous.staleness='tis' corrects per-token policy-gradient losses "
                                  f"({per_token}); use 'drop' with {self.algo}")
-            if a.queue_size < 1 or a.max_staleness < 0 or a.tis_cap <= 0:
-                raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0, tis_cap > 0")
+            if a.staleness == "tis" and not hasattr(self.algorithm_config(), "correction_cap"):
+                raise ValueError(f"asynchronous.staleness='tis' truncates its weight at the algorithm's "
+                                 f"correction_cap, which {self.algo}'s config lacks; use 'drop'")
+            if a.queue_size < 1 or a.max_staleness < 0:
+                raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0")
             if self.policy_shares_weights:
                 raise ValueError("asynchronous training samples in a producer thread while the trainer updates the "
                                  "model, so policy_shares_weights=true would sample through weights being changed "

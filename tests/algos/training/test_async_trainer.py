@@ -212,8 +212,9 @@ def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_pa
 
 
 def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tmp_path):
-    trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis", tis_cap=2.0),
-                           model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    cfg = _acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis")
+    cfg.grpo = dataclasses.replace(cfg.grpo, correction_cap=1.5)  # the one cap of the truncated weight
+    trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
     _slow_updates(trainer, 0.3)
     hist = trainer.train()
@@ -221,7 +222,7 @@ def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tm
                    if current > v[0] and h["train/optimizer_steps"]]  # (a step of equal rewards trains nothing)
     assert stale_steps, "the producer never ran ahead"
     for h in stale_steps:
-        assert h["async/tis_corrected"] > 0 and 0 < h["async/tis_weight_mean"] <= 2.0
+        assert h["async/tis_corrected"] > 0 and 0 < h["async/tis_weight_mean"] <= 1.5
         # pi_old of a corrected token is the current policy's logprob: the recomputation matches it exactly and
         # the first-epoch ratio is 1, although the batch was sampled by older weights.
         assert h["train/logprob_gap"] < 1e-4
