@@ -28,12 +28,12 @@ def signal_tables(summary: dict[str, Any], metrics: Path) -> list[str]:
     committed metrics of its runs (all seeds' steps together); nothing for runs logged without ``family/*``."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
-    lines = []
+    lines, labels = [], COMPARE.labels_of(summary)
     for algo, runs in summary["runs"].items():
         paths = [metrics / f"{algo}-s{r['seed']}.jsonl" for r in runs]
         # seeds' steps interleaved by step number: a quarter of the table is that quarter of every seed's run
         steps = sorted((m for p in paths if p.is_file() for m in read_metrics(p)), key=lambda m: m["step"])
-        table = signal_table(steps, who=COMPARE.label(algo)) if algo != "sft" else []
+        table = signal_table(steps, who=labels[algo]) if algo != "sft" else []
         lines += ["", *table[:-1]] if table else []
     return lines
 
@@ -42,6 +42,7 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
     """The markdown of the comparison (also embedded in docs/results/learning.md); with ``data_dir`` (the
     committed per-task scores) also each comparison's paired bootstrap interval and verdict."""
     n, cold = summary["eval_n"], summary["cold_start"]["average_at_n"]
+    labels = COMPARE.labels_of(summary)
     lines = [f"{summary['tasks']} held-out tasks from `{summary['heldout_file']}`, greedy (N = {n}); each "
              f"algorithm trained for about {summary['minutes']:g} min of wall time (a run ends at the step count "
              "whose time is nearest that budget; each run's own time is in the table) from the same cold start "
@@ -53,11 +54,11 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         agg = {**agg, "beat": agg["min"] > cold}  # the rule of aggregate(), also for a compare.json written before it
         verdict = "yes (every seed)" if agg["beat"] else "no (see below)"
         spent = ", ".join(f"{r['steps']} ({r['train_seconds'] / 60:.1f})" for r in summary["runs"][algo])
-        lines.append(f"| {COMPARE.label(algo)} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
+        lines.append(f"| {labels[algo]} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
                      f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
                      f"{spent} | {verdict} |")
         if not agg["beat"]:
-            notes.append(f"- **{COMPARE.label(algo)}** did not beat its cold start on every seed "
+            notes.append(f"- **{labels[algo]}** did not beat its cold start on every seed "
                          f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
     judgements = compare_judged(summary, data_dir) if data_dir is not None else []
     if judgements:
@@ -77,9 +78,9 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
                   "| Model | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams),
                   "| cold start | " + " | ".join(f"{100 * v:.0f}%" for v in fams.values()) + " |"]
         for algo, agg in summary["aggregate"].items():
-            lines.append(f"| {COMPARE.label(algo)} | "
+            lines.append(f"| {labels[algo]} | "
                          + " | ".join(f"{100 * agg['by_family'].get(f, 0.0):.0f}%" for f in fams) + " |")
-    earlier = [f"{COMPARE.label(a)} seed {r['seed']} ("
+    earlier = [f"{labels[a]} seed {r['seed']} ("
                + (f"commit `{r['commit'][:10]}`" if r.get("commit") else "commit not recorded")
                + (f", from the {r['commit_from']}" if r.get("commit_from") else "") + ")"
                for a, runs in summary["runs"].items() for r in runs if r.get("commit") != summary.get("commit")]

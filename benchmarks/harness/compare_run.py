@@ -327,6 +327,7 @@ def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
         "cold_start_by_family": by_family(out / "eval" / "cold_start.jsonl", cfg.eval_n),
         "cold_start_source": cold_info["source"], "model": cfg.model, "sections": sections,
         "options": {a: {"algo": o.algo, "settings": dict(o.settings)} for a in algos if (o := COMPARE.option(a))},
+        "labels": {a: COMPARE.label(a) for a in algos},
         "command": " ".join(["python benchmarks/compare_algorithms.py", *shown]),
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,
         "peak_rss_gib": peak_rss_gib(), "machine": machine(), "runs": runs,

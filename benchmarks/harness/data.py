@@ -174,7 +174,7 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
 
     if not (data_dir / "eval" / "cold_start.jsonl").is_file():
         return []
-    label = COMPARE.label
+    label = COMPARE.labels_of(summary).__getitem__
     scores = {"cold start": read_scores(data_dir / "eval" / "cold_start.jsonl")[0]}
     scores.update({label(a): s for a in summary["runs"] if (s := final(a)) is not None})
     pairs = [(label(a), "cold start") for a in summary["runs"]]

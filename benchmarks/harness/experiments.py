@@ -121,15 +121,15 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         variants=(
             Variant("v2", ("env_kwargs={}",), "the main job on tooluse_v2, in its own world", "tooluse_v2"),
             Variant("vllm", (), "rollouts and evaluations sampled by a vLLM server (--engine vllm --no-control)"),
-            Variant("guided", ("grpo.guidance=demos",), "LUFFY: a demonstration inside each unsolved group"),
-            Variant("relift", ("grpo.guidance=sft",), "ReLIFT: an NLL term on unsolved groups' demonstrations"),
+            Variant("guided", ("grpo.guidance=luffy",), "LUFFY: a demonstration inside each unsolved group"),
+            Variant("relift", ("grpo.guidance=relift",), "ReLIFT: an NLL term on unsolved groups' demonstrations"),
             Variant("credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call"),
             Variant("lr2e-5", ("rl_lr=2e-5", "rl_steps=4"), "GRPO at a lower learning rate", "tooluse_v4"),
             Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=6"), "a 48-step cold start", "tooluse_v4"),
             Variant("chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
                                '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
                                'sft_families=["multiply","add","power","stock","convert","days","stock_value",'
-                               '"stock_total","add_multiply"]', "grpo.guidance=demos", "rl_lr=6e-5", "rl_steps=8"),
+                               '"stock_total","add_multiply"]', "grpo.guidance=luffy", "rl_lr=6e-5", "rl_steps=8"),
                     "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4"),
             Variant("multicall", ("sft_steps=48", 'env_kwargs.families=["stock_total","stock_total","stock_value",'
                                   '"add_multiply"]', 'sft_families=["multiply","add","power","stock","convert",'
@@ -192,6 +192,8 @@ class Option:
     settings: Mapping[str, Any]
     """Changes to its run's TrainConfig on top of the main job's (``grpo.<key>``: a field of its GRPO section)."""
     label: str
+    former_label: str | None = None
+    """The label its rows had in a ``compare.json`` written before the comparison recorded its labels."""
 
 
 @dataclass(frozen=True)
@@ -213,11 +215,19 @@ class AlgorithmComparison:
         return next((o for o in self.options if o.name == name), None)
 
     def label(self, name: str) -> str:
+        """The row label of an algorithm or option (what a new ``compare.json`` records in ``labels``)."""
         o = self.option(name)
         return o.label if o else self.labels.get(name, name)
 
+    def labels_of(self, summary: Mapping[str, Any]) -> dict[str, str]:
+        """Row labels of a comparison's ``compare.json``: the ones it recorded, else (written before it recorded
+        them) the labels of that time."""
+        recorded = summary.get("labels") or {}
+        return {a: recorded.get(a) or ((o.former_label or o.label) if (o := self.option(a)) else self.label(a))
+                for a in summary["runs"]}
 
-#: ``grpo_turns``: GiGPO's turn-level advantage with its paper's weight, 1 (docs/algorithms/grpo.md, "Turn-level
+
+#: ``grpo_turns``: turn credit, GiGPO's turn-level advantage with its paper's weight, 1 (docs/algorithms/grpo.md, "Turn
 #: credit"). ``grpo_lr6e-5`` / ``grpo_lr2e-5``: the main job's GRPO at a lower learning rate than its ``rl_lr`` of
 #: 2e-4 (a diagnostic of the collapse after one update at 2e-4 on a CPU without bf16: Adam's first step moves every
 #: LoRA weight by about ``lr``). ``grpo_guided`` / ``grpo_relift``: the env's demonstration of each group no sample
@@ -229,18 +239,21 @@ COMPARE = AlgorithmComparison(
     env=TOOLUSE, heldout="tooluse_v3", algos=("grpo", "ppo", "dpo", "sft"),
     labels=MappingProxyType({"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO",
                              "sft": "SFT-continued"}),
-    options=(Option("grpo_turns", "grpo", {"grpo.step_weight": 1.0}, "GRPO + turn-level credit (step_weight=1)"),
+    options=(Option("grpo_turns", "grpo", {"grpo.turn_weight": 1.0}, "GRPO + turn credit (turn_weight=1)",
+                    former_label="GRPO + turn-level credit (step_weight=1)"),
              Option("grpo_lr6e-5", "grpo", {"lr": 6e-5}, "GRPO, lr 6e-5"),
              Option("grpo_lr2e-5", "grpo", {"lr": 2e-5}, "GRPO, lr 2e-5"),
-             Option("grpo_guided", "grpo", {"grpo.guidance": "demos"},
+             Option("grpo_guided", "grpo", {"grpo.guidance": "luffy"},
                     "GRPO + demonstrations in unsolved groups (LUFFY)"),
-             Option("grpo_relift", "grpo", {"grpo.guidance": "sft"}, "GRPO + SFT on unsolved groups (ReLIFT)")),
+             Option("grpo_relift", "grpo", {"grpo.guidance": "relift"}, "GRPO + SFT on unsolved groups (ReLIFT)")),
     quick=MappingProxyType({"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2,
                             "rl_group_size": 4, "max_new_tokens": 32, "max_turns": 2}),
     quick_tasks=4, sections=MappingProxyType({"ppo": ("epochs=2",), "dpo": ()}))
 #: Per-step metrics whose run means the algorithms comparison records and its page shows (when an algorithm logs them), with their labels.
 DIAGNOSTICS = {
-    "rollout/degenerate_group_rate": "equal-reward groups", "train/step_anchor_turns": "turns sharing a state", "train/skipped_groups": "skipped groups/step",
+    "rollout/degenerate_group_rate": "equal-reward groups", "train/turn_anchor_turns": "turns sharing a state",
+    "train/step_anchor_turns": "turns sharing a state",  # its name in data written before turn credit's rename
+    "train/skipped_groups": "skipped groups/step",
     "train/optimizer_steps": "optimizer steps/step", "train/clip_frac_high": "clip frac high",
     "train/clip_frac_low": "clip frac low", "train/kl": "KL", "train/pairs": "DPO pairs/step",
     "train/dpo_accuracy": "DPO accuracy", "train/guided_groups": "groups given a demonstration/step",

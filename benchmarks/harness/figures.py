@@ -44,6 +44,7 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
     from agentrl.algos.evaluation.run_log import read_metrics
 
     plt = pyplot()
+    labels = COMPARE.labels_of(summary)
     dest.mkdir(parents=True, exist_ok=True)
     cold = summary["cold_start"]["average_at_n"]
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -58,7 +59,7 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
             lo.append(m - min(vals))
             hi.append(max(vals) - m)
         ax.errorbar(xs, [100 * y for y in ys], yerr=[[100 * v for v in lo], [100 * v for v in hi]], marker="o",
-                    capsize=3, label=COMPARE.label(algo))
+                    capsize=3, label=labels[algo])
     ax.axhline(100 * cold, color="grey", linestyle=":", label="cold start")
     ax.set_xlabel("training wall time (min)")
     ax.set_ylabel(f"held-out Average@{summary['eval_n']} (%)")
@@ -75,7 +76,7 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
             recs = [m for m in read_metrics(path) if "reward/mean" in m] if path.is_file() else []
             if recs:
                 ax.plot([m["step"] for m in recs], [m["reward/mean"] for m in recs], color=f"C{i}", alpha=0.8,
-                        linestyle=("-", "--", ":", "-.")[j % 4], label=f"{COMPARE.label(algo)} seed {r['seed']}")
+                        linestyle=("-", "--", ":", "-.")[j % 4], label=f"{labels[algo]} seed {r['seed']}")
     ax.set_xlabel("step")
     ax.set_ylabel("rollout reward (mean)")
     ax.set_title("rollout reward of the RL algorithms (SFT has no rollouts)")

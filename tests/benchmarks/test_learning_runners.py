@@ -295,10 +295,10 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
             if algo == "grpo_turns":  # an option: GRPO with the turn-level advantage, the main job's GRPO otherwise
-                assert config["algo"] == "grpo" and config["grpo"]["step_weight"] == 1.0
+                assert config["algo"] == "grpo" and config["grpo"]["turn_weight"] == 1.0
                 assert config["grpo"]["scale_std"] is False
             elif algo == "grpo":
-                assert config["grpo"]["step_weight"] == 0
+                assert config["grpo"]["turn_weight"] == 0
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v3.jsonl"
     assert summary["commit"] == git_state(ROOT)["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
@@ -310,7 +310,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     # each algorithm against the cold start, each RL algorithm against SFT-continued, with its interval and verdict
     for row in ("| GRPO (Dr. GRPO) vs cold start |", "| SFT-continued vs cold start |",
                 "| online DPO vs SFT-continued |", "| PPO (clip-higher) vs SFT-continued |",
-                "| GRPO + turn-level credit (step_weight=1) vs GRPO (Dr. GRPO) |"):
+                "| GRPO + turn credit (turn_weight=1) vs GRPO (Dr. GRPO) |"):
         assert row in page and "| > +0 | **" in page.split(row, 1)[1].splitlines()[0]
     assert "| SFT-continued vs SFT-continued |" not in page
     # where each RL algorithm's learning signal was, per family, from the committed metrics (SFT has no rollouts)
@@ -352,10 +352,10 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     turns = runner.train_config("grpo_turns", 0, tmp_path / "adapter", tmp_path / "turns")
     assert plain.lr == MainJobConfig().rl_lr == 2e-4 and low.lr == 2e-5 and turns.lr == plain.lr
     assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
-    assert turns.grpo.step_weight == 1.0 and plain.grpo.step_weight == 0
+    assert turns.grpo.turn_weight == 1.0 and plain.grpo.turn_weight == 0
     guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
     relift = runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")
-    assert (plain.grpo.guidance, guided.grpo.guidance, relift.grpo.guidance) == ("none", "demos", "sft")
+    assert (plain.grpo.guidance, guided.grpo.guidance, relift.grpo.guidance) == ("none", "luffy", "relift")
     assert guided.lr == relift.lr == plain.lr and dataclasses.replace(guided.grpo, guidance="none") == plain.grpo
 
 
@@ -481,15 +481,15 @@ def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, st
                                    "--reuse-cold-start", str(plain), "--out", str(out), "--results", str(results),
                                    "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
     assert (out / "eval" / "sft.jsonl").read_bytes() == (plain / "eval" / "sft.jsonl").read_bytes()
-    assert json.loads((out / "grpo" / "config.json").read_text())["grpo"]["guidance"] == "demos"
+    assert json.loads((out / "grpo" / "config.json").read_text())["grpo"]["guidance"] == "luffy"
     new = [r for r in read(ledger_file)[before:]]
     assert len(new) == 2  # the RL and the control evaluations; base and cold start were read back
     summary = json.loads((results / "data" / "tooluse_guided_quick" / "learning.json").read_text())
-    assert summary["variant"] == "guided" and "grpo.guidance=demos" in summary["overrides"]
+    assert summary["variant"] == "guided" and "grpo.guidance=luffy" in summary["overrides"]
     assert summary["cold_start_from"] == str(plain)
     text = learning_page.write_page(results / "data", results, quick=True, ledger=ledger_file).read_text()
     title = next(line for line in text.splitlines() if line.startswith("## ToolUse-v0, variant `guided`: "))
-    assert "grpo.guidance=demos" in title
+    assert "grpo.guidance=luffy" in title
     assert "read back from" in text and "| RL (GRPO) vs the plain recipe's RL (GRPO) |" in text
     with pytest.raises(SystemExit, match="no finished cold start"):
         commands.learning_main(["--quick", "--variant", "relift", "--reuse-cold-start", str(out / "nowhere"),
