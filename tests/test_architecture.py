@@ -1,6 +1,7 @@
 """The layout's promises: a new algorithm is one file plus one registry line, documented imports work, one
 import path per name, a small typed public API, no import cycle (module or function level), no upward import
-between layers, no oversized files, every package is installed."""
+between layers, no oversized files, every package is installed, no ``sys.path`` surgery. The learning harness
+(``benchmarks/harness``, imported as ``harness``) keeps the same rules, with layers of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 from helpers import ROOT, tiny_train_config, tiny_train_model
 
-PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos"}
+PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos", "harness": ROOT / "benchmarks" / "harness"}
 
 
 # ---------------------------------------------------------------------------------------------- a new algorithm
@@ -251,8 +252,64 @@ def _layer(module: str) -> int:
 
 def test_lower_layers_never_import_higher_ones():
     upward = sorted(f"{m} -> {n}" for m, deps in _graph().items() for n in deps
-                    if _layer(n) > _layer(m) and n != "agentrl.algos")
+                    if m.startswith("agentrl") and n.startswith("agentrl") and _layer(n) > _layer(m)
+                    and n != "agentrl.algos")
     assert not upward, upward
+
+
+#: The learning harness's layers, lowest first (benchmarks/harness/__init__.py): declarations, then the fixed
+#: sets, then the one reader (and the runners' writer) of committed data, then runners and renderers, then the
+#: command lines that run and then render.
+HARNESS_LAYERS = [
+    ("harness.layout", "harness.experiments"),
+    ("harness.heldout_draw", "harness.heldout", "harness.machine"),
+    ("harness.data", "harness.export"),
+    ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
+     "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
+     "harness.pages"),  # renderers
+    ("harness.commands", "harness.suite"),
+]
+HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes"}
+HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page", "harness.run_page",
+                     "harness.results_page", "harness.pages"}
+
+
+def test_the_harness_keeps_its_layers_and_runners_never_import_pages():
+    graph = {m: deps for m, deps in _graph().items() if m.startswith("harness.")}
+    layer = {m: i for i, names in enumerate(HARNESS_LAYERS) for m in names}
+    assert set(graph) - {"harness"} == set(layer), f"give each harness module a layer: {set(graph) ^ set(layer)}"
+    upward = sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps if n in layer and layer[n] > layer[m])
+    assert not upward, upward
+    crossing = sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps
+                      if (m in HARNESS_RUNNERS and n in HARNESS_RENDERERS)
+                      or (m in HARNESS_RENDERERS and n in HARNESS_RUNNERS))
+    assert not crossing, f"a runner never imports a renderer, nor a renderer a runner: {crossing}"
+    library = sorted(m for m, deps in _graph().items() if m.startswith("agentrl") for n in deps
+                     if n.startswith("harness"))
+    assert not library, f"the library never imports the harness: {library}"
+
+
+#: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m`` does,
+#: so that ``module:Class`` references to the user's own files import (algos/cli.py).
+SYS_PATH_ALLOWED = {"algos/cli.py"}
+
+
+def test_no_sys_path_surgery_in_the_sources_or_the_benchmarks():
+    """Nothing in envs/, algos/ or benchmarks/ inserts into ``sys.path`` to find the project's own modules: the
+    harness is a package that scripts import as ``harness`` (``benchmarks/`` is their ``sys.path[0]``)."""
+    found = []
+    for top in ("envs", "algos", "benchmarks"):
+        for f in sorted((ROOT / top).rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            if rel in SYS_PATH_ALLOWED:
+                continue
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+                target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else (
+                    node.targets[0].value if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+                    else None)
+                if target is not None and ast.unparse(target) == "sys.path":
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, found
 
 
 def _defined_names(path: Path) -> set[str]:
@@ -275,12 +332,13 @@ def _defined_names(path: Path) -> set[str]:
 
 
 def _import_statements():
-    """``(file, module, name)`` for every ``from agentrl... import name`` in the sources, tests, benchmarks and
-    docs (Python files, and code in the markdown pages)."""
+    """``(file, module, name)`` for every ``from agentrl... import name`` (and ``from harness... import name``) in
+    the sources, tests, benchmarks and docs (Python files, and code in the markdown pages)."""
     for top in ("algos", "envs", "tests", "benchmarks", "docs"):
         for f in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("agentrl"):
+                if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith(
+                        ("agentrl", "harness")):
                     yield from ((f, node.module, a.name) for a in node.names)
     for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         for m in re.finditer(r"from (agentrl[\w.]*) import (\([\w,\s]+\)|[\w, ]+)", f.read_text(encoding="utf-8")):
@@ -316,15 +374,15 @@ def test_envs_never_import_algos():
 
 
 def test_no_source_file_is_over_500_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules().values()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    files = [*_modules().values(), *(ROOT / "benchmarks").glob("*.py")]  # the harness and every script
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
     assert not long, f"split these files: {long}"
 
 
 def test_pyproject_installs_every_package():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    present = {m for m, p in _modules().items() if p.name == "__init__.py"}
+    present = {m for m, p in _modules().items() if p.name == "__init__.py" and m.startswith("agentrl")}
     assert present <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(present - listed)}"
 
 
