@@ -54,6 +54,7 @@ RENAMED_KEYS: dict[str, str] = {
 REMOVED_KEYS: dict[str, str] = {
     "asynchronous.tis_cap": "staleness='tis' truncates its weight at the algorithm's correction_cap "
                             "(grpo.correction_cap, ppo.correction_cap)",
+    "tensorboard": "report_to is the one switch (report_to=none: no trackers; a list without 'tensorboard')",
 }
 
 #: Renamed values of a key: (dotted key, old value) -> new value.

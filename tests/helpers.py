@@ -262,7 +262,7 @@ def tiny_train_config(tmp_path, **kw) -> TrainConfig:
     from agentrl.algos.training.config import TrainConfig
 
     base = dict(env="Test/Score-v0", algo="grpo", steps=1, tasks_per_step=2, group_size=4, out=str(tmp_path / "run"),
-                save_every=0, progress=False, tensorboard=False, lr=1e-2,
+                save_every=0, progress=False, report_to=["none"], lr=1e-2,
                 collector=CollectorConfig(max_new_tokens=8, max_turns=1))
     base.update(kw)
     return TrainConfig(**base)

@@ -78,15 +78,14 @@ class MetricsLogger:
     Use as a context manager or call :meth:`close` at the end.
     """
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, report_to: str | list[str] | None = None,
+    def __init__(self, run_dir: str | Path, *, report_to: str | list[str] | None = None,
                  config: Mapping[str, Any] | None = None, run_name: str | None = None,
                  plots: Callable[[Path], Sequence[str | Path]] | None = None):
         """
         Args:
             run_dir: the run's directory (created if missing). An existing ``metrics.jsonl`` is appended to.
-            tensorboard: false drops 'tensorboard' from ``report_to``.
             report_to: tracker names (:func:`~agentrl.algos.evaluation.trackers.tracker_names`); default
-                ``["tensorboard"]``.
+                ``["tensorboard"]``; ``"none"``: the JSONL log only.
             config: the run's config (a JSON-able dict), sent to each tracker.
             run_name: the trackers' run name (default: the run directory's name).
             plots: draws the run's curves at :meth:`close` for the trackers that take them (``plot_run``);
@@ -99,7 +98,7 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
-        self.trackers = resolve_report_to(report_to, tensorboard)
+        self.trackers = resolve_report_to(report_to)
         self._plots = plots
         config = json.loads(json.dumps(dict(config or {}), default=str))
         name = run_name or self.run_dir.resolve().name

@@ -250,9 +250,9 @@ def tracker_names() -> list[str]:
     return [*TRACKERS.names(), NONE]
 
 
-def resolve_report_to(report_to: str | list[str] | None, tensorboard: bool = True) -> list[str]:
-    """The trackers a run writes to: ``report_to`` (default ``["tensorboard"]``), without 'tensorboard' when
-    ``tensorboard`` is false, duplicates dropped; ``"none"`` alone means the JSONL log only.
+def resolve_report_to(report_to: str | list[str] | None) -> list[str]:
+    """The trackers a run writes to: ``report_to`` (default ``["tensorboard"]``), duplicates dropped; ``"none"``
+    alone means the JSONL log only.
 
     Raises:
         ValueError: an unknown name, or 'none' together with a tracker.
@@ -264,7 +264,7 @@ def resolve_report_to(report_to: str | list[str] | None, tensorboard: bool = Tru
                          f"yours: register_tracker, or an entry point in the group {TRACKERS.group!r})")
     if NONE in names and len(names) > 1:
         raise ValueError(f"report_to: {NONE!r} cannot be combined with other trackers, got {names}")
-    return list(dict.fromkeys(n for n in names if n != NONE and (n != "tensorboard" or tensorboard)))
+    return list(dict.fromkeys(n for n in names if n != NONE))
 
 
 def open_tracker(name: str, run_dir: Path, run_name: str, config: dict[str, Any]) -> Tracker:

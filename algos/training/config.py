@@ -152,11 +152,9 @@ class TrainConfig:
     main job's eval_tasks_file name the same kind of file."""
     progress: bool = True
     """Show a progress bar."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars (run_dir/tb)."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     """Experiment trackers that get the run's config, metrics and plots: 'tensorboard', 'wandb', 'mlflow',
-    'trackio' or 'none' (docs/trackers.md); tensorboard=false drops 'tensorboard' from the list."""
+    'trackio' or 'none' (docs/trackers.md): the one switch of TensorBoard too (report_to=none: none)."""
     executor: str = "local"
     """Where env resets and steps run: 'local' (threads in this process) or 'ray' (Ray actors, so tools and
     search scale across machines; pip install 'agentrl-gym[ray]')."""

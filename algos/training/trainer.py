@@ -218,7 +218,7 @@ class Trainer:
 
         cfg = self.config
         main = self.ranks.is_main  # rank 0 logs, checkpoints and saves; every rank trains
-        self._logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, report_to=cfg.report_to,
+        self._logger = MetricsLogger(self.run_dir, report_to=cfg.report_to,
                                      config=cfg.to_dict(), plots=plot_run) if main else None
         bar = tqdm(total=cfg.steps, initial=self.global_step, desc=f"{cfg.algo} {self.env_label}",
                    disable=not (cfg.progress and main), unit="step", dynamic_ncols=True)

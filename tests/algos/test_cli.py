@@ -150,7 +150,7 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     run = tmp_path / "run"
     common = ["--env", "Test/Echo-v0", "--model", str(tiny_dir), "--out", str(run)]
     assert cli.main(["train", "--algo", "grpo", *common, "steps=1", "tasks_per_step=2", "group_size=2",
-                     "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+                     "collector.max_new_tokens=4", "progress=false", "report_to=none", "dtype=fp32"]) == 0
     assert (run / "adapter" / "adapter_config.json").is_file()
     assert json.loads((run / "config.json").read_text())["steps"] == 1
     # --resume reads the run's config.json back; the override extends the run by one step
@@ -196,7 +196,7 @@ def test_an_unregistered_env_factory_trains_and_evaluates_by_module_reference(ti
     run = tmp_path / "run"
     assert cli.main(["train", "--algo", "grpo", "--env", env, "--model", str(tiny_dir), "--out", str(run),
                      "--env-kwargs", '{"invalid": -0.25}', "steps=1", "tasks_per_step=2", "group_size=2",
-                     "collector.max_new_tokens=4", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+                     "collector.max_new_tokens=4", "progress=false", "report_to=none", "dtype=fp32"]) == 0
     assert (run / "adapter" / "adapter_config.json").is_file()
     [record] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert record["reward/mean"] == -0.25  # 4-token replies never finish: the factory's kwarg set their reward

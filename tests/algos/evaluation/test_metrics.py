@@ -29,7 +29,7 @@ def traj(group: int, reward: float, *, kinds=("answer",), action_tokens=3, extra
 
 
 def test_logger_appends_flushed_lines_and_reads_back(tmp_path):
-    log = MetricsLogger(tmp_path, tensorboard=False)
+    log = MetricsLogger(tmp_path, report_to="none")
     log.log(1, {"train/loss": 0.5, "reward/mean": 1})
     # flushed: readable before close
     assert read_metrics(tmp_path)[0]["train/loss"] == 0.5
@@ -42,11 +42,11 @@ def test_logger_appends_flushed_lines_and_reads_back(tmp_path):
 
 
 def test_resumed_run_appends_and_read_keeps_one_record_per_step(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         for step in range(1, 6):
             log.log(step, {"train/loss": float(step)})
     # the run is killed after step 5 but its last checkpoint was step 3: the resumed run redoes 4 and 5
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         for step in range(4, 8):
             log.log(step, {"train/loss": 100.0 + step})
     lines = (tmp_path / METRICS_FILE).read_text().splitlines()
@@ -57,7 +57,7 @@ def test_resumed_run_appends_and_read_keeps_one_record_per_step(tmp_path):
 
 
 def test_same_step_logged_in_parts_is_merged(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         log.log(3, {"train/loss": 1.0})
         log.log(3, {"eval/average_at_n": 0.5})
     (rec,) = read_metrics(tmp_path)
@@ -67,7 +67,7 @@ def test_same_step_logged_in_parts_is_merged(tmp_path):
 def test_non_finite_and_odd_values_are_valid_json(tmp_path):
     import numpy as np
 
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         log.log(0, {"a": float("nan"), "b": np.float32(2.5), "c": True, "d": [1, 2], "e": None})
     line = (tmp_path / METRICS_FILE).read_text().strip()
     rec = json.loads(line)  # strict JSON: no NaN tokens
@@ -76,7 +76,7 @@ def test_non_finite_and_odd_values_are_valid_json(tmp_path):
 
 
 def test_truncated_last_line_is_skipped(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         log.log(1, {"x": 1})
     with open(tmp_path / METRICS_FILE, "a") as f:
         f.write('{"step": 2, "x"')  # killed mid-write
@@ -89,7 +89,7 @@ def test_read_metrics_missing_file_says_where(tmp_path):
 
 
 def test_log_after_close_raises(tmp_path):
-    log = MetricsLogger(tmp_path, tensorboard=False)
+    log = MetricsLogger(tmp_path, report_to="none")
     log.close()
     log.close()  # idempotent
     with pytest.raises(RuntimeError):

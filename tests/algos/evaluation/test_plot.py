@@ -34,7 +34,7 @@ def test_smooth_is_debiased_ema():
 
 @pytest.fixture
 def run_dir(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         for step in range(1, 41):
             log.log(step, {
                 "reward/mean": 0.1 + 0.02 * step + 0.1 * math.sin(step),
@@ -61,7 +61,7 @@ def test_plot_run_one_png_per_group(run_dir):
 
 
 def test_plot_run_splits_large_groups(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as log:
+    with MetricsLogger(tmp_path, report_to="none") as log:
         for step in range(3):
             log.log(step, {f"env/m{i:02d}": float(i + step) for i in range(14)})
     assert [p.name for p in plot_run(tmp_path)] == ["env.png", "env_2.png"]

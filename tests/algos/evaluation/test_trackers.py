@@ -42,7 +42,7 @@ def _log_run(run_dir, report_to, steps=(1, 2)):
 
 def test_report_to_resolution_and_errors():
     assert resolve_report_to(None) == ["tensorboard"]
-    assert resolve_report_to(["tensorboard", "wandb"], tensorboard=False) == ["wandb"]
+    assert resolve_report_to(["tensorboard", "wandb"]) == ["tensorboard", "wandb"]
     assert resolve_report_to("none") == [] and resolve_report_to(["mlflow", "mlflow"]) == ["mlflow"]
     with pytest.raises(ValueError, match="unknown tracker"):
         resolve_report_to(["wandbb"])
@@ -124,7 +124,7 @@ def test_a_tracker_declared_by_an_entry_point_is_used_when_named_in_report_to(fr
                                                                               monkeypatch):
     install_entry_point(tmp_path, monkeypatch, "agentrl.trackers", "listtracker", "listtracker:ListTracker")
     assert "listtracker" in tracker_names() and tracker_names()[-1] == "none"
-    assert resolve_report_to(["listtracker", "tensorboard"], tensorboard=False) == ["listtracker"]
+    assert resolve_report_to(["listtracker", "listtracker"]) == ["listtracker"]
 
     with MetricsLogger(tmp_path / "run", report_to=["listtracker"], config=CONFIG, run_name="t",
                        plots=_fake_plots) as log:

@@ -35,7 +35,7 @@ def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_mod
                      "--policy-url", server.url, "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu",
                      "--dtype", "fp32", "steps=2", "tasks_per_step=4", "group_size=4", "lr=5e-4",
                      "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false",
-                     "tensorboard=false"]) == 0
+                     "report_to=none"]) == 0
     assert "rollouts on http://127.0.0.1" in capsys.readouterr().out
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -68,7 +68,7 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
     assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
                      "--device", "cpu", "--dtype", "fp32", "steps=1", "tasks_per_step=2", "group_size=2",
                      "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
-                     "tensorboard=false"]) == 0
+                     "report_to=none"]) == 0
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(json.dumps({"id": str(i), "query": f"Say {i}."}) for i in range(3)) + "\n")
     out = tmp_path / "eval.jsonl"
@@ -89,7 +89,7 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
                          "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu", "--dtype", "fp32",
                          f"steps={2 if resume else 1}", "tasks_per_step=2", "group_size=2",
                          "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
-                         "tensorboard=false"]) == 0, capsys.readouterr().err
+                         "report_to=none"]) == 0, capsys.readouterr().err
     names = [name for name, _ in loads]
     assert len(names) == len(set(names)) == 4, names  # the eval's, the run's, the resumed run's two
     assert served_models(server.url) == ["tiny-base"]

@@ -68,7 +68,7 @@ def _episodes(path):
 def _train_args(run, model_dir, *extra, steps=2):
     return ["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(model_dir), "--out", str(run),
             "--device", "cpu", "--dtype", "fp32", *extra, f"steps={steps}", "tasks_per_step=4", "group_size=4",
-            "lr=5e-4", "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false", "tensorboard=false"]
+            "lr=5e-4", "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false", "report_to=none"]
 
 
 def _train(run, model_dir, tmp_path, *extra, steps=2):

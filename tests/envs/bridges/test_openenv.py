@@ -389,7 +389,7 @@ def test_one_grpo_step_of_our_trainer_on_an_imported_openenv_env(template_server
     assert cli.main(["train", "--algo", "grpo", "--env", "AgentRL/OpenEnv-v0", "--env-kwargs",
                      json.dumps({"url": template_server}), "--model", str(model_dir), "--out", str(run), "steps=1",
                      "tasks_per_step=2", "group_size=4", "collector.max_new_tokens=8", "collector.max_turns=1",
-                     "lr=0.01", "progress=false", "tensorboard=false", "dtype=fp32"]) == 0
+                     "lr=0.01", "progress=false", "report_to=none", "dtype=fp32"]) == 0
     [m] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert m["step"] == 1 and m["train/optimizer_steps"] == 1 and m["train/loss_tokens"] > 0
     assert all(math.isfinite(m[k]) for k in ("train/loss", "train/grad_norm", "reward/mean"))
