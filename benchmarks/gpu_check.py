@@ -105,7 +105,7 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
     """``--steps`` GRPO steps, then a resume for one more step; the figures of the table row."""
     import torch
 
-    from agentrl.algos.evaluation.memory import process_memory
+    from agentrl.algos.evaluation.process_memory import process_memory
     from agentrl.algos.models import _as_dtype, tiny_model
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import TrainConfig

@@ -20,7 +20,7 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
 * ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
   TrainConfig's ``logprob_chunk`` (256);
 * ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
-  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.memory.memory_plan`)
+  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.memory_plan.memory_plan`)
   and glibc's mmap threshold at ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave
   the RSS. The rows' common prefix (``--shared``) runs once for all micro-batches
   (:func:`agentrl.algos.training.update.update_prefix`);
@@ -87,7 +87,7 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
     from agentrl.algos.objectives.batching import TrainRow, token_weights
     from agentrl.algos.objectives.grpo import GRPO, GRPOConfig
     from agentrl.algos.training.config import TrainConfig
-    from agentrl.algos.training.memory import (
+    from agentrl.algos.training.memory_plan import (
         memory_plan,
         set_gradient_checkpointing,
         set_malloc_mmap_threshold,

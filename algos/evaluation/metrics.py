@@ -8,7 +8,7 @@ Every metric name and what a healthy value looks like is in ``docs/metrics.md``.
   empty list) are the pieces that evaluation reports share.
 * The run log itself (:class:`~agentrl.algos.evaluation.run_log.MetricsLogger`,
   :func:`~agentrl.algos.evaluation.run_log.read_metrics`) is :mod:`agentrl.algos.evaluation.run_log`; the
-  ``perf/*`` memory probes are :mod:`agentrl.algos.evaluation.memory`.
+  ``perf/*`` memory probes are :mod:`agentrl.algos.evaluation.process_memory`.
 """
 
 from __future__ import annotations

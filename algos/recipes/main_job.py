@@ -139,7 +139,7 @@ def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
 
 def peak_rss_gib() -> float | None:
     """This process's peak resident memory in GiB (the trainer's ``perf/peak_rss_gib``); None where there is none."""
-    from agentrl.algos.evaluation.memory import process_memory
+    from agentrl.algos.evaluation.process_memory import process_memory
 
     return process_memory().get("perf/peak_rss_gib")
 

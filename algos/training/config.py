@@ -119,7 +119,7 @@ class TrainConfig:
     """Tokens held per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
     (the system prompt and tools) counted once (it is computed once per update), plus rows x (longest - prefix);
     'auto': as many as memory_budget_gb holds by the model's estimated activation bytes per token
-    (agentrl.algos.training.memory.activation_bytes_per_token)."""
+    (agentrl.algos.training.memory_plan.activation_bytes_per_token)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     activation checkpointing, non-reentrant; off while sampling). 'auto': on when a micro-batch would not fit
@@ -127,7 +127,7 @@ class TrainConfig:
     memory_budget_gb: float = 2.0
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
     (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and decides
-    gradient_checkpointing='auto' (agentrl.algos.training.memory.memory_plan). A target, not a bound: the process
+    gradient_checkpointing='auto' (agentrl.algos.training.memory_plan.memory_plan). A target, not a bound: the process
     also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb)."""
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed

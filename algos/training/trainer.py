@@ -16,7 +16,7 @@ An algorithm without rollouts (SFT) replaces the rollout with its own examples
 (:meth:`~agentrl.algos.objectives.base.Algorithm.offline_data`). The pieces live beside this file: the run's
 settings in :mod:`~agentrl.algos.training.config`, task order and rollout seeds in
 :mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`, memory
-settings in :mod:`~agentrl.algos.training.memory`, checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
+settings in :mod:`~agentrl.algos.training.memory_plan`, checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
 ``(seed, collector.seed, data position)``, so a resumed run repeats the killed run's next step exactly.
 
 Use from Python::
@@ -39,14 +39,14 @@ import numpy as np
 import torch
 
 from agentrl.algos._io import atomic_write_text
-from agentrl.algos.evaluation.memory import process_memory
+from agentrl.algos.evaluation.process_memory import process_memory
 from agentrl.algos.models.lora import apply_lora, is_peft, load_adapter, save_adapter
 from agentrl.algos.objectives import algorithm_class
 from agentrl.algos.rollout.env_factory import rollout_env
 from agentrl.algos.training import checkpoint, distributed
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
-from agentrl.algos.training.memory import (
+from agentrl.algos.training.memory_plan import (
     memory_plan,
     set_gradient_checkpointing,
     set_malloc_mmap_threshold,

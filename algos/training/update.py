@@ -32,7 +32,7 @@ from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, prefix_pass, to
 from agentrl.algos.objectives.ppo import RolloutCorrection, importance_weights
 from agentrl.algos.rollout.trajectory import shared_prefix_len
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
-from agentrl.algos.training.memory import (
+from agentrl.algos.training.memory_plan import (
     DEFAULT_BUDGET_GB,
     checkpointed_layers,
     checkpointing_layers,
@@ -210,8 +210,8 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     ``trim``: give glibc's free heap pages back to the OS after every micro-batch (:func:`trim_heap`), so what one
     micro-batch freed in small blocks does not stay in the RSS under the next one's (the trainer's
     ``malloc_mmap_threshold_mb`` setting turns it on).
-    ``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory.memory_plan` at :data:`DEFAULT_BUDGET_GB` (the trainer passes the size
-    it resolved from its config). Decoder layers that checkpoint (:func:`~agentrl.algos.training.memory.set_gradient_checkpointing`) do so in
+    ``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at :data:`DEFAULT_BUDGET_GB` (the trainer passes the size
+    it resolved from its config). Decoder layers that checkpoint (:func:`~agentrl.algos.training.memory_plan.set_gradient_checkpointing`) do so in
     these forward passes, eval mode or not (:func:`checkpointed_layers`).
 
     With ``ranks`` of a data-parallel run (:mod:`~agentrl.algos.training.distributed`), ``row_groups`` is the
@@ -306,7 +306,7 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
 def rows_logprobs(model, rows: Sequence[TrainRow], *, temperature: float, pad_id: int,
                   micro_batch_tokens: int | str, logprob_chunk: int) -> list[list[float]]:
     """The model's logprobs of each row's action tokens (0 elsewhere), micro-batched, without gradients
-    (``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory.memory_plan` at :data:`DEFAULT_BUDGET_GB` without checkpointing)."""
+    (``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at :data:`DEFAULT_BUDGET_GB` without checkpointing)."""
     device = next(model.parameters()).device
     if micro_batch_tokens == "auto":  # no gradients: nothing is saved, so the training estimate is conservative
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",

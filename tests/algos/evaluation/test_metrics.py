@@ -192,7 +192,7 @@ def test_no_attempts_gives_zero_rate_not_error():
 def test_process_memory_reports_resident_and_peak_memory_that_follow_an_allocation():
     import sys
 
-    from agentrl.algos.evaluation.memory import process_memory
+    from agentrl.algos.evaluation.process_memory import process_memory
 
     before = process_memory()
     assert before["perf/peak_rss_gib"] > 0.01  # a Python process with numpy loaded holds more than 10 MiB

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from agentrl.algos.evaluation import memory
+from agentrl.algos.evaluation.process_memory import gpu_memory, process_memory
 from agentrl.algos.models import default_dtype, load_model, resolve_device
 from agentrl.algos.recipes.main_job import MainJobConfig
 from agentrl.algos.training.config import TrainConfig
@@ -47,7 +47,7 @@ def test_attn_implementation_reaches_the_model(tiny_dir):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path")
 def test_process_memory_on_cpu_has_rss_and_no_gpu_entries():
-    mem = memory.process_memory()
+    mem = process_memory()
     assert mem["perf/rss_gib"] > 0 and mem["perf/peak_rss_gib"] >= mem["perf/rss_gib"] * 0.5
     assert not [k for k in mem if "gpu" in k]
     assert not torch.cuda.is_initialized()  # measuring never starts CUDA
@@ -61,8 +61,8 @@ def test_gpu_memory_reads_the_caching_allocator_once_cuda_is_initialised(monkeyp
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     for name, value in fake.items():
         monkeypatch.setattr(torch.cuda, name, lambda *a, v=value, **k: v)
-    assert memory.gpu_memory() == {"perf/gpu_allocated_gib": 1.0, "perf/gpu_peak_allocated_gib": 3.0,
+    assert gpu_memory() == {"perf/gpu_allocated_gib": 1.0, "perf/gpu_peak_allocated_gib": 3.0,
                                     "perf/gpu_reserved_gib": 4.0, "perf/gpu_peak_reserved_gib": 6.0}
-    assert memory.process_memory()["perf/gpu_peak_allocated_gib"] == 3.0
+    assert process_memory()["perf/gpu_peak_allocated_gib"] == 3.0
     monkeypatch.setitem(sys.modules, "torch", None)  # torch never imported: nothing, and no import
-    assert memory.gpu_memory() == {}
+    assert gpu_memory() == {}

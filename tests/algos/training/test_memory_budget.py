@@ -12,7 +12,7 @@ from agentrl.algos.models import tiny_model
 from agentrl.algos.models.lora import LoRAConfig, apply_lora
 from agentrl.algos.objectives.logprobs import token_logprobs
 from agentrl.algos.training.config import TrainConfig
-from agentrl.algos.training.memory import (
+from agentrl.algos.training.memory_plan import (
     activation_bytes_per_token,
     checkpointed_layers,
     memory_plan,
