@@ -105,7 +105,7 @@ def main() -> None:
         model_name = f"{args.model} ({next(base.parameters()).dtype}), ToolUse-v0 multiply family"
 
     common = dict(env="AgentRL/ToolUse-v0", env_kwargs=env_kwargs, model=args.model, progress=False,
-                  tensorboard=False, save_every=0, seed=0)
+                  report_to=["none"], save_every=0, seed=0)
     adapter = args.adapter
     if adapter is None:
         t0 = time.perf_counter()

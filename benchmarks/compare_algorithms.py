@@ -1,9 +1,10 @@
 """The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
 
-``--algos`` also takes options of an algorithm as rows of their own (``OPTIONS``): ``grpo_turns`` is GRPO with the
-turn-level (GiGPO-style) step advantage, ``grpo.step_weight=1``; ``grpo_lr6e-5`` and ``grpo_lr2e-5`` are GRPO at
-lower learning rates; ``grpo_guided`` and ``grpo_relift`` are GRPO with demonstration guidance (``grpo.guidance=demos``,
-LUFFY; ``grpo.guidance=sft``, ReLIFT); the page compares each with plain GRPO too.
+``--algos`` also takes options of an algorithm as rows of their own (the ``Option`` records of ``COMPARE`` in
+``benchmarks/harness/experiments.py``): ``grpo_turns`` is GRPO with turn credit (GiGPO's turn-level advantage,
+``grpo.turn_weight=1``); ``grpo_lr6e-5`` and ``grpo_lr2e-5`` are GRPO at lower learning rates; ``grpo_guided`` and
+``grpo_relift`` are GRPO with demonstration guidance (``grpo.guidance=luffy``, LUFFY; ``grpo.guidance=relift``,
+ReLIFT); the page compares each with plain GRPO too.
 
 Every run starts from the same cold-start adapter (the main job's SFT stage: made once in ``<out>/cold_start``, or
 an existing one given with ``--cold-start``), trains for the SAME wall time (``Trainer.step()`` in a loop
@@ -18,7 +19,7 @@ groups, optimizer steps, clip fractions (PPO), KL, DPO pairs and preference accu
 Settings shared by all runs are the main job's (``MainJobConfig``; ``key=value`` overrides, e.g.
 ``rl_group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
 job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epochs per rollout batch
-(``SECTION_DEFAULTS``; with one it would optimise Dr. GRPO's objective); online DPO pairs the best and worst halves of
+(``COMPARE.sections``; with one it would optimise Dr. GRPO's objective); online DPO pairs the best and worst halves of
 each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed
 ``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
 

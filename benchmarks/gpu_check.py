@@ -114,7 +114,7 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
     def config(steps: int) -> TrainConfig:
         return TrainConfig(env=ENV_ID, algo="grpo", steps=steps, tasks_per_step=args.tasks_per_step,
                            group_size=args.group_size, out=str(out), save_every=1, progress=False,
-                           tensorboard=False, device=device, dtype=dtype, seed=0,
+                           report_to=["none"], device=device, dtype=dtype, seed=0,
                            collector=CollectorConfig(max_new_tokens=args.max_new_tokens, max_turns=1))
 
     def model():

@@ -14,22 +14,28 @@ trained on) with a per-environment preset, then adds:
   Average@4 / Pass@4 (4 samples per task at temperature 0.7), per tier and family, with the tool-use and
   self-correction rates.
 
-Every evaluation uses the env's fixed held-out set (:data:`HELDOUT`: ``tooluse_v3``, ``search_v2``, ``pythonmath_v2`` in
-``benchmarks/heldout/``;
+Each experiment is an ``Experiment`` record of ``benchmarks/harness/experiments.py`` (this script is the entry point of
+the ``harness`` package: ``harness.commands``). Every evaluation uses the experiment's fixed held-out set
+(``Experiment.heldout``: ``tooluse_v3``, ``search_v2``, ``pythonmath_v2`` in ``benchmarks/heldout/``;
 ``benchmarks/heldout.py``: written before any tuning, from positions no earlier experiment evaluated, no question
 text shared with the train split; ``--quick`` takes its first rows), set as ``MainJobConfig.eval_tasks_file``.
 ``--heldout NAME`` picks another committed set of the env — the first (v1) sets (``tooluse``, ``search``,
 ``pythonmath``), on which settings were chosen, to re-derive a figure measured on them, never to report a new one;
 ``eval_tasks_file=...`` any file.
 
-Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command), copies the
+Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command; rendered from the
+run's committed data, ``harness.run_page``), copies the
 training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
 figures, command, wall time, peak RSS, machine) for the results page. Runs resume: a finished stage (eval report,
 trained adapter) in ``--out`` is read back, not redone, so a killed run continues where it stopped.
 
 At the end of a run the page's raw data is copied to ``docs/results/data/<env>[_quick]/`` (``--data``): per-task
 eval scores of every row (``eval/*.jsonl``), the training stages' metrics and ``learning.json`` with the commit; commit
-it with the page. Every evaluation on a fixed set also appends a row to ``benchmarks/heldout/ledger.jsonl``.
+it with the page. Every evaluation on a fixed set also appends a row to the ledger, ``benchmarks/heldout/ledger.jsonl``
+(``--ledger PATH``: another file, with the sets beside it).
+
+``--variant NAME`` runs a ``Variant`` declared in the experiment (its overrides and, if it names one, its set; an
+undeclared name is refused); ``key=value`` overrides after it still apply.
 
 ``--engine vllm`` samples every evaluation and every GRPO rollout of the run (the main job's, the SFT control's eval,
 the text-only baselines) through one vLLM server the run starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
@@ -38,7 +44,7 @@ its log in ``<out>/vllm.log``) and stops at exit, also on an error; the SFT trai
 
 ``--all`` runs every env's experiment and ``benchmarks/compare_algorithms.py``, each in its own process (so each
 records its own peak RSS), copies the comparison's data, then regenerates ``docs/results/learning.md``
-(``benchmarks/learning_page.py``) from the committed data; ``--page`` only regenerates that page.
+(``harness.pages``) from the committed data; ``--page`` only regenerates that page.
 
     python benchmarks/learning.py                              # ToolUse-v0, the main job's defaults (26 min*)
     python benchmarks/learning.py --quick                      # CI-sized budgets (a smoke test, not a result)
@@ -46,6 +52,7 @@ records its own peak RSS), copies the comparison's data, then regenerates ``docs
     python benchmarks/learning.py --env AgentRL/PythonMath-v0
     python benchmarks/learning.py --minutes 10                 # the SFT control's budget (default: GRPO's time)
     python benchmarks/learning.py --variant vllm --engine vllm --no-control   # rollouts and evals through vLLM
+    python benchmarks/learning.py --variant guided             # a declared variant (LUFFY guidance)
     python benchmarks/learning.py --heldout tooluse            # an old figure, on the first (v1) set
     python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page

@@ -73,7 +73,7 @@ def run_ours(args, lora) -> dict:
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in chat_prompts(tokenizer)]
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(algo="grpo", out=out, lr=args.lr, tasks_per_step=len(PROMPTS), group_size=args.group_size,
-                          lora=lora, progress=False, tensorboard=False, seed=0)
+                          lora=lora, progress=False, report_to=["none"], seed=0)
         trainer = Trainer(cfg, model=model, tokenizer=tokenizer, policy=policy)
         refresh = {"s": 0.0}
         inner_refresh = policy.update_weights

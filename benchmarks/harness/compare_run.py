@@ -136,7 +136,7 @@ class Runner:
         if (run_dir / "adapter" / "adapter_config.json").is_file() and info_path.is_file():
             return run_dir / "adapter", json.loads(info_path.read_text())
         t0 = time.perf_counter()
-        tc = sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"], tensorboard=False)
+        tc = sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"])
         Trainer(tc, model=copy.deepcopy(self.base), tokenizer=self.tokenizer).train()
         info = {"source": f"made here: the main job's SFT stage ({self.cfg.sft_steps} steps of "
                           f"{self.cfg.sft_batch_size} on {self.cfg.sft_demos} demos of "
@@ -165,7 +165,7 @@ class Runner:
         from agentrl.algos.recipes.main_job import rl_train_config, sft_train_config
 
         common = dict(seed=seed, adapter=str(adapter), steps=10**9, save_every=0, progress=False,
-                      report_to=["none"], tensorboard=False)
+                      report_to=["none"])
         if algo == "sft":
             return sft_train_config(self.cfg, run_dir, **common)
         ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
@@ -199,7 +199,7 @@ class Runner:
         if algo == "sft" and seed == self.cfg.seed:
             trainer.data_pos = self.cfg.sft_steps * self.cfg.sft_batch_size  # continue the cold start's demos
         policy = trainer.policy or HFPolicy(trainer.model, self.tokenizer)
-        log = MetricsLogger(run_dir, tensorboard=False, report_to=["none"])
+        log = MetricsLogger(run_dir, report_to=["none"])
         points, clock, pending = [], 0.0, list(fractions)
         try:
             while pending:

@@ -67,7 +67,7 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
     trainer = Trainer(tc, model=model, tokenizer=tokenizer)
     # The cold start already made sft_steps steps over the same demonstrations: continue the data position.
     trainer.data_pos = cfg.sft_steps * cfg.sft_batch_size
-    log = MetricsLogger(run_dir, tensorboard=False)
+    log = MetricsLogger(run_dir, report_to=["none"])
     t0 = time.perf_counter()
     try:
         while time.perf_counter() - t0 < seconds:
