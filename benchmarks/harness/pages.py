@@ -41,6 +41,7 @@ from harness.experiments import EXPERIMENTS, experiment
 from harness.heldout import SPECS
 from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
 from harness.results_page import refresh_learning
+from harness.run_page import write_run_page
 from harness.tables import cell, commit_text, engine_training, signal_table, verdict
 
 CAVEATS = [
@@ -265,8 +266,12 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
                ledger: Path = LEDGER, out: Path | None = None, readme: Path | None = None) -> Path:
     """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
     data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite its
-    generated summary block (:func:`update_readme`; ``--page`` passes README.md) and the learning section of
+    generated summary block (:func:`update_readme`; ``--page`` passes README.md). Without ``out``, each run's own
+    page is rewritten from its data too (:func:`harness.run_page.write_run_page`) and the learning section of
     docs/results.md (:func:`harness.results_page.refresh_learning`)."""
+    if out is None:  # each run's own page, from its committed data (runs that recorded what it needs)
+        for run_dir in sorted(p.parent for p in data.glob("*/learning.json")):
+            write_run_page(run_dir, results)
     rows = read_ledger(ledger)
     selected = selections(rows)
     lines = [f"# Learning results{' (quick smoke runs: not results)' if quick else ''}", "",
