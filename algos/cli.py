@@ -169,7 +169,8 @@ def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str |
 
 
 def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_dir=None):
-    """The policy backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else ``hf``).
+    """The policy backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else
+    ``hf``).
 
     ``--engine vllm``: a vLLM server this process starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
     its log in ``run_dir``, adapters up to rank ``lora_rank``); closing the policy stops it.

@@ -20,9 +20,10 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
 * ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
   TrainConfig's ``logprob_chunk`` (256);
 * ``auto micro-batch`` — the same with TrainConfig's defaults: ``micro_batch_tokens`` and
-  ``gradient_checkpointing`` resolved from ``memory_budget_gb`` (:func:`agentrl.algos.training.memory_plan.memory_plan`)
-  and glibc's mmap threshold at ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave
-  the RSS. The rows' common prefix (``--shared``) runs once for all micro-batches
+  ``gradient_checkpointing`` resolved from ``memory_budget_gb``
+  (:func:`agentrl.algos.training.memory_plan.memory_plan`) and glibc's mmap threshold at
+  ``malloc_mmap_threshold_mb`` (as the Trainer sets it), so freed transients leave the RSS. The rows' common
+  prefix (``--shared``) runs once for all micro-batches
   (:func:`agentrl.algos.training.update.update_prefix`);
 * ``auto micro-batch, prefix per micro-batch`` — the same, but every micro-batch runs the common prefix itself
   (the update before the prefix ran once per update): the baseline of the row above.

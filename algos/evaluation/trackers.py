@@ -251,8 +251,8 @@ def tracker_names() -> list[str]:
 
 
 def resolve_report_to(report_to: str | list[str] | None) -> list[str]:
-    """The trackers a run writes to: ``report_to`` (default ``["tensorboard"]``), duplicates dropped; ``"none"``
-    alone means the JSONL log only.
+    """The trackers a run writes to: ``report_to`` (default ``["tensorboard"]``), duplicates dropped;
+    ``"none"`` alone means the JSONL log only.
 
     Raises:
         ValueError: an unknown name, or 'none' together with a tracker.

@@ -5,7 +5,8 @@
   of another base model before anything loads; :func:`trainable_state_dict`,
   :func:`load_trainable_state_dict` — the adapter tensors for checkpoints.
 * :func:`iter_merged_weights` — the base weights with the adapter merged in (fp32, one layer at a time), for a
-  merged copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be merged.
+  merged copy; :func:`merged_state_dict` collects them into one dict; :class:`MergeError` — what cannot be
+  merged.
 
 Only the adapter trains; the base weights are frozen and shared with the reference policy (KL, DPO): the
 policy at the start of the RL stage, i.e. the model with the adapter disabled after a fresh LoRA, or a frozen
@@ -186,9 +187,9 @@ def _check_mergeable(base, lora: dict[str, Any]) -> None:
 
     A LoRA target whose weight is tied to another parameter (``lm_head`` or ``embed_tokens`` of a model with
     ``tie_word_embeddings=True``): the adapted layer and its twin would need different weights, while the
-    merged copy (built from the same config) keeps them tied. Also DoRA on a non-Linear layer, ``lora_bias`` on a
-    layer without bias and other LoRA variants. Checked before any weight is yielded, so a refused merge leaves
-    its consumer untouched.
+    merged copy (built from the same config) keeps them tied. Also DoRA on a non-Linear layer, ``lora_bias``
+    on a layer without bias and other LoRA variants. Checked before any weight is yielded, so a refused merge
+    leaves its consumer untouched.
     """
     import torch
 
@@ -201,8 +202,8 @@ def _check_mergeable(base, lora: dict[str, Any]) -> None:
         if twins:
             raise MergeError(
                 f"LoRA target_modules includes {name.rsplit('.', 1)[-1]!r}, whose weight is tied to {twins[0]} "
-                f"(tie_word_embeddings=True): a merged copy with tied weights cannot hold the merged layer; leave "
-                f"{name.rsplit('.', 1)[-1]!r} out of target_modules or untie the model's embeddings")
+                f"(tie_word_embeddings=True): a merged copy with tied weights cannot hold the merged layer; "
+                f"leave {name.rsplit('.', 1)[-1]!r} out of target_modules or untie the model's embeddings")
         layer = m.get_base_layer()
         for adapter in _active(m):
             variant = getattr(m, "lora_variant", {}).get(adapter)

@@ -9,10 +9,10 @@ training stage started (:mod:`agentrl.algos.training.reference`)::
     h     = beta * [ (log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l)) ]
     L     = -log sigmoid(h)                 averaged over the P pairs of the batch (weight 1/P each)
 
-Both logprobs are of the model's own distribution (temperature 1, ``uses_rollout_temperature = False``), whatever
-the rollout temperature: the implicit reward ``beta * log(pi / pi_ref)`` is defined on the policy itself, as in
-TRL's online DPO. Trajectories that ended with an env error (``termination == "error"``) never enter a pair
-(``train/env_error_trajectories``).
+Both logprobs are of the model's own distribution (temperature 1, ``uses_rollout_temperature = False``),
+whatever the rollout temperature: the implicit reward ``beta * log(pi / pi_ref)`` is defined on the policy
+itself, as in TRL's online DPO. Trajectories that ended with an env error (``termination == "error"``) never
+enter a pair (``train/env_error_trajectories``).
 
 Metrics: ``dpo_accuracy`` (fraction of pairs with h > 0) and ``dpo_margin`` (mean h / beta), averaged over
 pairs across micro-batches (``mean_weight = "pairs"``).

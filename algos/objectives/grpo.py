@@ -32,8 +32,9 @@ an env error (``termination == "error"``) are left out of the group statistics a
 (``train/env_error_trajectories``).
 
 Two options extend the advantage: ``guidance='luffy'`` adds the env's demonstration to groups no sample solved
-(``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and ``turn_weight > 0`` adds a turn-level advantage from states the
-samples share (:mod:`~agentrl.algos.objectives.turn_credit`).
+(``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and
+``turn_weight > 0`` adds a turn-level advantage from states the samples share
+(:mod:`~agentrl.algos.objectives.turn_credit`).
 
 Dr. GRPO (Liu et al. 2025) changes two things: no std scaling (``scale_std=False``) and no per-sequence length
 normalisation: each sequence's token sum divided by a constant (``aggregation='seq_mean_token_sum_norm'`` with
@@ -93,23 +94,24 @@ class GRPOConfig:
     log_ratio_clamp: float = 20.0
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
     correction: str = "auto"
-    """Rollout correction (docs/algorithms/grpo.md#rollout-correction): 'tis' weights each
-    token's policy-gradient term by min(pi_old / pi_rollout, correction_cap), 'mis' by that ratio inside
-    [1/cap, cap] and drops the token outside it, both with the PPO ratio taken against pi_old (the trainer's own logprobs before the
-    update) instead of the rollout logprobs; 'none' keeps the rollout logprobs as pi_old; 'auto': 'tis' when rollouts are
-    sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process the policy is the model)."""
+    """Rollout correction (docs/algorithms/grpo.md#rollout-correction): 'tis' weights each token's
+    policy-gradient term by min(pi_old / pi_rollout, correction_cap), 'mis' by that ratio inside [1/cap, cap]
+    and drops the token outside it, both with the PPO ratio taken against pi_old (the trainer's own logprobs
+    before the update) instead of the rollout logprobs; 'none' keeps the rollout logprobs as pi_old; 'auto':
+    'tis' when rollouts are sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process
+    the policy is the model)."""
     correction_level: str = "token"
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
     correction_cap: float = 2.0
     """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
     guidance: str = "none"
     """'luffy': a group whose best sample scores below the env's demonstration of its task gets that
-    demonstration as one more member, trained with LUFFY's shaped off-policy loss; 'relift': that demonstration is
-    trained with an NLL term beside the group's plain GRPO (ReLIFT); 'none': plain GRPO
+    demonstration as one more member, trained with LUFFY's shaped off-policy loss; 'relift': that
+    demonstration is trained with an NLL term beside the group's plain GRPO (ReLIFT); 'none': plain GRPO
     (:mod:`~agentrl.algos.objectives.guidance`, docs/algorithms/grpo.md#demonstration-guidance)."""
     guidance_gamma: float = 0.1
-    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma) ('luffy'): smaller weighs unlikely tokens
-    more."""
+    """gamma (> 0) of the demonstration tokens' shaping p / (p + gamma) ('luffy'): smaller weighs unlikely
+    tokens more."""
     guidance_coef: float = 1.0
     """c (> 0) of 'relift''s term: c times the mean NLL of the batch's demonstration tokens."""
     turn_weight: float = 0.0
@@ -210,17 +212,18 @@ class GRPO(Algorithm):
         return self.demos
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
-        """Advantages over whole groups (env errors left out); zero-advantage groups dropped when ``beta = 0``,
-        kept for their KL term otherwise; one unit per trajectory. With ``guidance='luffy'`` a demonstration
-        first joins each group no sample solved (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`);
-        with ``'relift'`` it becomes an NLL row of its own (:func:`~agentrl.algos.objectives.guidance.relift_demo_rows`)."""
+        """Advantages over whole groups (env errors left out); zero-advantage groups dropped when
+        ``beta = 0``, kept for their KL term otherwise; one unit per trajectory. With ``guidance='luffy'`` a
+        demonstration first joins each group no sample solved
+        (:func:`~agentrl.algos.objectives.guidance.add_demonstrations`); with ``'relift'`` it becomes an NLL
+        row of its own (:func:`~agentrl.algos.objectives.guidance.relift_demo_rows`)."""
         n, guided, mode = len(trajectories), None, self.config.guidance
         if mode != "none":
             if self.demos is None:
                 raise RuntimeError(f"grpo.guidance={mode!r} needs the env's demonstrations: the trainer calls "
                                    "offline_data(tokenizer, tasks, env_id) when uses_demonstrations is true")
             trajectories, guided = add_demonstrations(trajectories, self.demos)
-        grouped = trajectories[:n] if mode == "relift" else trajectories  # 'relift': demonstrations join no group
+        grouped = trajectories[:n] if mode == "relift" else trajectories  # relift's demos join no group
         adv, errors = advantages_without_errors(
             grouped, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
         rows, stats = policy_gradient_rows(grouped, adv, self.config.aggregation,

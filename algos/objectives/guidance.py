@@ -22,10 +22,11 @@ little. Token weights (the aggregation) are computed over all rows, demonstratio
 ``beta > 0``, applies to on-policy tokens only. A demonstration row is ``TrainRow.off_policy``: it is left out of
 ``train/logprob_gap`` and of the rollout correction (no policy sampled them).
 
-With ``grpo.guidance='relift'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't": fine-tune on
-the questions RL fails, interleaved with RL) the same demonstrations are chosen the same way, but they do not join
-their group: the samples keep plain GRPO (an all-failed group stays a group without signal and is skipped), and
-the demonstrations add a supervised term, the mean negative log-likelihood of their action tokens::
+With ``grpo.guidance='relift'`` (ReLIFT, Ma et al. 2025, "Learning What Reinforcement Learning Can't":
+fine-tune on the questions RL fails, interleaved with RL) the same demonstrations are chosen the same way, but
+they do not join their group: the samples keep plain GRPO (an all-failed group stays a group without signal
+and is skipped), and the demonstrations add a supervised term, the mean negative log-likelihood of their
+action tokens::
 
     loss = L_GRPO(samples)  +  c * ( -1/N_d * sum over demonstration tokens of log pi(a_t) )
            (c = grpo.guidance_coef, 1.0; N_d = the demonstration tokens of the batch)
@@ -58,8 +59,8 @@ GUIDANCE = ("none", "luffy", "relift")
 
 
 def check_guidance(mode: str, gamma: float, coef: float = 1.0) -> None:
-    """Raise ``ValueError`` naming the key for guidance settings that mean nothing (an old value: naming the new
-    one, :func:`~agentrl.algos.config.old_name_error`)."""
+    """Raise ``ValueError`` naming the key for guidance settings that mean nothing (an old value: naming the
+    new one, :func:`~agentrl.algos.config.old_name_error`)."""
     old = old_name_error("grpo.guidance", mode)
     if old is not None:
         raise old
@@ -69,7 +70,8 @@ def check_guidance(mode: str, gamma: float, coef: float = 1.0) -> None:
         raise ValueError(f"guidance_gamma must be > 0 (LUFFY's shaping p / (p + gamma); 0.1 in the paper), "
                          f"got {gamma!r}")
     if not coef > 0:
-        raise ValueError(f"guidance_coef must be > 0 (the weight of guidance='relift''s NLL term), got {coef!r}")
+        raise ValueError(f"guidance_coef must be > 0 (the weight of guidance='relift''s NLL term), "
+                         f"got {coef!r}")
 
 
 def add_demonstrations(trajectories: Sequence[Trajectory], demos) -> tuple[list[Trajectory], int]:
@@ -109,9 +111,10 @@ def shaped_demo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, gamma: fl
 
 
 def relift_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: float) -> list[TrainRow]:
-    """``guidance='relift'``'s rows: each demonstration as an off-policy :class:`~agentrl.algos.objectives.batching.
-    TrainRow` whose action tokens weigh ``coef / N_d`` (``N_d``: the action tokens of all of them), so the loss term
-    ``sum w_t * -log p_t`` is ``coef`` times their mean NLL. ``meta["index"]`` counts on from ``first_index``."""
+    """``guidance='relift'``'s rows: each demonstration as an off-policy
+    :class:`~agentrl.algos.objectives.batching. TrainRow` whose action tokens weigh ``coef / N_d`` (``N_d``:
+    the action tokens of all of them), so the loss term ``sum w_t * -log p_t`` is ``coef`` times their mean
+    NLL. ``meta["index"]`` counts on from ``first_index``."""
     total = sum(sum(d.loss_mask) for d in demonstrations)
     return [TrainRow(list(d.token_ids), list(d.loss_mask), [0.0] * len(d.token_ids),
                      [coef / total if m else 0.0 for m in d.loss_mask], 0.0, off_policy=True,
@@ -120,7 +123,8 @@ def relift_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coe
 
 
 def demo_loss(mode: str, logprobs: torch.Tensor, advantages: torch.Tensor, gamma: float) -> torch.Tensor:
-    """The per-token loss of demonstration tokens: LUFFY's shaped term (``'luffy'``) or the NLL (``'relift'``)."""
+    """The per-token loss of demonstration tokens: LUFFY's shaped term (``'luffy'``) or the NLL
+    (``'relift'``)."""
     return -logprobs if mode == "relift" else shaped_demo_loss(logprobs, advantages, gamma)
 
 

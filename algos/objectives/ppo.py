@@ -9,20 +9,20 @@ For each action token ``t`` of trajectory ``i`` (``pi_old`` = the rollout logpro
     loss  = sum_t w_t * L_t                w_t from batching.token_weights (global token mean by default)
 
 Off-policy hardening (verl's defaults). For a negative advantage the clipped surrogate does not bound the
-ratio from above: a token whose probability grew ``r``-fold since sampling adds ``r * |A|`` to the loss, so one
-such token of a stale batch (asynchronous training, ``epochs > 1``) can outweigh the rest. The dual clip caps
-that term at ``clip_ratio_c * |A|`` (Ye et al. 2020; verl's ``clip_ratio_c``, default 3), with zero gradient
-beyond the cap; the clamp of the log-ratio before ``exp`` keeps a huge ratio finite, so the capped term's
-gradient is exactly 0 instead of ``0 * inf = NaN``. On-policy (the first epoch of a synchronous step) every
-ratio is 1 up to the policy backend's numerics, so neither ever acts there: both are on by default; 0 turns each off.
-Trajectories that ended with an env error are left out of the baselines and of training
+ratio from above: a token whose probability grew ``r``-fold since sampling adds ``r * |A|`` to the loss, so
+one such token of a stale batch (asynchronous training, ``epochs > 1``) can outweigh the rest. The dual clip
+caps that term at ``clip_ratio_c * |A|`` (Ye et al. 2020; verl's ``clip_ratio_c``, default 3), with zero
+gradient beyond the cap; the clamp of the log-ratio before ``exp`` keeps a huge ratio finite, so the capped
+term's gradient is exactly 0 instead of ``0 * inf = NaN``. On-policy (the first epoch of a synchronous step)
+every ratio is 1 up to the policy backend's numerics, so neither ever acts there: both are on by default; 0
+turns each off. Trajectories that ended with an env error are left out of the baselines and of training
 (``train/env_error_trajectories``).
 
-Rollout correction (``correction``, shared with GRPO; docs/algorithms/grpo.md). When the policy that
-samples is not the trained model itself (an inference server, top-k/top-p truncation), its logprobs ``pi_rollout`` differ
-from the trainer's own ``pi_old`` (the logprobs of the weights the rollout was sampled with, recomputed by the
-trainer: the first epoch's forward pass, kept for the later epochs). The ratio is then taken against ``pi_old``
-(so it is exactly 1 on the first epoch) and each token's policy-gradient term is weighted by
+Rollout correction (``correction``, shared with GRPO; docs/algorithms/grpo.md). When the policy that samples
+is not the trained model itself (an inference server, top-k/top-p truncation), its logprobs ``pi_rollout``
+differ from the trainer's own ``pi_old`` (the logprobs of the weights the rollout was sampled with, recomputed
+by the trainer: the first epoch's forward pass, kept for the later epochs). The ratio is then taken against
+``pi_old`` (so it is exactly 1 on the first epoch) and each token's policy-gradient term is weighted by
 :func:`importance_weights` of ``rho_t = pi_old(a_t) / pi_rollout(a_t)``::
 
     tis:  w_t = min(rho_t, C)                          truncated importance sampling

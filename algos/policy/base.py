@@ -136,8 +136,8 @@ class Policy(ABC):
     tokenizer: Any = None
     """The served model's tokenizer; the collector renders the chat template with it."""
     version: int = 0
-    """How many weight updates the policy has seen (0: the weights it started with). The collector records it in
-    each trajectory; a backend whose :meth:`update_weights` changes the weights increments it."""
+    """How many weight updates the policy has seen (0: the weights it started with). The collector records it
+    in each trajectory; a backend whose :meth:`update_weights` changes the weights increments it."""
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:

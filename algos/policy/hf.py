@@ -104,12 +104,13 @@ class HFPolicy(Policy):
         """Sample with ``source_model``'s current weights from now on, without touching ``source_model``.
 
         * A PEFT (LoRA) model: its adapters are merged in fp32 into a separate plain copy of the architecture
-          (the *merged copy*, created on the first call in this policy's dtype, refreshed in place afterwards), so
-          sampling pays no unmerged-adapter cost and the trainer's base weights are never modified (a
-          merge/unmerge round trip in bf16 is not exact). The merge streams layer by layer
-          (:func:`~agentrl.algos.models.lora.iter_merged_weights`): the transient is one layer in fp32, not the
-          model. Every weight of the merged copy must be written (tied weights count once), else ``RuntimeError``; an
-          adapter that cannot be merged raises :class:`~agentrl.algos.models.lora.MergeError` before any write.
+          (the *merged copy*, created on the first call in this policy's dtype, refreshed in place
+          afterwards), so sampling pays no unmerged-adapter cost and the trainer's base weights are never
+          modified (a merge/unmerge round trip in bf16 is not exact). The merge streams layer by layer
+          (:func:`~agentrl.algos.models.lora.iter_merged_weights`): the transient is one layer in fp32, not
+          the model. Every weight of the merged copy must be written (tied weights count once), else
+          ``RuntimeError``; an adapter that cannot be merged raises
+          :class:`~agentrl.algos.models.lora.MergeError` before any write.
         * With ``share_weights``, a PEFT model is sampled as it is (no copy, no merge): only the cache is reset.
         * A plain model: if it is the model being sampled, nothing to do; otherwise its weights are copied into
           the merged copy.
@@ -128,8 +129,8 @@ class HFPolicy(Policy):
                     written.add(own[name].data_ptr())
             missing = [k for k, p in own.items() if p.data_ptr() not in written]
             if missing:
-                raise RuntimeError(f"the merged LoRA weights lack {missing[:5]}: the merged copy would keep random "
-                                   "weights there")
+                raise RuntimeError(f"the merged LoRA weights lack {missing[:5]}: the merged copy would keep "
+                                   "random weights there")
         elif source_model is self.model:
             return
         else:
@@ -142,7 +143,8 @@ class HFPolicy(Policy):
         self.version += 1
 
     def _copy_like(self, model):
-        """The merged copy, created from ``model``'s architecture (in this policy's dtype and device) on first use."""
+        """The merged copy, created from ``model``'s architecture (in this policy's dtype and device) on first
+        use."""
         if self._copy is None:
             self._copy = _fresh_copy(model, self.dtype, self.device)
         return self._copy

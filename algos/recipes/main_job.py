@@ -74,8 +74,8 @@ class MainJobConfig:
     """Sample through the trained model itself (adapter unmerged) instead of a merged copy: one copy of
     the base weights in memory instead of two, at the cost of the LoRA matmuls in every decode step."""
     policy_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
-    """The in-process policy (HFPolicy: rollouts and evaluations) decodes at most this many tokens of context per batch (each
-    prompt beyond the shared prefix plus its reply budget); None: all at once."""
+    """The in-process policy (HFPolicy: rollouts and evaluations) decodes at most this many tokens of context
+    per batch (each prompt beyond the shared prefix plus its reply budget); None: all at once."""
     out: str = "runs/main"
     """Run directory."""
     seed: int = 0

@@ -37,9 +37,10 @@ of the reply, so a wrong glue, a lost observation or a bookkeeping slip fails lo
 Tools. If the template has a tools section (it mentions ``tools``), tool schemas go to the template through
 ``tools=`` and the environment must not describe them again (make it with ``tools_in_prompt=False``). Templates
 without one (SmolLM2's ChatML) get the tools from the environment's own system prompt, which already lists the
-schemas and the call format (``tools_in_prompt=True``, the default of every :class:`~agentrl.envs.core.TextEnv`).
-The collector and the SFT renderer apply that rule (:func:`template_supports_tools` and :func:`prompt_tools` here,
-the env side in :func:`agentrl.algos.rollout.env_factory.make_chat_env`). The tool-call format the template teaches
+schemas and the call format (``tools_in_prompt=True``, the default of every
+:class:`~agentrl.envs.core.TextEnv`). The collector and the SFT renderer apply that rule
+(:func:`template_supports_tools` and :func:`prompt_tools` here, the env side in
+:func:`agentrl.algos.rollout.env_factory.make_chat_env`). The tool-call format the template teaches
 (:attr:`ChatFormat.call_format`) is the one the env reads.
 """
 

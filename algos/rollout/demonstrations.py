@@ -20,9 +20,10 @@ from agentrl.algos.rollout.chat import prompt_tools
 
 
 def demonstration(env, task: dict[str, Any], fmt) -> dict[str, Any] | None:
-    """``env.demo(task)`` with ``env`` set up as the collector sets up the envs it makes for ``fmt``'s template:
-    ``tools_in_prompt`` off when the template renders the tools itself, and the template's tool-call format
-    (:func:`~agentrl.algos.rollout.env_factory.configure_chat_env`). ``None`` when the env knows no solution."""
+    """``env.demo(task)`` with ``env`` set up as the collector sets up the envs it makes for ``fmt``'s
+    template: ``tools_in_prompt`` off when the template renders the tools itself, and the template's tool-call
+    format (:func:`~agentrl.algos.rollout.env_factory.configure_chat_env`). ``None`` when the env knows no
+    solution."""
     from agentrl.algos.rollout.env_factory import configure_chat_env
 
     configure_chat_env(env, template_tools=fmt.supports_tools, call_format=fmt.call_format)

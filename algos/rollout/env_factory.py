@@ -3,9 +3,10 @@
 * :func:`env_spec` / :func:`env_class` — the registration and the class behind an env id, without making an env;
   :func:`check_env_id` / :func:`preflight_env` — a one-line error for a wrong id (naming the closest) or an
   env that cannot come up, before any model loads.
-* :func:`make_chat_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template renders
-  the tool schemas itself, the env must not list them again in its prompt (see :mod:`agentrl.algos.rollout.chat`).
-  The collector applies it to env ids; Ray env actors apply it to the envs they host.
+* :func:`make_chat_env` — ``gymnasium.make`` plus the one ``tools_in_prompt`` rule: when the chat template
+  renders the tool schemas itself, the env must not list them again in its prompt (see
+  :mod:`agentrl.algos.rollout.chat`). The collector applies it to env ids; Ray env actors apply it to the envs
+  they host.
 * :func:`rollout_env` — what to pass as :func:`~agentrl.algos.rollout.collector.collect`'s ``env`` for an
   executor: the id itself (``"local"``: the collector makes the envs in-process) or a pool of remote envs
   (``"ray"``). Executors are named in :data:`EXECUTORS` by import path, so this module never imports Ray; add one
@@ -32,8 +33,9 @@ class EnvPool(Protocol):
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, *, num_workers: int | None,
                  template_tools: bool, call_format: str | None, actor_options: dict[str, Any] | None) -> None:
-        """``num_workers`` hosts of ``env_id`` envs made with ``env_kwargs``, ``tools_in_prompt = not
-        template_tools`` and ``call_format`` (as :func:`make_chat_env` does); ``actor_options`` go to the hosts."""
+        """``num_workers`` hosts of ``env_id`` envs made with ``env_kwargs``,
+        ``tools_in_prompt = not template_tools`` and ``call_format`` (as :func:`make_chat_env` does);
+        ``actor_options`` go to the hosts."""
 
     def __call__(self) -> Any:
         """A new env (a ``TextEnv``-like object; the collector resets it)."""
@@ -194,10 +196,10 @@ def make_chat_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, temp
 
 
 def configure_chat_env(env, *, template_tools: bool | None = None, call_format: str | None = None):
-    """Set up an existing env as :func:`make_chat_env` makes one: ``tools_in_prompt = not template_tools`` (when
-    given and the env has that attribute) and ``call_format`` through
-    :meth:`~agentrl.envs.core.TextEnv.use_call_format` (when given and the env has it). Takes effect at the next
-    ``reset``; returns ``env``."""
+    """Set up an existing env as :func:`make_chat_env` makes one: ``tools_in_prompt = not template_tools``
+    (when given and the env has that attribute) and ``call_format`` through
+    :meth:`~agentrl.envs.core.TextEnv.use_call_format` (when given and the env has it). Takes effect at the
+    next ``reset``; returns ``env``."""
     u = getattr(env, "unwrapped", env)
     if template_tools is not None and hasattr(u, "tools_in_prompt"):
         u.tools_in_prompt = not template_tools

@@ -12,10 +12,11 @@ with the new weights. Here the two run at once, in one process::
                                                       update(units)                 losses: the trainer's own)
                                                       with weights_lock: policy.update_weights(model); version += 1
 
-The policy backend samples from its own copy of the weights (:class:`~agentrl.algos.policy.HFPolicy` merges the
-LoRA adapter into a separate model; an :class:`~agentrl.algos.policy.OpenAIPolicy` server holds its own), so the
-trainer's model is never read by the producer. Publishing new weights takes the lock that a whole ``collect``
-holds, so every trajectory of a batch is sampled by exactly one version, never by half-updated weights.
+The policy backend samples from its own copy of the weights (:class:`~agentrl.algos.policy.HFPolicy` merges
+the LoRA adapter into a separate model; an :class:`~agentrl.algos.policy.OpenAIPolicy` server holds its own),
+so the trainer's model is never read by the producer. Publishing new weights takes the lock that a whole
+``collect`` holds, so every trajectory of a batch is sampled by exactly one version, never by half-updated
+weights.
 
 **Staleness.** A policy *version* is one weight publication (one optimizer step). A trajectory sampled by version
 ``v`` and trained on at version ``u`` is ``u - v`` versions stale. With ``queue_size=1`` the producer collects
@@ -26,11 +27,11 @@ range. Trajectories (whole groups) more than ``max_staleness`` versions stale ar
 * ``staleness="drop"``: dropped (counted in ``async/dropped_trajectories``; the producer makes a replacement
   batch), or
 * ``staleness="tis"``: corrected with truncated importance sampling (decoupled PPO): the current weights'
-  logprobs ``pi_cur`` of the sampled tokens are computed once (no gradient), the clipped ratio is taken against
-  ``pi_cur`` instead of the stale rollout logprobs (the trust region is around the current policy), and each token's loss
-  weight is multiplied by ``min(pi_cur / pi_rollout, correction_cap)`` (the algorithm's cap, e.g.
-  ``grpo.correction_cap``), the importance weight from the rollout's
-  distribution to the current one, truncated to bound its variance.
+  logprobs ``pi_cur`` of the sampled tokens are computed once (no gradient), the clipped ratio is taken
+  against ``pi_cur`` instead of the stale rollout logprobs (the trust region is around the current policy),
+  and each token's loss weight is multiplied by ``min(pi_cur / pi_rollout, correction_cap)`` (the algorithm's
+  cap, e.g. ``grpo.correction_cap``), the importance weight from the rollout's distribution to the current
+  one, truncated to bound its variance.
 
 The rollout correction of GRPO/PPO (``grpo.correction``, on by default with a server policy:
 :func:`~agentrl.algos.training.update.resolve_correction`) runs here as in the synchronous trainer: its

@@ -95,8 +95,9 @@ class TrainConfig:
     base weights instead of two, slower decoding. Synchronous training only (refused with asynchronous.enabled:
     the producer would sample through the model while it is updated)."""
     policy_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
-    """The in-process policy (HFPolicy) decodes at most this many tokens of context per batch (each prompt beyond the shared
-    prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live trajectories at once."""
+    """The in-process policy (HFPolicy) decodes at most this many tokens of context per batch (each prompt
+    beyond the shared prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live
+    trajectories at once."""
     adapter: str | None = None
     """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
     out: str = "runs/agentrl"
@@ -126,9 +127,9 @@ class TrainConfig:
     memory_budget_gb without it (a fixed micro_batch_tokens) or would hold fewer than 4096 tokens ('auto')."""
     memory_budget_gb: float = 2.0
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
-    (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and decides
-    gradient_checkpointing='auto' (agentrl.algos.training.memory_plan.memory_plan). A target, not a bound: the process
-    also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb)."""
+    (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and
+    decides gradient_checkpointing='auto' (agentrl.algos.training.memory_plan.memory_plan). A target, not a
+    bound: the process also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb)."""
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed
     (mallopt M_MMAP_THRESHOLD, set once by the Trainer for the whole process), and the heap is trimmed
@@ -148,8 +149,8 @@ class TrainConfig:
     seed: int = 0
     """Seeds task order, rollout sampling and initialisation."""
     tasks_file: str | None = None
-    """JSONL of task rows to train on (default: the env's own sample_task); `agentrl eval --tasks-file` and the
-    main job's eval_tasks_file name the same kind of file."""
+    """JSONL of task rows to train on (default: the env's own sample_task); `agentrl eval --tasks-file` and
+    the main job's eval_tasks_file name the same kind of file."""
     progress: bool = True
     """Show a progress bar."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
@@ -205,7 +206,8 @@ class TrainConfig:
         if not self.memory_budget_gb > 0:
             raise ValueError(f"memory_budget_gb must be > 0 (GiB), got {self.memory_budget_gb!r}")
         if self.policy_max_batch_tokens is not None and self.policy_max_batch_tokens < 1:
-            raise ValueError(f"policy_max_batch_tokens must be >= 1 or null, got {self.policy_max_batch_tokens!r}")
+            raise ValueError(f"policy_max_batch_tokens must be >= 1 or null, "
+                             f"got {self.policy_max_batch_tokens!r}")
         if self.logprob_chunk < 1:
             raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk!r}")
         if self.steps < 0 or self.tasks_per_step < 1 or self.group_size < 1:
@@ -231,11 +233,12 @@ class TrainConfig:
             if a.queue_size < 1 or a.max_staleness < 0:
                 raise ValueError("asynchronous: queue_size must be >= 1, max_staleness >= 0")
             if self.policy_shares_weights:
-                raise ValueError("asynchronous training samples in a producer thread while the trainer updates the "
-                                 "model, so policy_shares_weights=true would sample through weights being changed "
-                                 "(and race the backward pass): set policy_shares_weights=false (the policy keeps "
-                                 "its own merged copy, published after each step) or train synchronously (drop "
-                                 "--async / asynchronous.enabled)")
+                raise ValueError("asynchronous training samples in a producer thread while the trainer "
+                                 "updates the model, so policy_shares_weights=true would sample through "
+                                 "weights being changed (and race the backward pass): set "
+                                 "policy_shares_weights=false (the policy keeps its own merged copy, "
+                                 "published after each step) or train synchronously (drop --async / "
+                                 "asynchronous.enabled)")
 
     @classmethod
     def late_sections(cls) -> list[str]:

@@ -33,8 +33,8 @@ class TaskSource:
     """Task ``k`` of a run as a pure function of ``(seed, k)``: the data position is just ``k``.
 
     With ``rows`` (a dataset), positions walk through a fresh seeded permutation each epoch. Otherwise the
-    env's own sample_task draws task ``k`` with ``np.random.default_rng([seed, k])`` (for ToolUse-v0 that is the
-    seeded train-split generator, restricted to ``env_kwargs["families"]`` when given).
+    env's own sample_task draws task ``k`` with ``np.random.default_rng([seed, k])`` (for ToolUse-v0 that is
+    the seeded train-split generator, restricted to ``env_kwargs["families"]`` when given).
     """
 
     def __init__(self, env: str, env_kwargs: dict[str, Any] | None = None, *, seed: int = 0,

@@ -15,8 +15,9 @@ One logical step::
 An algorithm without rollouts (SFT) replaces the rollout with its own examples
 (:meth:`~agentrl.algos.objectives.base.Algorithm.offline_data`). The pieces live beside this file: the run's
 settings in :mod:`~agentrl.algos.training.config`, task order and rollout seeds in
-:mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`, memory
-settings in :mod:`~agentrl.algos.training.memory_plan`, checkpoints in :mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
+:mod:`~agentrl.algos.training.tasks`, the micro-batched update in :mod:`~agentrl.algos.training.update`,
+memory settings in :mod:`~agentrl.algos.training.memory_plan`, checkpoints in
+:mod:`~agentrl.algos.training.checkpoint`. Rollout sampling is seeded from
 ``(seed, collector.seed, data position)``, so a resumed run repeats the killed run's next step exactly.
 
 Use from Python::
@@ -186,7 +187,8 @@ class Trainer:
         self.rollout_env: Any = None
         self._collector: Collector | None = None
         self.correction = None
-        """The rollout correction of the updates (:func:`~agentrl.algos.training.update.resolve_correction`)."""
+        """The rollout correction of the updates
+        (:func:`~agentrl.algos.training.update.resolve_correction`)."""
         if not self.algo.needs_rollouts:
             return
         if self.policy is None:
@@ -317,9 +319,10 @@ class Trainer:
     @property
     def loss_temperature(self) -> float:
         """The temperature of the loss's logprobs: the rollout's when the algorithm takes a ratio against the
-        rollout logprobs (:attr:`~agentrl.algos.objectives.base.Algorithm.uses_rollout_temperature`), else 1 (and 1 for an
-        algorithm without rollouts: there is no rollout)."""
-        return self.rollout_temperature if self.algo.needs_rollouts and self.algo.uses_rollout_temperature else 1.0
+        rollout logprobs (:attr:`~agentrl.algos.objectives.base.Algorithm.uses_rollout_temperature`), else 1
+        (and 1 for an algorithm without rollouts: there is no rollout)."""
+        uses = self.algo.needs_rollouts and self.algo.uses_rollout_temperature
+        return self.rollout_temperature if uses else 1.0
 
     def _optimize(self, rows, prep_stats: dict[str, Any], metrics: dict[str, Any], t_step: float) -> dict[str, Any]:
         """The update half of a step (shared with the asynchronous trainer): :meth:`apply_update_rows` on prepared

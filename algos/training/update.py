@@ -9,12 +9,13 @@ micro-batches' gradients reach it through :class:`~agentrl.algos.objectives.logp
 reference policy's logprobs are computed once, before the first epoch. :class:`StepStats` gathers what the
 micro-batches report into the step's ``train/*`` metrics.
 
-Rollout correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first
-epoch's forward pass gives the trainer's own logprobs of the sampled tokens under the weights that sampled them
-(``pi_old``; dropout is off for rollout algorithms, so the same numbers a separate no-gradient pass would give,
-at no extra cost); they replace the rollout logprobs as the ratio's denominator, are kept for the later epochs, and
-:func:`~agentrl.algos.objectives.ppo.importance_weights` of ``pi_old / pi_rollout`` weighs each token's
-policy-gradient term (``train/is_weight_mean``, ``train/is_clipped_frac`` or ``train/is_masked_frac``).
+Rollout correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first epoch's
+forward pass gives the trainer's own logprobs of the sampled tokens under the weights that sampled them
+(``pi_old``; dropout is off for rollout algorithms, so the same numbers a separate no-gradient pass would
+give, at no extra cost); they replace the rollout logprobs as the ratio's denominator, are kept for the later
+epochs, and :func:`~agentrl.algos.objectives.ppo.importance_weights` of ``pi_old / pi_rollout`` weighs each
+token's policy-gradient term (``train/is_weight_mean``, ``train/is_clipped_frac`` or
+``train/is_masked_frac``).
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ class StepStats:
     """The statistics of one update, accumulated micro-batch by micro-batch.
 
     Per-micro-batch loss statistics are combined as :meth:`Algorithm.loss` documents: the ``summed`` counts
-    summed (first epoch), ``*_max`` maximised, the rest averaged with each micro-batch's ``stats[mean_weight]``
-    as its weight (:attr:`Algorithm.mean_weight`, :attr:`Algorithm.summed_stats`). Entropy is a token mean over
-    action tokens; ``logprob_gap`` (trainer vs rollout logprobs of the sampled tokens, first epoch) measures how
-    far the policy backend's numerics are from the trainer's.
+    summed (first epoch), ``*_max`` maximised, the rest averaged with each micro-batch's
+    ``stats[mean_weight]`` as its weight (:attr:`Algorithm.mean_weight`, :attr:`Algorithm.summed_stats`).
+    Entropy is a token mean over action tokens; ``logprob_gap`` (trainer vs rollout logprobs of the sampled
+    tokens, first epoch) measures how far the policy backend's numerics are from the trainer's.
     """
 
     def __init__(self, lr: float, mean_weight: str = "loss_tokens", summed: Sequence[str] = ("loss_tokens",)):
@@ -202,25 +203,27 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
-    :attr:`Algorithm.uses_rollout_temperature` is False: the trainer decides). ``reference`` gives the reference
-    logprobs when ``algo.needs_reference``. ``sampled`` (default ``algo.needs_rollouts``): the rows' old
-    logprobs are the rollout's at this temperature, so ``logprob_gap`` is measured. The forward passes run in
-    eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
-    ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the policy there).
+    :attr:`Algorithm.uses_rollout_temperature` is False: the trainer decides). ``reference`` gives the
+    reference logprobs when ``algo.needs_reference``. ``sampled`` (default ``algo.needs_rollouts``): the rows'
+    old logprobs are the rollout's at this temperature, so ``logprob_gap`` is measured. The forward passes run
+    in eval mode (dropout off) unless :attr:`Algorithm.dropout`; the reference pass always does.
+    ``after_step`` runs after every optimizer step (the trainer publishes the new weights to the policy
+    there).
     ``trim``: give glibc's free heap pages back to the OS after every micro-batch (:func:`trim_heap`), so what one
     micro-batch freed in small blocks does not stay in the RSS under the next one's (the trainer's
     ``malloc_mmap_threshold_mb`` setting turns it on).
-    ``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at :data:`DEFAULT_BUDGET_GB` (the trainer passes the size
-    it resolved from its config). Decoder layers that checkpoint (:func:`~agentrl.algos.training.memory_plan.set_gradient_checkpointing`) do so in
-    these forward passes, eval mode or not (:func:`checkpointed_layers`).
+    ``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at
+    :data:`DEFAULT_BUDGET_GB` (the trainer passes the size it resolved from its config). Decoder layers that
+    checkpoint (:func:`~agentrl.algos.training.memory_plan.set_gradient_checkpointing`) do so in these forward
+    passes, eval mode or not (:func:`checkpointed_layers`).
 
     With ``ranks`` of a data-parallel run (:mod:`~agentrl.algos.training.distributed`), ``row_groups`` is the
     whole batch, identical on every rank: each rank backpropagates its share, the gradients are summed over the
     ranks before clipping, and the returned statistics are those of the whole batch on every rank.
 
     ``correction`` (:func:`resolve_correction`; only when ``sampled`` and ``algo.token_level``): the loss gets
-    ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["rollout_logprobs"]`` = the
-    rows' recorded ones, and ``batch["is_weights"]`` (see the module docstring).
+    ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["rollout_logprobs"]`` =
+    the rows' recorded ones, and ``batch["is_weights"]`` (see the module docstring).
     """
     if algo.needs_reference and reference is None:
         raise ValueError(f"{type(algo).__name__} needs a reference policy: pass reference=Reference(model) "
@@ -306,13 +309,15 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
 def rows_logprobs(model, rows: Sequence[TrainRow], *, temperature: float, pad_id: int,
                   micro_batch_tokens: int | str, logprob_chunk: int) -> list[list[float]]:
     """The model's logprobs of each row's action tokens (0 elsewhere), micro-batched, without gradients
-    (``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at :data:`DEFAULT_BUDGET_GB` without checkpointing)."""
+    (``micro_batch_tokens='auto'``: :func:`~agentrl.algos.training.memory_plan.memory_plan` at
+    :data:`DEFAULT_BUDGET_GB` without checkpointing)."""
     device = next(model.parameters()).device
     if micro_batch_tokens == "auto":  # no gradients: nothing is saved, so the training estimate is conservative
         micro_batch_tokens = memory_plan(model, gradient_checkpointing=False, micro_batch_tokens="auto",
                                          memory_budget_gb=DEFAULT_BUDGET_GB)[1]
     out: list[list[float] | None] = [None] * len(rows)
-    bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=forward_shared_prefix_len(rows))
+    shared = forward_shared_prefix_len(rows)
+    bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared)
     prefix_len, prefix = update_prefix([[rows[i] for i in b] for b in bins]), None
     for b in bins:
         batch = collate([rows[i] for i in b], pad_id, device)

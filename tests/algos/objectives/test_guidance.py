@@ -1,6 +1,6 @@
-"""GRPO's demonstration guidance (LUFFY's 'luffy', ReLIFT's 'relift'): which groups get a demonstration, the shaped loss
-and its gradient, the NLL term, the rows and statistics they produce, and real steps on ToolUse-v0 whose
-demonstrations are rendered as rollouts are."""
+"""GRPO's demonstration guidance (LUFFY's 'luffy', ReLIFT's 'relift'): which groups get a demonstration, the
+shaped loss and its gradient, the NLL term, the rows and statistics they produce, and real steps on ToolUse-v0
+whose demonstrations are rendered as rollouts are."""
 
 from __future__ import annotations
 
@@ -158,8 +158,8 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
 
     trainer.algo.prepare = spy
     [m] = trainer.train()
-    # a random-init model solves nothing: every group is guided, and trains ('luffy': no group skipped; 'relift': the
-    # groups are skipped, the demonstrations alone make the step)
+    #  a random-init model solves nothing: every group is guided, and trains ('luffy': no group skipped;
+    # 'relift': the groups are skipped, the demonstrations alone make the step)
     skipped = 0 if mode == "luffy" else 2
     assert m["train/guided_groups"] == 2 and m["train/skipped_groups"] == skipped
     assert m["train/optimizer_steps"] == 1
@@ -172,11 +172,12 @@ def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(
         ids, mask, reward = trainer.algo.demos.get(t.task)
         assert ids[: t.prompt_len] == t.token_ids[: t.prompt_len] and mask.index(1) == t.prompt_len
         assert reward > t.reward
-    # demonstration rows (no rollout logprobs) are left out of the gap ('relift' here: no sampled row trained at all)
+    # demonstration rows (no rollout logprobs) are left out of the gap (relift: no sampled row trained at all)
     assert m["train/logprob_gap"] < 1e-4 if mode == "luffy" else "train/logprob_gap" not in m
 
 
 @pytest.mark.parametrize("old, new", [("demos", "luffy"), ("sft", "relift")])
 def test_an_old_guidance_value_names_the_new_one(old, new):
-    with pytest.raises(ValueError, match=rf"^grpo.guidance='{old}' was renamed to grpo.guidance='{new}' \(docs/"):
+    line = rf"^grpo.guidance='{old}' was renamed to grpo.guidance='{new}' \(docs/architecture.md#glossary\)$"
+    with pytest.raises(ValueError, match=line):
         GRPO(GRPOConfig(guidance=old))

@@ -1,5 +1,6 @@
 """The merge (``iter_merged_weights`` into ``HFPolicy``'s merged copy): layer by layer, the same weights as
-the whole-dict merge, PEFT's function for DoRA and ``lora_bias``, clear refusals, and the shared-weights policy."""
+the whole-dict merge, PEFT's function for DoRA and ``lora_bias``, clear refusals, and the shared-weights
+policy."""
 
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def _merged_copy_matches_peft(peft_model, tokenizer, atol):
 
 
 def test_layer_by_layer_merged_copy_weights_equal_the_whole_dict_merge(tokenizer):
-    # bf16 base as on a GPU: the merged copy holds exactly the fp32 merge rounded once to bf16, i.e. today's formula
-    # (w.float() + (B.float() @ A.float()) * scaling).to(bf16), bit for bit.
+    #  bf16 base as on a GPU: the merged copy holds exactly the fp32 merge rounded once to bf16, i.e. today's
+    # formula (w.float() + (B.float() @ A.float()) * scaling).to(bf16), bit for bit.
     base = tiny_model(tokenizer, hidden_size=32, num_layers=3, dtype=torch.bfloat16)
     peft_model = _perturb(apply_lora(copy.deepcopy(base), LoRAConfig(r=4, alpha=8)))
     policy = HFPolicy(peft_model, tokenizer)

@@ -432,7 +432,8 @@ def test_make_chat_env_applies_the_tools_in_prompt_rule():
 
     gym.register(id="TestNoToolsKeyword-v0", entry_point=NoToolsKeyword)
     try:
-        assert make_chat_env("TestNoToolsKeyword-v0", template_tools=True).unwrapped.__class__ is NoToolsKeyword
+        env = make_chat_env("TestNoToolsKeyword-v0", template_tools=True)
+        assert env.unwrapped.__class__ is NoToolsKeyword
     finally:
         gym.registry.pop("TestNoToolsKeyword-v0")
     assert make_chat_env("AgentRL/ToolUse-v0", template_tools=True).unwrapped.tools_in_prompt is False
@@ -486,7 +487,7 @@ def test_update_weights_samples_merged_lora_without_touching_the_base(tokenizer)
             lp = token_logprobs(peft_model, torch.tensor([tr.token_ids]))[0]
         mask = torch.tensor(tr.loss_mask, dtype=torch.bool)
         assert (lp[mask] - torch.tensor(tr.logprobs)[mask]).abs().max().item() <= 1e-4
-    # A training step changes the adapter; update_weights makes the merged copy follow, the base stays as it was.
+    # A training step changes the adapter; update_weights makes the merged copy follow, the base stays as is.
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_A" in name:

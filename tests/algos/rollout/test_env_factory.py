@@ -29,7 +29,8 @@ class LocalPool:
 
     def __call__(self):
         self.made += 1
-        return make_chat_env(self.args[0], self.args[1], template_tools=self.args[3], call_format=self.args[4])
+        env_id, env_kwargs, _, template_tools, call_format = self.args[:5]
+        return make_chat_env(env_id, env_kwargs, template_tools=template_tools, call_format=call_format)
 
     def close(self):
         self.closed = True

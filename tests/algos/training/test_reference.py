@@ -95,7 +95,7 @@ def test_a_fresh_adapter_uses_the_base_model_as_reference(tokenizer):
 
 
 def test_lora_dropout_is_off_in_the_rl_forward_passes(tokenizer, tmp_path):
-    """With lora.dropout=0.5 a train-mode recompute would differ from the rollout logprobs at the first epoch."""
+    """With lora.dropout=0.5 a train-mode recompute would differ from the rollout logprobs at epoch 1."""
     model = tiny_train_model(tokenizer)
     cfg = tiny_train_config(tmp_path, lora=LoRAConfig(dropout=0.5), grpo={"beta": 0.1})
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)

@@ -47,7 +47,7 @@ def test_importance_weights_equal_the_formula(mode, level):
     gaps = torch.zeros(2, 5)
     gaps[0, 1:] = torch.tensor(GAPS[0])
     gaps[1, 2:4] = torch.tensor(GAPS[1])
-    train = torch.where(mask > 0, rollout + gaps, torch.full_like(rollout, 7.0))  # off-mask values never count
+    train = torch.where(mask > 0, rollout + gaps, torch.full_like(rollout, 7.0))  # off-mask: never counted
     w, stats = importance_weights(train, rollout, mask, RolloutCorrection(mode, level, cap=2.0))
     if level == "token":
         want = [[_w(g, mode) for g in row] for row in GAPS]

@@ -37,7 +37,7 @@ def test_grpo_step_updates_the_adapter_only_and_logs_the_metrics(tokenizer, tmp_
                 "train/padded_tokens", "train/logprob_gap", "time/rollout", "time/env", "time/train",
                 "perf/tokens_per_s"):
         assert key in m, key
-    # On-policy first epoch: the trainer's recomputed logprobs are the rollout's (fp32): the correctness alarm.
+    # On-policy first epoch: the trainer's recomputed logprobs are the rollout's (fp32): the correctness alarm
     assert m["train/logprob_gap"] < 1e-4
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert m["train/kl"] == pytest.approx(0.0, abs=1e-6)  # adapter starts at zero: policy == reference
