@@ -89,3 +89,13 @@ def test_a_module_factory_reference_is_gym_makeable(tmp_path, monkeypatch, reque
                       "agentrl.envs:AgentRL/ToolUse-v0"):
         assert register_env_ref(untouched) == untouched
     assert "NOT_CALLABLE" not in gym.registry
+
+
+def test_make_text_env_makes_the_bare_text_env_behind_an_id(request):
+    env = agentrl.envs.make_text_env("AgentRL/ToolUse-v0", {"families": ["multiply"]})
+    assert type(env) is ToolUseEnv and env.families == ["multiply"]  # no Gymnasium wrapper around it
+    env.step("Answer: 1")  # a step before reset: the bare env keeps the never-raise contract (wrappers would not)
+    request.addfinalizer(lambda: gym.registry.pop("Test/NotText-v0", None))
+    gym.register("Test/NotText-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    with pytest.raises(TypeError, match=r"^Test/NotText-v0 is a CartPoleEnv, not an agentrl TextEnv$"):
+        agentrl.envs.make_text_env("Test/NotText-v0")
