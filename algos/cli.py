@@ -43,7 +43,7 @@ from agentrl.algos.rollout.env_factory import EXECUTORS
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
 DEFAULT_EVAL_TASKS = 32
-"""Held-out tasks ``agentrl eval`` draws when neither ``--tasks`` nor ``--tasks-file`` says otherwise."""
+"""Test tasks ``agentrl eval`` draws when neither ``--tasks`` nor ``--tasks-file`` says otherwise."""
 
 
 # ---------------------------------------------------------------------------------------------- configs from args
@@ -328,7 +328,8 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 ENV_KWARGS_HELP = ("JSON object of environment keyword arguments, e.g. '{\"tools\": [\"my_tools:lookup\"], "
-                   "\"dataset\": \"train.jsonl\", \"heldout\": \"test.jsonl\"}' (the env_kwargs key; docs/own-tools.md)")
+                   "\"dataset\": \"train.jsonl\", \"test_dataset\": \"test.jsonl\"}' (the env_kwargs key; "
+                   "docs/own-tools.md)")
 
 
 def _report_to(text: str) -> list[str]:
@@ -413,9 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
     p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")
-    p.add_argument("--tasks", type=int, help=f"number of tasks (default: {DEFAULT_EVAL_TASKS} held-out tasks, or "
+    p.add_argument("--tasks", type=int, help=f"number of tasks (default: {DEFAULT_EVAL_TASKS} test tasks, or "
                                               "every row of --tasks-file)")
-    p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's held-out split")
+    p.add_argument("--tasks-file", help="JSONL of task rows instead of the env's test split")
     p.add_argument("--out", help="write episodes here (JSONL) and the summary beside it")
     p.add_argument("--ledger", metavar="PATH",
                    help="append a row to this ledger file when the tasks are (rows of) a fixed set whose .jsonl and "

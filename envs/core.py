@@ -146,7 +146,7 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`on_reset` — per-episode state, after a task is chosen (e.g. metric keys set to 0);
     * :meth:`call_reward` — a reward for a tool call that ran (partial credit; default 0, outcome reward only);
     * :meth:`extra_info` — env-specific keys merged into every step's ``info``;
-    * :meth:`test_tasks` — ``n`` held-out tasks for evaluation (the default says there is no such split);
+    * :meth:`test_tasks` — ``n`` tasks of the env's test split for evaluation (the default: there is none);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
     A tool that needs env state or counts its own metrics is a bound method or closure passed to
@@ -236,12 +236,12 @@ class TextEnv(gym.Env[str, str]):
         return {}
 
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """``n`` held-out tasks (never sampled in training) for evaluation, as a pure function of ``seed``.
+        """``n`` tasks of the env's test split (never sampled in training), as a pure function of ``seed``.
 
         Raises:
-            ValueError: the env has no held-out split (the default).
+            ValueError: the env has no test split (the default).
         """
-        raise ValueError(f"{type(self).__name__} has no held-out split; evaluate it with "
+        raise ValueError(f"{type(self).__name__} has no test split; evaluate it with "
                          "`agentrl eval --tasks-file file.jsonl`")
 
     def use_call_format(self, name: str) -> bool:
