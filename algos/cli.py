@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     from agentrl.algos.rollout.collector import CollectorConfig
 
     rollout = CollectorConfig()  # eval samples like training does unless told otherwise
-    p = sub.add_parser("eval", help="evaluate a model (and adapter) on held-out tasks")
+    p = sub.add_parser("eval", help="evaluate a model (and adapter) on an env's test tasks or a task file")
     p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id or module:factory")
     p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")

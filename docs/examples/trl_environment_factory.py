@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--model", default="smollm2-135m", help="alias, hub id or local path")
     ap.add_argument("--tiny", action="store_true", help="random-init tiny model (smoke run)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--tasks", type=int, default=64, help="training tasks (the env's held-out split is not used)")
+    ap.add_argument("--tasks", type=int, default=64, help="training tasks (the env's test split is not used)")
     ap.add_argument("--prompts-per-step", type=int, default=2)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--max-completion-length", type=int, default=256, help="tokens of the whole multi-turn completion")

@@ -197,7 +197,7 @@ def test_loader_names_file_and_line(tmp_path):
 
 
 def _old_heldout(env_kwargs, n, seed):
-    """What algos' TaskSource drew for held-out tasks: the env made with split="test", task k from
+    """What algos' TaskSource drew for test tasks: the env made with split="test", task k from
     default_rng([seed + 10_007, k])."""
     env = gym.make("AgentRL/Coding-v0", **{**env_kwargs, "split": "test"}).unwrapped
     return [env.sample_task(np.random.default_rng([seed + 10_007, k])) for k in range(n)]

@@ -357,7 +357,7 @@ def test_text_only_mode_offers_no_tool(sb, verifier):
     demo = env.demo(task)
     assert [m["role"] for m in demo["messages"]] == ["system", "user", "assistant"] and demo["reward"] == 1.0
     tasks = gym.make("AgentRL/PythonMath-v0", tools_enabled=False, tiers=[1, 2]).unwrapped.test_tasks(4)
-    assert tasks == make_tasks(4, "test", tiers=[1, 2])  # the same held-out tasks as the tool-using env
+    assert tasks == make_tasks(4, "test", tiers=[1, 2])  # the same test tasks as the tool-using env
 
 
 def test_easy_tier_demo_code_is_short_for_the_default_model(tokenizer):

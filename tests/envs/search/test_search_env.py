@@ -225,7 +225,7 @@ def test_make_with_a_backend_instance_shares_it():
 
 
 def _old_heldout(env_kwargs, n, seed):
-    """What algos' TaskSource drew for held-out tasks: the env made with split="dev", task k from
+    """What algos' TaskSource drew for test tasks: the env made with split="dev", task k from
     default_rng([seed + 10_007, k])."""
     env = gym.make("AgentRL/Search-v0", **{**env_kwargs, "split": "dev"}).unwrapped
     return [env.sample_task(np.random.default_rng([seed + 10_007, k])) for k in range(n)]
