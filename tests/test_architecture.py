@@ -18,10 +18,12 @@ import pytest
 import torch
 from helpers import ROOT, tiny_train_config, tiny_train_model
 
-PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos", "harness": ROOT / "benchmarks" / "harness"}
+PACKAGES = {"agentrl.envs": ROOT / "envs", "agentrl.algos": ROOT / "algos",
+            "harness": ROOT / "benchmarks" / "harness"}
 
 
-# ---------------------------------------------------------------------------------------------- a new algorithm
+# ---------------------------------------------------------------------------------------------- a new
+# algorithm
 
 #: The page that shows a new algorithm, and the file it shows in full (its code is the one the tests train).
 ALGORITHM_PAGE = ROOT / "docs" / "integration.md"
@@ -145,8 +147,9 @@ def test_documented_import_works(statement):
 
 
 def test_the_public_api_is_small_typed_and_documented():
-    """``agentrl.algos`` resolves its names lazily; its TYPE_CHECKING block (what type checkers and IDEs read),
-    ``__all__`` and the lazy table name the same modules, and the package docstring documents every name."""
+    """``agentrl.algos`` resolves its names lazily; its TYPE_CHECKING block (what type checkers and IDEs
+    read), ``__all__`` and the lazy table name the same modules, and the package docstring documents every
+    name."""
     import agentrl.algos as algos
     import agentrl.envs as envs
 
@@ -277,8 +280,10 @@ HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page"
 def test_the_harness_keeps_its_layers_and_runners_never_import_pages():
     graph = {m: deps for m, deps in _graph().items() if m.startswith("harness.")}
     layer = {m: i for i, names in enumerate(HARNESS_LAYERS) for m in names}
-    assert set(graph) - {"harness"} == set(layer), f"give each harness module a layer: {set(graph) ^ set(layer)}"
-    upward = sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps if n in layer and layer[n] > layer[m])
+    missing = set(graph) - {"harness"} ^ set(layer)
+    assert not missing, f"give each harness module a layer: {missing}"
+    upward = sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps
+                    if n in layer and layer[n] > layer[m])
     assert not upward, upward
     crossing = sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps
                       if (m in HARNESS_RUNNERS and n in HARNESS_RENDERERS)
@@ -289,14 +294,14 @@ def test_the_harness_keeps_its_layers_and_runners_never_import_pages():
     assert not library, f"the library never imports the harness: {library}"
 
 
-#: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m`` does,
-#: so that ``module:Class`` references to the user's own files import (algos/cli.py).
+#: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m``
+#: does, so that ``module:Class`` references to the user's own files import (algos/cli.py).
 SYS_PATH_ALLOWED = {"algos/cli.py"}
 
 
 def test_no_sys_path_surgery_in_the_sources_or_the_benchmarks():
-    """Nothing in envs/, algos/ or benchmarks/ inserts into ``sys.path`` to find the project's own modules: the
-    harness is a package that scripts import as ``harness`` (``benchmarks/`` is their ``sys.path[0]``)."""
+    """Nothing in envs/, algos/ or benchmarks/ inserts into ``sys.path`` to find the project's own modules:
+    the harness is a package that scripts import as ``harness`` (``benchmarks/`` is their ``sys.path[0]``)."""
     found = []
     for top in ("envs", "algos", "benchmarks"):
         for f in sorted((ROOT / top).rglob("*.py")):
@@ -304,9 +309,11 @@ def test_no_sys_path_surgery_in_the_sources_or_the_benchmarks():
             if rel in SYS_PATH_ALLOWED:
                 continue
             for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-                target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else (
-                    node.targets[0].value if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
-                    else None)
+                target = None
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    target = node.func.value  # sys.path.insert(...), .append(...)
+                elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+                    target = node.targets[0].value  # sys.path[:0] = ...
                 if target is not None and ast.unparse(target) == "sys.path":
                     found.append(f"{rel}:{node.lineno}")
     assert not found, found
@@ -332,8 +339,8 @@ def _defined_names(path: Path) -> set[str]:
 
 
 def _import_statements():
-    """``(file, module, name)`` for every ``from agentrl... import name`` (and ``from harness... import name``) in
-    the sources, tests, benchmarks and docs (Python files, and code in the markdown pages)."""
+    """``(file, module, name)`` for every ``from agentrl... import name`` (and ``from harness... import
+    name``) in the sources, tests, benchmarks and docs (Python files, and code in the markdown pages)."""
     for top in ("algos", "envs", "tests", "benchmarks", "docs"):
         for f in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
@@ -375,7 +382,8 @@ def test_envs_never_import_algos():
 
 def test_no_source_file_is_over_500_lines():
     files = [*_modules().values(), *(ROOT / "benchmarks").glob("*.py")]  # the harness and every script
-    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    long = {str(p.relative_to(ROOT)): n for p in files
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
     assert not long, f"split these files: {long}"
 
 
@@ -397,8 +405,8 @@ def test_relative_links_in_readme_and_docs_point_at_files():
 
 
 def test_doc_test_paths_exist():
-    """Every `tests/....py` (and `tests/....py::name`) that README.md or docs/ names exists (docs/results/archive/
-    keeps old figures verbatim and is not checked)."""
+    """Every `tests/....py` (and `tests/....py::name`) that README.md or docs/ names exists
+    (docs/results/archive/ keeps old figures verbatim and is not checked)."""
     archive = ROOT / "docs" / "results" / "archive"
     broken = []
     for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:

@@ -4,25 +4,25 @@ A held-out set stops being held out once settings are chosen by looking at it. T
 :func:`~agentrl.algos.evaluation.evaluate.evaluate` with ``ledger=PATH`` calls :func:`record` after the
 evaluation, and when the tasks are a fixed set (or a subset of one) it appends a row to ``PATH``. Without
 ``ledger`` nothing is recorded anywhere: the library never writes a file the caller did not name. The learning
-harness passes ``benchmarks/heldout/ledger.jsonl``; ``agentrl eval --ledger PATH`` does the same from the command
-line. The results pages list, per set, every configuration judged on it (``benchmarks/harness/pages.py``).
+harness passes ``benchmarks/heldout/ledger.jsonl``; ``agentrl eval --ledger PATH`` does the same from the
+command line. The results pages list, per set, every configuration judged on it
+(``benchmarks/harness/pages.py``).
 
-A fixed set is a ``<name>.jsonl`` with a sidecar ``<name>.json`` (holding the file's ``sha256``) **in the folder
-of the ledger file**: the sets and their ledger live together (``benchmarks/heldout/``). A set is recognised by
-content, not by path: the tasks' text (:func:`dumps`: one JSON object per line, keys sorted, the format the set
-files are written in) is hashed and compared with each sidecar's ``sha256``, so a copy of a set counts. Tasks
-that are all rows of one set, unchanged but not all of them (``--quick`` runs), are recorded with ``tasks`` <
-``set_tasks``.
+A fixed set is a ``<name>.jsonl`` with a sidecar ``<name>.json`` (holding the file's ``sha256``) **in the
+folder of the ledger file**: the sets and their ledger live together (``benchmarks/heldout/``). A set is
+recognised by content, not by path: the tasks' text (:func:`dumps`: one JSON object per line, keys sorted, the
+format the set files are written in) is hashed and compared with each sidecar's ``sha256``, so a copy of a set
+counts. Tasks that are all rows of one set, unchanged but not all of them (``--quick`` runs), are recorded
+with ``tasks`` < ``set_tasks``.
 
 A row: ``id`` (a hash of the rest), ``time`` (UTC), ``commit`` and ``dirty`` (of the git checkout holding the
 ledger file, as :func:`git_state` first read it in this process: a runner reads it at its start), ``command``
 (the command line), ``config_sha256`` (of the evaluation settings: env, env kwargs, N, sampling config),
-``weights`` (a fingerprint of the weights the policy samples with, see :func:`weights_fingerprint`), ``adapter``
-(what the caller says: an adapter's hash, ``"base"``, or null), ``set``, ``set_sha256``, ``tasks``,
-``set_tasks``, ``n``, ``temperature``, ``primary_metric`` (the sidecar's), ``scores`` (``average_at_n``,
-``pass_at_n``, ``macro_em``, ``by_family``), ``per_task`` (task id -> mean correct over its N episodes) and
-``out`` (the episodes file, when written).
-"""
+``weights`` (a fingerprint of the weights the policy samples with, see :func:`weights_fingerprint`),
+``adapter`` (what the caller says: an adapter's hash, ``"base"``, or null), ``set``, ``set_sha256``,
+``tasks``, ``set_tasks``, ``n``, ``temperature``, ``primary_metric`` (the sidecar's), ``scores``
+(``average_at_n``, ``pass_at_n``, ``macro_em``, ``by_family``), ``per_task`` (task id -> mean correct over its
+N episodes) and ``out`` (the episodes file, when written). """
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ FINGERPRINT_ELEMENTS = 4096
 
 
 def dumps(tasks: Iterable[Mapping[str, Any]]) -> str:
-    """Tasks as a set file's text: one JSON object per line, keys sorted (the format every fixed set is written in,
-    so its bytes, and the ``sha256`` its sidecar records, are a function of the tasks)."""
+    """Tasks as a set file's text: one JSON object per line, keys sorted (the format every fixed set is
+    written in, so its bytes, and the ``sha256`` its sidecar records, are a function of the tasks)."""
     return "".join(json.dumps(t, sort_keys=True, ensure_ascii=False) + "\n" for t in tasks)
 
 
@@ -72,8 +72,8 @@ def sidecars(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def match_set(tasks: list[Mapping[str, Any]], folder: Path) -> tuple[str, dict[str, Any]] | None:
-    """``(name, sidecar)`` of the fixed set in ``folder`` that ``tasks`` are (by content hash), or are unchanged
-    rows of; else None."""
+    """``(name, sidecar)`` of the fixed set in ``folder`` that ``tasks`` are (by content hash), or are
+    unchanged rows of; else None."""
     metas = sidecars(folder)
     digest = tasks_sha256(tasks)
     for name, meta in metas.items():
@@ -122,10 +122,11 @@ def scores(rows: list[dict[str, Any]], report: Any = None) -> dict[str, Any]:
 
 
 def git_state(where: str | Path) -> dict[str, Any]:
-    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the git checkout holding the folder ``where``, as
-    it was the first time this process asked about that checkout: the code a long run executes is what it imported
-    when it started, so a commit made while it runs must not be recorded as its source. A runner calls this once
-    at its start (the learning harness, ``agentrl eval --ledger``); :func:`record` then reads the cached state."""
+    """``{"commit": <sha or None>, "dirty": <bool or None>}`` of the git checkout holding the folder
+    ``where``, as it was the first time this process asked about that checkout: the code a long run executes
+    is what it imported when it started, so a commit made while it runs must not be recorded as its source. A
+    runner calls this once at its start (the learning harness, ``agentrl eval --ledger``); :func:`record` then
+    reads the cached state."""
     return dict(_git_state(_toplevel(str(Path(where).resolve()))))
 
 
@@ -133,8 +134,8 @@ def git_state(where: str | Path) -> dict[str, Any]:
 def _toplevel(folder: str) -> str:
     """The work tree holding ``folder`` (itself when it is in none, or git is missing)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True,
-                              timeout=30, check=True).stdout.strip() or folder
+        return subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip() or folder
     except (OSError, subprocess.SubprocessError):
         return folder
 
@@ -202,8 +203,8 @@ def config_sha256(settings: Mapping[str, Any]) -> str:
 def make_row(tasks: list[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, *, set_name: str,
              sidecar: Mapping[str, Any], where: str | Path, policy: Any = None,
              extra: Mapping[str, Any] | None = None, out: str | Path | None = None) -> dict[str, Any]:
-    """The ledger row of one evaluation (without writing it); ``where``: the folder whose checkout's commit the
-    row names (the ledger's)."""
+    """The ledger row of one evaluation (without writing it); ``where``: the folder whose checkout's commit
+    the row names (the ledger's)."""
     settings = dict(getattr(report, "settings", {}) or {})
     collector = settings.get("collector") or {}
     per = task_scores(trajectories)
@@ -238,12 +239,12 @@ def read(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in _lines(path)]
 
 
-def record(tasks: Sequence[Mapping[str, Any]], trajectories: list[Trajectory], report: Any, ledger: str | Path, *,
-           policy: Any = None, extra: Mapping[str, Any] | None = None,
+def record(tasks: Sequence[Mapping[str, Any]], trajectories: list[Trajectory], report: Any,
+           ledger: str | Path, *, policy: Any = None, extra: Mapping[str, Any] | None = None,
            out: str | Path | None = None) -> dict[str, Any] | None:
-    """Append the row of an evaluation to the ledger file ``ledger`` when its tasks are (rows of) a fixed set of
-    the ledger's folder; the row, or None when they are not. Sets ``report.settings["ledger"]`` to the row's id
-    and set."""
+    """Append the row of an evaluation to the ledger file ``ledger`` when its tasks are (rows of) a fixed set
+    of the ledger's folder; the row, or None when they are not. Sets ``report.settings["ledger"]`` to the
+    row's id and set."""
     path = Path(ledger)
     found = match_set(list(tasks), path.parent)
     if found is None:

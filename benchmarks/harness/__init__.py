@@ -1,5 +1,5 @@
-"""The learning harness: the experiments of ``docs/results/learning.md``, declared once, run, and rendered from
-committed data.
+"""The learning harness: the experiments of ``docs/results/learning.md``, declared once, run, and rendered
+from committed data.
 
 Layers, lowest first (``tests/test_architecture.py`` checks them); a module imports only from its own layer or
 lower ones:
@@ -10,9 +10,9 @@ lower ones:
 3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
    writer of that data);
 4. runners: :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`,
-   :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`, :mod:`harness.figures`,
-   :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`, :mod:`harness.pages`.
-   A runner never imports a renderer, a renderer never imports a runner;
+   :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
+   :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,
+   :mod:`harness.pages`. A runner never imports a renderer, a renderer never imports a runner;
 5. :mod:`harness.commands`: the command lines of ``benchmarks/learning.py`` and
    ``benchmarks/compare_algorithms.py`` (run, then render).
 

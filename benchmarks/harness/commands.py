@@ -34,7 +34,8 @@ def readme_for(args) -> Path | None:
 
 
 def run_everything(args) -> int:
-    """``--all``: each experiment in its own process (failures are reported, the rest still run), then the page."""
+    """``--all``: each experiment in its own process (failures are reported, the rest still run), then the
+    page."""
     failed = []
     for cmd in all_commands(args.quick, args.model, Path(args.runs), args.results):
         logger.info("running %s", " ".join(cmd[1:]))
@@ -52,51 +53,52 @@ def run_everything(args) -> int:
 
 def learning_main(argv: list[str] | None = None) -> int:
     """``benchmarks/learning.py``."""
-    ap = argparse.ArgumentParser(description="Proof of learning: the main job (base -> SFT cold start -> GRPO -> eval) on "
-                                             "held-out tasks, plus controls.")
-    ap.add_argument("--env", default="AgentRL/ToolUse-v0", choices=[e.env for e in EXPERIMENTS], help="environment")
-    ap.add_argument("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner)")
-    ap.add_argument("--all", action="store_true", help="every env, compare_algorithms.py, then docs/results/learning.md")
-    ap.add_argument("--page", action="store_true", help="only regenerate docs/results/learning.md from committed data")
-    ap.add_argument("--runs", default="runs", help="where --all finds the run directories (runs/)")
-    ap.add_argument("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
-    ap.add_argument("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
-    ap.add_argument("--no-control", action="store_true",
-                    help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
-    ap.add_argument("--no-text-only", action="store_true",
-                    help="keep the SFT control but skip PythonMath-v0's text-only pipeline (the tool's comparison, "
-                         "which trains a second model)")
-    ap.add_argument("--heldout", metavar="NAME",
-                    help="the env's committed held-out set to evaluate on (default: the experiment's or its variant's, "
-                         "benchmarks/harness/experiments.py; the first sets tooluse/search/pythonmath only to re-derive "
-                         "old figures)")
-    ap.add_argument("--out", help="run directory (default runs/learning-<env>[-quick])")
-    ap.add_argument("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
-    ap.add_argument("--data", help="where the run's committed data goes, read by --page (default <results>/data)")
-    ap.add_argument("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
-    ap.add_argument("--variant", metavar="NAME",
-                    help="a variant of the env's recipe declared in benchmarks/harness/experiments.py (its overrides "
-                         "and set): its own run directory, page and data (<env>_<NAME>), a section of its own on the "
-                         "results page, compared with the plain recipe's RL")
-    ap.add_argument("--reuse-cold-start", metavar="DIR",
-                    help="start from another run directory's base evaluation, cold start and its evaluation (copied "
-                         "into --out; not re-run, no new ledger rows), so a variant differs from DIR only after the "
-                         "cold start; the page says so")
-    ap.add_argument("--engine", choices=["vllm"],  # agentrl.algos.policy.engine.ENGINES (it imports torch; --page not)
-                    help="sample every evaluation and GRPO rollout through this inference server, started by the run "
-                         "(log <out>/vllm.log) and stopped at its end; SFT trains in process (docs/engines.md)")
-    ap.add_argument("--engine-python", help="the engine's python (default $AGENTRL_VLLM_PYTHON, else .venv-vllm)")
-    ap.add_argument("--ledger", default=str(LEDGER),
-                    help="the ledger every evaluation on a fixed set appends to (benchmarks/heldout/ledger.jsonl; the "
-                         "sets lie beside it)")
+    ap = argparse.ArgumentParser(description="Proof of learning: the main job (base -> SFT cold start -> "
+                                             "GRPO -> eval) on held-out tasks, plus controls.")
+    add = ap.add_argument
+    add("--env", default="AgentRL/ToolUse-v0", choices=[e.env for e in EXPERIMENTS], help="environment")
+    add("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner)")
+    add("--all", action="store_true", help="every env, compare_algorithms.py, then docs/results/learning.md")
+    add("--page", action="store_true", help="only regenerate docs/results/learning.md from committed data")
+    add("--runs", default="runs", help="where --all finds the run directories (runs/)")
+    add("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
+    add("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
+    add("--no-control", action="store_true",
+        help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
+    add("--no-text-only", action="store_true",
+        help="keep the SFT control but skip PythonMath-v0's text-only pipeline (the tool's comparison, which "
+             "trains a second model)")
+    add("--heldout", metavar="NAME",
+        help="the env's committed held-out set to evaluate on (default: the experiment's or its variant's, "
+             "benchmarks/harness/experiments.py; the first sets tooluse/search/pythonmath only to re-derive "
+             "old figures)")
+    add("--out", help="run directory (default runs/learning-<env>[-quick])")
+    add("--results", default=str(RESULTS), help="where the markdown and plots go (docs/results)")
+    add("--data", help="where the run's committed data goes, read by --page (default <results>/data)")
+    add("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
+    add("--variant", metavar="NAME",
+        help="a variant of the env's recipe declared in benchmarks/harness/experiments.py (its overrides and "
+             "set): its own run directory, page and data (<env>_<NAME>), a section of its own on the results "
+             "page, compared with the plain recipe's RL")
+    add("--reuse-cold-start", metavar="DIR",
+        help="start from another run directory's base evaluation, cold start and its evaluation (copied into "
+             "--out; not re-run, no new ledger rows), so a variant differs from DIR only after the cold "
+             "start; the page says so")
+    add("--engine", choices=["vllm"],  # agentrl.algos.policy.engine.ENGINES (it imports torch; --page not)
+        help="sample every evaluation and GRPO rollout through this inference server, started by the run "
+             "(log <out>/vllm.log) and stopped at its end; SFT trains in process (docs/engines.md)")
+    add("--engine-python", help="the engine's python (default $AGENTRL_VLLM_PYTHON, else .venv-vllm)")
+    add("--ledger", default=str(LEDGER),
+        help="the ledger every evaluation on a fixed set appends to (benchmarks/heldout/ledger.jsonl; the "
+             "sets lie beside it)")
     ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
     args = ap.parse_args(argv)
     _logging()
     if args.all:
         if args.engine:
-            raise SystemExit("--all runs every experiment in process (compare_algorithms.py has no engine); run one "
-                             "env through the engine with: python benchmarks/learning.py --env ID --variant NAME "
-                             f"--engine {args.engine}")
+            raise SystemExit("--all runs every experiment in process (compare_algorithms.py has no engine); "
+                             "run one env through the engine with: python benchmarks/learning.py --env ID "
+                             f"--variant NAME --engine {args.engine}")
         return run_everything(args)
     if args.page:
         path = write_page(data_dir(args), Path(args.results), quick=args.quick, readme=readme_for(args))
@@ -129,22 +131,25 @@ def learning_main(argv: list[str] | None = None) -> int:
 
 def compare_main(argv: list[str] | None = None) -> int:
     """``benchmarks/compare_algorithms.py``."""
-    ap = argparse.ArgumentParser(description=f"The algorithms side by side on {COMPARE.env.split('/')[-1]}: GRPO, PPO "
-                                             "(clip-higher), online DPO and SFT-continued, from ONE cold start.")
+    env = COMPARE.env.split("/")[-1]
+    ap = argparse.ArgumentParser(description=f"The algorithms side by side on {env}: GRPO, PPO "
+                                             "(clip-higher), online DPO and SFT-continued, from ONE cold "
+                                             "start.")
     options = ", ".join(o.name for o in COMPARE.options)
-    ap.add_argument("--algos", default=",".join(COMPARE.algos),
-                    help=f"comma-separated, of {', '.join(COMPARE.algos)} and the options {options}")
-    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (>= 2 for a spread)")
-    ap.add_argument("--minutes", type=float, help="training wall time per run (default 10; --quick 0.03)")
-    ap.add_argument("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
-    ap.add_argument("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
-    ap.add_argument("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
-    ap.add_argument("--heldout", help="held-out task file (default benchmarks/heldout/tooluse_v3.jsonl)")
-    ap.add_argument("--model", help="model alias or path (default: the main job's)")
-    ap.add_argument("--quick", action="store_true", help="CI-sized settings (a smoke test, not a result)")
-    ap.add_argument("--out", help="run directory (default runs/compare-algorithms[-quick])")
-    ap.add_argument("--results", default=str(RESULTS), help="where the page and plots go (docs/results)")
-    ap.add_argument("--ledger", default=str(LEDGER), help="the ledger the evaluations append to (beside the sets)")
+    add = ap.add_argument
+    add("--algos", default=",".join(COMPARE.algos),
+        help=f"comma-separated, of {', '.join(COMPARE.algos)} and the options {options}")
+    add("--seeds", default="0,1", help="comma-separated seeds (>= 2 for a spread)")
+    add("--minutes", type=float, help="training wall time per run (default 10; --quick 0.03)")
+    add("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
+    add("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
+    add("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
+    add("--heldout", help="held-out task file (default benchmarks/heldout/tooluse_v3.jsonl)")
+    add("--model", help="model alias or path (default: the main job's)")
+    add("--quick", action="store_true", help="CI-sized settings (a smoke test, not a result)")
+    add("--out", help="run directory (default runs/compare-algorithms[-quick])")
+    add("--results", default=str(RESULTS), help="where the page and plots go (docs/results)")
+    add("--ledger", default=str(LEDGER), help="the ledger the evaluations append to (beside the sets)")
     ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value (and ppo.* / dpo.*) overrides")
     args = ap.parse_args(argv)
     _logging()

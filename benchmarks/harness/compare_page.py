@@ -1,5 +1,6 @@
 """The algorithms comparison's page (``docs/results/learning_compare_algorithms[_<name>].md``), its section of
-``docs/results/learning.md`` and its plots, from its committed data (``docs/results/data/compare_algorithms*/``)."""
+``docs/results/learning.md`` and its plots, from its committed data
+(``docs/results/data/compare_algorithms*/``)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def why_not(agg: dict[str, Any]) -> str:
 
 
 def signal_tables(summary: dict[str, Any], metrics: Path) -> list[str]:
-    """Per RL algorithm, where its learning signal was per task family (:func:`harness.tables.signal_table`), from the
-    committed metrics of its runs (all seeds' steps together); nothing for runs logged without ``family/*``."""
+    """Per RL algorithm, where its learning signal was per task family (:func:`harness.tables.signal_table`),
+    from the committed metrics of its runs (all seeds' steps together); nothing for runs logged without
+    ``family/*``."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
     lines, labels = [], COMPARE.labels_of(summary)
@@ -115,8 +117,9 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
 
 def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quick: bool) -> Path:
     """``<results>/learning_<data_dir name>.md`` (``learning_compare_algorithms[_quick].md`` for the current
-    comparison): the comparison's own page (``page`` under a title, its plots in ``<results>/<data_dir name>/``),
-    from ``summary`` and the data in ``data_dir``; written at the end of a run and again by ``learning.py --page``."""
+    comparison): the comparison's own page (``page`` under a title, its plots in ``<results>/<data_dir
+    name>/``), from ``summary`` and the data in ``data_dir``; written at the end of a run and again by
+    ``learning.py --page``."""
     name = data_dir.name
     path = results / f"learning_{name}.md"
     earlier = earlier_name(data_dir)
@@ -129,8 +132,8 @@ def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quic
 def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path | None = None
                     ) -> list[str]:
     """An algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots
-    (``<results>/<exp_dir name>/``) and its own page (``learning_<exp_dir name>.md``) are (re)written there from that
-    data too. An earlier comparison (:func:`harness.data.earlier_name`) is titled as one."""
+    (``<results>/<exp_dir name>/``) and its own page (``learning_<exp_dir name>.md``) are (re)written there
+    from that data too. An earlier comparison (:func:`harness.data.earlier_name`) is titled as one."""
     plot_dir, earlier = exp_dir.name, earlier_name(exp_dir)
     lines = [f"## An earlier algorithms comparison (ToolUse-v0): `{earlier}`" if earlier else
              "## The algorithms side by side (ToolUse-v0)", ""]

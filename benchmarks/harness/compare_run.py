@@ -1,7 +1,8 @@
-"""The algorithms comparison's runner (``benchmarks/compare_algorithms.py``): GRPO, PPO (clip-higher), online DPO,
-SFT-continued and the declared options (:data:`harness.experiments.COMPARE`) from one cold start, each for the
-same wall time, evaluated on the fixed held-out set at points of its budget. It writes ``<out>/compare.json`` and
-copies the data the pages read (:mod:`harness.export`); it renders nothing (:mod:`harness.compare_page` does)."""
+"""The algorithms comparison's runner (``benchmarks/compare_algorithms.py``): GRPO, PPO (clip-higher), online
+DPO, SFT-continued and the declared options (:data:`harness.experiments.COMPARE`) from one cold start, each
+for the same wall time, evaluated on the fixed held-out set at points of its budget. It writes
+``<out>/compare.json`` and copies the data the pages read (:mod:`harness.export`); it renders nothing
+(:mod:`harness.compare_page` does)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ logger = logging.getLogger("compare_algorithms")
 
 
 def parse_fractions(text: str) -> list[float]:
-    """``"0.5,1"`` -> ``[0.5, 1.0]``: sorted fractions in (0, 1], always ending with 1 (the end of the budget)."""
+    """``"0.5,1"`` -> ``[0.5, 1.0]``: sorted fractions in (0, 1], always ending with 1 (the end of the
+    budget)."""
     try:
         points = sorted({float(x) for x in text.split(",") if x.strip()})
     except ValueError:
@@ -50,7 +52,8 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str
 
 
 def resolve_cold_start(path: str) -> Path:
-    """The adapter folder of ``--cold-start``: the folder itself, its ``adapter/`` or a main-job run's ``sft/adapter``."""
+    """The adapter folder of ``--cold-start``: the folder itself, its ``adapter/`` or a main-job run's
+    ``sft/adapter``."""
     p = Path(path)
     for candidate in (p, p / "adapter", p / "sft" / "adapter"):
         if (candidate / "adapter_config.json").is_file():
@@ -83,7 +86,8 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
 
 def check_setup(out: Path, setup: dict[str, Any]) -> None:
     """Record the settings every run of ``out`` shares in ``<out>/setup.json``; refuse to mix runs made with
-    other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be added."""
+    other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be
+    added."""
     path = out / "setup.json"
     setup = json.loads(json.dumps(setup, default=str))
     if path.is_file():
@@ -125,7 +129,8 @@ class Runner:
                         env_kwargs=self.cfg.env_kwargs, out=path, progress=self.cfg.progress, ledger=self.ledger)
 
     def cold_start(self, given: str | None) -> tuple[Path, dict[str, Any]]:
-        """The shared cold-start adapter (made once in ``<out>/cold_start`` unless ``given``) and its provenance."""
+        """The shared cold-start adapter (made once in ``<out>/cold_start`` unless ``given``) and its
+        provenance."""
         from agentrl.algos.recipes.main_job import sft_train_config
         from agentrl.algos.training.trainer import Trainer
 
@@ -233,9 +238,9 @@ class Runner:
 
 
 def ledger_commit(run_dir: Path, result: dict[str, Any], ledger: Path | None) -> dict[str, Any]:
-    """``{"commit", "dirty", "commit_from"}`` of a finished run whose ``result.json`` predates runs recording their
-    commit: those of the ledger row of its final evaluation (the same episodes file and score; the last such row),
-    or ``{}`` when the ledger has none."""
+    """``{"commit", "dirty", "commit_from"}`` of a finished run whose ``result.json`` predates runs recording
+    their commit: those of the ledger row of its final evaluation (the same episodes file and score; the last
+    such row), or ``{}`` when the ledger has none."""
     from agentrl.algos.evaluation.ledger import read
 
     if ledger is None:
@@ -250,19 +255,20 @@ def ledger_commit(run_dir: Path, result: dict[str, Any], ledger: Path | None) ->
 
 
 def takes_step(clock: float, steps: int, budget: float, max_steps: int | None) -> bool:
-    """Whether a run with ``steps`` steps in ``clock`` seconds takes one more within ``budget`` seconds: the first
-    step always; another while the budget's end is nearer the next step's expected end than its start (``clock``
-    plus half the mean step time is below the budget). Runs so end at the step count whose time is nearest the
-    budget, over or under by at most about half a step, where "start while time is left" let the last step
-    overrun by up to a whole one (half the budget, with two steps in it)."""
+    """Whether a run with ``steps`` steps in ``clock`` seconds takes one more within ``budget`` seconds: the
+    first step always; another while the budget's end is nearer the next step's expected end than its start
+    (``clock`` plus half the mean step time is below the budget). Runs so end at the step count whose time is
+    nearest the budget, over or under by at most about half a step, where "start while time is left" let the
+    last step overrun by up to a whole one (half the budget, with two steps in it)."""
     if max_steps is not None and steps >= max_steps:
         return False
     return steps == 0 or clock + 0.5 * clock / steps < budget
 
 
 def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean / min / max final held-out success over seeds, per-seed deltas and mean diagnostics. ``beat``: every
-    seed ended above the cold start (a mean above it with one seed below is within the seed-to-seed spread)."""
+    """Mean / min / max final held-out success over seeds, per-seed deltas and mean diagnostics. ``beat``:
+    every seed ended above the cold start (a mean above it with one seed below is within the seed-to-seed
+    spread)."""
     finals = [r["final"]["average_at_n"] for r in results]
     diag: dict[str, float] = {}
     for key in {k for r in results for k in r["diagnostics"]}:
@@ -278,8 +284,9 @@ def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
-    """The comparison ``args`` (``benchmarks/compare_algorithms.py``'s command line) asks for; returns its summary
-    (``<out>/compare.json``) and the folder its committed data was copied to (``<results>/data/<name>``)."""
+    """The comparison ``args`` (``benchmarks/compare_algorithms.py``'s command line) asks for; returns its
+    summary (``<out>/compare.json``) and the folder its committed data was copied to
+    (``<results>/data/<name>``)."""
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.evaluation.ledger import dumps
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib

@@ -29,9 +29,9 @@ def stage_seconds(run_dir: Path) -> float:
 
 
 def server_client(policy):
-    """A new client of ``policy``'s server (an :class:`~agentrl.algos.policy.OpenAIPolicy` with no adapter loaded:
-    it samples the base model until told otherwise; closing it leaves the server running), or None for an
-    in-process run (``policy`` None)."""
+    """A new client of ``policy``'s server (an :class:`~agentrl.algos.policy.OpenAIPolicy` with no adapter
+    loaded: it samples the base model until told otherwise; closing it leaves the server running), or None for
+    an in-process run (``policy`` None)."""
     if policy is None:
         return None
     from agentrl.algos.policy.openai import OpenAIPolicy
@@ -41,10 +41,10 @@ def server_client(policy):
 
 
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=None, ledger: Path | None = None):
-    """The cold-start adapter trained further with SFT for ``seconds``; then evaluated, in process or (``policy``: the
-    run's server policy, ``--engine``) on a new client of that server. Its TrainConfig is the cold start's
-    (``main_job.sft_train_config``: the same demos, lr, batch, dtype and memory budget as every stage of the run),
-    so that "the same time" buys the control what it would buy the cold start's SFT."""
+    """The cold-start adapter trained further with SFT for ``seconds``; then evaluated, in process or
+    (``policy``: the run's server policy, ``--engine``) on a new client of that server. Its TrainConfig is the
+    cold start's (``main_job.sft_train_config``: the same demos, lr, batch, dtype and memory budget as every
+    stage of the run), so that "the same time" buys the control what it would buy the cold start's SFT."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_run
@@ -97,8 +97,8 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
 
 
 def run_text_only(cfg, out: Path, tasks: list[dict], policy=None, ledger: Path | None = None):
-    """The base model with the env's tools switched off (``tools_enabled=False``), in process or (``policy``) on a
-    new client of the run's server."""
+    """The base model with the env's tools switched off (``tools_enabled=False``), in process or (``policy``)
+    on a new client of the run's server."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.models import load_model
@@ -119,15 +119,15 @@ def run_text_only(cfg, out: Path, tasks: list[dict], policy=None, ledger: Path |
         sampler.close()
 
 
-#: What ``--reuse-cold-start`` copies: the base model's and the cold start's evaluations and the cold-start stage
-#: (Search-v0's text-only baseline too: it does not depend on the recipe).
+#: What ``--reuse-cold-start`` copies: the base model's and the cold start's evaluations and the cold-start
+#: stage (Search-v0's text-only baseline too: it does not depend on the recipe).
 COLD_START_FILES = ("eval/base.jsonl", "eval/base.summary.json", "eval/sft.jsonl", "eval/sft.summary.json",
                     "eval/text_only.jsonl", "eval/text_only.summary.json", "sft")
 
 
 def reuse_cold_start(source: Path, out: Path) -> list[str]:
-    """Copy the stages before RL from the run directory ``source`` into ``out`` (what is already there is kept);
-    returns what was copied. The run then reads them back instead of re-running them."""
+    """Copy the stages before RL from the run directory ``source`` into ``out`` (what is already there is
+    kept); returns what was copied. The run then reads them back instead of re-running them."""
     if not (source / "sft" / "adapter").is_dir() or not (source / "eval" / "sft.summary.json").is_file():
         raise SystemExit(f"--reuse-cold-start {source}: no finished cold start there (sft/adapter and "
                          "eval/sft.summary.json); run the plain recipe first")

@@ -1,5 +1,6 @@
-"""The one reader of committed data: every renderer reads ``docs/results/data/``, the fixed sets' sidecars and the
-ledger through these functions, and judges comparisons with :func:`judged`. Nothing here reads ``runs/``."""
+"""The one reader of committed data: every renderer reads ``docs/results/data/``, the fixed sets' sidecars and
+the ledger through these functions, and judges comparisons with :func:`judged`. Nothing here reads
+``runs/``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
 
 
 def read_scores(path: Path) -> tuple[dict[str, float], dict[str, str]]:
-    """``({task id: score}, {task id: group})`` of a per-task file (group: ``data_source``, else ``family``)."""
+    """``({task id: score}, {task id: group})`` of a per-task file (group: ``data_source``, else
+    ``family``)."""
     rows = read_rows(path)
     return ({r["id"]: r["score"] for r in rows},
             {r["id"]: str(r.get("data_source", r.get("family"))) for r in rows})
@@ -45,7 +47,8 @@ def primary_metric(env: str) -> str:
 
 
 def grpo_metrics(exp_dir: Path) -> list[dict[str, Any]]:
-    """The committed GRPO metrics of a run (``metrics/grpo.jsonl``), one record per step; none without the file."""
+    """The committed GRPO metrics of a run (``metrics/grpo.jsonl``), one record per step; none without the
+    file."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
     path = exp_dir / "metrics" / "grpo.jsonl"
@@ -53,8 +56,8 @@ def grpo_metrics(exp_dir: Path) -> list[dict[str, Any]]:
 
 
 def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, Any]]]:
-    """The committed runs of ``env``'s recipe variants (``learning.py --variant``): ``(data dir, learning.json)``,
-    by variant name."""
+    """The committed runs of ``env``'s recipe variants (``learning.py --variant``): ``(data dir,
+    learning.json)``, by variant name."""
     out = []
     for path in sorted(data.glob("*/learning.json")):
         run = load_json(path)
@@ -63,10 +66,12 @@ def variants(data: Path, env: str, quick: bool) -> list[tuple[Path, dict[str, An
     return sorted(out, key=lambda x: x[1]["variant"])
 
 
-def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str, Any], Path] | None:
-    """What a variant's RL is compared with: the run whose cold start it reused (``cold_start_from``), else the
-    plain recipe's run (the first of ``runs``) when it was judged on the same set; None otherwise."""
-    same_set = [(d, r) for d, r in runs if r is not run and r.get("heldout_sha256") == run.get("heldout_sha256")]
+def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]
+             ) -> tuple[dict[str, Any], Path] | None:
+    """What a variant's RL is compared with: the run whose cold start it reused (``cold_start_from``), else
+    the plain recipe's run (the first of ``runs``) when it was judged on the same set; None otherwise."""
+    same_set = [(d, r) for d, r in runs
+                if r is not run and r.get("heldout_sha256") == run.get("heldout_sha256")]
     for d, r in same_set:
         if run.get("cold_start_from") and r.get("run_dir") == run["cold_start_from"]:
             return r, d
@@ -77,14 +82,16 @@ def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]) -> tu
 
 def runs_of(data: Path, exp: Experiment, quick: bool) -> tuple[tuple[Path, dict[str, Any] | None],
                                                                list[tuple[Path, dict[str, Any]]]]:
-    """``((plain data dir, its learning.json or None), [(variant data dir, learning.json), ...])`` of ``exp``."""
+    """``((plain data dir, its learning.json or None), [(variant data dir, learning.json), ...])`` of
+    ``exp``."""
     plain_dir = data / f"{exp.name}{'_quick' if quick else ''}"
     return (plain_dir, load_json(plain_dir / "learning.json")), variants(data, exp.env, quick)
 
 
 def earlier_name(data_dir: Path) -> str | None:
-    """``<name>`` of an earlier algorithms comparison kept beside the current one (``compare_algorithms_<name>/``,
-    see docs/evaluation.md); None for the current one (``compare_algorithms[_quick]/``)."""
+    """``<name>`` of an earlier algorithms comparison kept beside the current one
+    (``compare_algorithms_<name>/``, see docs/evaluation.md); None for the current one
+    (``compare_algorithms[_quick]/``)."""
     name = data_dir.name.removesuffix("_quick")
     return None if name == "compare_algorithms" else name.removeprefix("compare_algorithms_")
 
@@ -94,13 +101,15 @@ def comparison_dirs(data: Path, quick: bool) -> list[Path]:
     ``compare_algorithms.py``), then, outside ``--quick``, each earlier one kept beside it with its data
     (``compare_algorithms_<name>``, moved there by hand when a rerun replaced it)."""
     current = data / f"compare_algorithms{'_quick' if quick else ''}"
-    earlier = [] if quick else [p for p in sorted(data.glob("compare_algorithms_*")) if p.is_dir() and earlier_name(p)]
+    kept = sorted(data.glob("compare_algorithms_*"))
+    earlier = [] if quick else [p for p in kept if p.is_dir() and earlier_name(p)]
     return [current, *earlier]
 
 
 def selections(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Ledger row id -> K for each row that is the best of K >= 2 configurations judged on the same whole set
-    with the same N and temperature (a configuration: the weights, else the adapter, plus the eval settings)."""
+    with the same N and temperature (a configuration: the weights, else the adapter, plus the eval
+    settings)."""
     groups: dict[tuple, dict[tuple, dict[str, Any]]] = {}
     for r in rows:
         if r.get("tasks") != r.get("set_tasks"):
@@ -121,8 +130,8 @@ def selections(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
-    """Whether a run was judged on a committed fixed set (by content: the file's hash against the sidecars; all of
-    it, unchanged since)."""
+    """Whether a run was judged on a committed fixed set (by content: the file's hash against the sidecars;
+    all of it, unchanged since)."""
     for name, spec in SPECS.items():
         meta = load_json(spec.meta_path) or {}
         path = (ROOT / file) if not Path(file).is_absolute() else Path(file)
@@ -137,18 +146,21 @@ def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
 
 def judged(scores: dict[str, dict[str, float]], comparisons: list[Comparison], metric: str = "average_at_n",
            groups: dict[str, str] | None = None) -> list[tuple[Comparison, Any]]:
-    """Each comparison whose two rows have per-task ``scores`` (row label -> {task id: score}), with its paired
-    bootstrap interval and verdict (``agentrl.algos.evaluation.intervals.compare``) against its goal."""
+    """Each comparison whose two rows have per-task ``scores`` (row label -> {task id: score}), with its
+    paired bootstrap interval and verdict (``agentrl.algos.evaluation.intervals.compare``) against its
+    goal."""
     from agentrl.algos.evaluation.intervals import compare
 
-    return [(c, compare(scores[c.a], scores[c.b], goal_points=c.goal, metric=metric, groups=groups, strict=c.strict))
+    return [(c, compare(scores[c.a], scores[c.b], goal_points=c.goal, metric=metric, groups=groups,
+                        strict=c.strict))
             for c in comparisons if c.a in scores and c.b in scores]
 
 
-def learning_judged(env: str, run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None = None
-                    ) -> list[tuple[Comparison, Any]]:
-    """The comparisons of a learning run's section (its experiment's, in order) from its committed per-task files;
-    for a variant with ``plain`` (the run and data dir it is compared with) also its RL against that run's."""
+def learning_judged(env: str, run: dict[str, Any], exp_dir: Path,
+                    plain: tuple[dict[str, Any], Path] | None = None) -> list[tuple[Comparison, Any]]:
+    """The comparisons of a learning run's section (its experiment's, in order) from its committed per-task
+    files; for a variant with ``plain`` (the run and data dir it is compared with) also its RL against that
+    run's."""
     evals = run.get("evals", {})
     comparisons = list(experiment(env).comparisons)
     scores = {label: read_scores(exp_dir / evals[label])[0] for c in comparisons for label in (c.a, c.b)
@@ -162,9 +174,9 @@ def learning_judged(env: str, run: dict[str, Any], exp_dir: Path, plain: tuple[d
 
 
 def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Comparison, Any]]:
-    """Each algorithm against the cold start, each RL algorithm against SFT-continued and each option against its
-    plain algorithm, on the final evaluations' per-task scores in ``data_dir/eval`` (a task's score is its mean
-    over seeds), goal: above B. Empty when the files are not there."""
+    """Each algorithm against the cold start, each RL algorithm against SFT-continued and each option against
+    its plain algorithm, on the final evaluations' per-task scores in ``data_dir/eval`` (a task's score is its
+    mean over seeds), goal: above B. Empty when the files are not there."""
     def final(algo: str) -> dict[str, float] | None:
         paths = [data_dir / "eval" / f"{algo}-s{r['seed']}-at-1.jsonl" for r in summary["runs"][algo]]
         if not paths or not all(p.is_file() for p in paths):
@@ -180,21 +192,23 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
     pairs = [(label(a), "cold start") for a in summary["runs"]]
     if "sft" in summary["runs"]:
         pairs += [(label(a), label("sft")) for a in summary["runs"] if a != "sft"]
-    pairs += [(label(a), label(o.algo)) for a in summary["runs"] if (o := COMPARE.option(a)) and o.algo in summary["runs"]]
+    pairs += [(label(a), label(o.algo)) for a in summary["runs"]
+              if (o := COMPARE.option(a)) and o.algo in summary["runs"]]
     return judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
 
 
-#: A learning run's stages in the order its per-family tables list them: (row label, its per-task file's stem in
-#: the run's data ``eval/``).
+#: A learning run's stages in the order its per-family tables list them: (row label, its per-task file's stem
+#: in the run's data ``eval/``).
 FAMILY_ROWS = (("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
                ("SFT control (same time)", "sft_control"),
                *((label, f"text_only_{stem}") for stem, label in TEXT_LABELS.items()))
 
 
 def family_table(run: dict[str, Any], exp_dir: Path, key: str = "family") -> str | None:
-    """Average@N per task ``key`` (``family``, ``tier``) of each stage, from the run's committed per-task scores
-    (a task's score is its mean over its N episodes); None when the tasks have no such field. A family that is
-    only the task's ``data_source`` (Search-v0) is left out: the results table's EM per source shows it."""
+    """Average@N per task ``key`` (``family``, ``tier``) of each stage, from the run's committed per-task
+    scores (a task's score is its mean over its N episodes); None when the tasks have no such field. A family
+    that is only the task's ``data_source`` (Search-v0) is left out: the results table's EM per source shows
+    it."""
     evals = run.get("evals", {})
     reports: dict[str, dict[str, float]] = {}
     for label, _ in FAMILY_ROWS:

@@ -1,12 +1,12 @@
-"""Every experiment of the learning harness, declared once: :data:`EXPERIMENTS` (the proofs of learning, one per
-env) and :data:`COMPARE` (the algorithms side by side).
+"""Every experiment of the learning harness, declared once: :data:`EXPERIMENTS` (the proofs of learning, one
+per env) and :data:`COMPARE` (the algorithms side by side).
 
-An :class:`Experiment` names its env, the fixed held-out set every evaluation of it uses (and the first, burnt set
-kept to re-derive old figures), the recipe's ``MainJobConfig`` overrides (full run and ``--quick``), its named
-:class:`Variant` records (``benchmarks/learning.py --variant NAME`` looks one up), the :class:`Comparison` rows its
-page section judges, each goal as numbers from which the goal's prose is derived, and the page section's title.
-Runners read the settings, renderers the comparisons and titles; nothing else declares an experiment.
-"""
+An :class:`Experiment` names its env, the fixed held-out set every evaluation of it uses (and the first, burnt
+set kept to re-derive old figures), the recipe's ``MainJobConfig`` overrides (full run and ``--quick``), its
+named :class:`Variant` records (``benchmarks/learning.py --variant NAME`` looks one up), the
+:class:`Comparison` rows its page section judges, each goal as numbers from which the goal's prose is derived,
+and the page section's title. Runners read the settings, renderers the comparisons and titles; nothing else
+declares an experiment. """
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 TOOLUSE, SEARCH, PYTHONMATH = "AgentRL/ToolUse-v0", "AgentRL/Search-v0", "AgentRL/PythonMath-v0"
 
 #: The row labels of a learning run (the main job's stages and the controls).
-BASE, COLD_START, RL, CONTROL, TEXT_ONLY_BASE = ("base", "SFT (cold start)", "RL (GRPO)", "SFT control (same time)",
-                                                 "base, text-only")
+BASE, COLD_START, RL = "base", "SFT (cold start)", "RL (GRPO)"
+CONTROL, TEXT_ONLY_BASE = "SFT control (same time)", "base, text-only"
 #: The main job's stage -> its row label.
 STAGE_LABELS = MappingProxyType({"base": BASE, "sft": COLD_START, "rl": RL})
 #: PythonMath-v0's text-only pipeline (the same stages with ``tools_enabled=False``): stage -> row label.
@@ -45,17 +45,19 @@ class Comparison:
     @property
     def prose(self) -> str:
         """The goal as a sentence part: ``RL (GRPO) >= SFT (cold start) + 15 points``."""
-        return f"{self.a} {'>' if self.strict else '>='} {self.b}" + (f" + {self.goal:g} points" if self.goal else "")
+        points = f" + {self.goal:g} points" if self.goal else ""
+        return f"{self.a} {'>' if self.strict else '>='} {self.b}{points}"
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A named variant of an experiment's recipe: its own run directory, page and data (``<experiment>_<name>``),
-    compared with the plain recipe's RL."""
+    """A named variant of an experiment's recipe: its own run directory, page and data
+    (``<experiment>_<name>``), compared with the plain recipe's RL."""
 
     name: str
     overrides: tuple[str, ...] = ()
-    """``MainJobConfig`` ``key=value`` overrides on top of the experiment's (the command line's come after)."""
+    """``MainJobConfig`` ``key=value`` overrides on top of the experiment's (the command line's come
+    after)."""
     about: str = ""
     heldout: str | None = None
     """Its fixed held-out set when not the experiment's (a set fixed for what was chosen on the earlier ones);
@@ -101,8 +103,9 @@ class Experiment:
         for v in self.variants:
             if v.name == name:
                 return v
+        declared = ", ".join(v.name for v in self.variants)
         raise ValueError(f"--variant {name!r} is not declared for {self.env}: declare it in "
-                         f"benchmarks/harness/experiments.py (declared: {', '.join(v.name for v in self.variants)})")
+                         f"benchmarks/harness/experiments.py (declared: {declared})")
 
 
 _CONTROL = Comparison(RL, CONTROL, 0.0, strict=True)
@@ -111,8 +114,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         name="tooluse", env=TOOLUSE, heldout="tooluse_v3", first_set="tooluse",
         title="ToolUse-v0: the main job (base -> SFT cold start -> GRPO) and the SFT control",
-        # the full run is the main job as it is; every run also trains in the world its set was drawn from (the
-        # set's sidecar env_kwargs: tooluse_v3's {"items": 999}, heldout.set_env_kwargs)
+        # the full run is the main job as it is; every run also trains in the world its set was drawn from
+        # (the set's sidecar env_kwargs: tooluse_v3's {"items": 999}, heldout.set_env_kwargs)
         full={},
         quick={"eval_tasks": 8, "sft_demos": 16, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 2,
                "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
@@ -120,42 +123,48 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         also="no family losing more than 10 points, and the three-call chain stock_total above 0% after RL",
         variants=(
             Variant("v2", ("env_kwargs={}",), "the main job on tooluse_v2, in its own world", "tooluse_v2"),
-            Variant("vllm", (), "rollouts and evaluations sampled by a vLLM server (--engine vllm --no-control)"),
+            Variant("vllm", (), "rollouts and evaluations sampled by a vLLM server "
+                                "(--engine vllm --no-control)"),
             Variant("guided", ("grpo.guidance=luffy",), "LUFFY: a demonstration inside each unsolved group"),
-            Variant("relift", ("grpo.guidance=relift",), "ReLIFT: an NLL term on unsolved groups' demonstrations"),
+            Variant("relift", ("grpo.guidance=relift",),
+                    "ReLIFT: an NLL term on unsolved groups' demonstrations"),
             Variant("credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call"),
             Variant("lr2e-5", ("rl_lr=2e-5", "rl_steps=4"), "GRPO at a lower learning rate", "tooluse_v4"),
-            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=6"), "a 48-step cold start", "tooluse_v4"),
+            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=6"), "a 48-step cold start",
+                    "tooluse_v4"),
             Variant("chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
                                '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
                                'sft_families=["multiply","add","power","stock","convert","days","stock_value",'
-                               '"stock_total","add_multiply"]', "grpo.guidance=luffy", "rl_lr=6e-5", "rl_steps=8"),
+                               '"stock_total","add_multiply"]', "grpo.guidance=luffy", "rl_lr=6e-5",
+                               "rl_steps=8"),
                     "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4"),
-            Variant("multicall", ("sft_steps=48", 'env_kwargs.families=["stock_total","stock_total","stock_value",'
-                                  '"add_multiply"]', 'sft_families=["multiply","add","power","stock","convert",'
-                                  '"days","stock_value","stock_total","add_multiply"]', "rl_lr=6e-5", "rl_steps=8"),
+            Variant("multicall", ("sft_steps=48",
+                                  'env_kwargs.families=["stock_total","stock_total","stock_value","add_multiply"]',
+                                  'sft_families=["multiply","add","power","stock","convert","days","stock_value",'
+                                  '"stock_total","add_multiply"]', "rl_lr=6e-5", "rl_steps=8"),
                     "GRPO on the multi-call families only", "tooluse_v5"),
         )),
     Experiment(
         name="search", env=SEARCH, heldout="search_v2", first_set="search",
         title="Search-v0 (offline BM25): base, text-only, SFT, GRPO and the SFT control",
-        # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as "a
-        # longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
-        # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1 against
-        # 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md).
+        # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as
+        # "a longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
+        # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1
+        # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md).
         full={"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32, "rl_tasks_per_step": 4,
               "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
         quick={"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
                "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 48, "max_turns": 2},
-        comparisons=(Comparison(RL, COLD_START, 10.0), _CONTROL, Comparison(RL, TEXT_ONLY_BASE, 0.0, strict=True)),
+        comparisons=(Comparison(RL, COLD_START, 10.0), _CONTROL,
+                     Comparison(RL, TEXT_ONLY_BASE, 0.0, strict=True)),
         metric="Macro-EM on the fixed dev questions", text_only_baseline=True,
         variants=(Variant("rerun", (), "the plain recipe again: the run-to-run spread"),)),
     Experiment(
         name="pythonmath", env=PYTHONMATH, heldout="pythonmath_v2", first_set="pythonmath",
         title="PythonMath-v0 (ReTool): base, SFT, GRPO and the SFT control, with the code tool and text-only",
-        # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on train
-        # tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out set (128
-        # tasks of all three tiers; tier 3 is reported as what this model does not learn).
+        # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on
+        # train tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out
+        # set (128 tasks of all three tiers; tier 3 is reported as what this model does not learn).
         full={"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 128, "eval_n": 4, "eval_temperature": 0.7,
               "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 32, "rl_tasks_per_step": 8,
               "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
@@ -165,7 +174,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL, Comparison(RL, TEXT_LABELS["rl"], 20.0)),
         metric="Average@4", text_only_pipeline=True,
         variants=(
-            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=20"), "a 48-step cold start", "pythonmath_v3"),
+            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=20"), "a 48-step cold start",
+                    "pythonmath_v3"),
             Variant("tier1demos", ('sft_families=["mul_sub","pow_mod","range_sum","floor_div","square_sum"]',
                                    "sft_steps=24"), "demonstrations of tier 1 only", "pythonmath_v4"),
             Variant("tier1count", ('sft_families=["mul_sub","pow_mod","range_sum","floor_div","square_sum",'
@@ -190,7 +200,8 @@ class Option:
     name: str
     algo: str
     settings: Mapping[str, Any]
-    """Changes to its run's TrainConfig on top of the main job's (``grpo.<key>``: a field of its GRPO section)."""
+    """Changes to its run's TrainConfig on top of the main job's (``grpo.<key>``: a field of its GRPO
+    section)."""
     label: str
     former_label: str | None = None
     """The label its rows had in a ``compare.json`` written before the comparison recorded its labels."""
@@ -209,7 +220,8 @@ class AlgorithmComparison:
     """``MainJobConfig`` overrides of ``--quick``."""
     quick_tasks: int
     sections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and win)."""
+    """Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and
+    win)."""
 
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)
@@ -220,20 +232,24 @@ class AlgorithmComparison:
         return o.label if o else self.labels.get(name, name)
 
     def labels_of(self, summary: Mapping[str, Any]) -> dict[str, str]:
-        """Row labels of a comparison's ``compare.json``: the ones it recorded, else (written before it recorded
-        them) the labels of that time."""
+        """Row labels of a comparison's ``compare.json``: the ones it recorded, else (written before it
+        recorded them) the labels of that time."""
         recorded = summary.get("labels") or {}
-        return {a: recorded.get(a) or ((o.former_label or o.label) if (o := self.option(a)) else self.label(a))
-                for a in summary["runs"]}
+        def then(a: str) -> str:
+            o = self.option(a)
+            return (o.former_label or o.label) if o else self.label(a)
+
+        return {a: recorded.get(a) or then(a) for a in summary["runs"]}
 
 
-#: ``grpo_turns``: turn credit, GiGPO's turn-level advantage with its paper's weight, 1 (docs/algorithms/grpo.md, "Turn
-#: credit"). ``grpo_lr6e-5`` / ``grpo_lr2e-5``: the main job's GRPO at a lower learning rate than its ``rl_lr`` of
-#: 2e-4 (a diagnostic of the collapse after one update at 2e-4 on a CPU without bf16: Adam's first step moves every
-#: LoRA weight by about ``lr``). ``grpo_guided`` / ``grpo_relift``: the env's demonstration of each group no sample
-#: solved, inside the group (LUFFY) or as an NLL term beside it (ReLIFT), at the main job's settings
-#: (docs/algorithms/grpo.md, "Demonstration guidance"). PPO runs two epochs over each rollout batch: with one, its
-#: group-mean surrogate is the main job's Dr. GRPO objective and the comparison would show one algorithm twice
+#: ``grpo_turns``: turn credit, GiGPO's turn-level advantage with its paper's weight, 1
+#: (docs/algorithms/grpo.md, "Turn credit"). ``grpo_lr6e-5`` / ``grpo_lr2e-5``: the main job's GRPO at a lower
+#: learning rate than its ``rl_lr`` of 2e-4 (a diagnostic of the collapse after one update at 2e-4 on a CPU
+#: without bf16: Adam's first step moves every LoRA weight by about ``lr``). ``grpo_guided`` /
+#: ``grpo_relift``: the env's demonstration of each group no sample solved, inside the group (LUFFY) or as an
+#: NLL term beside it (ReLIFT), at the main job's settings (docs/algorithms/grpo.md, "Demonstration
+#: guidance"). PPO runs two epochs over each rollout batch: with one, its group-mean surrogate is the main
+#: job's Dr. GRPO objective and the comparison would show one algorithm twice
 #: (docs/results/archive/learning_compare_ppo_epochs2.md).
 COMPARE = AlgorithmComparison(
     env=TOOLUSE, heldout="tooluse_v3", algos=("grpo", "ppo", "dpo", "sft"),
@@ -245,14 +261,18 @@ COMPARE = AlgorithmComparison(
              Option("grpo_lr2e-5", "grpo", {"lr": 2e-5}, "GRPO, lr 2e-5"),
              Option("grpo_guided", "grpo", {"grpo.guidance": "luffy"},
                     "GRPO + demonstrations in unsolved groups (LUFFY)"),
-             Option("grpo_relift", "grpo", {"grpo.guidance": "relift"}, "GRPO + SFT on unsolved groups (ReLIFT)")),
+             Option("grpo_relift", "grpo", {"grpo.guidance": "relift"},
+                    "GRPO + SFT on unsolved groups (ReLIFT)")),
     quick=MappingProxyType({"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2,
                             "rl_group_size": 4, "max_new_tokens": 32, "max_turns": 2}),
     quick_tasks=4, sections=MappingProxyType({"ppo": ("epochs=2",), "dpo": ()}))
-#: Per-step metrics whose run means the algorithms comparison records and its page shows (when an algorithm logs them), with their labels.
+#: Per-step metrics whose run means the algorithms comparison records and its page shows (when an algorithm
+#: logs them), with their labels.
 DIAGNOSTICS = {
-    "rollout/degenerate_group_rate": "equal-reward groups", "train/turn_anchor_turns": "turns sharing a state",
-    "train/step_anchor_turns": "turns sharing a state",  # its name in data written before turn credit's rename
+    "rollout/degenerate_group_rate": "equal-reward groups",
+    "train/turn_anchor_turns": "turns sharing a state",
+    # its name in data written before turn credit's rename
+    "train/step_anchor_turns": "turns sharing a state",
     "train/skipped_groups": "skipped groups/step",
     "train/optimizer_steps": "optimizer steps/step", "train/clip_frac_high": "clip frac high",
     "train/clip_frac_low": "clip frac low", "train/kl": "KL", "train/pairs": "DPO pairs/step",

@@ -1,5 +1,5 @@
-"""What a runner copies into ``docs/results/data/`` at the end of a run (committed with its page): per-task scores,
-training metrics and the run's summary. The renderers read it back through :mod:`harness.data`."""
+"""What a runner copies into ``docs/results/data/`` at the end of a run (committed with its page): per-task
+scores, training metrics and the run's summary. The renderers read it back through :mod:`harness.data`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from harness.layout import ROOT
 
 
 def per_task_file(episodes: Path, dest: Path) -> None:
-    """The per-task scores (``ledger.task_scores``: id, family, score, n) of an episodes file, as compact JSONL."""
+    """The per-task scores (``ledger.task_scores``: id, family, score, n) of an episodes file, as compact
+    JSONL."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in task_scores(load_trajectories(episodes))),
                     encoding="utf-8")
@@ -46,8 +47,8 @@ def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[st
 
 def export_compare(out: Path, dest: Path) -> Path | None:
     """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json``, the per-task scores of every evaluation
-    (cold start; each algorithm, seed and point) and each run's training metrics (``metrics/<algo>-s<seed>.jsonl``)
-    from its run directory ``out`` into ``dest``; None without one."""
+    (cold start; each algorithm, seed and point) and each run's training metrics
+    (``metrics/<algo>-s<seed>.jsonl``) from its run directory ``out`` into ``dest``; None without one."""
     if not (out / "compare.json").is_file():
         return None
     if dest.exists():

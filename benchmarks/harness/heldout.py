@@ -1,59 +1,59 @@
 """Fixed held-out task sets for the learning experiments, written once, before any tuning, and committed.
 
-Each set is ``benchmarks/heldout/<name>.jsonl`` (one task per line: the env's own task dicts, read by ``agentrl eval
---tasks-file`` and ``MainJobConfig.eval_tasks_file``) with a sidecar ``<name>.json`` saying how the set was made
-(env, split, positions, generator command, date, "fixed before tuning"), what it overlaps, its declared
-``primary_metric`` (what a goal on the set is stated in) and its content hash ``sha256``, by which the ledger
-``benchmarks/heldout/ledger.jsonl`` (``agentrl.algos.evaluation.ledger``) recognises it: every evaluation on a set
-the harness makes appends a row there. Each experiment names the set it evaluates on (``Experiment.heldout``
-in :mod:`harness.experiments`); how the sets are drawn is :mod:`harness.heldout_draw`.
+Each set is ``benchmarks/heldout/<name>.jsonl`` (one task per line: the env's own task dicts, read by
+``agentrl eval --tasks-file`` and ``MainJobConfig.eval_tasks_file``) with a sidecar ``<name>.json`` saying how
+the set was made (env, split, positions, generator command, date, "fixed before tuning"), what it overlaps,
+its declared ``primary_metric`` (what a goal on the set is stated in) and its content hash ``sha256``, by
+which the ledger ``benchmarks/heldout/ledger.jsonl`` (``agentrl.algos.evaluation.ledger``) recognises it:
+every evaluation on a set the harness makes appends a row there. Each experiment names the set it evaluates on
+(``Experiment.heldout`` in :mod:`harness.experiments`); how the sets are drawn is :mod:`harness.heldout_draw`.
 
 **v2 (issue 28)** — ``tooluse_v2``, ``search_v2``, ``pythonmath_v2``: fresh positions, no question text shared
-with the train split, fixed before any tuning (sidecar ``"fixed_before_tuning": true``, ``train_text_overlap_total:
-0``, how the set was drawn in ``left_out_families``, ``skipped``, ``train_scan``).
+with the train split, fixed before any tuning (sidecar ``"fixed_before_tuning": true``,
+``train_text_overlap_total: 0``, how the set was drawn in ``left_out_families``, ``skipped``, ``train_scan``).
 
 * ``tooluse_v2``, ``pythonmath_v2`` — 128 test-split tasks (odd generator indices) from test position 2,000,000 on,
   in order: far beyond v1 (100,000-100,135) and every position an experiment is known to have evaluated. The
-  train scan is the first 200,000 train-split tasks (PythonMath-v0: of the default mixture and of ``tiers=[1, 2]``,
-  the learning preset's, plus the tier probe's train positions 1,000,000-1,000,031). Training draws train
-  positions at random, so the scan is a sample of what every training run draws from, far larger than any run
-  here draws. A family is left out when at least half of its questions at the first 2,000 positions from
-  2,000,000 occur in the scan: its question space is so small that training covers it (ToolUse-v0: ``stock`` 99
-  distinct questions, ``power`` 85, ``convert``, ``stock_value``, ``stock_total``; PythonMath-v0: ``digit_count``,
-  ``no_consecutive_subsets``, ``lattice_paths``, ``sum_powers``, ``digit_sum``, ``odd_squares``), the sidecar says
-  why for each. Of the other families every task is skipped whose question text occurs in the scan, at the first
-  288 test positions (evaluated before; PythonMath-v0: of the default mixture, ``tiers=[3]`` and ``tiers=[1, 2]``),
-  in the v1 set or earlier in the set.
+  train scan is the first 200,000 train-split tasks (PythonMath-v0: of the default mixture and of ``tiers=[1,
+  2]``, the learning preset's, plus the tier probe's train positions 1,000,000-1,000,031). Training draws
+  train positions at random, so the scan is a sample of what every training run draws from, far larger than
+  any run here draws. A family is left out when at least half of its questions at the first 2,000 positions
+  from 2,000,000 occur in the scan: its question space is so small that training covers it (ToolUse-v0:
+  ``stock`` 99 distinct questions, ``power`` 85, ``convert``, ``stock_value``, ``stock_total``; PythonMath-v0:
+  ``digit_count``, ``no_consecutive_subsets``, ``lattice_paths``, ``sum_powers``, ``digit_sum``,
+  ``odd_squares``), the sidecar says why for each. Of the other families every task is skipped whose question
+  text occurs in the scan, at the first 288 test positions (evaluated before; PythonMath-v0: of the default
+  mixture, ``tiers=[3]`` and ``tiers=[1, 2]``), in the v1 set or earlier in the set.
 * ``search_v2`` — every bundled dev question not evaluated before (the 32 held-out draws of seed 0 and the v1
-  set, by id and text) whose text is not in the train split: 106, fewer than 128, all ``wiki_description`` (the 14
-  ``fanoutqa`` dev questions were all used), so Macro-EM on it is wiki_description's EM.
+  set, by id and text) whose text is not in the train split: 106, fewer than 128, all ``wiki_description``
+  (the 14 ``fanoutqa`` dev questions were all used), so Macro-EM on it is wiki_description's EM.
 
 **v3 (issue 30)** — ``tooluse_v3``: what ``tooluse_v2`` could not hold. Its cold start scored 98% on
-``tooluse_v2`` (only ``add``, ``multiply``, ``add_multiply`` and ``days`` were left in it), so it cannot show what
-RL adds, and the multi-call stock families were left out because 99 stock items make their question spaces small.
-ToolUse-v0 with ``items=999`` (``env_kwargs``; the env's default stays 99) widens them: 128 test-split tasks from
-position 3,000,000 on, drawn by the v2 rule with a train scan of the same ``items=999`` mixture (which also leaves
-out ``stock``, ``power`` and ``convert``), skipping ``tooluse_v2``'s questions too. Experiments on it train with
-``items=999`` (``benchmarks/learning.py``'s ToolUse-v0 preset).
+``tooluse_v2`` (only ``add``, ``multiply``, ``add_multiply`` and ``days`` were left in it), so it cannot show
+what RL adds, and the multi-call stock families were left out because 99 stock items make their question
+spaces small. ToolUse-v0 with ``items=999`` (``env_kwargs``; the env's default stays 99) widens them: 128
+test-split tasks from position 3,000,000 on, drawn by the v2 rule with a train scan of the same ``items=999``
+mixture (which also leaves out ``stock``, ``power`` and ``convert``), skipping ``tooluse_v2``'s questions too.
+Experiments on it train with ``items=999`` (``benchmarks/learning.py``'s ToolUse-v0 preset).
 
-**v4 (issue 30)** — ``tooluse_v4``: ``tooluse_v3``'s rule (``items=999``) from test position 4,000,000 on, skipping
-``tooluse_v2``'s and ``tooluse_v3``'s questions too. A setting chosen by looking at ``tooluse_v3`` (the GRPO learning
-rate of the algorithms comparison's diagnostic) is evaluated here, on questions no run had seen when it was chosen;
-written before any evaluation on it.
+**v4 (issue 30)** — ``tooluse_v4``: ``tooluse_v3``'s rule (``items=999``) from test position 4,000,000 on,
+skipping ``tooluse_v2``'s and ``tooluse_v3``'s questions too. A setting chosen by looking at ``tooluse_v3``
+(the GRPO learning rate of the algorithms comparison's diagnostic) is evaluated here, on questions no run had
+seen when it was chosen; written before any evaluation on it.
 
 **v5 and pythonmath_v3 (issue 30)** — ``tooluse_v5`` (``tooluse_v4``'s rule from test position 5,000,000 on,
 skipping the questions of every earlier ToolUse set) and ``pythonmath_v3`` (``pythonmath_v2``'s rule from test
-position 3,000,000 on, skipping ``pythonmath_v2``'s questions): for settings chosen by looking at ``tooluse_v4`` (a
-48-step cold start, GRPO at lr 6e-5) and at ``pythonmath_v2``; written before any evaluation on them.
-``pythonmath_v4`` (from 4,000,000, skipping ``pythonmath_v2``'s and ``pythonmath_v3``'s questions): for a cold start
-chosen after ``pythonmath_v3``'s run (demonstrations of tier 1 only).
+position 3,000,000 on, skipping ``pythonmath_v2``'s questions): for settings chosen by looking at
+``tooluse_v4`` (a 48-step cold start, GRPO at lr 6e-5) and at ``pythonmath_v2``; written before any evaluation
+on them. ``pythonmath_v4`` (from 4,000,000, skipping ``pythonmath_v2``'s and ``pythonmath_v3``'s questions):
+for a cold start chosen after ``pythonmath_v3``'s run (demonstrations of tier 1 only).
 
-**v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings were
-chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
-``balance_sources`` on ``search``, PythonMath's RL budget after its cold start's score on ``pythonmath``), and 78
-of ``tooluse``'s 128 questions (24 of ``pythonmath``'s) occur in the train split. Kept, unchanged, because the
-ledger and the old pages refer to them: select one by name (``benchmarks/learning.py --heldout tooluse``) only to
-re-derive a figure measured on it. How they were drawn:
+**v1 (issue 16), burnt** — ``tooluse``, ``search``, ``pythonmath`` (sidecar ``"burnt": "<why>"``): settings
+were chosen by looking at them (main-job configurations on ``tooluse``, Search's ``rl_steps=32`` and
+``balance_sources`` on ``search``, PythonMath's RL budget after its cold start's score on ``pythonmath``), and
+78 of ``tooluse``'s 128 questions (24 of ``pythonmath``'s) occur in the train split. Kept, unchanged, because
+the ledger and the old pages refer to them: select one by name (``benchmarks/learning.py --heldout tooluse``)
+only to re-derive a figure measured on it. How they were drawn:
 
 * ``tooluse`` — ToolUse-v0: 128 test-split tasks from test position 100,000 on, skipping a task whose question
   text equals one at the test positions evaluated before (0-31, the main job; 32-287, issue 16's two sets).
@@ -62,8 +62,9 @@ re-derive a figure measured on it. How they were drawn:
   wiki_description) in turn, each in SHA-1 order of its ids.
 * ``pythonmath`` — PythonMath-v0: as ``tooluse``, with the problem generator of ``envs/python_math/tasks.py``.
 
-Split membership is the env's own: generator index parity (ToolUse, PythonMath) and the id hash (Search). When an
-env's task generator changes, ``check`` fails: rewrite the set (``write --only NAME``) *before* tuning on it.
+Split membership is the env's own: generator index parity (ToolUse, PythonMath) and the id hash (Search). When
+an env's task generator changes, ``check`` fails: rewrite the set (``write --only NAME``) *before* tuning on
+it.
 
     python benchmarks/heldout.py write                  # (re)write every set (keeps the date of an unchanged set)
     python benchmarks/heldout.py write --only tooluse_v2 tooluse_v3 tooluse_v4 tooluse_v5 search_v2   # seconds
@@ -127,10 +128,11 @@ class HeldoutSpec:
     """The metric the set's goals are stated on (``agentrl.algos.evaluation.intervals.METRICS``): Average@N
     (ToolUse-v0's success, PythonMath-v0's Average@4) or ``macro_em`` (Search-v0)."""
     burnt: str | None = None
-    """Why the set no longer gives held-out figures (settings were chosen by looking at it); kept for re-deriving
-    old figures only."""
+    """Why the set no longer gives held-out figures (settings were chosen by looking at it); kept for
+    re-deriving old figures only."""
     info: Callable[[], dict[str, Any]] | None = None
-    """Extra sidecar fields: how the set was drawn (v2: families left out and why, tasks skipped, the scan)."""
+    """Extra sidecar fields: how the set was drawn (v2: families left out and why, tasks skipped, the
+    scan)."""
 
     @property
     def path(self) -> Path:
@@ -143,9 +145,9 @@ class HeldoutSpec:
 
 
 def later_set(name: str, env: str, start: int, earlier: tuple[str, ...], items: int | None = None) -> HeldoutSpec:
-    """A set drawn by the v2 rule from test position ``start`` (ToolUse-v0: in the world of ``items`` stock items),
-    skipping the questions of the ``earlier`` sets too; its tasks and its sidecar's info come from one cached
-    :func:`generated_v2` call."""
+    """A set drawn by the v2 rule from test position ``start`` (ToolUse-v0: in the world of ``items`` stock
+    items), skipping the questions of the ``earlier`` sets too; its tasks and its sidecar's info come from one
+    cached :func:`generated_v2` call."""
     args = (env, items, start, earlier)
     where = f"ToolUse-v0 with items={items}: test-split positions" if items else "test-split positions"
     others = (", " + ", ".join(earlier[:-1]) if len(earlier) > 1 else "") + f" or {earlier[-1]}"
@@ -190,7 +192,8 @@ SPECS: dict[str, HeldoutSpec] = {
                              make_search_v2, primary_metric="macro_em", info=lambda: search_v2_draw()[1]),
     "pythonmath_v2": HeldoutSpec("pythonmath_v2", PYTHONMATH, "test", V2_POSITIONS, make_pythonmath_v2,
                                  info=lambda: generated_v2(PYTHONMATH)[1]),
-    # v3 (issue 30): the multi-call chains tooluse_v2 had to leave out, in a question space training does not cover.
+    # v3 (issue 30): the multi-call chains tooluse_v2 had to leave out, in a question space training does not
+    # cover.
     "tooluse_v3": later_set("tooluse_v3", TOOLUSE, START_V3, ("tooluse_v2",), TOOLUSE_V3_ITEMS),
     # v4, v5 and pythonmath_v3-v5 (issue 30): the same rules at fresh positions, each for what was chosen
     # by looking at the sets before it.
@@ -211,8 +214,8 @@ def read(name_or_path: str | Path) -> list[dict[str, Any]]:
 
 
 def path_for_env(env: str, name: str | None = None) -> Path:
-    """The committed held-out file of ``env``: its experiment's set (``Experiment.heldout``), or the set ``name``
-    (KeyError for an env without one, ValueError for a set of another env)."""
+    """The committed held-out file of ``env``: its experiment's set (``Experiment.heldout``), or the set
+    ``name`` (KeyError for an env without one, ValueError for a set of another env)."""
     spec = SPECS[name or experiment(env).heldout]
     if spec.env != env:
         raise ValueError(f"held-out set {spec.name!r} is of {spec.env}, not {env}")

@@ -1,5 +1,5 @@
-"""How the fixed held-out sets are drawn: the generators of every set of :mod:`harness.heldout` (the rules are in
-its docstring), the train scans they are checked against and what the sidecars say about them."""
+"""How the fixed held-out sets are drawn: the generators of every set of :mod:`harness.heldout` (the rules are
+in its docstring), the train scans they are checked against and what the sidecars say about them."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from harness.experiments import PYTHONMATH, SEARCH, TOOLUSE, experiment
 from harness.layout import SETS
 
 SIZE = 128
-#: Test-split positions experiments evaluated before these sets existed: 0-31 (the main job), 32-287 (issue 16).
+#: Test-split positions experiments evaluated before these sets existed: 0-31 (the main job), 32-287 (issue
+#: 16).
 EVALUATED_TEST_POSITIONS = 32 + 256
 #: Where the generator sets start in the test split: far from every position evaluated so far.
 START = 100_000
 #: Train-split tasks the sidecar's text-overlap count compares with (v2: that the sets skip).
 TRAIN_SCAN = 200_000
-#: v2 (issue 28): where the generator sets start in the test split, far beyond v1's positions (100,000-100,135)
-#: and every other position an experiment is known to have evaluated.
+#: v2 (issue 28): where the generator sets start in the test split, far beyond v1's positions
+#: (100,000-100,135) and every other position an experiment is known to have evaluated.
 START_V2 = 2_000_000
 #: v2: the test positions from START_V2 whose questions decide which families are memorisable.
 FAMILY_PROBE = 2_000
@@ -30,8 +31,8 @@ MEMORISABLE_SHARE = 0.5
 #: v2: PythonMath-v0's train mixtures the scan covers: the env's default (all tiers) and the learning preset's
 #: (``tiers=[1, 2]``, what ``benchmarks/learning.py`` trains on).
 PYTHONMATH_TRAIN_TIERS: tuple[tuple[int, ...] | None, ...] = (None, (1, 2))
-#: v2: PythonMath-v0's mixtures whose first EVALUATED_TEST_POSITIONS test tasks count as evaluated: the default, the
-#: default before 2026-12-01 (``tiers=[3]``) and the learning preset's (``tiers=[1, 2]``).
+#: v2: PythonMath-v0's mixtures whose first EVALUATED_TEST_POSITIONS test tasks count as evaluated: the
+#: default, the default before 2026-12-01 (``tiers=[3]``) and the learning preset's (``tiers=[1, 2]``).
 PYTHONMATH_EVALUATED_TIERS: tuple[tuple[int, ...] | None, ...] = (None, (3,), (1, 2))
 #: v2: train positions an experiment looked at beyond the scan: docs/envs/python_math.md's tier probe
 #: (positions 1,000,000-1,000,031 of ``tiers=[1, 2]``), as (env, start, n, tiers).
@@ -91,8 +92,9 @@ def make_search() -> list[dict[str, Any]]:
     rows = [t for t in rows if t["id"] not in skip_ids and task_text(t).strip().lower() not in train_texts]
     if len(rows) < SIZE:
         raise RuntimeError(f"the bundled dev split has only {len(rows)} unevaluated questions; {SIZE} needed")
-    # The sources in turn (SHA-1 order within each) until the rarer runs out (fanoutqa: 14 in dev), so the set holds
-    # every question of the rarer source that Macro-EM can have, and any prefix of the file (--quick) mixes both.
+    # The sources in turn (SHA-1 order within each) until the rarer runs out (fanoutqa: 14 in dev), so the set
+    # holds every question of the rarer source that Macro-EM can have, and any prefix of the file (--quick)
+    # mixes both.
     by_source: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for t in rows:
         by_source[t["data_source"]].append(t)
@@ -122,9 +124,10 @@ def make_generated(env: str, n: int, split: str, start: int = 0, tiers: tuple[in
 @functools.cache
 def train_scan(env: str, items: int | None = None) -> dict[str, frozenset[str]]:
     """Family -> the question texts of the v2 train scan: the first TRAIN_SCAN train-split tasks of each train
-    mixture (ToolUse-v0: its one; PythonMath-v0: PYTHONMATH_TRAIN_TIERS) and TRAIN_POSITIONS_USED. Training draws
-    train positions at random (``sample_task``: any of 2**31), so the scan is a sample of the question distribution
-    every training run draws from, larger than any run here draws (hundreds to a few thousand tasks)."""
+    mixture (ToolUse-v0: its one; PythonMath-v0: PYTHONMATH_TRAIN_TIERS) and TRAIN_POSITIONS_USED. Training
+    draws train positions at random (``sample_task``: any of 2**31), so the scan is a sample of the question
+    distribution every training run draws from, larger than any run here draws (hundreds to a few thousand
+    tasks)."""
     by_family: dict[str, set[str]] = collections.defaultdict(set)
     mixtures = PYTHONMATH_TRAIN_TIERS if env == PYTHONMATH else (None,)
     tasks = [t for tiers in mixtures for t in make_generated(env, TRAIN_SCAN, "train", tiers=tiers, items=items)]
@@ -150,8 +153,8 @@ def train_scan_rule(env: str, items: int | None = None) -> str:
 
 
 def evaluated_texts(env: str, after: tuple[str, ...] = ()) -> frozenset[str]:
-    """Question texts an experiment has looked at on the test side: the first EVALUATED_TEST_POSITIONS test tasks
-    (PythonMath-v0: of each mixture in PYTHONMATH_EVALUATED_TIERS) and the v1 set."""
+    """Question texts an experiment has looked at on the test side: the first EVALUATED_TEST_POSITIONS test
+    tasks (PythonMath-v0: of each mixture in PYTHONMATH_EVALUATED_TIERS) and the v1 set."""
     mixtures = PYTHONMATH_EVALUATED_TIERS if env == PYTHONMATH else (None,)
     tasks = [t for tiers in mixtures for t in make_generated(env, EVALUATED_TEST_POSITIONS, "test", tiers=tiers)]
     later = [t for name in after for t in read_set(name)]
@@ -160,8 +163,9 @@ def evaluated_texts(env: str, after: tuple[str, ...] = ()) -> frozenset[str]:
 
 @functools.cache
 def memorisable_families(env: str, items: int | None = None, start: int = START_V2) -> dict[str, str]:
-    """Family -> why it is left out of the v2 set: at least MEMORISABLE_SHARE of its questions at the FAMILY_PROBE
-    test positions from ``start`` occur in the train scan (a small question space that training covers)."""
+    """Family -> why it is left out of the v2 set: at least MEMORISABLE_SHARE of its questions at the
+    FAMILY_PROBE test positions from ``start`` occur in the train scan (a small question space that training
+    covers)."""
     scan = train_scan(env, items)
     hits: collections.Counter[str] = collections.Counter()
     seen: collections.Counter[str] = collections.Counter()
@@ -219,18 +223,19 @@ START_V3 = 3_000_000
 TOOLUSE_V3_ITEMS = 999
 
 
-#: v4 (issue 30): tooluse_v3's rule from test position 4,000,000 on, skipping tooluse_v2's and tooluse_v3's questions
-#: too; fixed before any run is evaluated on it, for settings chosen by looking at tooluse_v3 (a lower GRPO lr).
+#: v4 (issue 30): tooluse_v3's rule from test position 4,000,000 on, skipping tooluse_v2's and tooluse_v3's
+#: questions too; fixed before any run is evaluated on it, for settings chosen by looking at tooluse_v3 (a
+#: lower GRPO lr).
 START_V4 = 4_000_000
-#: v5 / pythonmath_v3 (issue 30): fresh sets at positions no run has evaluated, written on 2026-12-04 before the
-#: runs of settings chosen by looking at tooluse_v4 (a 48-step cold start, lr 6e-5) and at pythonmath_v2.
+#: v5 / pythonmath_v3 (issue 30): fresh sets at positions no run has evaluated, written on 2026-12-04 before
+#: the runs of settings chosen by looking at tooluse_v4 (a 48-step cold start, lr 6e-5) and at pythonmath_v2.
 START_V5 = 5_000_000
 START_PYTHONMATH_V3 = 3_000_000
-#: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers 1-2,
-#: for a cold start chosen by looking at it (demonstrations of tier 1 only).
+#: pythonmath_v4 (issue 30): written after pythonmath_v3's one run showed a 48-step cold start solving tiers
+#: 1-2, for a cold start chosen by looking at it (demonstrations of tier 1 only).
 START_PYTHONMATH_V4 = 4_000_000
-#: pythonmath_v5 (issue 30): written after pythonmath_v4's one run (tier-1 demonstrations: no tier-2 sample solved),
-#: for a cold start chosen by looking at it (tier-1 demonstrations plus one tier-2 family's).
+#: pythonmath_v5 (issue 30): written after pythonmath_v4's one run (tier-1 demonstrations: no tier-2 sample
+#: solved), for a cold start chosen by looking at it (tier-1 demonstrations plus one tier-2 family's).
 START_PYTHONMATH_V5 = 5_000_000
 
 

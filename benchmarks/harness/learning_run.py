@@ -1,7 +1,7 @@
-"""The learning runner: the main job (base -> SFT cold start -> GRPO -> eval) of one declared experiment on its fixed
-held-out set, plus its controls; it leaves ``<out>/learning.json`` and copies the run's data to
-``docs/results/data/<name>/`` (:mod:`harness.export`). It renders nothing: ``benchmarks/learning.py`` writes the
-pages from that data afterwards (:mod:`harness.run_page`, :mod:`harness.pages`)."""
+"""The learning runner: the main job (base -> SFT cold start -> GRPO -> eval) of one declared experiment on
+its fixed held-out set, plus its controls; it leaves ``<out>/learning.json`` and copies the run's data to
+``docs/results/data/<name>/`` (:mod:`harness.export`). It renders nothing: ``benchmarks/learning.py`` writes
+the pages from that data afterwards (:mod:`harness.run_page`, :mod:`harness.pages`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def heldout_path(env: str, name: str | None = None) -> Path:
 
 
 def quick_heldout(env: str, n: int, out: Path, name: str | None = None) -> Path:
-    """The first ``n`` tasks of ``env``'s fixed held-out set, as ``<out>/heldout-quick.jsonl`` (--quick runs)."""
+    """The first ``n`` tasks of ``env``'s fixed held-out set, as ``<out>/heldout-quick.jsonl`` (--quick
+    runs)."""
     path = out / "heldout-quick.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(read(heldout_path(env, name))[:n]), encoding="utf-8")
@@ -72,8 +73,9 @@ def copy_plots(out: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True)
     copied = []
     for png in sorted(out.rglob("*.png")):
-        # <out>/<stage>/plots/x.png -> <stage>_x.png; <out>/plots/x.png -> eval_x.png; nested runs (text_only/)
-        # keep their folder in the name, so the text-only pipeline's curves do not overwrite the tool run's
+        # <out>/<stage>/plots/x.png -> <stage>_x.png; <out>/plots/x.png -> eval_x.png; nested runs
+        # (text_only/) keep their folder in the name, so the text-only pipeline's curves do not overwrite the
+        # tool run's
         parts = png.relative_to(out).parent.parts
         stage = "_".join(p for p in parts if p != "plots") or "eval"
         target = dest / f"{stage}_{png.name}"
@@ -100,25 +102,28 @@ def shown_args(argv: list[str]) -> list[str]:
 
 def write_summary(out: Path, cfg, args, argv, overrides: list[str], rows, started, seconds: float, name: str,
                   stages: dict[str, float], page: dict[str, Any]) -> Path:
-    """``<out>/learning.json``: what the results pages need, all from this run (figures, command, time, machine;
-    ``page``: what only the run's own page shows, :mod:`harness.run_page`)."""
+    """``<out>/learning.json``: what the results pages need, all from this run (figures, command, time,
+    machine; ``page``: what only the run's own page shows, :mod:`harness.run_page`)."""
     import hashlib
 
     from agentrl.algos.recipes.main_job import peak_rss_gib
 
     tasks_file = Path(cfg.eval_tasks_file)
+    digest = hashlib.sha256(tasks_file.read_bytes()).hexdigest() if tasks_file.is_file() else None
+    shown = shown_args(sys.argv[1:] if argv is None else argv)
     summary = {
         "env": cfg.env, "quick": args.quick, "seed": cfg.seed, "model": cfg.model, "eval_n": cfg.eval_n,
         "eval_temperature": cfg.eval_temperature, "heldout_file": str(cfg.eval_tasks_file),
-        "heldout_sha256": hashlib.sha256(tasks_file.read_bytes()).hexdigest() if tasks_file.is_file() else None,
-        "command": " ".join(["python benchmarks/learning.py", *shown_args(sys.argv[1:] if argv is None else argv)]),
-        "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds, "stage_seconds": stages,
-        "peak_rss_gib": peak_rss_gib(), "machine": machine(), "results_page": f"learning_{name}.md",
+        "heldout_sha256": digest, "command": " ".join(["python benchmarks/learning.py", *shown]),
+        "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds,
+        "stage_seconds": stages, "peak_rss_gib": peak_rss_gib(), "machine": machine(),
+        "results_page": f"learning_{name}.md",
         "config": {"env_kwargs": dict(cfg.env_kwargs), "sft_families": list(cfg.sft_families),
-                   "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps, "sft_batch_size": cfg.sft_batch_size,
-                   "rl_steps": cfg.rl_steps, "rl_tasks_per_step": cfg.rl_tasks_per_step,
-                   "rl_group_size": cfg.rl_group_size, "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens,
-                   "max_turns": cfg.max_turns, "dtype": cfg.dtype, "lora_r": cfg.lora.r, "grpo_beta": cfg.grpo.beta},
+                   "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps,
+                   "sft_batch_size": cfg.sft_batch_size, "rl_steps": cfg.rl_steps,
+                   "rl_tasks_per_step": cfg.rl_tasks_per_step, "rl_group_size": cfg.rl_group_size,
+                   "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens, "max_turns": cfg.max_turns,
+                   "dtype": cfg.dtype, "lora_r": cfg.lora.r, "grpo_beta": cfg.grpo.beta},
         "rows": [[label, report.to_dict()] for label, report in rows], **git_state(ROOT),
         "primary_metric": SPECS[experiment(cfg.env).heldout].primary_metric, "page": page,
         "variant": args.variant, "overrides": overrides, "run_dir": str(out),
@@ -132,8 +137,8 @@ def write_summary(out: Path, cfg, args, argv, overrides: list[str], rows, starte
 
 @dataclasses.dataclass
 class Setup:
-    """A learning run, configured: its experiment, name, run directory, MainJobConfig, the overrides it was given
-    (the declared variant's, then the command line's) and the ledger it appends to."""
+    """A learning run, configured: its experiment, name, run directory, MainJobConfig, the overrides it was
+    given (the declared variant's, then the command line's) and the ledger it appends to."""
 
     exp: Experiment
     name: str
@@ -144,9 +149,9 @@ class Setup:
 
 
 def configure(args) -> Setup:
-    """The run ``args`` (``benchmarks/learning.py``'s command line) asks for: the experiment's settings (full or
-    ``--quick``), its declared variant's overrides and set, the set's world (its sidecar's ``env_kwargs``) and
-    the command line's overrides, in that order."""
+    """The run ``args`` (``benchmarks/learning.py``'s command line) asks for: the experiment's settings (full
+    or ``--quick``), its declared variant's overrides and set, the set's world (its sidecar's ``env_kwargs``)
+    and the command line's overrides, in that order."""
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.recipes.main_job import MainJobConfig
 
@@ -177,13 +182,14 @@ def configure(args) -> Setup:
     if args.model:
         preset["model"] = args.model
     overrides = [*(variant.overrides if variant else ()), *args.overrides]
-    cfg = config_from_dict(MainJobConfig, apply_overrides({**preset, "env": args.env, "out": str(out)}, overrides))
+    preset.update(env=args.env, out=str(out))
+    cfg = config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
     return Setup(exp, name, out, cfg, overrides, Path(args.ledger))
 
 
 def run(args, argv, setup: Setup, policy=None) -> Path:
-    """The experiment after its configuration: the main job, the controls, ``<out>/learning.json`` and the run's
-    committed data (``<data>/<name>/``, returned)."""
+    """The experiment after its configuration: the main job, the controls, ``<out>/learning.json`` and the
+    run's committed data (``<data>/<name>/``, returned)."""
     import agentrl.algos.recipes.main_job as pipeline
     from agentrl.algos.evaluation.plot import plot_eval
     from agentrl.algos.recipes.main_job import run_main_job
@@ -210,9 +216,9 @@ def run(args, argv, setup: Setup, policy=None) -> Path:
         # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
         text_policy = server_client(policy)  # the base model again: a client with no adapter loaded
         try:
-            text = run_main_job(dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
-                                                    out=str(out / "text_only")), resume=True, policy=text_policy,
-                                ledger=ledger)
+            text_cfg = dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+                                           out=str(out / "text_only"))
+            text = run_main_job(text_cfg, resume=True, policy=text_policy, ledger=ledger)
         finally:
             if text_policy is not None:
                 text_policy.close()

@@ -1,4 +1,5 @@
-"""The machine a run is measured on: CPU, RAM, versions, load and commit, as the run found them at its start."""
+"""The machine a run is measured on: CPU, RAM, versions, load and commit, as the run found them at its
+start."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from harness.layout import ROOT
 
 @functools.cache
 def machine() -> list[str]:
-    """Lines describing this machine and the library versions, as they were the first time this process asked: a
-    runner asks at its start, so the load average is the one its run started under and the commit is the one it
-    started from (``ledger.git_state``), not one made while it ran."""
+    """Lines describing this machine and the library versions, as they were the first time this process asked:
+    a runner asks at its start, so the load average is the one its run started under and the commit is the one
+    it started from (``ledger.git_state``), not one made while it ran."""
     cpu, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -1,14 +1,15 @@
 """``docs/results/learning.md``: one page of every learning result, generated only from committed data.
 
 Read by it (through :mod:`harness.data`), all committed: ``docs/results/data/<experiment>/learning.json`` and
-``eval/<stage>.jsonl`` (per-task scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the
-end of a run; ``docs/results/data/compare_algorithms/compare.json`` (``benchmarks/compare_algorithms.py`` copies it
-there at its end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets'
-sidecars ``benchmarks/heldout/<name>.json``; and the ledger ``benchmarks/heldout/ledger.jsonl`` (a row per
-evaluation on a fixed set the harness or ``agentrl eval --ledger`` made). Nothing is read from ``runs/`` (ignored
-by git), so a fresh clone regenerates the page byte for byte (``tests/benchmarks/test_learning_page.py``). A
-section without committed data says "not run yet". The sections, their comparisons and goals are the experiments'
-declarations (:mod:`harness.experiments`); the per-family and per-tier tables are computed from the per-task scores.
+``eval/<stage>.jsonl`` (per-task scores: task id, family, score) that ``benchmarks/learning.py`` copies there
+at the end of a run; ``docs/results/data/compare_algorithms/compare.json``
+(``benchmarks/compare_algorithms.py`` copies it there at its end) and each earlier comparison kept beside it
+(``compare_algorithms_<name>/``); the held-out sets' sidecars ``benchmarks/heldout/<name>.json``; and the
+ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set the harness or ``agentrl eval
+--ledger`` made). Nothing is read from ``runs/`` (ignored by git), so a fresh clone regenerates the page byte
+for byte (``tests/benchmarks/test_learning_page.py``). A section without committed data says "not run yet".
+The sections, their comparisons and goals are the experiments' declarations (:mod:`harness.experiments`); the
+per-family and per-tier tables are computed from the per-task scores.
 
 Each comparison shows both scores on the set's declared primary metric, the difference, its paired bootstrap
 95% interval over tasks (``agentrl.algos.evaluation.intervals``), the verdict against the stated goal, the
@@ -92,8 +93,8 @@ def heldout_table() -> str:
 
 def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str, int],
                 plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
-    """The comparison table of a section (:func:`harness.data.learning_judged`): scores, difference, paired bootstrap 95% interval, goal,
-    verdict, and whether A's figure was selected."""
+    """The comparison table of a section (:func:`harness.data.learning_judged`): scores, difference, paired
+    bootstrap 95% interval, goal, verdict, and whether A's figure was selected."""
     from agentrl.algos.evaluation.intervals import METRICS
 
     name = METRICS[primary_metric(env)].replace("@N", f"@{run['eval_n']}")
@@ -207,8 +208,8 @@ def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str,
 
 
 def without_data(results: Path, data: Path, quick: bool) -> list[str]:
-    """Learning pages in ``results`` whose experiment has no committed data (their figures cannot be re-derived),
-    and a pointer to ``results/archive/`` (earlier pages kept for history) when it exists."""
+    """Learning pages in ``results`` whose experiment has no committed data (their figures cannot be
+    re-derived), and a pointer to ``results/archive/`` (earlier pages kept for history) when it exists."""
     pages = [p for p in sorted(results.glob("learning_*.md"))
              if (p.stem.endswith("_quick") == quick) and not (data / p.stem.removeprefix("learning_")).is_dir()]
     archive = results / "archive" / "README.md"
@@ -265,10 +266,10 @@ def update_readme(readme: Path, data: Path = DATA) -> bool:
 def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = False,
                ledger: Path = LEDGER, out: Path | None = None, readme: Path | None = None) -> Path:
     """Write ``<results>/learning.md`` (``learning-quick.md`` for --quick runs; or ``out``) from the committed
-    data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite its
-    generated summary block (:func:`update_readme`; ``--page`` passes README.md). Without ``out``, each run's own
-    page is rewritten from its data too (:func:`harness.run_page.write_run_page`) and the learning section of
-    docs/results.md (:func:`harness.results_page.refresh_learning`)."""
+    data; ``results`` is also where the pages and plots it links to are looked for. ``readme``: also rewrite
+    its generated summary block (:func:`update_readme`; ``--page`` passes README.md). Without ``out``, each
+    run's own page is rewritten from its data too (:func:`harness.run_page.write_run_page`) and the learning
+    section of docs/results.md (:func:`harness.results_page.refresh_learning`)."""
     if out is None:  # each run's own page, from its committed data (runs that recorded what it needs)
         for run_dir in sorted(p.parent for p in data.glob("*/learning.json")):
             write_run_page(run_dir, results)

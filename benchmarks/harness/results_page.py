@@ -1,5 +1,5 @@
-"""``docs/results.md``'s learning section: embedded from ``docs/results/learning.md`` (generated from committed
-data) only."""
+"""``docs/results.md``'s learning section: embedded from ``docs/results/learning.md`` (generated from
+committed data) only."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ LEARNING_PAGE = "results/learning.md"
 def learning_sections(doc_dir: Path) -> list[str]:
     """The learning results to embed, from ``<doc_dir>/results/learning.md`` alone (the page generated from
     committed data): per experiment section (one with a ``Command:`` or ``Not run yet:`` line) its title, its
-    first table (the scores), its comparison table (interval, verdict), its first such line and its ``Held-out``
-    line (which set, and whether it is a committed fixed set). Empty without the page."""
+    first table (the scores), its comparison table (interval, verdict), its first such line and its
+    ``Held-out`` line (which set, and whether it is a committed fixed set). Empty without the page."""
     path = doc_dir / LEARNING_PAGE
     if not path.is_file():
         return []
@@ -59,7 +59,8 @@ LEARNING_HEADING = "## Proof of learning"
 
 
 def refresh_learning(out: Path) -> int:
-    """Replace the learning section of an existing results page (the benchmark sections are left as they are)."""
+    """Replace the learning section of an existing results page (the benchmark sections are left as they
+    are)."""
     if not out.exists():
         raise SystemExit(f"{out} does not exist: run `python benchmarks/run_all.py` first")
     text = out.read_text(encoding="utf-8")

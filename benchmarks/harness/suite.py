@@ -1,6 +1,6 @@
-"""The benchmark suite behind ``benchmarks/run_all.py``: run every benchmark script and write ``docs/results.md``
-(the machine, each benchmark's table and command; the learning section embedded from ``docs/results/learning.md``,
-:mod:`harness.results_page`)."""
+"""The benchmark suite behind ``benchmarks/run_all.py``: run every benchmark script and write
+``docs/results.md`` (the machine, each benchmark's table and command; the learning section embedded from
+``docs/results/learning.md``, :mod:`harness.results_page`)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weight
 
 
 def clean(output: str) -> str:
-    """Drop progress-bar and loader noise (carriage-return updates, weight-loading bars) from captured output."""
+    """Drop progress-bar and loader noise (carriage-return updates, weight-loading bars) from captured
+    output."""
     lines = []
     for raw in output.splitlines():
         line = raw.split("\r")[-1].rstrip()
@@ -111,8 +112,8 @@ def result_lines(r: dict, title: str, description: str, note: str = "") -> list[
 
 
 def split_sections(text: str, heading: str) -> tuple[str, str, str]:
-    """(before, the ``heading`` section without its heading line, after) of a page; the section ends at the next
-    ``## `` heading."""
+    """(before, the ``heading`` section without its heading line, after) of a page; the section ends at the
+    next ``## `` heading."""
     if heading not in text:
         return text, "", ""
     before, rest = text.split(heading, 1)

@@ -1,5 +1,5 @@
-"""Pieces every results page shares: table cells, the commit line, verdicts, the per-family signal table of an RL
-stage, the rates the results table does not show and an engine run's step-by-step training table."""
+"""Pieces every results page shares: table cells, the commit line, verdicts, the per-family signal table of an
+RL stage, the rates the results table does not show and an engine run's step-by-step training table."""
 
 from __future__ import annotations
 
@@ -49,9 +49,10 @@ ENGINE_COLUMNS = (("reward/mean", "reward (this run)", "{:.3f}"), ("train/logpro
 
 def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, Any], Path] | None,
                     plot: Path | None = None) -> list[str]:
-    """An engine run's GRPO stage beside the in-process plain recipe's, step by step, from both runs' committed
-    metrics: the training reward of each, and the engine run's sampler/trainer log-probability gap and truncated
-    importance weights (``train/*``). ``plot``: also draw both reward curves and the gap there (a PNG)."""
+    """An engine run's GRPO stage beside the in-process plain recipe's, step by step, from both runs'
+    committed metrics: the training reward of each, and the engine run's sampler/trainer log-probability gap
+    and truncated importance weights (``train/*``). ``plot``: also draw both reward curves and the gap there
+    (a PNG)."""
     mine = grpo_metrics(exp_dir)
     if not run.get("engine") or not mine:
         return []
@@ -74,10 +75,11 @@ def engine_training(run: dict[str, Any], exp_dir: Path, plain: tuple[dict[str, A
 
 
 def signal_table(steps: list[dict[str, Any]], who: str = "GRPO") -> list[str]:
-    """Where ``who``'s learning signal was, per task family, from an RL stage's metrics (one record per step) and
-    their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups sampled,
-    those whose rewards differed (the only ones a group-relative advantage learns from), and the rollouts'
-    success in the first and last quarter of the steps. Empty for runs logged before those metrics existed."""
+    """Where ``who``'s learning signal was, per task family, from an RL stage's metrics (one record per step)
+    and their ``family/*`` counts (:func:`~agentrl.algos.evaluation.metrics.metrics_by_family`): groups
+    sampled, those whose rewards differed (the only ones a group-relative advantage learns from), and the
+    rollouts' success in the first and last quarter of the steps. Empty for runs logged before those metrics
+    existed."""
     families = sorted({k.split("@", 1)[1] for m in steps for k in m if k.startswith("family/groups@")})
     if not families:
         return []

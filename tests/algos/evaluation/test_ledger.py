@@ -24,7 +24,8 @@ def _set(name: str) -> list[dict]:
 
 @pytest.fixture
 def collect_half(monkeypatch):
-    """A stand-in collector: the even-numbered tasks are answered correctly by every sample, the others never."""
+    """A stand-in collector: the even-numbered tasks are answered correctly by every sample, the others
+    never."""
     def collect(env, policy, tasks, group_size, config=None, *, env_kwargs=None, progress=False):
         return [Trajectory(token_ids=[1], loss_mask=[1], logprobs=[0.0], prompt_len=0, reward=0.0, group_id=g,
                            task=task, metrics={"correct": float(g % 2 == 0)})
@@ -63,7 +64,8 @@ def test_without_a_ledger_nothing_is_written_anywhere(collect_half, tmp_path, mo
 
 def test_a_ledger_path_gets_exactly_one_row(collect_half, ledger_file):
     repo_before = _files(SETS)
-    report = ev.evaluate("AgentRL/ToolUse-v0", object(), _set("tooluse"), n=1, progress=False, ledger=ledger_file)
+    report = ev.evaluate("AgentRL/ToolUse-v0", object(), _set("tooluse"), n=1, progress=False,
+                         ledger=ledger_file)
     [row] = ledger.read(ledger_file)
     assert row["set"] == "tooluse" and report.settings["ledger"] == {"id": row["id"], "set": "tooluse"}
     assert _files(SETS) == repo_before  # the repository's ledger is untouched
@@ -76,11 +78,12 @@ def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, 
     copy.write_text(ledger.dumps(tasks))  # the set under another name: still the set
     from agentrl.envs.datasets import load_rows
 
-    report = ev.evaluate("AgentRL/Search-v0", object(), load_rows(copy), n=2, progress=False, ledger=ledger_file,
-                         ledger_fields={"adapter": "base"}, out=tmp_path / "eval" / "x.jsonl")
+    report = ev.evaluate("AgentRL/Search-v0", object(), load_rows(copy), n=2, progress=False,
+                         ledger=ledger_file, ledger_fields={"adapter": "base"}, out=tmp_path / "eval" / "x.jsonl")
     [row] = ledger.read(ledger_file)
     meta = json.loads((SETS / "search.json").read_text())
-    assert row["set"] == "search" and row["set_sha256"] == meta["sha256"] and row["tasks"] == row["set_tasks"] == 128
+    assert row["set"] == "search" and row["set_sha256"] == meta["sha256"]
+    assert row["tasks"] == row["set_tasks"] == 128
     assert row["primary_metric"] == "macro_em" and row["adapter"] == "base" and row["n"] == 2
     assert row["weights"] is None  # object() has no local weights
     assert len(row["per_task"]) == 128 and row["per_task"][tasks[0]["id"]] == 1.0
@@ -89,7 +92,8 @@ def test_a_copy_of_a_fixed_set_is_recognised_by_content(collect_half, tmp_path, 
     assert row["commit"] is None and row["dirty"] is None  # the ledger's folder (tmp) is in no git checkout
     assert row["command"] and row["config_sha256"] and row["time"].endswith("+00:00")
     assert report.settings["ledger"] == {"id": row["id"], "set": "search"}
-    assert json.loads((tmp_path / "eval" / "x.summary.json").read_text())["settings"]["ledger"]["id"] == row["id"]
+    summary = json.loads((tmp_path / "eval" / "x.summary.json").read_text())
+    assert summary["settings"]["ledger"]["id"] == row["id"]
 
 
 def test_subsets_are_recorded_as_such_and_other_tasks_not_at_all(collect_half, ledger_file):
