@@ -40,6 +40,7 @@ from agentrl.algos.policy import POLICIES
 from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.policy.engine import ENGINES, VLLM_PYTHON_ENV, VLLM_VENV
 from agentrl.algos.rollout.env_factory import EXECUTORS
+from agentrl.envs.plugins import ContractError
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
 DEFAULT_EVAL_TASKS = 32
@@ -462,7 +463,11 @@ def _other_commands_flags(parser: argparse.ArgumentParser, args, extra: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # lists every registered algorithm's keys: a broken registration shows here
+    except ContractError as e:
+        print(f"agentrl: error: {e}", file=sys.stderr)
+        return 2
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides may come after options (argparse stops collecting positionals there)
         if args.command not in ("train", "main-job") or any(x.startswith("-") or "=" not in x for x in extra):
@@ -474,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))  # as under `python -m`: "my_tools:lookup" refs import from here
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, ContractError) as e:
         print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
         return 2
 

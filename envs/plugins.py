@@ -18,8 +18,8 @@ Each registry knows its **contract** (``contract=``): a base class or ABC, a ``t
 Protocol, or a function that says what an entry lacks (:func:`contract_violation` reads all three). An entry is
 checked when it is loaded — at :meth:`Registry.get`, so a lazy ``"module:Attribute"`` entry or an entry point is
 checked on first use, and an object given to ``register`` at once — and one that breaks the contract is refused
-with a one-line :class:`TypeError` naming the entry, where it came from (:meth:`Registry.origin`) and what it
-lacks. ``docs/architecture.md`` has the table of every registry, its group and its contract.
+with a one-line :class:`ContractError` (a ``TypeError``) naming the entry, where it came from
+(:meth:`Registry.origin`) and what it lacks. ``docs/architecture.md`` has the table of every registry, its group and its contract.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ T = TypeVar("T")
 #: ``check(entry) -> str | None`` that returns what the entry lacks (``None``: nothing).
 Contract = type | Callable[[Any], str | None]
 
-__all__ = ["Contract", "Registry", "class_or_factory", "contract_violation", "load_object"]
+
+class ContractError(TypeError):
+    """A registry entry breaks its registry's contract (the message names the entry, its origin and what it
+    lacks). A ``TypeError``, so code that caught those before still does; the CLIs print it as one line."""
+
+
+__all__ = ["Contract", "ContractError", "Registry", "class_or_factory", "contract_violation", "load_object"]
 
 
 def load_object(path: str) -> Any:
@@ -162,7 +168,7 @@ class Registry(Generic[T]):
 
         Raises:
             ValueError: ``name`` is not a Python identifier.
-            TypeError: ``entry`` (an object) breaks the registry's contract.
+            ContractError: ``entry`` (an object) breaks the registry's contract.
         """
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"a {self.kind} name must be a Python identifier, got {name!r}")
@@ -190,7 +196,7 @@ class Registry(Generic[T]):
     def _check(self, name: str, entry: Any, origin: str) -> None:
         problem = contract_violation(entry, self.contract)
         if problem:
-            raise TypeError(f"{self.kind} {name!r} ({origin}) breaks the {self.kind} contract: {problem}")
+            raise ContractError(f"{self.kind} {name!r} ({origin}) breaks the {self.kind} contract: {problem}")
 
     def names(self) -> list[str]:
         """Every registered name: built-ins first, then run-time registrations and entry points."""
@@ -209,7 +215,7 @@ class Registry(Generic[T]):
         Raises:
             ValueError: ``name`` is not registered (the message lists the names that are), or its import path
                 names nothing importable.
-            TypeError: the entry breaks the registry's contract (the message names the entry, its origin and
+            ContractError: the entry breaks the registry's contract (the message names the entry, its origin and
                 what it lacks).
         """
         self._read_plugins()

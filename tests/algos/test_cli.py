@@ -250,3 +250,26 @@ def test_engine_args_and_the_run_folder_reach_the_managed_engine(monkeypatch, tm
     assert cli._policy_for(args, "m", run_dir=tmp_path, lora_rank=8, record_dir=tmp_path) == "policy"
     assert seen["extra_args"] == ["--gpu-memory-utilization", "0.4", "--enforce-eager"]
     assert seen["record_dir"] == tmp_path and seen["run_dir"] == tmp_path and seen["lora_rank"] == 8
+
+
+def test_eval_records_a_ledger_row_only_where_ledger_names_a_file(tiny_dir, tmp_path):
+    """``agentrl eval`` on rows of a fixed held-out set: without ``--ledger`` no row anywhere (the sets' folder
+    is unchanged); with ``--ledger PATH`` exactly one row in PATH, naming the set."""
+    import shutil
+
+    from helpers import ROOT
+
+    from agentrl.algos.evaluation import ledger
+
+    sets = tmp_path / "sets"
+    sets.mkdir()
+    for suffix in (".jsonl", ".json"):
+        shutil.copyfile(ROOT / "benchmarks" / "heldout" / f"tooluse{suffix}", sets / f"tooluse{suffix}")
+    common = ["eval", "--env", "AgentRL/ToolUse-v0", "--model", str(tiny_dir), "--tasks-file",
+              str(sets / "tooluse.jsonl"), "--tasks", "2", "--max-new-tokens", "2", "--dtype", "fp32",
+              "--device", "cpu"]
+    assert cli.main([*common, "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert sorted(p.name for p in sets.iterdir()) == ["tooluse.json", "tooluse.jsonl"]
+    assert cli.main([*common, "--out", str(tmp_path / "b.jsonl"), "--ledger", str(sets / "ledger.jsonl")]) == 0
+    [row] = ledger.read(sets / "ledger.jsonl")
+    assert row["set"] == "tooluse"

@@ -216,3 +216,19 @@ def test_tools_the_env_cannot_import_are_one_line_before_any_model_loads(capsys,
     kw = json.dumps({"tools": ["no_such_module_xyz:lookup"], "dataset": [{"query": "q", "answer": "a"}]})
     line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env-kwargs", kw])
     assert "cannot import 'no_such_module_xyz'" in line
+
+
+def test_an_algorithm_that_breaks_its_contract_is_one_line_naming_it(capsys, no_loading, monkeypatch, tmp_path):
+    """A registered algorithm that is no Algorithm (here a function) stops ``agentrl train`` with the registry's
+    one line (entry, origin, what it lacks), not a traceback."""
+    import copy
+
+    from agentrl.algos import objectives
+
+    monkeypatch.setattr(objectives, "ALGORITHMS", copy.deepcopy(objectives.ALGORITHMS))
+    objectives.register_algorithm("broken", "json:dumps")
+    assert cli.main(["train", "--algo", "broken", "--out", str(tmp_path / "run")]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and out.err.count("\n") == 1, out.err
+    assert out.err.startswith("agentrl: error: algorithm 'broken' (registered at run time: json:dumps) breaks the "
+                              "algorithm contract: a function, neither a subclass nor an instance of Algorithm")
