@@ -41,7 +41,8 @@ _SHARED_SUFFIX = re.compile(r"_(low|high|mean|max|min)$")
 _NON_METRIC_KEYS = {"step", "wall_time", "rollout/num_trajectories", "rollout/num_groups", "train/data_position"}
 
 
-def _pyplot():
+def headless_pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -130,7 +131,7 @@ def plot_run(run_dir: str | Path, *, smoothing: float | None = None, dpi: int = 
     if (run_dir / METRICS_FILE).exists():
         series = _series(read_metrics(run_dir))
         groups = _group_panels(list(series))
-        plt = _pyplot()
+        plt = headless_pyplot()
         for group in _ordered(groups):
             panels = sorted(groups[group].items(), key=_panel_rank)
             for part in range(0, len(panels), MAX_PANELS):
@@ -217,7 +218,7 @@ def plot_eval(rows: Sequence[tuple[str, EvalReport | dict[str, Any]]], path: str
     if not rows:
         raise ValueError("plot_eval needs at least one (label, report) row")
     rows = [(label, r if isinstance(r, EvalReport) else EvalReport.from_dict(r)) for label, r in rows]
-    plt = _pyplot()
+    plt = headless_pyplot()
     sources = sorted({s for _, r in rows for s in r.em_by_source})
     ns = sorted({r.n for _, r in rows})
     n_label = str(ns[0]) if len(ns) == 1 else "N"

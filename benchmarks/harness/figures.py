@@ -11,9 +11,9 @@ from harness.experiments import COMPARE
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend (no display)."""
-    from agentrl.algos.evaluation.plot import _pyplot
+    from agentrl.algos.evaluation.plot import headless_pyplot
 
-    return _pyplot()
+    return headless_pyplot()
 
 
 def plot_engine_training(engine: str, mine: list[dict[str, Any]], theirs: dict[int, dict[str, Any]],

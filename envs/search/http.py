@@ -85,7 +85,8 @@ class _RateLimiter:
             time.sleep(start - now)
 
 
-def _retry_after(headers: Any) -> float | None:
+def retry_after_seconds(headers: Any) -> float | None:
+    """The seconds an HTTP ``Retry-After`` header asks to wait (``None``: no such header, or unreadable)."""
     value = headers.get("Retry-After") if headers is not None else None
     if value is None:
         return None
@@ -236,7 +237,7 @@ class HttpBackend(SearchBackend):
         code = resp.status_code
         if code < 400:
             return
-        ra = _retry_after(resp.headers)
+        ra = retry_after_seconds(resp.headers)
         if code == 429:
             raise SearchError("rate_limited", "HTTP 429" + (f", Retry-After {ra:g} s" if ra is not None else ""),
                               retry_after=ra, retryable=True)

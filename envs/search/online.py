@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.search.http import HttpBackend, HttpConfig, _retry_after
+from agentrl.envs.search.http import HttpBackend, HttpConfig, retry_after_seconds
 from agentrl.envs.search.types import SearchError, SearchItem, SearchResult, split_contents
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class WikipediaBackend(HttpBackend):
         err = data.get("error")
         if isinstance(err, dict):
             code, info = str(err.get("code", "")), str(err.get("info", ""))[:160]
-            ra = _retry_after(resp.headers)
+            ra = retry_after_seconds(resp.headers)
             if code == "maxlag":
                 raise SearchError("server_error", f"replication lag (maxlag): {info}", retry_after=ra or 5.0,
                                   retryable=True)
@@ -329,7 +329,7 @@ class ZhihuBackend(HttpBackend):
         if code != 0:
             kind, retryable = _ZHIHU_CODES.get(code, ("bad_response", False))
             msg = str(data.get("Message", ""))[:160]
-            raise SearchError(kind, f"code {code}: {msg}", retry_after=_retry_after(resp.headers), retryable=retryable)
+            raise SearchError(kind, f"code {code}: {msg}", retry_after=retry_after_seconds(resp.headers), retryable=retryable)
         items = ((data.get("Data") or {}).get("Items")) or []
         if not isinstance(items, list):
             raise SearchError("bad_response", "Data.Items is not a list")
