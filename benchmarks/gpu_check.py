@@ -106,7 +106,7 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
     import torch
 
     from agentrl.algos.evaluation.process_memory import process_memory
-    from agentrl.algos.models import _as_dtype, tiny_model
+    from agentrl.algos.models import resolve_dtype, tiny_model
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import TrainConfig
     from agentrl.algos.training.trainer import Trainer
@@ -118,7 +118,7 @@ def run(args, tok, device: str, dtype: str, out: Path) -> dict:
                            collector=CollectorConfig(max_new_tokens=args.max_new_tokens, max_turns=1))
 
     def model():
-        m = tiny_model(tok, hidden_size=args.hidden, num_layers=args.layers, dtype=_as_dtype(dtype, device),
+        m = tiny_model(tok, hidden_size=args.hidden, num_layers=args.layers, dtype=resolve_dtype(dtype, device),
                        end_scale=5.0)
         return m.to(device)
 

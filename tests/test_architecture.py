@@ -374,6 +374,23 @@ def test_every_name_has_one_import_path():
         assert not extra, f"{module}.__all__ lists names it does not define: {sorted(extra)}"
 
 
+def test_no_private_name_is_imported_from_outside_its_package():
+    """A ``_name`` stays inside its package: sources and benchmarks import private names (``_cascade``,
+    ``_take_uid``) only from modules of their own package (the tests may reach into private helpers; nothing
+    else may lean on them)."""
+    modules = {path: name for name, path in _modules().items()}
+    wrong = []
+    for f, module, name in _import_statements():
+        if not name.startswith("_") or f.relative_to(ROOT).parts[0] not in ("algos", "envs", "benchmarks"):
+            continue
+        importer = modules.get(f, "").rpartition(".")[0] if f.name != "__init__.py" else modules.get(f, "")
+        source = module if f"{module}.{name}" in _modules() else module.rpartition(".")[0]
+        if importer != source:
+            wrong.append(f"{f.relative_to(ROOT)}: from {module} import {name}")
+    assert not wrong, "make the name public (a docstring, no underscore) or keep it in its package:\n" + \
+        "\n".join(sorted(set(wrong)))
+
+
 def test_envs_never_import_algos():
     for name, path in _modules().items():
         if name.startswith("agentrl.envs"):

@@ -158,7 +158,9 @@ def default_dtype(device: str = "cpu"):
     return torch.bfloat16 if torch.backends.cpu.get_cpu_capability() == "AMX" else torch.float32
 
 
-def _as_dtype(dtype: Any, device: str):
+def resolve_dtype(dtype: Any, device: str):
+    """The torch dtype ``dtype`` names on ``device``: 'auto' (or None) is bf16 where the hardware has bf16
+    units, else fp32; 'bf16'/'fp32'/'fp16' (and their long names) or a torch dtype as given."""
     import torch
 
     device = resolve_device(device)
@@ -214,7 +216,7 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
 
     path, gguf = resolve_model(name)
     device = resolve_device(device)
-    torch_dtype = _as_dtype(dtype, device)
+    torch_dtype = resolve_dtype(dtype, device)
     kwargs: dict[str, Any] = {}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

@@ -39,11 +39,11 @@ def test_dtype_choice():
     has_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
     if flags:
         assert default_dtype("cpu") == (torch.bfloat16 if has_bf16 else torch.float32)
-    assert models._as_dtype("fp32", "cpu") == torch.float32
-    assert models._as_dtype("bf16", "cpu") == torch.bfloat16
-    assert models._as_dtype(torch.float16, "cpu") == torch.float16
+    assert models.resolve_dtype("fp32", "cpu") == torch.float32
+    assert models.resolve_dtype("bf16", "cpu") == torch.bfloat16
+    assert models.resolve_dtype(torch.float16, "cpu") == torch.float16
     with pytest.raises(ValueError, match="dtype must be"):
-        models._as_dtype("int3", "cpu")
+        models.resolve_dtype("int3", "cpu")
 
 
 def test_tiny_model_is_deterministic_and_covers_the_vocab():
