@@ -78,7 +78,7 @@ def search_evaluated() -> list[dict[str, Any]]:
     from agentrl.envs.datasets import seeded_draws
     from agentrl.envs.search.questions import load_bundled
 
-    # test_tasks(env, 32, seed=0) = env.test_tasks(32, seed=0 + HELDOUT_SEED_OFFSET); written out here so
+    # test_tasks(env, 32, seed=0) = env.test_tasks(32, seed=0 + TEST_SEED_OFFSET); written out here so
     # that this module does not import agentrl.algos (torch).
     return seeded_draws(load_bundled("dev"), 32, 0 + 10_007)
 
