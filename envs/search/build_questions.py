@@ -1,6 +1,6 @@
 """Build the bundled question set of ``AgentRL/Search-v0`` (``envs/search/search_{train,dev}.jsonl``).
 
-    python -m agentrl.envs.search.build_questions build
+    python -m agentrl.envs.search.build_questions build --out-dir envs/search
 
 The questions are answerable from the default corpus and come from what two installed packages ship:
 
@@ -177,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="build the bundled offline question set of AgentRL/Search-v0")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="rebuild envs/search/search_{train,dev}.jsonl from installed packages")
-    b.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent)
+    b.add_argument("--out-dir", type=Path, required=True,
+                   help="where search_{train,dev}.jsonl go (a checkout's envs/search to rebuild the bundled files)")
     b.add_argument("--topk", type=int, default=3, help="a question is kept only if BM25 finds it in this many")
     b.add_argument("--max-train", type=int, default=2000, help="cap on train questions per data source")
     b.add_argument("--max-dev", type=int, default=250, help="cap on dev questions per data source")
