@@ -176,7 +176,8 @@ def _check(value: Any, hint: Any, key: str, coerce: bool) -> Any:
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
             if len(args) != len(value):
                 raise _Mismatch
-            return tuple(check_value(v, a, f"{key}[{i}]", coerce) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+            return tuple(check_value(v, a, f"{key}[{i}]", coerce)
+                         for i, (a, v) in enumerate(zip(args, value, strict=True)))
         item = args[0] if args else Any
         items = [check_value(v, item, f"{key}[{i}]", coerce) for i, v in enumerate(value)]
         return (origin or hint)(items)
@@ -299,7 +300,8 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``base`` updated by ``extra``, nested sections merged key by key (``env_kwargs`` is replaced whole)."""
     out = dict(base)
     for k, v in extra.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "env_kwargs" else v
+        merge = isinstance(v, dict) and isinstance(out.get(k), dict) and k != "env_kwargs"
+        out[k] = deep_merge(out[k], v) if merge else v
     return out
 
 

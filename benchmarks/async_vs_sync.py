@@ -157,7 +157,8 @@ def main() -> None:
     print(f"step time sync / async (steps 2..): {sync['step'] / asyn['step']:.2f}x; "
           f"wall sync / async: {sync['wall'] / asyn['wall']:.2f}x")
     print(f"best possible from the sync arm's split (rollout + update) / max(rollout, update): {ideal:.2f}x")
-    print(f"async rollout took {asyn['rollout'] / sync['rollout']:.2f}x and update {asyn['train'] / sync['train']:.2f}x "
+    print(f"async rollout took {asyn['rollout'] / sync['rollout']:.2f}x and update "
+          f"{asyn['train'] / sync['train']:.2f}x "
           "their sync times (the threads share the cores; update time includes waiting to publish)")
 
 

@@ -4,8 +4,8 @@ The same scripted episodes (ToolUse-v0 by default: seeded tasks, each played wit
 calls, then the answer) are stepped
 
 * ``gymnasium.make``      — in-process, the baseline;
-* ``SkyRL-gym``           — ``skyrl_gym.make`` of the registration :func:`~agentrl.envs.bridges.skyrl.register_skyrl_envs`
-  makes (in-process: the overhead is the wrapping);
+* ``SkyRL-gym``           — ``skyrl_gym.make`` of the registration
+  :func:`~agentrl.envs.bridges.skyrl.register_skyrl_envs` makes (in-process: the overhead is the wrapping);
 * ``OpenEnv``             — ``AgentRL/OpenEnv-v0`` (OpenEnv's ``GenericEnvClient`` over a WebSocket) against
   ``agentrl-env serve ID --openenv``, a server process on 127.0.0.1 started before the timing and stopped after.
 

@@ -1,4 +1,4 @@
-"""The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO and SFT-continued, from ONE cold start.
+"""The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO, SFT-continued, from ONE cold start.
 
 ``--algos`` also takes options of an algorithm as rows of their own (the ``Option`` records of ``COMPARE`` in
 ``benchmarks/harness/experiments.py``): ``grpo_turns`` is GRPO with turn credit (GiGPO's turn-level advantage,

@@ -42,7 +42,8 @@ def main() -> None:
     tasks = make_tasks(args.episodes, "test")
     plans = [ToolUseEnv().demo_actions(t) for t in tasks]
     rows = []
-    for label, env in [("raw ToolUseEnv", ToolUseEnv()), ("gymnasium.make (default wrappers)", gym.make("AgentRL/ToolUse-v0"))]:
+    for label, env in [("raw ToolUseEnv", ToolUseEnv()),
+                       ("gymnasium.make (default wrappers)", gym.make("AgentRL/ToolUse-v0"))]:
         run(env, tasks[:200], plans[:200])  # warm-up
         steps, secs = run(env, tasks, plans)
         rows.append((label, steps, secs, steps / secs))

@@ -38,8 +38,9 @@ it with the page. Every evaluation on a fixed set also appends a row to the ledg
 undeclared name is refused); ``key=value`` overrides after it still apply.
 
 ``--engine vllm`` samples every evaluation and every GRPO rollout of the run (the main job's, the SFT control's eval,
-the text-only baselines) through one vLLM server the run starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
-its log in ``<out>/vllm.log``) and stops at exit, also on an error; the SFT training stays in process.
+the text-only baselines) through one vLLM server the run starts
+(:func:`agentrl.algos.policy.engine.start_engine_policy`, its log in ``<out>/vllm.log``) and stops at exit, also on
+an error; the SFT training stays in process.
 ``learning.json`` records ``"engine"`` (None: in process). docs/engines.md.
 
 ``--all`` runs every env's experiment and ``benchmarks/compare_algorithms.py``, each in its own process (so each

@@ -5,7 +5,8 @@ Read by it, all committed: ``docs/results/data/<experiment>/learning.json`` and 
 scores: task id, family, score) that ``benchmarks/learning.py`` copies there at the end of a run;
 ``docs/results/data/compare_algorithms/compare.json`` (``benchmarks/compare_algorithms.py`` copies it there at its
 end) and each earlier comparison kept beside it (``compare_algorithms_<name>/``); the held-out sets' sidecars
-``benchmarks/heldout/<name>.json``; and the ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a fixed set, whichever command ran it).
+``benchmarks/heldout/<name>.json``; and the ledger ``benchmarks/heldout/ledger.jsonl`` (a row per evaluation on a
+fixed set, whichever command ran it).
 Nothing is read from ``runs/`` (ignored by git), so a fresh clone regenerates the page byte for byte
 (``tests/benchmarks/test_learning_page.py``). A section without committed data says "not run yet".
 

@@ -42,8 +42,8 @@ from transformers import LlamaForCausalLM  # noqa: F401 - the lazy import of the
 t2 = time.perf_counter()
 model, tokenizer = load_model(sys.argv[1], dtype=sys.argv[2])
 t3 = time.perf_counter()
-print("RESULT " + json.dumps({"imports": t1 - t0, "model_code": t2 - t1, "load_model": t3 - t2, "dtype": str(model.dtype),
-                              "parameters": sum(p.numel() for p in model.parameters())}))
+print("RESULT " + json.dumps({"imports": t1 - t0, "model_code": t2 - t1, "load_model": t3 - t2,
+                              "dtype": str(model.dtype), "parameters": sum(p.numel() for p in model.parameters())}))
 """
 
 

@@ -13,8 +13,8 @@ per-token log-probabilities, the GRPO loss (random +-1 advantages), backward and
   gather the sampled tokens, :func:`agentrl.algos.objectives.grpo.grpo_loss`;
 * ``chunked, all``    — :func:`agentrl.algos.objectives.logprobs.token_logprobs` over every position (LM head on 1,024
   positions at a time, hand-written backward), same loss;
-* ``chunked, actions`` — the trainer's update (:func:`agentrl.algos.training.update.apply_update`: micro-batches, LM head
-  on the action tokens only) with the settings before memory budgets: ``micro_batch_tokens=16384`` (here one
+* ``chunked, actions`` — the trainer's update (:func:`agentrl.algos.training.update.apply_update`: micro-batches,
+  LM head on the action tokens only) with the settings before memory budgets: ``micro_batch_tokens=16384`` (here one
   micro-batch of 8,192 tokens), no checkpointing, ``logprob_chunk=1024``. **Today's configuration**: the ratios
   are taken to it;
 * ``chunked, actions, checkpointed`` — the same with gradient checkpointing of the decoder layers and
@@ -116,8 +116,8 @@ def trainer_step(model, opt, seqs: list[list[int]], masks: list[list[int]], adv,
     chunk = 1024 if variant == TODAY else cfg.logprob_chunk  # today's default was 1024
     out = apply_update(model, opt, GRPO(GRPOConfig(beta=0.0)), rows, lr=1e-5, temperature=1.0, pad_id=0,
                        micro_batch_tokens=tokens, logprob_chunk=chunk, max_grad_norm=1.0, sampled=False, trim=trim)
-    return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk, "micro_batches": len(micro_batches(rows, tokens)),
-            "loss": out["train/loss"]}
+    return {"checkpointing": ckpt, "micro_batch_tokens": tokens, "logprob_chunk": chunk,
+            "micro_batches": len(micro_batches(rows, tokens)), "loss": out["train/loss"]}
 
 
 def load_episodes(path: str, n: int) -> tuple[list[list[int]], list[list[int]]]:

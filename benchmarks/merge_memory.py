@@ -7,9 +7,9 @@ the decode-speed cost of sampling through the trainer's own weights instead of a
   one layer's fp32 weight alive at a time.
 
 Memory is the CPU allocator's bytes as torch's profiler records them (``profile_memory=True``: each op's own
-allocations and every free, in order); the figure is the high-water mark of their running sum, i.e. the transient on top of
-what existed before the call. Both variants refresh the same sampler from the same bf16 model (a many-layer tiny
-Llama: ``--layers`` x ``--hidden``, LoRA r=16 on every linear layer). The speed part times greedy decoding of
+allocations and every free, in order); the figure is the high-water mark of their running sum, i.e. the transient on
+top of what existed before the call. Both variants refresh the same sampler from the same bf16 model (a many-layer
+tiny Llama: ``--layers`` x ``--hidden``, LoRA r=16 on every linear layer). The speed part times greedy decoding of
 ``--rows`` x ``--tokens`` on a tiny fp32 model with a merged sampler copy vs ``share_weights=True``.
 
     python benchmarks/merge_memory.py              # 24 layers x 512 hidden, bf16

@@ -436,7 +436,8 @@ def main(argv=None):
           f"{args.max_new_tokens} tokens, T={args.temperature}, torch threads {torch.get_num_threads()}; "
           f"naive baseline: {naive}")
 
-    run("warm-up", HFPolicy(model, tokenizer), make_tasks(1, "train"), 1, CollectorConfig(max_turns=1, max_new_tokens=4))
+    run("warm-up", HFPolicy(model, tokenizer), make_tasks(1, "train"), 1,
+        CollectorConfig(max_turns=1, max_new_tokens=4))
     rows = []
     for n in sizes:
         print(f"--- {n} trajectories", flush=True)

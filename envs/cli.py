@@ -3,7 +3,8 @@
     agentrl-env list
     agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--env-kwargs '{"families": ["multiply"]}']
     agentrl-env serve-retriever [--corpus docs.jsonl] [--host 127.0.0.1] [--port 8000] [--cache-dir DIR]
-    agentrl-env serve AgentRL/ToolUse-v0 --openenv [--host 127.0.0.1] [--port 8000] [--env-kwargs JSON] [--max-sessions 64]
+    agentrl-env serve AgentRL/ToolUse-v0 --openenv [--host 127.0.0.1] [--port 8000] [--env-kwargs JSON]
+                                                   [--max-sessions 64]
 
 Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`.
 """

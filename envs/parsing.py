@@ -114,7 +114,8 @@ def _json_error(e: ValueError) -> str:
 def _call_object(obj: Any, args_key: str, allowed: frozenset[str]) -> dict[str, Any] | ParsedAction:
     """One decoded call object as ``{"name", "arguments"[, "id"]}``, or the invalid action that explains why not."""
     if not isinstance(obj, dict):
-        return ParsedAction("invalid", error=f'the tool call must be a JSON object {{"name": ..., "{args_key}": {{...}}}}')
+        return ParsedAction("invalid",
+                            error=f'the tool call must be a JSON object {{"name": ..., "{args_key}": {{...}}}}')
     name = obj.get("name")
     if not isinstance(name, str) or not name:
         return ParsedAction("invalid", error='the tool call needs a string "name"')

@@ -19,7 +19,8 @@ Protocol, or a function that says what an entry lacks (:func:`contract_violation
 checked when it is loaded — at :meth:`Registry.get`, so a lazy ``"module:Attribute"`` entry or an entry point is
 checked on first use, and an object given to ``register`` at once — and one that breaks the contract is refused
 with a one-line :class:`ContractError` (a ``TypeError``) naming the entry, where it came from
-(:meth:`Registry.origin`) and what it lacks. ``docs/architecture.md`` has the table of every registry, its group and its contract.
+(:meth:`Registry.origin`) and what it lacks. ``docs/architecture.md`` has the table of every registry, its group
+and its contract.
 """
 
 from __future__ import annotations

@@ -275,7 +275,8 @@ def question_rows(source, name: str) -> list[dict[str, Any]]:
     """
     rows = []
     for where, row in located_rows(source, (), name=name):
-        missing = ([] if "query" in row or "question" in row else ["question"]) + ([] if "answer" in row else ["answer"])
+        missing = (([] if "query" in row or "question" in row else ["question"])
+                   + ([] if "answer" in row else ["answer"]))
         if missing:
             raise DatasetError(f"{where}: missing key(s) {missing} (the question may also be named 'query')")
         rows.append(row if "query" in row else {**row, "query": row["question"]})

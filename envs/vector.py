@@ -5,8 +5,8 @@ memory. Gymnasium's ``Text`` handlers store characters as indices into the space
 charset comes back as strings of ``'0'`` — and the async env reads the buffer once, at construction, into a
 tuple of strings that never changes. These handlers store any string exactly (each env's slot is one int32
 length followed by the string's UTF-32 code points) and return a live view, :class:`SharedTexts`, which the
-vector env deep-copies into a plain tuple of the current texts on every ``reset``/``step``. Imported by :mod:`agentrl.envs`, so both vector modes
-return the real text with no extra arguments.
+vector env deep-copies into a plain tuple of the current texts on every ``reset``/``step``. Imported by
+:mod:`agentrl.envs`, so both vector modes return the real text with no extra arguments.
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ def ray_collect(workers: Sequence[Any], env, tasks: list[dict[str, Any]], group_
     """Roll out ``tasks`` on rollout actors: contiguous shards, one per worker, run concurrently.
 
     Returns ``len(tasks) * group_size`` trajectories ordered by task then sample, ``group_id`` re-based to the
-    task's index in ``tasks`` — the layout of :func:`collect`. Each shard samples with :func:`shard_config`, so a run is reproducible for a given number of workers (a
-    different number of workers draws different samples).
+    task's index in ``tasks`` — the layout of :func:`collect`. Each shard samples with :func:`shard_config`, so a
+    run is reproducible for a given number of workers (a different number of workers draws different samples).
     """
     if not workers:
         raise ValueError("ray_collect needs at least one rollout worker")
@@ -143,7 +143,8 @@ def ray_collect(workers: Sequence[Any], env, tasks: list[dict[str, Any]], group_
     out: list[Trajectory] = []
     for (lo, hi), shard in zip(bounds, ray.get(futures), strict=True):
         if len(shard) != (hi - lo) * group_size:
-            raise RuntimeError(f"a rollout worker returned {len(shard)} trajectories for {hi - lo} tasks x {group_size}")
+            raise RuntimeError(
+                f"a rollout worker returned {len(shard)} trajectories for {hi - lo} tasks x {group_size}")
         for t in shard:
             t.group_id += lo
         out.extend(shard)

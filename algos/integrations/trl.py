@@ -5,7 +5,8 @@ returns, per prompt it was given, the prompt's token ids, the completion's token
 log-probabilities and an optional ``env_mask`` (1 on tokens the model sampled, 0 on tokens the environment
 inserted: tool output, template markup between turns). TRL multiplies that mask into its loss mask. This module
 supplies such a function, built on :func:`agentrl.algos.rollout.collector.collect`, so the whole multi-turn
-episode is token-exact (sampled ids are never re-tokenised) and the env's outcome reward reaches TRL's reward functions::
+episode is token-exact (sampled ids are never re-tokenised) and the env's outcome reward reaches TRL's reward
+functions::
 
     from trl import GRPOConfig, GRPOTrainer
     from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset

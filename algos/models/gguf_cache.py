@@ -45,7 +45,8 @@ def _cache_root() -> Path:
 
 
 def weight_cache_enabled() -> bool:
-    """False when ``$AGENTRL_NO_WEIGHT_CACHE`` is ``1``/``true``/``yes``; True when unset, empty, ``0``/``false``/``no``.
+    """False when ``$AGENTRL_NO_WEIGHT_CACHE`` is ``1``/``true``/``yes``; True when it is unset, empty or
+    ``0``/``false``/``no``.
 
     Raises:
         ValueError: any other value (the message names the variable).

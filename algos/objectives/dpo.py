@@ -47,7 +47,8 @@ class DPOConfig:
 
 
 def make_pairs(rewards: Sequence[float], group_ids: Sequence[int]) -> list[tuple[int, int]]:
-    """``(chosen, rejected)`` index pairs: within each group, rank ``i`` vs rank ``i + G//2`` (equal rewards never pair).
+    """``(chosen, rejected)`` index pairs: within each group, rank ``i`` vs rank ``i + G//2`` (equal rewards never
+    pair).
 
     Sorting is stable (ties keep input order), so the pairing is deterministic.
     """

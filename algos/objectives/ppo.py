@@ -145,7 +145,9 @@ class PPOConfig:
     """C (> 1): 'tis' truncates the importance weight at C; 'mis' drops tokens whose ratio is outside [1/C, C]."""
 
 
-def baselined_advantages(rewards: Sequence[float], group_ids: Sequence[int], baseline: str = "group_mean") -> list[float]:
+def baselined_advantages(
+    rewards: Sequence[float], group_ids: Sequence[int], baseline: str = "group_mean"
+) -> list[float]:
     """Trajectory-level advantages ``R_i - b_i`` computed over whole groups (any order of the inputs)."""
     if baseline not in ("group_mean", "leave_one_out"):
         raise ValueError(f"baseline must be 'group_mean' or 'leave_one_out', got {baseline!r}")

@@ -63,7 +63,8 @@ class SFT(Algorithm):
         """``examples``: ``(token_ids, loss_mask)`` pairs (:meth:`offline_data`'s); token-mean weights."""
         examples = [e for e in examples if sum(e[1])]
         weights = token_weights([m for _, m in examples], "token_mean") if examples else []
-        units = [[TrainRow(list(ids), list(m), [0.0] * len(ids), w)] for (ids, m), w in zip(examples, weights, strict=True)]
+        units = [[TrainRow(list(ids), list(m), [0.0] * len(ids), w)]
+                 for (ids, m), w in zip(examples, weights, strict=True)]
         return units, {"examples": len(units)}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:

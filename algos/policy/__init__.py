@@ -10,11 +10,12 @@ A backend implements :class:`Policy`::
 Each :class:`GenerationRequest` carries the *whole* prompt of a turn as token ids (token-in), a per-request
 token budget and seed, and an optional ``key`` naming the trajectory. The result holds the sampled ids
 (token-out, never text), the log-probability of each under the distribution it was drawn from (after
-temperature, top-k and top-p: :class:`~agentrl.algos.policy.base.SamplingParams`), and ``finish_reason`` (``"stop"``: a stop token was sampled and
-is included; ``"length"``: the budget ran out). A backend may keep state per ``key`` (the KV cache of the
-trajectory so far) and must drop it on :meth:`Policy.release`; a request whose prompt does not extend what a
-key cached is still answered correctly (the cache is cut back to the common prefix). ``Policy.version`` counts
-the weight updates the policy has seen; the collector records it in each trajectory.
+temperature, top-k and top-p: :class:`~agentrl.algos.policy.base.SamplingParams`), and ``finish_reason``
+(``"stop"``: a stop token was sampled and is included; ``"length"``: the budget ran out). A backend may keep
+state per ``key`` (the KV cache of the trajectory so far) and must drop it on :meth:`Policy.release`; a request
+whose prompt does not extend what a key cached is still answered correctly (the cache is cut back to the common
+prefix). ``Policy.version`` counts the weight updates the policy has seen; the collector records it in each
+trajectory.
 
 Backends are named in :data:`POLICIES` (``--policy NAME``); add one with :func:`register_policy` or an entry
 point in the group ``agentrl.policies``. Built in:

@@ -196,7 +196,8 @@ def cascade_attention(module, query, key, value, attention_mask, dropout: float 
 
 # ------------------------------------------------------------------ planning a call (used by HFPolicy)
 def dense(prefix: Prefix | None, kv, n: int):
-    """Per layer (keys, values) [1, Hkv, n, D] of a cached trajectory stored as ``prefix`` + ``kv`` (either may be None)."""
+    """Per layer (keys, values) [1, Hkv, n, D] of a cached trajectory stored as ``prefix`` + ``kv`` (either may be
+    None)."""
     if prefix is None:
         return [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
     if kv is None or n <= len(prefix):

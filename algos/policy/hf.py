@@ -276,7 +276,8 @@ class HFPolicy(Policy):
         return ids, pos, torch.cat([mask, new_mask], dim=1)
 
     def _store(self, row: Row, cache, mask, line: int, prefix=None) -> None:
-        """Keep a finished row's keys/values (after the shared prefix) under its key (all but the last sampled token)."""
+        """Keep a finished row's keys/values (after the shared prefix) under its key (all but the last sampled
+        token)."""
         if row.request.key is None:
             return
         keep = mask[line].nonzero().squeeze(1).to(self.device)  # an index: one gather per layer, not a bool mask each

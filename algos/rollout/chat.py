@@ -9,9 +9,10 @@ breaks the importance ratio). Instead each turn's prompt is the previous one ext
 
 ``glue`` is found by rendering the chat template around a placeholder standing for the assistant's reply::
 
-    A = render(history,                           add_generation_prompt=True)   "...<|im_start|>assistant\\n"
-    B = render(history + [assistant: PH])                                       "...<|im_start|>assistant\\nPH<|im_end|>\\n"
-    C = render(history + [assistant: PH, obs],   add_generation_prompt=True)    B + "<|im_start|>tool\\n...<|im_start|>assistant\\n"
+    A = render(history, add_generation_prompt=True)              "...<|im_start|>assistant\\n"
+    B = render(history + [assistant: PH])                        "...<|im_start|>assistant\\nPH<|im_end|>\\n"
+    C = render(history + [assistant: PH, obs], add_generation_prompt=True)
+                                                                 B + "<|im_start|>tool\\n...<|im_start|>assistant\\n"
 
     B must equal A + PH + closing, and C must start with B; then glue = tokens(closing + C[len(B):]).
 

@@ -2,16 +2,19 @@
 
 One trajectory is one episode as a single token sequence::
 
-    token_ids = [ prompt (system + user + assistant header) | completion 1 | end-of-turn + tool turn + header | completion 2 | ... ]
-    loss_mask = [ 0 ...                                      | 1 ...        | 0 ...                               | 1 ...        ]
-    logprobs  = [ 0 ...                                      | rollout lp   | 0 ...                               | rollout lp   ]
+    token_ids = [ prompt (system + user + header) | completion 1 | end of turn, tool turn, header | completion 2 | ... ]
+    loss_mask = [ 0 ...                           | 1 ...        | 0 ...                          | 1 ...        ]
+    logprobs  = [ 0 ...                           | rollout lp   | 0 ...                          | rollout lp   ]
+
+(header: the assistant header that opens a turn.)
 
 ``loss_mask`` is 1 exactly on the tokens the policy sampled (including an end-of-turn token it sampled);
 tool output, template markup and the prompt are 0. ``logprobs`` are the rollout log-probabilities of the
 sampled tokens (0 where the mask is 0): the trainer's ``pi_old``.
 
 Trajectories of one task share a ``group_id`` (a GRPO group); :func:`group_indices` (positions per group) and
-:func:`all_equal` (a degenerate group) are the grouping every consumer uses. :func:`save_trajectories` / :func:`load_trajectories` write and read JSONL.
+:func:`all_equal` (a degenerate group) are the grouping every consumer uses. :func:`save_trajectories` /
+:func:`load_trajectories` write and read JSONL.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def with_algorithm_sections(cls):
 
 @dataclass
 class AsyncConfig:
-    """Decoupled rollout and training (``agentrl train --async``), run by :mod:`agentrl.algos.training.async_trainer`."""
+    """Decoupled rollout and training (``agentrl train --async``), run by
+    :mod:`agentrl.algos.training.async_trainer`."""
 
     enabled: bool = False
     """Overlap rollouts with training: a producer thread samples the next batches while the trainer updates."""
@@ -199,8 +200,9 @@ class TrainConfig:
             raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {self.executor!r}")
         if self.micro_batch_tokens != "auto" and self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1 or 'auto', got {self.micro_batch_tokens!r}")
-        if self.malloc_mmap_threshold_mb is not None and (isinstance(self.malloc_mmap_threshold_mb, bool) or not isinstance(
-                self.malloc_mmap_threshold_mb, int) or self.malloc_mmap_threshold_mb < 1):
+        if self.malloc_mmap_threshold_mb is not None and (
+                isinstance(self.malloc_mmap_threshold_mb, bool) or not isinstance(self.malloc_mmap_threshold_mb, int)
+                or self.malloc_mmap_threshold_mb < 1):
             raise ValueError("malloc_mmap_threshold_mb must be a positive int (MiB) or null, "
                              f"got {self.malloc_mmap_threshold_mb!r}")
         if not self.memory_budget_gb > 0:

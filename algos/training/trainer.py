@@ -133,7 +133,8 @@ class Trainer:
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         if not is_peft(model):
-            model = load_adapter(model, config.adapter, trainable=True) if config.adapter else apply_lora(model, config.lora)
+            model = (load_adapter(model, config.adapter, trainable=True) if config.adapter
+                     else apply_lora(model, config.lora))
         self.model = model
         self.model.eval()
         self.device = next(model.parameters()).device
@@ -334,7 +335,8 @@ class Trainer:
             trim_heap()  # glibc: the rollout's freed KV caches (small blocks) leave the RSS before the update grows it
         metrics.update(self.apply_update_rows(rows, self.loss_temperature))
         metrics["time/train"] = time.perf_counter() - t0
-        metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / metrics["time/train"] if metrics["time/train"] else 0.0
+        metrics["perf/tokens_per_s"] = (metrics["train/real_tokens"] / metrics["time/train"]
+                                        if metrics["time/train"] else 0.0)
         self.global_step += 1
         metrics["train/data_position"] = self.data_pos
         if self.manages_heap:
@@ -348,7 +350,8 @@ class Trainer:
         return self.config.lr * (min(1.0, (self.global_step + 1) / w) if w > 0 else 1.0)
 
     def apply_update_rows(self, rows, temperature: float) -> dict[str, Any]:
-        """``algo.epochs`` optimizer steps over prepared row groups (:func:`~agentrl.algos.training.update.apply_update`)."""
+        """``algo.epochs`` optimizer steps over prepared row groups
+        (:func:`~agentrl.algos.training.update.apply_update`)."""
         if not rows:
             logger.info("step %d: nothing to train on (no group with a signal); no optimizer step", self.global_step)
         cfg = self.config

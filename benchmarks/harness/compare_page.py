@@ -67,10 +67,12 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
         lines += ["", f"Comparisons of the final evaluations (Average@{n}, a task's score averaged over seeds; paired "
                   "bootstrap over tasks, 10,000 resamples, seed 0; verdict: met when A is above B; *decided* when the "
                   "whole interval lies on the verdict's side):", "",
-                  "| Comparison | A | B | A - B (points) | 95% interval | Goal | Verdict |", "|---|---:|---:|---:|---|---|---|"]
+                  "| Comparison | A | B | A - B (points) | 95% interval | Goal | Verdict |",
+                  "|---|---:|---:|---:|---|---|---|"]
         for cmp, c in judgements:
             a, b = cmp.a, cmp.b
-            lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} | [{c.low:+.1f}, {c.high:+.1f}] "
+            lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} "
+                         f"| [{c.low:+.1f}, {c.high:+.1f}] "
                          f"| > +0 | **{c.verdict}** ({'decided' if c.decided else 'not decided'}) |")
     if data_dir is not None:
         lines += signal_tables(summary, data_dir / "metrics")
@@ -89,8 +91,8 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
     if earlier:
         notes.append("- Read back from an earlier invocation with the same settings (`<out>/setup.json`), not made at "
                      f"this page's commit: {', '.join(earlier)}.")
-    notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not bit-exact "
-                 "across batch compositions, so a difference of a task or two is within noise.")
+    notes.append(f"- One held-out task is {100 / (summary['tasks'] * n):.1f} points; greedy evaluation is not "
+                 "bit-exact across batch compositions, so a difference of a task or two is within noise.")
     if "ppo" in summary["aggregate"]:
         from agentrl.algos.config import apply_overrides
 
@@ -111,7 +113,8 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
               f"![held-out success against wall time]({plot_dir}/heldout_vs_time.png)",
               f"![rollout reward against step]({plot_dir}/reward_vs_step.png)", "",
               f"Command: `{summary['command']}`; {summary['invocation_seconds'] / 60:.1f} min this invocation, peak "
-              f"RSS {summary['peak_rss_gib'] or float('nan'):.2f} GiB; machine: {'; '.join(m.lstrip('- ') for m in summary['machine'][:3])}."]
+              f"RSS {summary['peak_rss_gib'] or float('nan'):.2f} GiB; machine: "
+              f"{'; '.join(m.lstrip('- ') for m in summary['machine'][:3])}."]
     return "\n".join(lines)
 
 
@@ -147,5 +150,6 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, 
     if results is not None:
         compare_plots(summary, exp_dir / "metrics", results / plot_dir)
         write_page_file(summary, results, exp_dir, quick)
-    return lines + [f"Held-out set: {heldout_status(summary['heldout_file'], summary['heldout_sha256'], summary['tasks'])}; "
+    status = heldout_status(summary["heldout_file"], summary["heldout_sha256"], summary["tasks"])
+    return lines + [f"Held-out set: {status}; "
                     f"{commit_text(summary)}.", "", page(summary, plot_dir, exp_dir), ""]

@@ -230,7 +230,8 @@ class Runner:
         result = {"algo": algo, "seed": seed, **git_state(ROOT), "steps": trainer.global_step, "train_seconds": clock,
                   "points": points,
                   "final": report.to_dict(),
-                  "final_by_family": by_family(episodes, self.cfg.eval_n), "diagnostics": summarize_metrics(read_metrics(run_dir))}
+                  "final_by_family": by_family(episodes, self.cfg.eval_n),
+                  "diagnostics": summarize_metrics(read_metrics(run_dir))}
         done.write_text(json.dumps(result, indent=1) + "\n")
         del trainer, policy
         gc.collect()

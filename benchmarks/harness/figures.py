@@ -63,7 +63,8 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
     ax.axhline(100 * cold, color="grey", linestyle=":", label="cold start")
     ax.set_xlabel("training wall time (min)")
     ax.set_ylabel(f"held-out Average@{summary['eval_n']} (%)")
-    ax.set_title(f"{COMPARE.env}: {summary['tasks']} held-out tasks, mean of {len(summary['seeds'])} seeds (bars: min..max)")
+    ax.set_title(f"{COMPARE.env}: {summary['tasks']} held-out tasks, mean of {len(summary['seeds'])} seeds "
+                 "(bars: min..max)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     heldout_png = dest / "heldout_vs_time.png"

@@ -66,8 +66,8 @@ def refresh_learning(out: Path) -> int:
     text = out.read_text(encoding="utf-8")
     head = text.split(LEARNING_HEADING, 1)[0].rstrip()
     learned = learning_sections(out.parent)
-    lines = [head, "", LEARNING_HEADING, "", *(learned or [f"No {LEARNING_PAGE} yet: run `python benchmarks/learning.py "
-                                                          "--page`."])]
+    lines = [head, "", LEARNING_HEADING, "",
+             *(learned or [f"No {LEARNING_PAGE} yet: run `python benchmarks/learning.py --page`."])]
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     print(f"rewritten: the learning section of {out}")
     return 0

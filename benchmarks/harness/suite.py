@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or (1200 if args.quick else 3600)
     started = datetime.datetime.now().astimezone()
     header = machine()
-    results = [run(s, QUICK_ARGS.get(s, []) if args.quick else [], timeout) for s in scripts if (SCRIPTS / f"{s}.py").is_file()]
+    results = [run(s, QUICK_ARGS.get(s, []) if args.quick else [], timeout)
+               for s in scripts if (SCRIPTS / f"{s}.py").is_file()]
 
     out = Path(args.out)
     lines = ["# Benchmark results", "",

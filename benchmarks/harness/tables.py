@@ -29,7 +29,8 @@ def verdict(c) -> str:
 def extra_table(rows) -> str:
     """Rates the main table does not show: tool use, valid calls, self-correction, reward, truncation."""
     has_sc = any("self_correction" in r.env_metrics for _, r in rows)
-    head = ["Model", "Tool use", "Valid tool calls", "Mean reward", "Truncated"] + (["Self-correction"] if has_sc else [])
+    head = (["Model", "Tool use", "Valid tool calls", "Mean reward", "Truncated"]
+            + (["Self-correction"] if has_sc else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for label, r in rows:
         cells = [label, f"{100 * r.tool_use_rate:.1f}%", f"{100 * r.valid_tool_call_rate:.1f}%",

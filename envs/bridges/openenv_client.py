@@ -266,7 +266,8 @@ class OpenEnvTextEnv(TextEnv):
                     "format_ok": False, "answer": None, "termination": "error"}
             return _lost_text(self.url, e), 0.0, True, False, info
         o = result.observation
-        info = {"parsed": o.get("parsed") or {}, "obs_role": o.get("obs_role", "user"), "metrics": o.get("metrics") or {},
+        info = {"parsed": o.get("parsed") or {}, "obs_role": o.get("obs_role", "user"),
+                "metrics": o.get("metrics") or {},
                 "messages": o.get("messages") or [], "tools": o.get("tools") or [], "task_id": o.get("task_id", ""),
                 **(o.get("extra") or {})}
         if o.get("termination") is not None:

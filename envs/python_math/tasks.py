@@ -140,7 +140,8 @@ def _fam_collatz_steps(r):
         x, steps = (x // 2 if x % 2 == 0 else 3 * x + 1), steps + 1
     q = (f"Start with {n}. If the number is even, divide it by 2; if it is odd, multiply it by 3 and add 1. "
          "How many steps does it take to reach 1?")
-    code = f"n, steps = {n}, 0\nwhile n != 1:\n    n = n // 2 if n % 2 == 0 else 3 * n + 1\n    steps += 1\nprint(steps)"
+    code = (f"n, steps = {n}, 0\nwhile n != 1:\n    n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+            "    steps += 1\nprint(steps)")
     return q, str(steps), code
 
 

@@ -329,7 +329,8 @@ class ZhihuBackend(HttpBackend):
         if code != 0:
             kind, retryable = _ZHIHU_CODES.get(code, ("bad_response", False))
             msg = str(data.get("Message", ""))[:160]
-            raise SearchError(kind, f"code {code}: {msg}", retry_after=retry_after_seconds(resp.headers), retryable=retryable)
+            raise SearchError(kind, f"code {code}: {msg}", retry_after=retry_after_seconds(resp.headers),
+                              retryable=retryable)
         items = ((data.get("Data") or {}).get("Items")) or []
         if not isinstance(items, list):
             raise SearchError("bad_response", "Data.Items is not a list")
