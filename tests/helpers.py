@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 # A Llama-3-style template: header tokens, <|eot_id|>, tool output in the "ipython" role, tools in the system turn.
 LLAMA3_TEMPLATE = (
     r"{{ bos_token }}"
-    r"{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% else %}{% set sys = '' %}{% endif %}"
+    r"{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}"
+    r"{% else %}{% set sys = '' %}{% endif %}"
     r"{{ '<|start_header_id|>system<|end_header_id|>\n\n' }}"
     r"{% if tools %}{{ 'Environment: ipython\nYou can call these functions (JSON schemas):\n' }}"
     r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}{{ '\n' }}{% endif %}"
@@ -55,14 +56,18 @@ LLAMA3_TEMPLATE = (
 # A Qwen-style template: ChatML markup, tools in a <tools> block of the system turn, tool output as a user turn.
 QWEN_TEMPLATE = (
     r"{% if tools %}{{ '<|im_start|>system\n' }}"
-    r"{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% else %}{{ 'You are a helpful assistant.' }}{% endif %}"
+    r"{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}"
+    r"{% else %}{{ 'You are a helpful assistant.' }}{% endif %}"
     r"{{ '\n\n# Tools\n\nYou may call one of these functions:\n<tools>\n' }}"
     r"{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}"
     r"{{ '</tools>\n\nReturn each call as a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n' }}"
-    r"{% elif messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{% endif %}"
+    r"{% elif messages[0]['role'] == 'system' %}"
+    r"{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{% endif %}"
     r"{% for m in messages %}"
-    r"{% if m['role'] == 'tool' %}{{ '<|im_start|>user\n<tool_response>\n' + m['content'] + '\n</tool_response><|im_end|>\n' }}"
-    r"{% elif m['role'] != 'system' %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
+    r"{% if m['role'] == 'tool' %}"
+    r"{{ '<|im_start|>user\n<tool_response>\n' + m['content'] + '\n</tool_response><|im_end|>\n' }}"
+    r"{% elif m['role'] != 'system' %}"
+    r"{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
     r"{% endfor %}"
     r"{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
@@ -269,8 +274,8 @@ def tiny_train_config(tmp_path, **kw) -> TrainConfig:
 
 
 def kill_in_step(trainer, step: int) -> None:
-    """Make ``trainer`` raise ``KeyboardInterrupt`` inside its update once ``trainer.global_step == step`` (a simulated kill
-    in the middle of step ``step + 1``, after its rollout)."""
+    """Make ``trainer`` raise ``KeyboardInterrupt`` inside its update once ``trainer.global_step == step`` (a
+    simulated kill in the middle of step ``step + 1``, after its rollout)."""
     real_update = trainer.apply_update_rows
 
     def dies(units, temperature):

@@ -136,7 +136,8 @@ def _documented_imports() -> list[str]:
     found = set()
     for f in files:
         text = f.read_text(encoding="utf-8")
-        for m in re.finditer(r"(?:^\s*|`)(from agentrl[\w.]* import (?:\([\w,\s]+\)|[\w, ]+)|import agentrl[\w.]*)", text, re.M):
+        for m in re.finditer(r"(?:^\s*|`)(from agentrl[\w.]* import (?:\([\w,\s]+\)|[\w, ]+)"
+                             r"|import agentrl[\w.]*)", text, re.M):
             found.add(" ".join(m.group(1).replace("(", "").replace(")", "").split()).rstrip(","))
     return sorted(found)
 
@@ -190,7 +191,8 @@ def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     """Every project module that ``name`` imports, at module level or inside a function (not under
     ``TYPE_CHECKING``, which never runs)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    skipped = {id(n) for node in ast.walk(tree)
+               if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                for n in ast.walk(node)}
     out = set()
     for node in ast.walk(tree):

@@ -47,8 +47,8 @@ if "Test/Echo-v0" not in gym.registry:
 def test_overrides_parse_json_values_into_nested_keys():
     d = cli.apply_overrides({"grpo": {"eps_low": 0.2}}, ["grpo.beta=0.04", "steps=5", "env_kwargs.families=[\"add\"]",
                                                          "model=my/model", "grpo.scale_std=false", "adapter=null"])
-    assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5, "env_kwargs": {"families": ["add"]},
-                 "model": "my/model", "adapter": None}
+    assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5,
+                 "env_kwargs": {"families": ["add"]}, "model": "my/model", "adapter": None}
     cfg = TrainConfig.from_dict(d)
     assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
     with pytest.raises(ValueError, match="key=value"):

@@ -63,7 +63,8 @@ def test_good_values_are_unchanged_and_safe_coercions_apply():
          "env_kwargs": {"families": ["add"]}, "grpo": {"beta": 0.04}, "lora": {"r": 4}, "env_workers": 2}
     cfg = config_from_dict(TrainConfig, d)
     assert (cfg.env, cfg.group_size, cfg.lr, cfg.progress, cfg.attn_implementation, cfg.env_kwargs, cfg.grpo.beta,
-            cfg.lora.r, cfg.env_workers) == ("AgentRL/Search-v0", 4, 1e-3, False, None, {"families": ["add"]}, 0.04, 4, 2)
+            cfg.lora.r, cfg.env_workers) == ("AgentRL/Search-v0", 4, 1e-3, False, None, {"families": ["add"]},
+                                             0.04, 4, 2)
     assert cfg.grpo.eps_low == TrainConfig().grpo.eps_low  # the rest of the section keeps its defaults
     coerced = config_from_dict(TrainConfig, {"lr": 1, "micro_batch_tokens": 1e4, "group_size": "3",
                                              "weight_decay": "2e-4", "report_to": "wandb"})
@@ -80,7 +81,8 @@ def test_the_checker_knows_literal_optional_tuple_and_union_annotations():
         pair: tuple[int, str] = (1, "a")
         names: list[str] | str = field(default_factory=list)
 
-    assert config_from_dict(C, {"mode": "tis", "n": None, "pair": [2, "b"], "names": "x"}) == C("tis", None, (2, "b"), "x")
+    assert (config_from_dict(C, {"mode": "tis", "n": None, "pair": [2, "b"], "names": "x"})
+            == C("tis", None, (2, "b"), "x"))
     with pytest.raises(ValueError, match=r"mode: expected 'drop' or 'tis', got 'keep'"):
         config_from_dict(C, {"mode": "keep"})
     with pytest.raises(ValueError, match=r"pair\[1\]: expected str, got 3"):

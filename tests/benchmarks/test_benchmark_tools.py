@@ -190,8 +190,9 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     committed_variants = [d for d in (ROOT / "docs" / "results" / "data").glob("*/learning.json")
                           if json.loads(d.read_text(encoding="utf-8")).get("variant")]
     assert len(variants) == len(committed_variants)
-    assert len(earlier) == len([d for d in (ROOT / "docs" / "results" / "data").glob("compare_algorithms_*/compare.json")
-                                if not d.parent.name.endswith("_quick")])
+    committed_earlier = [d for d in (ROOT / "docs" / "results" / "data").glob("compare_algorithms_*/compare.json")
+                         if not d.parent.name.endswith("_quick")]
+    assert len(earlier) == len(committed_earlier)
     assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == experiments
     assert "[results/archive/](results/archive/README.md): history, not results" in learned
     (results / "learning.md").unlink()
@@ -213,8 +214,8 @@ def test_full_size_runs_are_kept_beside_quick_ones(tmp_path, monkeypatch):
 
     header, started = ["- CPU: a test CPU", "- git commit abc1234"], datetime.datetime(2026, 12, 2, 3, 30)
     run_all.write_full(page, [fake("memory", "| a |\n|---|\n| old |")], header, started)
-    run_all.write_full(page, [fake("rollout_throughput", "| r |\n|---|\n| 1 |"), fake("memory", "| a |\n|---|\n| new |")],
-                       header, started)
+    run_all.write_full(page, [fake("rollout_throughput", "| r |\n|---|\n| 1 |"),
+                              fake("memory", "| a |\n|---|\n| new |")], header, started)
     text = page.read_text(encoding="utf-8")
     assert text.index("quick rows") < text.index("## Full-size runs") < text.index("## Proof of learning")
     assert "| new |" in text and "| old |" not in text and "| 1 |" in text and "learned" in text

@@ -187,9 +187,9 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
                                                     ("tooluse_v5", ("tooluse", "tooluse_v2", "tooluse_v3",
                                                                     "tooluse_v4"))])
 def test_v3_and_v4_hold_the_chains_in_a_question_space_training_does_not_cover(heldout, name, earlier_sets):
-    """Issue 30: tooluse_v3, tooluse_v4 and tooluse_v5 are drawn from ToolUse-v0 with items=999, hold the multi-call stock
-    families, share no question text with that world's train scan, the earlier sets or the evaluated positions, and
-    say their world."""
+    """Issue 30: tooluse_v3, tooluse_v4 and tooluse_v5 are drawn from ToolUse-v0 with items=999, hold the multi-call
+    stock families, share no question text with that world's train scan, the earlier sets or the evaluated positions,
+    and say their world."""
     from agentrl.envs import tool_use
 
     meta = json.loads(heldout.SPECS[name].meta_path.read_text())
@@ -248,7 +248,8 @@ def quick_runs(stopping_model_dir, tmp_path_factory):
     runs, results = root / "runs", root / "results"
     ledger = _ledger_beside_sets(root / "sets")
     repo_ledger = (ROOT / "benchmarks" / "heldout" / "ledger.jsonl").read_bytes()
-    assert commands.learning_main(["--quick", "--model", stopping_model_dir, "--out", str(runs / "learning-tooluse-quick"),
+    assert commands.learning_main(["--quick", "--model", stopping_model_dir,
+                                   "--out", str(runs / "learning-tooluse-quick"),
                                    "--results", str(results), "--ledger", str(ledger), "progress=false",
                                    "report_to=none"]) == 0
     cmp_args = ["--quick", "--model", stopping_model_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
@@ -291,7 +292,8 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
         for r in runs:
             assert r["steps"] == 1 and [p["fraction"] for p in r["points"]] == [0.5, 1.0]
             config = json.loads((out / f"{algo}-s{r['seed']}" / "config.json").read_text())
-            assert config["algo"] == algo.removesuffix("_turns") and Path(config["adapter"]) == adapter and config["seed"] == r["seed"]
+            assert (config["algo"] == algo.removesuffix("_turns") and Path(config["adapter"]) == adapter
+                    and config["seed"] == r["seed"])
             if algo == "ppo":  # two epochs by default: one would be Dr. GRPO's objective again
                 assert config["ppo"]["epochs"] == 2
             if algo == "grpo_turns":  # an option: GRPO with the turn-level advantage, the main job's GRPO otherwise
@@ -300,7 +302,8 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
             elif algo == "grpo":
                 assert config["grpo"]["turn_weight"] == 0
     assert summary["tasks"] == 4 and summary["heldout_file"] == "benchmarks/heldout/tooluse_v3.jsonl"
-    assert summary["commit"] == git_state(ROOT)["commit"] and isinstance(summary["dirty"], bool)  # as learning.py records
+    # as learning.py records
+    assert summary["commit"] == git_state(ROOT)["commit"] and isinstance(summary["dirty"], bool)
     assert set(summary["aggregate"]["grpo"]) >= {"mean", "min", "max", "beat", "diagnostics", "by_family"}
     plots = quick_runs["results"] / "compare_algorithms_quick"
     assert (plots / "heldout_vs_time.png").stat().st_size > 0 and (plots / "reward_vs_step.png").stat().st_size > 0
@@ -424,7 +427,8 @@ def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkey
     ran = []
     monkeypatch.setattr(commands.subprocess, "run",
                         lambda cmd, cwd=None: ran.append(cmd) or type("R", (), {"returncode": 0})())
-    assert commands.learning_main(["--all", "--quick", "--runs", str(tmp_path), "--results", str(tmp_path / "res")]) == 0
+    assert commands.learning_main(["--all", "--quick", "--runs", str(tmp_path),
+                                   "--results", str(tmp_path / "res")]) == 0
     assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
     with pytest.raises(SystemExit, match="--all runs every experiment in process"):  # was: --engine dropped
         commands.learning_main(["--all", "--engine", "vllm", "--runs", str(tmp_path)])
@@ -447,7 +451,8 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
     text_cfg = json.loads((out / "text_only" / "grpo" / "config.json").read_text())
     assert text_cfg["env_kwargs"] == {"tiers": [1, 2], "tools_enabled": False}
     for stage in ("base", "sft", "rl"):  # both pipelines evaluate the same held-out tasks
-        ids = [sorted({t.task["id"] for t in load_trajectories(d / "eval" / f"{stage}.jsonl")}) for d in (out, out / "text_only")]
+        ids = [sorted({t.task["id"] for t in load_trajectories(d / "eval" / f"{stage}.jsonl")})
+               for d in (out, out / "text_only")]
         assert ids[0] == ids[1] and len(ids[0]) == 4
     data = tmp_path / "results" / "data" / "pythonmath_quick"  # the committed data: per-task scores of each row
     tier_rows = family_table(json.loads((data / "learning.json").read_text()), data, "tier").splitlines()

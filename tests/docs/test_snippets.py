@@ -8,9 +8,9 @@ one defined). A block is skipped only when the line just above its fence is a vi
 runs with
 ``HF_HUB_OFFLINE=1`` (no snippet may need the network) and one thread per library.
 
-Pages whose blocks load the real 135M model (README.md, collector.md, quickstart.md, own-tools.md) are marked ``slow``, like
-the other tests that load it: ``python -m pytest -m slow tests/docs/test_snippets.py``. Measured on the shared
-2-core development machine: those three pages 112 s, 177 s and 65 s; every other page under 15 s.
+Pages whose blocks load the real 135M model (README.md, collector.md, quickstart.md, own-tools.md) are marked
+``slow``, like the other tests that load it: ``python -m pytest -m slow tests/docs/test_snippets.py``. Measured on
+the shared 2-core development machine: those three pages 112 s, 177 s and 65 s; every other page under 15 s.
 """
 
 from __future__ import annotations

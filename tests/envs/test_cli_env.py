@@ -43,7 +43,8 @@ def test_play_reports_invalid_replies_and_eof():
 
 def test_play_an_unregistered_env_factory_by_module_reference(tmp_path):
     (tmp_path / "my_play_env.py").write_text(
-        "from agentrl.envs.tool_use import ToolUseEnv\n\n\ndef make(**kw):\n    return ToolUseEnv(families=['multiply'], **kw)\n")
+        "from agentrl.envs.tool_use import ToolUseEnv\n\n\n"
+        "def make(**kw):\n    return ToolUseEnv(families=['multiply'], **kw)\n")
     env = ToolUseEnv(families=["multiply"])
     env.reset(seed=3)
     stdin = "".join(r + "\n.\n" for r in env.demo_actions(env.task))

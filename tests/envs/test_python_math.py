@@ -118,7 +118,8 @@ def test_dapo_and_qa_loaders(tmp_path):
 
 def test_loaders_name_file_and_line_of_bad_rows(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "ok?", "answer": "1"}) + "\n\n" + json.dumps({"question": "no answer"}) + "\n")
+    bad.write_text(json.dumps({"question": "ok?", "answer": "1"}) + "\n\n"
+                   + json.dumps({"question": "no answer"}) + "\n")
     with pytest.raises(DatasetError, match=r"bad\.jsonl:3"):
         load_math_rows(bad)
     dapo_bad = tmp_path / "dapo.jsonl"
@@ -208,7 +209,8 @@ def test_budgets(sb, verifier):
 def test_bad_tool_arguments_and_fenced_format(sb, verifier):
     env = PythonMathEnv(sandbox=sb, verifier=verifier)
     env.reset(seed=0)
-    obs, r, term, _, info = env.step('<tool_call>\n{"name": "code_interpreter", "arguments": {"src": "1"}}\n</tool_call>')
+    obs, r, term, _, info = env.step('<tool_call>\n{"name": "code_interpreter", "arguments": {"src": "1"}}\n'
+                                     '</tool_call>')
     assert obs.startswith("Error:") and not term and info["metrics"]["invalid_calls"] == 1
     assert info["metrics"]["code_calls"] == 0
     env = PythonMathEnv(sandbox=sb, verifier=verifier, call_format="fenced")
@@ -221,7 +223,8 @@ def test_bad_tool_arguments_and_fenced_format(sb, verifier):
 
 def test_recovered_from_error():
     assert recovered_from_error(["error", "ok"]) and recovered_from_error(["ok", "timeout", "error", "ok"])
-    assert not recovered_from_error(["ok", "error"]) and not recovered_from_error(["ok"]) and not recovered_from_error([])
+    assert (not recovered_from_error(["ok", "error"]) and not recovered_from_error(["ok"])
+            and not recovered_from_error([]))
 
 
 
@@ -252,7 +255,8 @@ def test_every_family_generates_valid_deterministic_tasks_on_both_splits(family)
         assert tasks == make_tasks(6, split, [family])  # a pure function of the index
         for t in tasks:
             assert t["family"] == family and t["tier"] == TIERS[family] and t["question"].strip()
-            assert t["answer"].lstrip("-").isdigit() and t["solution_code"].rstrip().splitlines()[-1].startswith("print(")
+            assert (t["answer"].lstrip("-").isdigit()
+                    and t["solution_code"].rstrip().splitlines()[-1].startswith("print("))
     questions = {t["question"] for t in make_tasks(20, "train", [family]) + make_tasks(20, "test", [family])}
     # parameters vary; tiers 1-2 have large question spaces (some tier-3 families have ~30 questions in all)
     assert len(questions) >= (38 if TIERS[family] < 3 else 10), len(questions)

@@ -1,4 +1,5 @@
-"""TRL's ``environment_factory`` path: agentrl envs as TRL environments, real ``GRPOTrainer`` steps with a tiny model."""
+"""TRL's ``environment_factory`` path: agentrl envs as TRL environments, real ``GRPOTrainer`` steps with a tiny
+model."""
 
 from __future__ import annotations
 

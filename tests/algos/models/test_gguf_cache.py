@@ -66,7 +66,8 @@ def test_second_load_reads_the_cache_and_does_not_call_the_builder(cache, gguf, 
     assert build.calls == 1 and not first.training
     [name] = entries(cache)
     assert name.startswith("m-")
-    assert {"config.json", "model.safetensors", "agentrl_weights.json"} <= {p.name for p in (cache / "weights" / name).iterdir()}
+    assert ({"config.json", "model.safetensors", "agentrl_weights.json"}
+            <= {p.name for p in (cache / "weights" / name).iterdir()})
     second = gguf_cache.cached_dense_model(gguf, torch.float32, build)
     assert build.calls == 1  # read back, not rebuilt
     assert second is not first and not second.training

@@ -22,7 +22,8 @@ def test_default_targets_all_linear_layers_but_the_head():
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
     only_q = apply_lora(tiny_llama(), LoRAConfig(r=2, target_modules=["q_proj"]))
-    assert {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in only_q.named_parameters() if "lora_A" in n} == {"q_proj"}
+    assert {n.split(".lora_A")[0].rsplit(".", 1)[-1]
+            for n, _ in only_q.named_parameters() if "lora_A" in n} == {"q_proj"}
 
 
 def test_training_changes_lora_params_only_and_reference_stays_base():

@@ -77,7 +77,8 @@ def test_collector_modules_import_without_torch():
     import subprocess
 
     code = ("import sys, agentrl.envs, agentrl.algos.models, agentrl.algos.rollout.chat, agentrl.algos.policy, "
-            "agentrl.algos.rollout.collector; bad = [m for m in ('torch', 'transformers', 'peft') if m in sys.modules]; "
+            "agentrl.algos.rollout.collector; "
+            "bad = [m for m in ('torch', 'transformers', 'peft') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

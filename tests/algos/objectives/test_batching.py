@@ -46,7 +46,8 @@ def test_micro_batches_find_the_rows_common_prefix():
     from agentrl.algos.training.update import forward_shared_prefix_len, micro_batches
 
     def item(ids):
-        return TrainRow(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids), weights=[0.0] * len(ids))
+        return TrainRow(token_ids=ids, loss_mask=[1] * len(ids), old_logprobs=[0.0] * len(ids),
+                        weights=[0.0] * len(ids))
 
     prefix = list(range(100))
     rows = [item(prefix + [1000 + r] * 20) for r in range(6)]

@@ -19,7 +19,8 @@ from agentrl.algos.objectives.sft import sft_loss
 def _lp(ratios, old=-1.0):
     """Logprobs giving the wanted ratios against old logprobs ``old``."""
     r = torch.tensor(ratios, dtype=torch.float64)
-    return (torch.log(r) + old).reshape(1, -1).requires_grad_(True), torch.full((1, len(ratios)), old, dtype=torch.float64)
+    return ((torch.log(r) + old).reshape(1, -1).requires_grad_(True),
+            torch.full((1, len(ratios)), old, dtype=torch.float64))
 
 
 def test_clipped_surrogate_both_bounds():
@@ -84,7 +85,8 @@ def test_group_advantages_by_hand():
     groups = [0, 0, 0, 0, 1, 1, 1, 1]
     std = math.sqrt((4 * 0.25) / 3)
     adv = group_advantages(rewards, groups, scale_std=True)
-    assert adv[:4] == pytest.approx([0.5 / (std + 1e-6), -0.5 / (std + 1e-6)] * 1 + [-0.5 / (std + 1e-6), 0.5 / (std + 1e-6)])
+    assert adv[:4] == pytest.approx([0.5 / (std + 1e-6), -0.5 / (std + 1e-6)] * 1
+                                    + [-0.5 / (std + 1e-6), 0.5 / (std + 1e-6)])
     assert adv[4:] == [0.0] * 4  # equal rewards: no signal
     # -0.1 * 3 / 3 != -0.1 in floats: equal rewards must still give exactly 0, not 1e-17 / (0 + 1e-6)
     assert group_advantages([-0.1] * 3, [0] * 3) == [0.0] * 3

@@ -67,7 +67,8 @@ def test_grpo_rows_carry_token_advantages_and_collate_makes_them_a_matrix():
     assert batch["advantages"].shape == batch["input_ids"].shape
     torch.testing.assert_close(batch["advantages"][3, :5], torch.tensor([0, 0, -1.0, -1.0, 0]))
     plain, _ = GRPO(GRPOConfig(scale_std=False)).prepare(trajs)
-    assert all(g[0].token_advantages is None for g in plain) and collate([g[0] for g in plain], 0)["advantages"].dim() == 1
+    assert (all(g[0].token_advantages is None for g in plain)
+            and collate([g[0] for g in plain], 0)["advantages"].dim() == 1)
 
 
 @pytest.mark.parametrize("key,value,message", [("turn_weight", -1.0, "turn_weight must be >= 0"),

@@ -31,7 +31,8 @@ def server(train_model_dir):
 def test_train_with_policy_url_hot_swaps_the_adapter_each_step(server, train_model_dir, tmp_path, monkeypatch, capsys):
     swaps = record_adapter_swaps(monkeypatch, server.url)
     run = tmp_path / "run"
-    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir),
+                     "--out", str(run),
                      "--policy-url", server.url, "--adapter-dir", str(tmp_path / "adapters"), "--device", "cpu",
                      "--dtype", "fp32", "steps=2", "tasks_per_step=4", "group_size=4", "lr=5e-4",
                      "collector.max_new_tokens=12", "collector.max_turns=1", "progress=false",
@@ -65,7 +66,8 @@ def test_eval_with_policy_url_serves_the_adapter_folder(server, train_model_dir,
 
     monkeypatch.setattr(OpenAIPolicy, "_switch_adapter", recorded)
     run = tmp_path / "run"
-    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir), "--out", str(run),
+    assert cli.main(["train", "--algo", "grpo", "--env", "Test/Score-v0", "--model", str(train_model_dir),
+                     "--out", str(run),
                      "--device", "cpu", "--dtype", "fp32", "steps=1", "tasks_per_step=2", "group_size=2",
                      "collector.max_new_tokens=4", "collector.max_turns=1", "progress=false",
                      "report_to=none"]) == 0

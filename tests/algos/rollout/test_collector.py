@@ -133,7 +133,8 @@ def test_rollout_logprobs_equal_recomputed_logprobs(tokenizer, model):
 
 def _collect(model, tok, tasks, group_size, max_batch_size=None, max_batch_tokens=None, **cfg):
     policy = HFPolicy(model, tok, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
-    return collect(lambda: EchoEnv(turns=3), policy, tasks, group_size, config=CollectorConfig(max_new_tokens=16, **cfg))
+    return collect(lambda: EchoEnv(turns=3), policy, tasks, group_size,
+                   config=CollectorConfig(max_new_tokens=16, **cfg))
 
 
 def _assert_same(a, b):
@@ -407,7 +408,8 @@ def test_env_step_that_raises_ends_the_trajectory_with_error(tokenizer, model):
     for tr in trajs:
         check_well_formed(tr)
         if tr.termination != "truncated":
-            assert tr.termination == "error" and len(tr.turns) == 2 and "echo env exploded" in tr.turns[1].parsed["error"]
+            assert (tr.termination == "error" and len(tr.turns) == 2
+                    and "echo env exploded" in tr.turns[1].parsed["error"])
             assert tr.reward == 0.0 and tr.metrics["correct"] == 0.0
     assert any(tr.termination == "error" for tr in trajs)
 

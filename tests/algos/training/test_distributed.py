@@ -41,9 +41,10 @@ def test_two_ranks_step_with_the_one_process_gradient_of_the_same_groups(tokeniz
     captured = []
     step = single.optimizer.step
     single.optimizer.step = lambda *a, **kw: (captured.append([p.grad.clone() for p in single.params]), step())
-    apply_update(single.model, single.optimizer, single.algo, rows, lr=single._lr(), temperature=single.loss_temperature,
-           pad_id=single.pad_id, micro_batch_tokens=single.config.micro_batch_tokens,
-           logprob_chunk=single.config.logprob_chunk, max_grad_norm=single.config.max_grad_norm)
+    apply_update(single.model, single.optimizer, single.algo, rows, lr=single._lr(),
+                 temperature=single.loss_temperature, pad_id=single.pad_id,
+                 micro_batch_tokens=single.config.micro_batch_tokens,
+                 logprob_chunk=single.config.logprob_chunk, max_grad_norm=single.config.max_grad_norm)
     [one_process] = captured
     assert any(g.abs().sum() > 0 for g in one_process)
     for a, b in zip(ddp_grads, one_process, strict=True):

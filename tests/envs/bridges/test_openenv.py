@@ -335,7 +335,8 @@ def test_an_mcp_environment_we_did_not_write_plays_as_a_text_env():
         env.reset(seed=7)
         _, reward, term, _, info = env.step("I am not sure")
         assert (reward, term, info["termination"]) == (env.rewards.invalid, True, "invalid")
-        for junk in ["", "<tool_call>", hermes("submit", {}), '{"name": 3}', "\x00" * 9, hermes("multiply", {"a": 1e999})]:
+        for junk in ["", "<tool_call>", hermes("submit", {}), '{"name": 3}', "\x00" * 9,
+                     hermes("multiply", {"a": 1e999})]:
             env.reset(seed=1)
             assert math.isfinite(env.step(junk)[1])
         # a task's reset_kwargs reach the server's reset
@@ -453,7 +454,8 @@ def test_one_step_of_trls_grpo_trainer_on_our_env_through_openenv(servers, token
     turns = {"first": 0}
 
     class Scripted(GRPOTrainer):
-        """Each task's solution instead of sampling: its tool call, then the answer, right or (every other one) wrong."""
+        """Each task's solution instead of sampling: its tool call, then the answer, right or (every other one)
+        wrong."""
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):

@@ -164,7 +164,8 @@ def test_connection_refused():
 
 def test_python_math_with_a_remote_sandbox(server):
     sb = RemoteSandbox(server.url, overhead_s=0.5, backoff_s=0.01)
-    env = gym.make("AgentRL/PythonMath-v0", sandbox=sb, code_timeout_s=1, dataset=[{"question": "What is 6*7?", "answer": "42"}])
+    env = gym.make("AgentRL/PythonMath-v0", sandbox=sb, code_timeout_s=1,
+                   dataset=[{"question": "What is 6*7?", "answer": "42"}])
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(_call("print(6*7)"))
     assert obs.strip() == "42" and not term

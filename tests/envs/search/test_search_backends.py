@@ -165,12 +165,14 @@ WIKI_OK = {
     "query": {"pages": [  # unordered, as the API sends them
         {"pageid": 104531, "ns": 0, "title": "Iguazu Falls", "index": 3, "contentmodel": "wikitext",
          "pagelanguage": "en", "touched": "2024-05-01T10:00:00Z", "lastrevid": 1, "length": 30000,
-         "fullurl": "https://en.wikipedia.org/wiki/Iguazu_Falls", "extract": "Iguazu Falls are waterfalls of the Iguazu River."},
+         "fullurl": "https://en.wikipedia.org/wiki/Iguazu_Falls",
+         "extract": "Iguazu Falls are waterfalls of the Iguazu River."},
         {"pageid": 32965, "ns": 0, "title": "Victoria Falls", "index": 1, "contentmodel": "wikitext",
          "fullurl": "https://en.wikipedia.org/wiki/Victoria_Falls",
          "extract": "Victoria Falls is a waterfall on the Zambezi River in southern Africa."},
         {"pageid": 179556, "ns": 0, "title": "Zambezi", "index": 2, "contentmodel": "wikitext",
-         "fullurl": "https://en.wikipedia.org/wiki/Zambezi", "extract": "The Zambezi is the fourth-longest river in Africa."},
+         "fullurl": "https://en.wikipedia.org/wiki/Zambezi",
+         "extract": "The Zambezi is the fourth-longest river in Africa."},
     ]},
 }
 WIKI_EMPTY = {"batchcomplete": True}
@@ -220,7 +222,8 @@ def ds_stream(text: str = DS_TEXT, results=DS_RESULTS, stop: bool = True) -> lis
         ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
             "type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": results}}),
         ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-        ("content_block_start", {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_start", {"type": "content_block_start", "index": 2,
+                                 "content_block": {"type": "text", "text": ""}}),
     ]
     half = len(text) // 2
     for piece in (text[:half], text[half:]):
@@ -383,7 +386,7 @@ def test_wikipedia_rate_limit_is_spaced(api):
     assert starts[2] - starts[0] >= 0.15  # without the limit they start together
 
 
-# ---------------------------------------------------------------------------------------------- shared faults, every online backend
+# ------------------------------------------------------------------------------ shared faults, every online backend
 
 
 def _make(kind: str, api: FakeAPI, **kw):

@@ -29,8 +29,8 @@ def call(query) -> str:
     return f'<tool_call>\n{json.dumps({"name": "search", "arguments": {"query": query}})}\n</tool_call>'
 
 
-QUESTION = {"id": "q1", "question": "On which river are the Victoria Falls?", "golden_answers": ["Zambezi", "Zambezi River"],
-            "data_source": "test", "query": "Victoria Falls waterfall"}
+QUESTION = {"id": "q1", "question": "On which river are the Victoria Falls?",
+            "golden_answers": ["Zambezi", "Zambezi River"], "data_source": "test", "query": "Victoria Falls waterfall"}
 
 
 class Scripted(SearchBackend):
@@ -69,8 +69,10 @@ def test_module_prefix_make_and_import_stays_light():
             "o, _ = e.reset(seed=3); assert 'bm25s' in sys.modules; print(o)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == SearchEnv().reset(seed=3)[0]
-    code = "import sys, agentrl.envs, agentrl.envs.search; print(sorted({'torch', 'bm25s', 'requests', 'scipy'} & set(sys.modules)))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    code = ("import sys, agentrl.envs, agentrl.envs.search; "
+            "print(sorted({'torch', 'bm25s', 'requests', 'scipy'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_correct_wrong_invalid_rewards():
@@ -92,7 +94,8 @@ def test_observation_format_and_length_limit():
     items = [SearchItem(f"Title {i}", "word " * 400, f"u{i}") for i in range(3)]
     obs = format_results(SearchResult(items=items), "q", 600)
     assert len(obs) <= 600
-    assert [line for line in obs.splitlines() if line.startswith("[")] == [f"[{i}] Title: Title {i - 1}" for i in (1, 2, 3)]
+    assert ([line for line in obs.splitlines() if line.startswith("[")]
+            == [f"[{i}] Title: Title {i - 1}" for i in (1, 2, 3)])
     assert obs.count("…") == 3
     assert format_results(SearchResult(), "xyz", 600) == 'No results for "xyz". Try other words.'
     env = SearchEnv(max_obs_chars=300)

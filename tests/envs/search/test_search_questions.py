@@ -40,7 +40,8 @@ def test_search_r1_jsonl(tmp_path):
 
 
 def test_plain_jsonl_and_rows(tmp_path):
-    path = write(tmp_path / "plain.jsonl", [{"question": "2+2?", "answers": [4, "four"]}, {"question": "x", "answer": "y"}])
+    path = write(tmp_path / "plain.jsonl",
+                 [{"question": "2+2?", "answers": [4, "four"]}, {"question": "x", "answer": "y"}])
     rows = load_questions(path, default_source="mine")
     assert rows[0]["golden_answers"] == ["4", "four"] and rows[0]["data_source"] == "mine"
     assert rows[1]["golden_answers"] == ["y"]
