@@ -312,14 +312,19 @@ def load_benchmark(name: str):
     return module
 
 
+def _write_dist_info(site: Path, group: str, name: str, value: str) -> None:
+    """The ``.dist-info`` folder, in ``site``, of a distribution declaring ``name = value`` in ``group``."""
+    dist = site / f"agentrl_plugin_{name}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: agentrl-plugin-{name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")
+
+
 def install_entry_point(tmp_path: Path, monkeypatch, group: str, name: str, value: str) -> None:
     """Make ``importlib.metadata`` see an installed distribution that declares ``name = value`` in the entry-point
     group ``group`` — what ``pip install`` of a third-party package with that ``pyproject.toml`` entry leaves —
     by writing its ``.dist-info`` folder on ``sys.path``."""
-    dist = tmp_path / "site" / f"agentrl_plugin_{name}-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: agentrl-plugin-{name}\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")
+    _write_dist_info(tmp_path / "site", group, name, value)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
 
 
@@ -345,14 +350,15 @@ def run_with_plugin(tmp_path: Path, monkeypatch, group: str, entry: str, module:
     """Run ``code`` in a fresh Python process that sees a third-party plugin as ``pip install`` would leave it:
     ``source`` saved as ``module.py`` and an installed distribution declaring ``entry`` (``"name = module:Attr"``)
     in the entry-point group ``group``. Registries read entry points once per process, hence the fresh one.
-    Returns its stdout (asserting it exited 0)."""
+    Returns its stdout (asserting it exited 0). This process never sees the plugin: a registry that reads its
+    entry points later in the run (in another order of the tests) must not find it."""
     import os
     import subprocess
     import sys
 
     (tmp_path / f"{module}.py").write_text(source)
     name, _, value = (part.strip() for part in entry.partition("="))
-    install_entry_point(tmp_path, monkeypatch, group, name, value)
+    _write_dist_info(tmp_path / "site", group, name, value)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(tmp_path)])}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr

@@ -115,11 +115,14 @@ def test_each_broken_contract_fails_with_its_check(env, message):
         check_text_env(env(), episodes=30)
 
 
-def test_a_task_drawn_with_the_global_random_is_not_deterministic():
+def test_a_task_drawn_with_the_global_random_is_not_deterministic(monkeypatch, request):
+    import agentrl.envs
+
+    monkeypatch.setattr(agentrl.envs, "_ADDED", {})  # the registration is undone with agentrl's table (the
+    request.addfinalizer(lambda: gym.registry.pop("Test/GlobalRandom-v0", None))  # bridges list it) and gym's
     register_env("Test/GlobalRandom-v0", f"{__name__}:GlobalRandom")
     with pytest.raises(EnvContractError, match=r"^\[determinism\] reset\(seed=0\) of a fresh env gave "):
         check_text_env("Test/GlobalRandom-v0", episodes=2, torch_free=False)
-    del gym.registry["Test/GlobalRandom-v0"]
 
 
 def test_an_env_module_that_imports_torch_fails_the_torch_free_check(tmp_path, monkeypatch):
