@@ -20,6 +20,19 @@ from agentrl.envs.parsing import ActionParser
 from agentrl.envs.tools import ToolSet
 
 
+@pytest.fixture(autouse=True)
+def registrations_undone(monkeypatch):
+    """Every env a test registers (``register_env``, or ``check_text_env`` of a ``"module:Name"`` id) is gone from
+    agentrl.envs' table and gymnasium's registry after it: the bridges' tests register every env listed there."""
+    import agentrl.envs
+
+    monkeypatch.setattr(agentrl.envs, "_ADDED", {})
+    before = set(gym.registry)
+    yield
+    for env_id in set(gym.registry) - before:
+        del gym.registry[env_id]
+
+
 def double(x: int) -> int:
     """Twice ``x``.
 
@@ -115,11 +128,7 @@ def test_each_broken_contract_fails_with_its_check(env, message):
         check_text_env(env(), episodes=30)
 
 
-def test_a_task_drawn_with_the_global_random_is_not_deterministic(monkeypatch, request):
-    import agentrl.envs
-
-    monkeypatch.setattr(agentrl.envs, "_ADDED", {})  # the registration is undone with agentrl's table (the
-    request.addfinalizer(lambda: gym.registry.pop("Test/GlobalRandom-v0", None))  # bridges list it) and gym's
+def test_a_task_drawn_with_the_global_random_is_not_deterministic():
     register_env("Test/GlobalRandom-v0", f"{__name__}:GlobalRandom")
     with pytest.raises(EnvContractError, match=r"^\[determinism\] reset\(seed=0\) of a fresh env gave "):
         check_text_env("Test/GlobalRandom-v0", episodes=2, torch_free=False)
