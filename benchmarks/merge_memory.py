@@ -1,5 +1,5 @@
-"""Peak extra memory of one sampler refresh (LoRA merged into the sampler copy): whole-dict vs layer by layer; and
-the decode-speed cost of sampling through the trainer's own weights instead of a merged copy.
+"""Peak extra memory of one merged-copy refresh (LoRA merged into the copy HFPolicy samples with): whole-dict vs
+layer by layer; and the decode-speed cost of sampling through the trainer's own weights instead of a merged copy.
 
 * ``whole dict`` — what :class:`~agentrl.algos.policy.HFPolicy` did before: :func:`merged_state_dict` (every adapted
   weight merged in fp32 at once), then copied into the sampler;
@@ -70,7 +70,7 @@ def peak_extra_bytes(fn) -> int:
 
 
 def whole_dict_refresh(policy: HFPolicy, peft) -> None:
-    """The sampler refresh as it was: every merged weight in one dict, then copied."""
+    """The merged-copy refresh as it was: every merged weight in one dict, then copied."""
     merged = merged_state_dict(peft)
     with torch.no_grad():
         for name, p in policy.model.state_dict().items():

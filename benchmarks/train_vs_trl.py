@@ -78,7 +78,7 @@ def run_ours(args, lora) -> dict:
         refresh = {"s": 0.0}
         inner_refresh = policy.update_weights
 
-        def timed_refresh(source):  # the sampler refresh inside Trainer.update, reported separately
+        def timed_refresh(source):  # the merged-copy refresh inside Trainer.update, reported separately
             t = time.perf_counter()
             inner_refresh(source)
             refresh["s"] += time.perf_counter() - t
@@ -108,7 +108,8 @@ def run_ours(args, lora) -> dict:
                          "tokens": m["train/real_tokens"], "completion": sum(t.num_action_tokens for t in trajs),
                          "reward": statistics.mean(t.reward for t in trajs)})
             print(f"  ours step {step}{' (warm-up)' if step == 0 else ''}: {rows[-1]['step']:.2f} s "
-                  f"(generation {t_gen:.2f} s, training {t_train:.2f} s of which sampler refresh {refresh['s']:.2f} s, "
+                  f"(generation {t_gen:.2f} s, training {t_train:.2f} s of which merged-copy refresh "
+                  f"{refresh['s']:.2f} s, "
                   f"{m['train/real_tokens']} tokens, "
                   f"reward {rows[-1]['reward']:.3f})", flush=True)
     del trainer, policy, model
@@ -241,7 +242,7 @@ def main(argv=None) -> None:
         print(f"| ratio agentrl / TRL | {ours['step'] / trl['step']:.2f}x | {ours['gen'] / trl['gen']:.2f}x | "
               f"{ours['train'] / trl['train']:.2f}x | | | {ours['train_tok_s'] / trl['train_tok_s']:.2f}x |")
     print()
-    print(f"our training time includes the sampler refresh (LoRA merged into the sampling copy): median "
+    print(f"our training time includes the merged-copy refresh (LoRA merged into the copy it samples with): median "
           f"{ours['refresh']:.2f} s; TRL samples with the unmerged PEFT model and has no such cost")
     print(f"goal: our step <= 0.7x TRL's -> "
           f"{'%.2fx' % (ours['step'] / trl['step']) if trl else 'TRL not measured'}; "
