@@ -346,7 +346,7 @@ def save_model_dir(path: Path, model, tokenizer) -> Path:
     return path
 
 
-def run_with_plugin(tmp_path: Path, monkeypatch, group: str, entry: str, module: str, source: str, code: str) -> str:
+def run_with_plugin(tmp_path: Path, group: str, entry: str, module: str, source: str, code: str) -> str:
     """Run ``code`` in a fresh Python process that sees a third-party plugin as ``pip install`` would leave it:
     ``source`` saved as ``module.py`` and an installed distribution declaring ``entry`` (``"name = module:Attr"``)
     in the entry-point group ``group``. Registries read entry points once per process, hence the fresh one.

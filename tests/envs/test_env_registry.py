@@ -39,7 +39,7 @@ def test_a_third_party_entry_point_is_picked_up_at_import(tmp_path, monkeypatch)
             "env = gym.make('PluginEnv-v0')\nenv.reset(seed=0)\n"
             "print(type(env.unwrapped).__name__, isinstance(env.unwrapped, TextEnv))\n"
             "from agentrl.envs.cli import main\nmain(['list'])")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.envs", "PluginEnv-v0 = plugin_env:PluginEnv",
+    out = run_with_plugin(tmp_path, "agentrl.envs", "PluginEnv-v0 = plugin_env:PluginEnv",
                           "plugin_env", PLUGIN, code)
     lines = out.splitlines()
     assert lines[0] == "PluginEnv True", out

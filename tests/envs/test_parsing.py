@@ -300,7 +300,7 @@ def test_a_third_partys_call_format_through_an_entry_point(tmp_path, monkeypatch
             "a = ActionParser('pipe').parse('Let me add.\\nCALL|add|{\"a\": 1}')\n"
             "env = gym.make('AgentRL/ToolUse-v0').unwrapped\n"
             "print(a.kind, a.name, a.arguments, env.use_call_format('pipe'), env.parser.parse('CALL|x|{}').kind)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.call_formats", "pipe = pipe_formats:PipeCalls",
+    out = run_with_plugin(tmp_path, "agentrl.call_formats", "pipe = pipe_formats:PipeCalls",
                           "pipe_formats", PIPE_PLUGIN, code)
     assert out.split() == ["tool_call", "add", "{'a':", "1}", "True", "tool_call"]  # ToolUse-v0 switched to it
 
@@ -310,6 +310,6 @@ def test_a_third_partys_answer_format_through_an_entry_point(tmp_path, monkeypat
             "p = ActionParser(answer='final')\n"
             "a = p.parse('So it is FINAL=42')\n"
             "print(a.kind, a.answer, p.parse('Answer: 42').kind)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.answer_formats", "final = pipe_formats:FINAL",
+    out = run_with_plugin(tmp_path, "agentrl.answer_formats", "final = pipe_formats:FINAL",
                           "pipe_formats", PIPE_PLUGIN, code)
     assert out.split() == ["answer", "42", "invalid"]

@@ -55,6 +55,6 @@ def test_a_third_party_entry_point_is_picked_up(tmp_path, monkeypatch):
     code = ("from agentrl.algos.objectives import algorithm_class, algorithm_names\n"
             "from agentrl.algos.objectives.base import Algorithm\n"
             "print(algorithm_names()); print(issubclass(algorithm_class('reinforce'), Algorithm))")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.algorithms", "reinforce = reinforce_plugin:Reinforce",
+    out = run_with_plugin(tmp_path, "agentrl.algorithms", "reinforce = reinforce_plugin:Reinforce",
                           "reinforce_plugin", PLUGIN, code)
     assert out.split("\n")[:2] == ["['grpo', 'ppo', 'dpo', 'sft', 'reinforce']", "True"], out

@@ -188,7 +188,7 @@ def test_a_third_party_engine_entry_point_is_an_engine_choice(tmp_path, monkeypa
     code = ("from agentrl.algos import cli\nfrom agentrl.algos.policy.engine import ENGINES\n"
             "print(ENGINES.names(), ENGINES.get('echo').lora_api)\n"
             "print(cli.build_parser().parse_args(['eval', '--engine', 'echo']).engine)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.engines", "echo = echo_engine:EchoEngine",
+    out = run_with_plugin(tmp_path, "agentrl.engines", "echo = echo_engine:EchoEngine",
                           "echo_engine", PLUGIN, code)
     assert out.splitlines() == ["['vllm', 'echo'] sglang", "echo"], out
     with pytest.raises(SystemExit):

@@ -56,7 +56,7 @@ def test_a_third_party_entry_point_is_picked_up(tmp_path, monkeypatch):
             "from agentrl.algos.policy.base import Policy\n"
             "print(POLICIES.names(), issubclass(POLICIES.get('echo'), Policy))\n"
             "print(cli.build_parser().parse_args(['eval', '--policy', 'echo']).policy)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.policies", "echo = echo_policy:EchoPolicy",
+    out = run_with_plugin(tmp_path, "agentrl.policies", "echo = echo_policy:EchoPolicy",
                           "echo_policy", PLUGIN, code)
     assert out.split("\n")[:2] == ["['hf', 'openai', 'echo'] True", "echo"], out
 

@@ -100,6 +100,6 @@ def test_a_third_party_entry_point_is_picked_up(tmp_path, monkeypatch):
             "call = '<tool_call>' + json.dumps({'name': 'code_interpreter', 'arguments': {'code': 'x'}})"
             " + '</tool_call>'\n"
             "obs, *_ = env.step(call)\nprint(obs.strip())")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.sandboxes", "echo = echo_sandbox:EchoSandbox",
+    out = run_with_plugin(tmp_path, "agentrl.sandboxes", "echo = echo_sandbox:EchoSandbox",
                           "echo_sandbox", PLUGIN, code)
     assert out.splitlines() == ["['bwrap', 'remote', 'echo']", "plug: x"]

@@ -66,7 +66,7 @@ def test_a_third_party_entry_point_is_picked_up(tmp_path, monkeypatch):
             "call = '<tool_call>' + json.dumps({'name': 'search', 'arguments': {'query': 'victoria falls'}})"
             " + '</tool_call>'\n"
             "obs, *_ = env.step(call)\nprint('plug' in obs and 'victoria falls' in obs)")
-    out = run_with_plugin(tmp_path, monkeypatch, "agentrl.search_backends", "echo = echo_backend:EchoBackend",
+    out = run_with_plugin(tmp_path, "agentrl.search_backends", "echo = echo_backend:EchoBackend",
                           "echo_backend", PLUGIN, code)
     names = "['local', 'retriever', 'wikipedia', 'zhihu', 'deepseek', 'echo']"
     assert out.splitlines() == [names, "True"]
