@@ -316,8 +316,12 @@ class AsyncTrainer(Trainer):
         return out
 
     def _correct_stale(self, rows: list[RowGroup], trajs: list[Trajectory], stale_ids: set[int]) -> dict:
-        """Apply :func:`tis_correct` to the rows of stale trajectories, with the current weights' logprobs."""
-        stale = [row for g in rows for row in g if id(trajs[row.meta["index"]]) in stale_ids]
+        """Apply :func:`tis_correct` to the rows of stale trajectories, with the current weights' logprobs.
+
+        Demonstration rows (``off_policy``, numbered after the batch's samples by ``GRPO.prepare``) were sampled
+        by no policy: they are left as they are."""
+        stale = [row for g in rows for row in g
+                 if not row.off_policy and id(trajs[row.meta["index"]]) in stale_ids]
         if not stale:
             return {"async/tis_corrected": 0}
         cfg = self.config

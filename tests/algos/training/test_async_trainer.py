@@ -230,6 +230,48 @@ def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tm
     assert all(h["async/dropped_trajectories"] == 0 for h in hist)
 
 
+class _OneDemo:
+    """A demonstration source for every task: a short reply worth 1.0 (above any sampled reward of Score-v0
+    but an all-'e' one), so each group gets one."""
+
+    def __init__(self, tokenizer):
+        self.ids = tokenizer("Say something.")["input_ids"] + tokenizer("eee")["input_ids"]
+        self.mask = [0] * (len(self.ids) - 1) + [1]
+
+    def get(self, task):
+        return self.ids, self.mask, 1.0
+
+
+@pytest.mark.parametrize("guidance", ["luffy", "relift"])
+def test_tis_mode_with_demonstration_guidance_corrects_only_the_samples(tokenizer, tmp_path, guidance):
+    """Demonstration rows come after the samples (their index is past the batch) and have no sampler: the stale
+    correction skips them instead of indexing the batch with them."""
+    cfg = _acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis")
+    cfg.grpo = dataclasses.replace(cfg.grpo, guidance=guidance)
+    trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    trainer.algo.demos = _OneDemo(tokenizer)
+    seen = _record_versions(trainer)
+    real = trainer.algo.prepare
+    samples = []  # per step: the rows of sampled trajectories (a zero-advantage group has none under 'relift')
+
+    def prepare(trajs):
+        rows, stats = real(trajs)
+        samples.append(sum(1 for g in rows for row in g if not row.off_policy))
+        return rows, stats
+
+    trainer.algo.prepare = prepare
+    _slow_updates(trainer, 0.3)
+    hist = trainer.train()
+    assert trainer.global_step == 3
+    stale_steps = [(h, n) for h, (current, v), n in zip(hist, seen, samples, strict=True) if current > v[0]]
+    assert stale_steps, "the producer never ran ahead"
+    for h, n in stale_steps:
+        assert h["train/guided_groups"] == 2  # both groups got their demonstration
+        assert h["async/tis_corrected"] == n  # the samples' rows, not the 2 demonstrations
+        assert h["train/demo_tokens"] > 0
+    assert sum(n for _, n in stale_steps) > 0
+
+
 def test_without_correction_a_stale_batch_shows_the_policy_change(tokenizer, tmp_path):
     """Control for the TIS test: the same stale batches trained as they are keep a nonzero logprob gap."""
     trainer = AsyncTrainer(_acfg(tmp_path, queue_size=1, max_staleness=1, staleness="drop"),
