@@ -98,8 +98,8 @@ class GRPOConfig:
     policy-gradient term by min(pi_old / pi_rollout, correction_cap), 'mis' by that ratio inside [1/cap, cap]
     and drops the token outside it, both with the PPO ratio taken against pi_old (the trainer's own logprobs
     before the update) instead of the rollout logprobs; 'none' keeps the rollout logprobs as pi_old; 'auto':
-    'tis' when rollouts are sampled by a server (OpenAIPolicy) or with top-k/top-p, else 'none' (in process
-    the policy is the model)."""
+    'tis' when rollouts are sampled by a server (OpenAIPolicy), in bf16/fp16 or with top-k/top-p, else 'none'
+    (in process in fp32 the policy is the model)."""
     correction_level: str = "token"
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
     correction_cap: float = 2.0

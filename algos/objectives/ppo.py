@@ -138,7 +138,8 @@ class PPOConfig:
     """The log-ratio log pi - log pi_old is clamped to [-c, c] before exp (verl: 20); 0 = off."""
     correction: str = "auto"
     """Rollout correction, as grpo.correction (docs/algorithms/grpo.md#rollout-correction):
-    'tis', 'mis', 'none' or 'auto' ('tis' when rollouts are sampled by a server or with top-k/top-p)."""
+    'tis', 'mis', 'none' or 'auto' ('tis' when rollouts are sampled by a server, in bf16/fp16 or with
+    top-k/top-p)."""
     correction_level: str = "token"
     """'token' (each token's own ratio) or 'sequence' (the product over the trajectory, on all its tokens)."""
     correction_cap: float = 2.0

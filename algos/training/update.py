@@ -171,13 +171,15 @@ def resolve_correction(algo: Algorithm, policy, sampling) -> RolloutCorrection |
 
     Only per-token policy-gradient algorithms (:attr:`Algorithm.token_level`: GRPO, PPO) with a ``correction``
     key have one. ``'auto'`` means ``'tis'`` unless the rollout logprobs are the trainer's own: ``policy`` (a
-    wrapper's ``inner`` policy) is an in-process :class:`~agentrl.algos.policy.hf.HFPolicy`, which samples the
-    trained weights (a copy merged in fp32, or the model itself) with the logits the trainer recomputes, and
-    ``sampling`` (``CollectorConfig`` or ``SamplingParams``: ``temperature``, ``top_k``, ``top_p``) truncates
-    nothing, so ``pi_rollout == pi_old`` up to the rounding of a batched decode (1e-4 in fp32; bf16 rounds
-    more, see docs/collector.md) and a correction would only cost. A server (vLLM, SGLang: other kernels,
-    other numerics) or top-k/top-p (whose logprobs are renormalised over the kept tokens, while the trainer's
-    are over the whole vocabulary) turns it on.
+    wrapper's ``inner`` policy) is an in-process :class:`~agentrl.algos.policy.hf.HFPolicy` sampling in fp32
+    (its ``dtype``: the trained weights, a copy merged in fp32 or the model itself, with the logits the trainer
+    recomputes), and ``sampling`` (``CollectorConfig`` or ``SamplingParams``: ``temperature``, ``top_k``,
+    ``top_p``) truncates nothing, so ``pi_rollout == pi_old`` up to the rounding of a batched decode (1e-4 in
+    fp32) and a correction would only cost. A server (vLLM, SGLang: other kernels, other numerics), an
+    in-process policy in bf16 or fp16 (the cached batched decode and the training forward round differently,
+    by up to nats on a token: without a correction the PPO clip zeroes such tokens on-policy) or top-k/top-p
+    (whose logprobs are renormalised over the kept tokens, while the trainer's are over the whole vocabulary)
+    turns it on.
     """
     config = algo.config
     mode = getattr(config, "correction", "none")
@@ -189,7 +191,8 @@ def resolve_correction(algo: Algorithm, policy, sampling) -> RolloutCorrection |
         from agentrl.algos.policy.hf import HFPolicy
 
         truncated = sampling.temperature > 0 and ((sampling.top_k or 0) > 0 or sampling.top_p < 1)
-        if isinstance(policy, HFPolicy) and not truncated:
+        full_precision = getattr(policy, "dtype", None) in (torch.float32, torch.float64)
+        if isinstance(policy, HFPolicy) and full_precision and not truncated:
             return None
         mode = "tis"
     return RolloutCorrection(mode, config.correction_level, config.correction_cap)

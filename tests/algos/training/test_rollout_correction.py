@@ -181,7 +181,8 @@ def test_later_epochs_keep_the_first_epochs_pi_old_and_weights():
 
 
 def test_auto_is_on_for_a_server_or_truncation_and_off_in_process(tokenizer):
-    hf = HFPolicy.__new__(HFPolicy)  # only its type matters here
+    hf = HFPolicy.__new__(HFPolicy)  # only its type and its precision matter here
+    hf.dtype = torch.float32
     server = OpenAIPolicy("http://127.0.0.1:9", "m", tokenizer)
     grpo, plain = GRPO(), CollectorConfig(temperature=1.0)
     assert resolve_correction(grpo, hf, plain) is None  # the rollout logprobs are the trainer's
@@ -195,6 +196,22 @@ def test_auto_is_on_for_a_server_or_truncation_and_off_in_process(tokenizer):
         RolloutCorrection("mis", "token", 3.0)
     assert resolve_correction(PPO(PPOConfig(correction_level="sequence")), server, plain).level == "sequence"
     assert resolve_correction(DPO(), server, plain) is None  # not a per-token policy gradient
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_auto_is_on_in_process_when_the_policy_samples_in_half_precision(tokenizer, tmp_path, dtype):
+    """In bf16/fp16 the cached batched decode and the training forward round differently (up to nats on a
+    token): without a correction the PPO clip would zero those tokens' gradient on-policy, from rounding alone."""
+    hf = HFPolicy.__new__(HFPolicy)
+    hf.dtype = dtype
+    assert resolve_correction(GRPO(), hf, CollectorConfig(temperature=1.0)) == RolloutCorrection("tis", "token", 2.0)
+    assert resolve_correction(PPO(), VersionedPolicy(hf), CollectorConfig()).mode == "tis"
+    assert resolve_correction(GRPO(GRPOConfig(correction="none")), hf, CollectorConfig()) is None
+    # the trainer's own in-process policy over a half-precision model
+    trainer = Trainer(tiny_train_config(tmp_path), model=tiny_train_model(tokenizer).to(dtype), tokenizer=tokenizer)
+    assert trainer.correction == RolloutCorrection("tis", "token", 2.0)
+    fp32 = Trainer(tiny_train_config(tmp_path / "fp32"), model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    assert fp32.correction is None
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
