@@ -32,7 +32,8 @@ import numpy as np
 from agentrl.envs.answers import answers_match
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
-from agentrl.envs.parsing import ActionParser
+from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.tool_use_axes import AXES, axis_generator, renamed_tools, transient_failure
 from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools
@@ -229,24 +230,30 @@ ITEM_FAMILIES = ("stock", "stock_value", "stock_total")
 
 
 @functools.cache
-def generator(items: int = ITEMS) -> TaskGenerator:
-    """The task generator whose stock families draw items t1 … t<items> (:data:`GENERATOR` for the default).
-    Only the stock families' tasks depend on ``items``: task ``i`` of any other family is the same."""
+def generator(items: int = ITEMS, axis: str | None = None) -> TaskGenerator:
+    """The task generator whose stock families draw items t1 … t<items> (:data:`GENERATOR` for the default),
+    or that of a generalisation ``axis`` (:mod:`agentrl.envs.tool_use_axes`). Only the stock families' tasks
+    depend on ``items``: task ``i`` of any other family is the same."""
     if not 2 <= items <= MAX_ITEMS:
         raise ValueError(f"items must be between 2 and {MAX_ITEMS}, got {items!r}")
+    if axis is not None:
+        return axis_generator(axis, items, _call, _item)
     if items == ITEMS:
         return GENERATOR
     return TaskGenerator({name: functools.partial(fn, items=items) if name in ITEM_FAMILIES else fn
                           for name, fn in FAMILIES.items()}, salt=GENERATOR.salt)
 
 
-def make_task(index: int, families: Sequence[str] | None = None, items: int = ITEMS) -> dict[str, Any]:
-    """Built-in task number ``index`` (a pure function of ``index``, ``families`` and ``items``).
+def make_task(index: int, families: Sequence[str] | None = None, items: int = ITEMS,
+              axis: str | None = None) -> dict[str, Any]:
+    """Built-in task number ``index`` (a pure function of ``index``, ``families``, ``items`` and ``axis``).
 
     The task holds ``id``, ``family``, ``query``, ``answer`` (a string) and ``calls`` — the tool calls
-    ``[[name, arguments], ...]`` of a correct solution — and ``items`` when it is not the default.
+    ``[[name, arguments], ...]`` of a correct solution — and ``items`` when it is not the default. A task of an
+    ``axis`` also holds ``axis``, ``chain_length`` and what the env needs to play it (``renames``, ``failures``).
     """
-    family, (query, calls) = generator(items).draw(index, families)
+    family, drawn = generator(items, axis).draw(index, families)
+    query, calls, extra = drawn if axis is not None else (*drawn, None)
     return {
         "id": f"{family}-{index}",
         "family": family,
@@ -254,13 +261,16 @@ def make_task(index: int, families: Sequence[str] | None = None, items: int = IT
         "answer": format_value(calls[-1][2]),
         "calls": [[name, args] for name, args, _ in calls],
         **({"items": items} if items != ITEMS else {}),
+        **({"axis": axis, "chain_length": len(calls) - sum(extra.get("failures", {}).values()), **extra}
+           if extra is not None else {}),
     }
 
 
 def make_tasks(n: int, split: str = "test", families: Sequence[str] | None = None, start: int = 0,
-               items: int = ITEMS) -> list[dict]:
+               items: int = ITEMS, axis: str | None = None) -> list[dict]:
     """``n`` built-in tasks of a split (``train``: even indices, ``test``: odd), from position ``start``."""
-    return generator(items).many(functools.partial(make_task, items=items), n, split, families, start)
+    return generator(items, axis).many(functools.partial(make_task, items=items, axis=axis), n, split, families,
+                                       start)
 
 
 # ---------------------------------------------------------------------------------------------- env
@@ -303,6 +313,7 @@ class ToolUseEnv(TextEnv):
         render_mode: str | None = None,
         call_credit: float = 0.0,
         call_credit_rule: str = "each",
+        axis: str | None = None,
     ):
         """
         Args:
@@ -333,6 +344,10 @@ class ToolUseEnv(TextEnv):
                 the episode goes on from it: paid at the next reference call, or added to a correct answer's
                 reward; a credit the episode abandons (a wrong answer, a budget end) is lost, so stopping a chain
                 early earns nothing that finishing it would not.
+            axis: draw the built-in tasks of a generalisation axis instead of the default mixture (one of
+                :data:`~agentrl.envs.tool_use_axes.AXES`: ``depth``, ``recombination``, ``rule_variants``,
+                ``tool_failures``; ``families`` then names that axis's families). Whatever the axis, a task that
+                carries ``renames`` or ``failures`` is played by its rule (a fixed set's rows, pinned at reset).
         """
         if not call_credit >= 0:
             raise ValueError(f"call_credit must be >= 0, got {call_credit!r}")
@@ -348,9 +363,13 @@ class ToolUseEnv(TextEnv):
         self.split = check_split(split, ("train", "test"))
         self.rows = question_rows(dataset, "dataset") if dataset is not None else None
         self.test_rows = question_rows(test_dataset, "test_dataset") if test_dataset is not None else None
-        self.families = GENERATOR.check(families) if families else None  # unknown names fail now, not at reset
+        if axis is not None and axis not in AXES:
+            raise ValueError(f"axis must be one of {list(AXES)}, got {axis!r}")
+        self.axis = axis
         self.items = items
-        generator(items)  # a bad value fails now
+        gen = generator(items, axis)  # a bad value fails now
+        self.families = gen.check(families) if families else None  # unknown names fail now, not at reset
+        self._failures: dict[str, int] = {}
         super().__init__(
             tools=load_tools(tools) if tools is not None else ToolSet(MOCK_TOOLS),
             parser=parser or ActionParser(),
@@ -359,13 +378,15 @@ class ToolUseEnv(TextEnv):
             tools_in_prompt=tools_in_prompt,
             render_mode=render_mode,
         )
+        self._base_tools = self.tools  # a task's ``renames`` rename these for its episode
 
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         if self.rows is not None:
             i = int(rng.integers(len(self.rows)))
             return {"id": str(i), **self.rows[i]}
-        return generator(self.items).sample(functools.partial(make_task, items=self.items), rng, self.split,
-                                            self.families)
+        return generator(self.items, self.axis).sample(functools.partial(make_task, items=self.items,
+                                                                         axis=self.axis),
+                                                       rng, self.split, self.families)
 
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """The first ``n`` rows of ``test_dataset`` when given, else the first ``n`` generated tasks of the
@@ -381,7 +402,7 @@ class ToolUseEnv(TextEnv):
             raise ValueError("AgentRL/ToolUse-v0 made with your own dataset= has no test tasks: pass "
                              "test_dataset= (a JSONL of {question, answer} rows) in env_kwargs, or evaluate "
                              "with --tasks-file")
-        return make_tasks(n, split="test", families=self.families, items=self.items)
+        return make_tasks(n, split="test", families=self.families, items=self.items, axis=self.axis)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return ("You are an assistant that answers questions by calling tools. Call one tool per reply and "
@@ -393,10 +414,27 @@ class ToolUseEnv(TextEnv):
         return (self.rewards.correct + held if correct else self.rewards.wrong), correct
 
     def on_reset(self, task: dict[str, Any]) -> None:
+        self.tools = renamed_tools(self._base_tools, task["renames"]) if task.get("renames") else self._base_tools
+        self._failures = {str(k): int(v) for k, v in (task.get("failures") or {}).items()}
+        if self._failures:
+            self.metrics.extra["injected_failures"] = 0
         self._uncredited = [_call_key(n, a) for n, a in task.get("calls") or []] if self.call_credit else []
         self._pending_credit = 0.0
         if self.call_credit:
             self.metrics.extra["credited_calls"] = 0
+
+    def run_tool(self, parsed: ParsedAction) -> str:
+        name = parsed.name or ""
+        if self._failures.get(name, 0) > 0 and name in self.tools:  # a task's injected transient failure
+            self._failures[name] -= 1
+            self.metrics.tool_errors += 1
+            self.metrics.extra["injected_failures"] += 1
+            return transient_failure(name).content
+        return super().run_tool(parsed)
+
+    def close(self) -> None:
+        self.tools = self._base_tools
+        super().close()
 
     def call_reward(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> float:
         key = _call_key(name, arguments)
