@@ -58,6 +58,8 @@ ENVS: dict[str, tuple[str, str]] = {
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
     "AgentRL/BFCL-v0": ("agentrl.envs.bfcl.env:BFCLEnv",
                         "BFCL's single-turn Python categories, graded by BFCL's own AST checker (needs bfcl-eval)"),
+    "AgentRL/TauBench-v0": ("agentrl.envs.tau_bench.env:TauBenchEnv",
+                            "tau2-bench customer-service domains (airline/retail/telecom/mock), graded by tau2's evaluator"),
     "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
                            "play a running OpenEnv server (url=...; needs the [openenv] extra)"),
 }
