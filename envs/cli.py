@@ -1,20 +1,23 @@
 """``agentrl-env``: list the environments, play one by hand, and (with the search env) serve a retriever.
 
     agentrl-env list
-    agentrl-env play AgentRL/ToolUse-v0 [--seed 0] [--env-kwargs '{"families": ["multiply"]}']
+    agentrl-env play AgentRL/ToolUse-v0 [--seed 0 | --task-id ID] [--env-kwargs '{"families": ["multiply"]}']
     agentrl-env serve-retriever [--corpus docs.jsonl] [--host 127.0.0.1] [--port 8000] [--cache-dir DIR]
     agentrl-env serve AgentRL/ToolUse-v0 --openenv [--host 127.0.0.1] [--port 8000] [--env-kwargs JSON]
                                                    [--max-sessions 64]
 
-Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`.
+Each subcommand is a function ``cmd_<name>(args)`` plus its parser in :func:`build_parser`. A mistake of the
+user's (bad JSON, an unknown id, a keyword the env refuses, a missing extra) ends in one line on stderr,
+``agentrl-env <command>: error: ...``, and exit code 2; never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
+import secrets
 import sys
+from typing import Any
 
 import gymnasium as gym
 
@@ -22,6 +25,25 @@ import agentrl.envs
 from agentrl.envs import ENVS
 
 gym.register_envs(agentrl.envs)
+
+TASK_ID_SEARCH = 2000
+"""How many test tasks, then seeds, ``play --task-id`` looks through for the id."""
+
+
+class UsageError(Exception):
+    """A mistake in what the user typed; :func:`main` prints it as one line and exits with 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without prefix matching (a mistyped flag is an error, never silently a longer one), whose errors
+    are one line naming the command (``agentrl-env play: error: ...``), without the usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _env_table() -> dict[str, tuple[str, str]]:
@@ -65,11 +87,56 @@ def _read_reply(prompt: str) -> str | None:
     return "".join(lines).rstrip("\n")
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """``--env-kwargs '{"families": ["multiply"]}'`` -> a dict; anything else is a one-line usage error."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed ({{\"key\": value, ...}}), got {text!r}")
+    return value
+
+
+def _make(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
+    """``gym.make(env_id, **kwargs)`` (a module:factory id was registered by :func:`_env_id`); a keyword or value
+    the env refuses is a :class:`UsageError` naming the keywords."""
+    try:
+        return gym.make(env_id, **kwargs)
+    except (TypeError, ValueError, FileNotFoundError, KeyError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(" was raised from the environment creator")[0]  # gymnasium's addition repeats the kwargs
+        raise UsageError(f"{env_id} refused --env-kwargs {json.dumps(kwargs)}: {msg}") from None
+
+
+def _find_task(env: gym.Env, task_id: str) -> tuple[dict[str, Any] | None, int | None]:
+    """``(task, None)`` for a test-split task with id ``task_id`` (the ids ``agentrl eval`` writes), else
+    ``(None, seed)`` for the first seed whose reset draws it; :class:`UsageError` when neither has it."""
+    base = env.unwrapped
+    if callable(getattr(base, "test_tasks", None)):
+        try:
+            for task in base.test_tasks(TASK_ID_SEARCH):
+                if str(task.get("id", "")) == task_id:
+                    return task, None
+        except ValueError:  # e.g. your own dataset without a test_dataset: no test split to look in
+            pass
+    for seed in range(TASK_ID_SEARCH):
+        if env.reset(seed=seed)[1]["task_id"] == task_id:
+            return None, seed
+    raise UsageError(f"no task {task_id!r} among the first {TASK_ID_SEARCH} test tasks or the tasks of seeds "
+                     f"0-{TASK_ID_SEARCH - 1}; replay an episode with the --seed it printed")
+
+
 def cmd_play(args: argparse.Namespace) -> int:
-    kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
-    env = gym.make(args.env_id, **kwargs)  # a module:factory id was registered by _env_id
-    obs, info = env.reset(seed=args.seed)
-    print(f"=== {args.env_id} · task {info['task_id']} ===")
+    env = _make(args.env_id, args.env_kwargs or {})
+    task, seed = None, args.seed
+    if args.task_id is not None:
+        task, seed = _find_task(env, args.task_id)
+    elif seed is None:
+        seed = secrets.randbelow(2**31)  # printed below, so the episode can be replayed
+    obs, info = env.reset(seed=seed, options={"task": task} if task is not None else None)
+    replay = f"--task-id {info['task_id']}" if task is not None else f"--seed {seed}"
+    print(f"=== {args.env_id} · task {info['task_id']} · seed {seed} (replay: {replay}) ===")
     print(f"--- system ---\n{info['messages'][0]['content']}\n")
     print(f"--- user ---\n{obs}\n")
     total = 0.0
@@ -111,10 +178,14 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
-    from agentrl.envs.bridges.openenv import serve
+    try:
+        from agentrl.envs.bridges.openenv import serve
+    except ImportError as e:
+        raise UsageError(str(e)) from None
 
+    kwargs = args.env_kwargs or {}
+    _make(args.env_id, kwargs).close()  # a refused keyword is said now, not at the first client's connection
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     print(f"serving {args.env_id} as an OpenEnv env at http://{args.host}:{args.port} (WebSocket /ws, /schema, "
           f"/health); Ctrl-C to stop", flush=True)
     serve(args.env_id, kwargs, host=args.host, port=args.port, max_sessions=args.max_sessions)
@@ -122,15 +193,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl-env", description="agentrl text environments", allow_abbrev=False)
-    # no prefix matching: a mistyped or missing flag is an error, never silently a longer one
-    sub = p.add_subparsers(dest="command", required=True,
-                           parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
+    p = _Parser(prog="agentrl-env", description="agentrl text environments")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
     play.add_argument("env_id", type=_env_id, help="a registered id (agentrl-env list) or package.module:factory")
-    play.add_argument("--seed", type=int, default=None)
-    play.add_argument("--env-kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
+    replay = play.add_mutually_exclusive_group()
+    replay.add_argument("--seed", type=int, default=None,
+                        help="the seed of reset (default: a random one, printed with the task id)")
+    replay.add_argument("--task-id", default=None,
+                        help="play this task: an id of the test split (as agentrl eval writes) or one a seed drew")
+    play.add_argument("--env-kwargs", type=_json_object, default=None, metavar="JSON",
+                      help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)
     serve = sub.add_parser("serve-retriever", help="serve the local BM25 index as a Search-R1 retrieval server")
     serve.add_argument("--corpus", default=None, help="JSONL of {id, title, text}; default: the Wikipedia summaries")
@@ -144,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     protocol.add_argument("--openenv", action="store_true", help="as an OpenEnv server (needs the [openenv] extra)")
     env_server.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 to serve other machines)")
     env_server.add_argument("--port", type=int, default=8000)
-    env_server.add_argument("--env-kwargs", default=None, help="JSON object of keyword arguments for gymnasium.make")
+    env_server.add_argument("--env-kwargs", type=_json_object, default=None, metavar="JSON",
+                            help="JSON object of keyword arguments for gymnasium.make")
     env_server.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (one env each)")
     env_server.set_defaults(func=cmd_serve)
     return p
@@ -152,7 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"agentrl-env {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """agentrl-env: list the environments and play one from the terminal."""
 
 import os
+import re
 import subprocess
 import sys
 
-from agentrl.envs import ENVS
+import pytest
+
+from agentrl.envs import ENVS, cli
 from agentrl.envs.tool_use import ToolUseEnv
 
 
@@ -56,3 +59,63 @@ def test_play_an_unregistered_env_factory_by_module_reference(tmp_path):
     out = run_cli("play", "AgentRL/ToolUsee-v0")
     assert out.returncode == 2 and "unknown environment 'AgentRL/ToolUsee-v0'" in out.stderr
     assert "package.module:factory" in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------- one-line errors
+
+
+def _one_line(out, command: str) -> str:
+    """The single stderr line of a refused command: exit code 2, no traceback."""
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"agentrl-env {command}: error: ") or lines[0].startswith("agentrl-env: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["play", "serve"])
+@pytest.mark.parametrize("kwargs,says", [("{bad", "argument --env-kwargs: not JSON"),
+                                         ("[1, 2]", "a JSON object is needed"),
+                                         ('{"famlies": ["multiply"]}', "unexpected keyword argument 'famlies'"),
+                                         ('{"families": ["nope"]}', "unknown task families ['nope']")])
+def test_bad_env_kwargs_are_one_line(command, kwargs, says):
+    extra = ["--openenv"] if command == "serve" else []
+    line = _one_line(run_cli(command, "AgentRL/ToolUse-v0", *extra, "--env-kwargs", kwargs), command)
+    assert says in line
+
+
+@pytest.mark.parametrize("argv", [["play", "AgentRL/ToolUsee-v0"], ["serve", "AgentRL/ToolUsee-v0", "--openenv"],
+                                  ["list", "AgentRL/ToolUse-v0"], ["play"], ["lst"]])
+def test_unknown_ids_missing_and_extra_arguments_are_one_line(argv):
+    line = _one_line(run_cli(*argv), argv[0])
+    assert "(see agentrl-env" in line  # where the usage is
+
+
+def test_serve_without_the_openenv_extra_is_one_line_naming_the_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "openenv", None)  # as if openenv-core were not installed
+    monkeypatch.delitem(sys.modules, "agentrl.envs.bridges.openenv", raising=False)
+    assert cli.main(["serve", "AgentRL/ToolUse-v0", "--openenv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agentrl-env serve: error: the OpenEnv bridge needs openenv-core")
+    assert "pip install openenv-core" in err and "pip install -e '.[openenv]'" in err
+
+
+def test_play_prints_its_seed_and_replays_an_episode_by_seed_or_task_id():
+    first = run_cli("play", "AgentRL/ToolUse-v0", stdin="")  # no --seed: a random one, printed
+    header = first.stdout.splitlines()[0]
+    m = re.fullmatch(r"=== AgentRL/ToolUse-v0 · task (\S+) · seed (\d+) \(replay: --seed \2\) ===", header)
+    assert m, header
+    again = run_cli("play", "AgentRL/ToolUse-v0", "--seed", m.group(2), stdin="")
+    assert again.stdout == first.stdout  # the same task, the same prompts
+    seeded = run_cli("play", "AgentRL/ToolUse-v0", "--seed", "7", stdin="")
+    task_id = re.search(r"· task (\S+) ·", seeded.stdout).group(1)
+    by_id = run_cli("play", "AgentRL/ToolUse-v0", "--task-id", task_id, stdin="")  # found as seed 7's task
+    assert by_id.stdout.split("--- user ---")[1] == seeded.stdout.split("--- user ---")[1]
+    test_task = ToolUseEnv().test_tasks(3)[2]  # an id agentrl eval writes: a task of the test split
+    out = run_cli("play", "AgentRL/ToolUse-v0", "--task-id", test_task["id"], stdin="")
+    assert f"task {test_task['id']} " in out.stdout and test_task["query"] in out.stdout
+    line = _one_line(run_cli("play", "AgentRL/ToolUse-v0", "--task-id", "no-such-task"), "play")
+    assert "no task 'no-such-task'" in line and "--seed" in line
+    line = _one_line(run_cli("play", "AgentRL/ToolUse-v0", "--task-id", "x", "--seed", "1"), "play")
+    assert "not allowed with argument" in line
