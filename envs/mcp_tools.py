@@ -332,7 +332,8 @@ def mcp_tools(transport: Transport, *, command: Sequence[str] | None = None, url
     try:
         import mcp  # noqa: F401
     except ImportError as e:
-        raise ImportError("MCP tools need the `mcp` SDK: pip install 'agentrl-gym[mcp]'") from e
+        raise ImportError("MCP tools need the `mcp` SDK: pip install 'mcp>=2.3,<3' (in an agentrl-gym "
+                          "checkout: pip install -e '.[mcp]')") from e
     server = MCPServer(transport=transport, command=tuple(command or ()), url=url or "", env=dict(env or {}),
                        cwd=os.fspath(cwd) if cwd is not None else None, headers=dict(headers or {}))
     return MCPToolSet(server, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, include=include)

@@ -66,7 +66,8 @@ def _require(name: str):
     try:
         return importlib.import_module(name)
     except ImportError as e:
-        raise ImportError(f"report_to={name!r} needs the {name} package: pip install 'agentrl-gym[{name}]' "
+        raise ImportError(f"report_to={name!r} needs the {name} package: pip install {name} (in an "
+                          f"agentrl-gym checkout: pip install -e '.[{name}]') "
                           f"({e})") from e
 
 

@@ -37,7 +37,8 @@ def _ray():
     try:
         import ray
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the Ray executor needs Ray: pip install 'agentrl-gym[ray]' (or pip install ray)") from e
+        raise ImportError("the Ray executor needs Ray: pip install ray (in an agentrl-gym checkout: "
+                          "pip install -e '.[ray]')") from e
     return ray
 
 

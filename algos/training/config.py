@@ -159,7 +159,7 @@ class TrainConfig:
     'trackio' or 'none' (docs/trackers.md): the one switch of TensorBoard too (report_to=none: none)."""
     executor: str = "local"
     """Where env resets and steps run: 'local' (threads in this process) or 'ray' (Ray actors, so tools and
-    search scale across machines; pip install 'agentrl-gym[ray]')."""
+    search scale across machines; pip install ray)."""
     env_workers: int | None = None
     """With executor='ray': the number of env actors (default: the cluster's CPUs, at most 16)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)

@@ -1,7 +1,7 @@
 """OpenEnv both ways: any registered env served as an OpenEnv server, and any OpenEnv server played as a text env.
 
 OpenEnv (``openenv-core``) is the Gym-style reset/step interface over WebSocket that TRL, SkyRL, ART and Unsloth
-consume. The bridge needs it (``pip install 'agentrl-gym[openenv]'``); ``import agentrl.envs`` never imports it.
+consume. The bridge needs it (``pip install -e '.[openenv]'`` in a checkout); ``import agentrl.envs`` never imports it.
 
 **Export (this module).** :func:`make_app` builds OpenEnv's own server app (``create_app``) around
 :class:`TextEnvironment`, an OpenEnv ``Environment`` holding one ``gymnasium.make(env_id, **env_kwargs)`` per
@@ -37,7 +37,8 @@ try:
     from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
     from pydantic import Field, field_validator
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the OpenEnv bridge needs openenv-core: pip install 'agentrl-gym[openenv]'") from e
+    raise ImportError("the OpenEnv bridge needs openenv-core: pip install openenv-core (in an agentrl-gym "
+                      "checkout: pip install -e '.[openenv]')") from e
 
 __all__ = ["AGENTRL_FIELDS", "TextAction", "TextEnvironment", "TextObservation", "make_app", "serve",
            "wait_until_serving"]

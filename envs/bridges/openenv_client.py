@@ -2,7 +2,7 @@
 
 :class:`OpenEnvTextEnv` talks to the server through OpenEnv's own ``GenericEnvClient`` (one WebSocket session per
 env, opened at the first ``reset``); the serving side, and the overview of both directions, is
-:mod:`agentrl.envs.bridges.openenv`. It needs ``openenv-core`` (``pip install 'agentrl-gym[openenv]'``).
+:mod:`agentrl.envs.bridges.openenv`. It needs ``openenv-core`` (``pip install -e '.[openenv]'`` in a checkout).
 
 The server's ``/schema`` decides the mode:
 
@@ -42,7 +42,8 @@ try:
     from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
     from openenv.core.generic_client import GenericEnvClient
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the OpenEnv bridge needs openenv-core: pip install 'agentrl-gym[openenv]'") from e
+    raise ImportError("the OpenEnv bridge needs openenv-core: pip install openenv-core (in an agentrl-gym "
+                      "checkout: pip install -e '.[openenv]')") from e
 
 __all__ = ["MODES", "OpenEnvTextEnv"]
 

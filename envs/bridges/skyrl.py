@@ -49,7 +49,8 @@ try:
     from omegaconf import OmegaConf  # a dependency of skyrl-gym: its configs arrive as OmegaConf objects
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 except ImportError as e:  # pragma: no cover - the [skyrl] extra is part of the test install
-    raise ImportError("agentrl.envs.bridges.skyrl needs SkyRL-gym: pip install 'agentrl-gym[skyrl]'") from e
+    raise ImportError("agentrl.envs.bridges.skyrl needs SkyRL-gym: pip install skyrl-gym (in an "
+                      "agentrl-gym checkout: pip install -e '.[skyrl]')") from e
 
 import agentrl.envs
 from agentrl.envs import make_text_env

@@ -190,7 +190,8 @@ def test_a_tracker_that_breaks_the_contract_is_named(fresh_trackers, tmp_path):
 @pytest.mark.parametrize("name", ["wandb", "mlflow", "trackio"])
 def test_a_selected_tracker_that_is_not_installed_names_its_extra(tmp_path, monkeypatch, name):
     monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
-    with pytest.raises(ImportError, match=rf"pip install 'agentrl-gym\[{name}\]'"):
+    hint = rf"pip install {name} \(in an agentrl-gym checkout: pip install -e '\.\[{name}\]'\)"
+    with pytest.raises(ImportError, match=hint):
         MetricsLogger(tmp_path, report_to=[name])
 
 
