@@ -16,8 +16,9 @@ that exits early or prints ``passed`` does not pass.
 
 The answer becomes the package's ``completion`` (the text appended to the prompt) this way: an answer that
 defines the function (a line ``def <entry_point>(`` at column 0) is appended on a new line, so it replaces the
-prompt's stub and keeps the prompt's imports and helpers; anything else is taken as the function's body and
-indented under the signature when its first line is not.
+prompt's stub and keeps the prompt's imports and helpers; anything else is taken as the function's body (the
+package's own completion format): when its first line is not indented, either that line lost its indentation
+(the answer's text is stripped) or the whole body sits at column 0, and the reading that compiles is used.
 """
 
 from __future__ import annotations
@@ -107,13 +108,19 @@ def completion_of(answer: str, entry_point: str) -> str:
     if re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
         return "\n" + code + "\n"
     lines = code.split("\n")
-    if not lines[0][:1].isspace():
-        rest = [ln for ln in lines[1:] if ln.strip()]
-        if any(not ln[:1].isspace() for ln in rest) or not rest:  # the whole body sits at column 0
-            lines = ["    " + ln if ln.strip() else ln for ln in lines]
-        else:  # only the first line lost its indentation (the answer was stripped)
-            lines[0] = " " * min(len(ln) - len(ln.lstrip()) for ln in rest) + lines[0]
-    return "\n".join(lines) + "\n"
+    if lines[0][:1].isspace():
+        return code + "\n"
+    all_in = "\n".join("    " + ln if ln.strip() else ln for ln in lines)  # a body written at column 0
+    rest = [ln for ln in lines[1:] if ln.strip() and ln[:1].isspace()]
+    first_in = "\n".join([" " * min(len(ln) - len(ln.lstrip()) for ln in rest) + lines[0], *lines[1:]]
+                          ) if rest else all_in  # only the first line lost its indentation (a stripped answer)
+    for body in (first_in, all_in):
+        try:
+            compile("def _body():\n" + body + "\n", "<answer>", "exec")
+            return body + "\n"
+        except Exception:  # SyntaxError, or a limit of the compiler (nothing runs here)
+            pass
+    return first_in + "\n"
 
 
 def check_in_sandbox(problem: dict[str, Any], completion: str, sandbox: CodeSandbox,
