@@ -268,7 +268,7 @@ def test_lower_layers_never_import_higher_ones():
 HARNESS_LAYERS = [
     ("harness.layout", "harness.experiments"),
     ("harness.heldout_draw", "harness.heldout", "harness.machine"),
-    ("harness.data", "harness.export"),
+    ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
      "harness.pages"),  # renderers

@@ -8,7 +8,7 @@ lower ones:
    declared once: env, fixed held-out set, overrides, variants, comparisons with their goals, page section);
 2. :mod:`harness.heldout_draw`, :mod:`harness.heldout` (the fixed held-out sets), :mod:`harness.machine`;
 3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
-   writer of that data);
+   writer of that data), :mod:`harness.speed` (the speed history: its reader, writer and table);
 4. runners: :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`,
    :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
    :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,

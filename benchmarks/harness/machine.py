@@ -13,19 +13,27 @@ from harness.layout import ROOT
 
 
 @functools.cache
-def machine() -> list[str]:
-    """Lines describing this machine and the library versions, as they were the first time this process asked:
-    a runner asks at its start, so the load average is the one its run started under and the commit is the one
-    it started from (``ledger.git_state``), not one made while it ran."""
-    cpu, flags = platform.processor() or "unknown", set()
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and its feature flags (from ``/proc/cpuinfo``; the platform's name and no flags
+    elsewhere)."""
+    cpu, flags = platform.processor() or "unknown", frozenset[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name") and cpu in ("unknown", "", platform.machine()):
                 cpu = line.split(":", 1)[1].strip()
             if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
+                flags = frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return cpu, flags
+
+
+@functools.cache
+def machine() -> list[str]:
+    """Lines describing this machine and the library versions, as they were the first time this process asked:
+    a runner asks at its start, so the load average is the one its run started under and the commit is the one
+    it started from (``ledger.git_state``), not one made while it ran."""
+    cpu, flags = cpu_info()
     ram = "unknown"
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

@@ -12,9 +12,21 @@ import sys
 import time
 from pathlib import Path
 
-from harness.layout import ROOT, SCRIPTS
+from agentrl.algos.evaluation.ledger import git_state
+from harness.layout import ROOT, SCRIPTS, shown
 from harness.machine import machine
 from harness.results_page import LEARNING_HEADING, LEARNING_PAGE, learning_sections, refresh_learning, tables
+from harness.speed import (
+    HISTORY,
+    TRACKED,
+    append_history,
+    history_table,
+    measure,
+    plot_history,
+    read_history,
+    this_machine,
+    verdict,
+)
 
 #: Benchmarks in the order they appear in the results, with what each measures.
 BENCHMARKS: dict[str, str] = {
@@ -157,6 +169,59 @@ def write_full(out: Path, results: list[dict], header: list[str], started) -> in
     return 0
 
 
+SPEED_HEADING = "## Speed history"
+SPEED_FIGURE = "results/speed_history.png"
+
+
+def speed_section(out: Path, history: list[dict]) -> list[str]:
+    """The page's speed-history section (and its figure beside the page): every tracked ratio per commit and
+    machine kind, from the committed history."""
+    lines = [SPEED_HEADING, "",
+             f"Every tracked ratio (`harness/speed.py`) from `{shown(HISTORY)}`: the median of "
+             "the repetitions ± half their range, per machine kind. Recorded with `python benchmarks/run_all.py "
+             "--quick --track`; `--check` (what CI runs) compares a new run with these rows and warns when a ratio is "
+             "worse than the recorded median by more than the spread.", ""]
+    if not history:
+        return lines + ["No recorded runs yet.", ""]
+    figure = plot_history(history, out.parent / SPEED_FIGURE)
+    if figure is not None:
+        lines += [f"![speed history]({SPEED_FIGURE})", ""]
+    return lines + history_table(history)
+
+
+def write_speed(out: Path, history: list[dict]) -> None:
+    """Replace (or add, before the learning section) the speed-history section of the page ``out``."""
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Benchmark results\n"
+    before, _, after = split_sections(text, SPEED_HEADING)
+    if not _ and LEARNING_HEADING in before:
+        head, learning = before.split(LEARNING_HEADING, 1)
+        before, after = head, LEARNING_HEADING + learning + after
+    lines = [before.rstrip(), "", *speed_section(out, history), after.lstrip()]
+    out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    print(f"written: the speed-history section of {out}")
+
+
+def track(scripts: list[str], args: argparse.Namespace) -> int:
+    """``--track`` / ``--check``: run each tracked script ``--repeat`` times, print every ratio beside the history;
+    ``--track`` also appends to the history and rewrites the page's speed section."""
+    state = git_state(ROOT)
+    commit = (state["commit"] or "unknown") + ("+dirty" if state["dirty"] else "")
+    kind, mode = this_machine(), "quick" if args.quick else "full"
+    history = read_history(HISTORY)
+    rows = []
+    for name in scripts:
+        runs = [run(name, QUICK_ARGS.get(name, []) if args.quick else [], args.timeout or 3600)
+                for _ in range(args.repeat)]
+        rows += measure(name, [r["text"] for r in runs if r["rc"] == 0], commit=commit, machine=kind, mode=mode)
+    print(f"\n== tracked ratios at {commit[:7]} on {kind} ({mode}, {args.repeat} reps each)")
+    for row in rows:
+        print(verdict(row, history), flush=True)
+    if args.track:
+        append_history(rows, HISTORY)
+        write_speed(Path(args.out), history + rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``benchmarks/run_all.py``."""
     ap = argparse.ArgumentParser(description="Run every benchmark and write ``docs/results.md``: the machine, each "
@@ -170,7 +235,21 @@ def main(argv: list[str] | None = None) -> int:
                          "docs/results/learning.md (generated from committed data; after a learning run)")
     ap.add_argument("--full", nargs="+", metavar="NAME", choices=sorted(FULL_ARGS),
                     help="run these at full size and write only the page's 'Full-size runs' section")
+    ap.add_argument("--track", action="store_true",
+                    help="run only the tracked benchmarks (harness/speed.py) --repeat times each, append their ratios "
+                         "to benchmarks/speed_history.jsonl and rewrite the page's speed-history section")
+    ap.add_argument("--check", action="store_true",
+                    help="like --track but write nothing: print each ratio beside the recorded history, with a "
+                         "WARNING line where it is worse beyond the spread (what CI runs)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions per tracked benchmark (default 3)")
+    ap.add_argument("--history-only", action="store_true",
+                    help="run nothing: rewrite only the speed-history section of --out from the committed history")
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.history_only:
+        write_speed(Path(args.out), read_history(HISTORY))
+        return 0
     if args.learning_only:
         return refresh_learning(Path(args.out))
     if args.full:
@@ -185,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"unknown benchmarks {sorted(unknown)}; choose from {scripts}")
         scripts = [s for s in scripts if s in args.only]
+    if args.track or args.check:
+        return track([s for s in scripts if s in TRACKED], args)
     timeout = args.timeout or (1200 if args.quick else 3600)
     started = datetime.datetime.now().astimezone()
     header = machine()
@@ -202,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += result_lines(r, r["name"], BENCHMARKS.get(r["name"], ""))
     kept = split_sections(out.read_text(encoding="utf-8"), FULL_HEADING)[1] if out.exists() else ""
     lines += full_section(full_subsections(kept))
+    lines += speed_section(out, read_history(HISTORY))
     learned = learning_sections(out.parent)
     lines += [LEARNING_HEADING, ""]
     lines += learned or [f"No {LEARNING_PAGE} yet: run `python benchmarks/learning.py`, commit its data, then "
