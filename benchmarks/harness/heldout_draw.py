@@ -298,3 +298,50 @@ def read_set(name: str) -> list[dict[str, Any]]:
     """The tasks of the committed set ``name`` (``benchmarks/heldout/<name>.jsonl``)."""
     path = SETS / f"{name}.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- axes (issue 45)
+
+#: The generalisation-axis sets (issue 45): ToolUse-v0 tasks of each axis generator
+#: (``agentrl.envs.tool_use_axes``), in the world of TOOLUSE_V3_ITEMS stock items (what the learning preset trains
+#: with), from the axis generator's test position 0 on: no run has drawn from these generators before.
+START_AXES = 0
+#: The forgetting set: the families the axes experiment's continued training leaves out (``days``, ``convert``),
+#: from the default generator's test position 6,000,000 on, beyond every earlier set.
+START_FORGETTING = 6_000_000
+FORGETTING_FAMILIES = ("days", "convert")
+
+
+@functools.cache
+def generated_axis(axis: str | None) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    """SIZE test-split tasks of ``axis`` (None: the forgetting set), skipping a task whose question text occurs
+    in the train scan of the default mixture (items=TOOLUSE_V3_ITEMS; not for the forgetting set, whose point is
+    skills training has taught before), in an earlier ToolUse-v0 set or earlier in this set."""
+    from agentrl.envs import tool_use
+
+    earlier = ("tooluse_v2", "tooluse_v3", "tooluse_v4", "tooluse_v5")
+    train = train_texts(TOOLUSE, TOOLUSE_V3_ITEMS) if axis is not None else frozenset()
+    evaluated = evaluated_texts(TOOLUSE, earlier)
+    families = None if axis is not None else list(FORGETTING_FAMILIES)
+    out: list[dict[str, Any]] = []
+    texts: set[str] = set()
+    skipped: collections.Counter[str] = collections.Counter()
+    pos = START_AXES if axis is not None else START_FORGETTING
+    while len(out) < SIZE:
+        task = tool_use.make_tasks(1, "test", families, start=pos, items=TOOLUSE_V3_ITEMS, axis=axis)[0]
+        pos += 1
+        text = task_text(task)
+        reason = ("train_text" if text in train else "evaluated_or_v1_text" if text in evaluated
+                  else "repeated_in_set" if text in texts else None)
+        if reason:
+            skipped[reason] += 1
+            continue
+        out.append(task)
+        texts.add(text)
+    info: dict[str, Any] = {
+        "axis": axis or "forgetting", "positions_used": [START_AXES if axis else START_FORGETTING, pos - 1],
+        "skipped": {k: skipped[k] for k in ("train_text", "evaluated_or_v1_text", "repeated_in_set")},
+        "env_kwargs": {"items": TOOLUSE_V3_ITEMS}}
+    if axis is not None:
+        info["train_scan"] = train_scan_rule(TOOLUSE, TOOLUSE_V3_ITEMS)
+    return tuple(out), info
