@@ -27,10 +27,11 @@ A verifiers 0.4.0 environment is a *taskset* (the rows), an ``Env`` (how a task 
 * **Harness**: ``AgentRLChatHarness`` asks for one chat completion per segment, in-process, through the
   rollout's interception endpoint (the trace records every call); verifiers' ``null``/``bash`` harnesses
   install a chat program with ``uv`` from the network for each run.
-* **Rubric**: the task's ``@vf.reward`` ``reward`` is our reward; ``@vf.metric`` ``agentrl_metrics`` records
+* **Rubric**: the task's ``@vf.reward`` ``reward`` is our episode's reward, the sum of its steps' rewards (as
+  our trainer sums them: partial credit of a tool call counts); ``@vf.metric`` ``agentrl_metrics`` records
   ``info["metrics"]`` plus ``correct``, ``format_ok``, ``truncated`` (0/1), unweighted. If verifiers ends the
-  exchange first (its ``max_turns``, a model error), the reward is the env's no-answer reward
-  (``trace.info["agentrl"]["termination"] == "stopped"``).
+  exchange first (its ``max_turns``, a model error), the reward is the steps' rewards so far plus the env's
+  no-answer reward (``trace.info["agentrl"]["termination"] == "stopped"``).
 
 verifiers finds a taskset, env and harness by importing a top-level module named after the id: :func:`plugin_module`
 builds ours (:data:`PLUGIN_ID` ``"agentrl-gym"``, module ``agentrl_gym``) in this process, so verifiers' ``eval``
@@ -96,15 +97,16 @@ def _select_tasks(env: TextEnv, *, split: str, num_tasks: int, seed: int,
     raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
 
-def _outcome(env: TextEnv, step: tuple | None, stop_condition: str | None) -> dict[str, Any]:
-    """What the rubric reads (``trace.info["agentrl"]``): our last step's reward, counters and ending, or, when
-    verifiers stopped the exchange before our episode ended, the no-answer reward."""
+def _outcome(env: TextEnv, step: tuple | None, stop_condition: str | None, total: float) -> dict[str, Any]:
+    """What the rubric reads (``trace.info["agentrl"]``): the episode's reward (``total``, the sum of its steps'
+    rewards, so partial credit of earlier steps counts), our last step's counters and ending; or, when verifiers
+    stopped the exchange before our episode ended, ``total`` plus the no-answer reward."""
     if step is not None and (step[2] or step[3]):
-        _, reward, _, truncated, info = step
-        return {"reward": float(reward), "correct": bool(info.get("correct")), "format_ok": bool(info.get("format_ok")),
+        _, _, _, truncated, info = step
+        return {"reward": float(total), "correct": bool(info.get("correct")), "format_ok": bool(info.get("format_ok")),
                 "truncated": bool(truncated), "termination": info.get("termination"), "answer": info.get("answer"),
                 "metrics": dict(info.get("metrics") or {})}
-    return {"reward": float(env.rewards.invalid), "correct": False, "format_ok": False, "truncated": True,
+    return {"reward": float(total + env.rewards.invalid), "correct": False, "format_ok": False, "truncated": True,
             "termination": "stopped", "stop_condition": stop_condition, "answer": None,
             "metrics": env.metrics.as_dict()}
 
@@ -229,16 +231,18 @@ def plugin_module() -> types.ModuleType:
             try:
                 await asyncio.to_thread(env.reset, options={"task": dict(task.data.task)})
                 async with agents.agent.interaction(task) as interaction:
-                    step = None
+                    step, total = None, 0.0
                     try:
                         segment = await interaction.turn()
                         while not segment.terminated:
                             step = await asyncio.to_thread(env.step, _reply_text(segment))
+                            total += float(step[1])
                             if step[2] or step[3]:
                                 break
                             segment = await interaction.turn(step[0])
                     finally:
-                        interaction.trace.info["agentrl"] = _outcome(env, step, interaction.trace.stop_condition)
+                        interaction.trace.info["agentrl"] = _outcome(env, step, interaction.trace.stop_condition,
+                                                                     total)
             finally:
                 await asyncio.to_thread(env.close)
 

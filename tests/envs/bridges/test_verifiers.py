@@ -61,25 +61,33 @@ def env_ids() -> list:
             else i for i in SCRIPTABLE]
 
 
-def play_gym(env_id: str, task: dict, actions: list[str], max_steps: int | None = None) -> dict:
-    """Our episode of ``actions``: the opening messages, the observations and how it ended."""
-    env = gym.make(env_id, **env_kwargs(env_id))
+def play_gym(env_id: str, task: dict, actions: list[str], max_steps: int | None = None,
+             kwargs: dict | None = None) -> dict:
+    """Our episode of ``actions``: the opening messages, the observations and how it ended; ``reward`` is the
+    episode's, the sum of its steps' rewards (what a trainer sums)."""
+    env = gym.make(env_id, **(env_kwargs(env_id) if kwargs is None else kwargs))
     try:
         _, info = env.reset(options={"task": task})
         out = {"messages": info["messages"], "tools": info["tools"], "observations": []}
+        total = 0.0
         for a in actions[:max_steps]:
             obs, reward, term, trunc, info = env.step(a)
+            total += reward
             out["observations"].append(obs)
             if term or trunc:
                 break
-        return {**out, "reward": reward, "correct": bool(info.get("correct")), "termination": info.get("termination"),
+        return {**out, "reward": total, "correct": bool(info.get("correct")), "termination": info.get("termination"),
                 "format_ok": bool(info.get("format_ok")), "truncated": trunc, "metrics": info["metrics"]}
     finally:
         env.close()
 
 
-def scripted(env_id: str) -> tuple[dict, list[str]]:
-    env = gym.make(env_id, **env_kwargs(env_id)).unwrapped
+#: ToolUse with partial credit per correct tool call: the demonstration's three steps are worth 0.2 + 0.2 + 1.0.
+CREDIT = {"call_credit": 0.2, "families": ["add_multiply"]}
+
+
+def scripted(env_id: str, kwargs: dict | None = None) -> tuple[dict, list[str]]:
+    env = gym.make(env_id, **(env_kwargs(env_id) if kwargs is None else kwargs)).unwrapped
     task = env.test_tasks(1)[0]
     return task, env.demo_actions(task)
 
@@ -107,6 +115,9 @@ def results() -> dict:
     task, demo = scripted("AgentRL/ToolUse-v0")
     cases["bad call"] = episode("AgentRL/ToolUse-v0", [BAD_CALL, *demo], task)
     cases["stopped"] = episode("AgentRL/ToolUse-v0", demo, task, agent={"max_turns": 1})
+    task, demo = scripted("AgentRL/ToolUse-v0", CREDIT)
+    cases["credit"] = episode("AgentRL/ToolUse-v0", demo, task, env_kwargs=CREDIT)
+    cases["credit stopped"] = episode("AgentRL/ToolUse-v0", demo, task, env_kwargs=CREDIT, agent={"max_turns": 2})
     for split, seed in (("test", 0), ("train", 5)):
         cases[f"taskset {split}"] = {"kind": "taskset", "env_id": "AgentRL/ToolUse-v0", "env_kwargs": {},
                                      "split": split, "num_tasks": 3, "seed": seed}
@@ -181,6 +192,20 @@ def test_verifiers_ending_the_exchange_first_gives_the_no_answer_reward(results)
     assert got["reward"] == gym.make("AgentRL/ToolUse-v0").unwrapped.rewards.invalid
     assert got["info"]["termination"] == "stopped" and got["metrics"]["truncated"] == 1.0
     assert got["info"]["metrics"]["tool_calls"] == 1  # our env ran the one call it was sent
+
+
+def test_an_episode_s_reward_is_the_sum_of_its_steps_rewards(results):
+    """With partial credit per tool call the steps before the answer carry reward too: the trace reports the
+    whole episode's (what ``gymnasium.make`` sums, and what our trainer trains on), not the last step's."""
+    task, demo = scripted("AgentRL/ToolUse-v0", CREDIT)
+    want = play_gym("AgentRL/ToolUse-v0", task, demo, kwargs=CREDIT)
+    assert len(demo) == 3 and want["reward"] == pytest.approx(1.4) and want["correct"]
+    assert_same_episode(results["credit"], want)
+    # stopped by verifiers after two replies: the credit earned so far plus the no-answer reward
+    stopped = results["credit stopped"]
+    invalid = gym.make("AgentRL/ToolUse-v0", **CREDIT).unwrapped.rewards.invalid
+    assert stopped["info"]["termination"] == "stopped" and stopped["num_turns"] == 2
+    assert stopped["reward"] == pytest.approx(0.2 + 0.2 + invalid)
 
 
 def test_the_dataset_is_the_env_s_tasks(results):
