@@ -102,6 +102,10 @@ def cmd_main_job(args) -> int:
 
     cfg = build_main_job_config(args)
     preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
+    from agentrl.algos.rollout.demonstrations import check_demonstrations
+
+    check_demonstrations(cfg.env, cfg.env_kwargs, "a cold start trained with agentrl train --algo sft "
+                         "sft.data=conversations.jsonl, then agentrl train --algo grpo --adapter RUN/adapter")
     print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
     print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
           f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
@@ -129,6 +133,10 @@ def cmd_train(args) -> int:
 
     cfg = build_train_config(args)
     preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
+    if cfg.algo == "sft" and not cfg.sft.data and not cfg.env_mixture():
+        from agentrl.algos.rollout.demonstrations import check_demonstrations
+
+        check_demonstrations(cfg.env, cfg.env_kwargs, "sft.data=conversations.jsonl")
     mode = ""
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous

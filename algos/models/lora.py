@@ -110,9 +110,12 @@ def save_adapter(model, path: str | Path) -> Path:
 
 def check_adapter_folder(path: str | Path) -> None:
     """Raise ``FileNotFoundError`` unless ``path`` holds a PEFT adapter (``adapter_config.json``); the message
-    names ``path/adapter`` when that is one (a run's folder given instead of its adapter)."""
+    says when ``path`` does not exist, and names ``path/adapter`` when that is one (a run's folder given instead
+    of its adapter)."""
     if (Path(path) / "adapter_config.json").is_file():
         return
+    if not Path(path).exists():
+        raise FileNotFoundError(f"adapter {path}: no such folder")
     inner = Path(path) / "adapter"
     hint = f"; did you mean {str(inner)!r}?" if (inner / "adapter_config.json").is_file() else ""
     raise FileNotFoundError(f"{path} is not a PEFT adapter folder (no adapter_config.json){hint}")

@@ -177,3 +177,30 @@ class TaskDemonstrations:
                                                 tools_in_prompt=demo.get("tools_in_prompt", False))
                 self._cache[key] = (ids, mask, float(demo["reward"]))
         return self._cache[key]
+
+
+DEMO_SEEDS = 64
+"""Tasks :func:`check_demonstrations` draws, looking for one the env can demonstrate."""
+
+
+def check_demonstrations(env_id: str, env_kwargs: dict[str, Any], fix: str) -> None:
+    """Refuse, before any model loads, an SFT cold start on an env that demonstrates none of its first
+    :data:`DEMO_SEEDS` tasks (your own dataset rows without ``calls``, or an env without ``demo``); the message
+    names ``fix``, the other way to a cold start. Raises ``ValueError``."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        base = env.unwrapped
+        if not callable(getattr(base, "demo", None)):
+            raise ValueError(f"{env_id} cannot produce demonstrations (no demo(task)); the SFT cold start needs "
+                             f"them: pass {fix}")
+        for seed in range(DEMO_SEEDS):
+            env.reset(seed=seed)
+            if base.demo(base.task) is not None:
+                return
+    finally:
+        env.close()
+    raise ValueError(f"{env_id} demonstrated none of {DEMO_SEEDS} tasks: the SFT cold start needs dataset rows "
+                     f"with 'calls' (the tool calls that solve them, [[name, arguments], ...]; docs/own-tools.md), "
+                     f"or {fix}")

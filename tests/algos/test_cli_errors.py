@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -85,7 +86,9 @@ def test_a_flag_the_command_does_not_take_is_refused_never_read_as_a_longer_one(
 
 def test_a_missing_adapter_folder_is_refused_before_the_model_loads(capsys, no_loading, tmp_path):
     line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path / "nowhere")])
-    assert "is not a PEFT adapter folder" in line
+    assert line.endswith(f"adapter {tmp_path / 'nowhere'}: no such folder")  # was "not a PEFT adapter folder"
+    line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path)])  # a folder, but no adapter in it
+    assert "is not a PEFT adapter folder (no adapter_config.json)" in line
     (tmp_path / "run" / "adapter").mkdir(parents=True)
     (tmp_path / "run" / "adapter" / "adapter_config.json").write_text("{}")
     line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path / "run")])
@@ -232,3 +235,39 @@ def test_an_algorithm_that_breaks_its_contract_is_one_line_naming_it(capsys, no_
     assert "Traceback" not in out.err and out.err.count("\n") == 1, out.err
     assert out.err.startswith("agentrl: error: algorithm 'broken' (registered at run time: json:dumps) breaks the "
                               "algorithm contract: a function, neither a subclass nor an instance of Algorithm")
+
+
+# ---------------------------------------------------------------------------------------------- SFT without demos
+
+
+@pytest.fixture
+def rows_without_calls(tmp_path, monkeypatch):
+    """``--env-kwargs`` of ToolUse-v0 with your own tool and dataset rows that carry no ``calls``."""
+    (tmp_path / "price_tools.py").write_text('def price(item: str) -> float:\n    """Price.\n\n    Args:\n'
+                                             '        item: the item.\n    """\n    return 1.5\n')
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"question": "What does a pen cost?", "answer": "1.5"}) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return {"tools": ["price_tools:price"], "dataset": str(rows)}
+
+
+@pytest.mark.parametrize("argv", [["train", "--algo", "sft"], ["main-job"]])
+def test_sft_on_rows_without_calls_is_refused_before_the_model_loads_naming_the_fix(capsys, no_loading, tmp_path,
+                                                                                     rows_without_calls, argv):
+    # was: the model loaded, then 64,000 tasks were scanned for a demonstration before a ValueError
+    line = _one_line_error(capsys, [*argv, "--env-kwargs", json.dumps(rows_without_calls), "--out",
+                                    str(tmp_path / "run")])
+    assert "demonstrated none of 64 tasks" in line and "rows with 'calls'" in line and "sft.data=" in line
+
+
+def test_rows_with_calls_or_sft_data_pass_the_demonstration_check(no_loading, rows_without_calls, tmp_path):
+    from agentrl.algos.rollout.demonstrations import check_demonstrations
+
+    argv = ["train", "--algo", "sft", "--env-kwargs", json.dumps(rows_without_calls), "--out", str(tmp_path / "r")]
+    with pytest.raises(AssertionError, match="a model was loaded"):  # sft.data: the env's demos are not needed
+        cli.main([*argv, "sft.data=conversations.jsonl"])
+    row = {"question": "What does a pen cost?", "answer": "1.5", "calls": [["price", {"item": "pen"}]]}
+    Path(rows_without_calls["dataset"]).write_text(json.dumps(row) + "\n")
+    check_demonstrations("AgentRL/ToolUse-v0", rows_without_calls, "sft.data=...")  # no error
+    with pytest.raises(AssertionError, match="a model was loaded"):
+        cli.main(argv)
