@@ -87,13 +87,14 @@ def clean(output: str) -> str:
     return "\n".join(lines)
 
 
-def run(name: str, args: list[str], timeout: float) -> dict:
-    cmd = [sys.executable, str(SCRIPTS / f"{name}.py"), *args]
+def run(name: str, args: list[str], timeout: float, checkout: Path = ROOT, python: str = sys.executable) -> dict:
+    """Run ``benchmarks/<name>.py args`` of ``checkout`` with ``python``; its cleaned output, exit code, wall time."""
+    cmd = [python, str(checkout / "benchmarks" / f"{name}.py"), *args]
     shown = " ".join(["python", f"benchmarks/{name}.py", *args])
-    print(f"== {shown}", flush=True)
+    print(f"== {shown}" + (f" (in {checkout}, {python})" if checkout != ROOT else ""), flush=True)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=timeout)
         out, rc = proc.stdout + ("\n" + proc.stderr if proc.returncode else ""), proc.returncode
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -203,14 +204,18 @@ def write_speed(out: Path, history: list[dict]) -> None:
 
 def track(scripts: list[str], args: argparse.Namespace) -> int:
     """``--track`` / ``--check``: run each tracked script ``--repeat`` times, print every ratio beside the history;
-    ``--track`` also appends to the history and rewrites the page's speed section."""
-    state = git_state(ROOT)
+    ``--track`` also appends to the history and rewrites the page's speed section. With ``--checkout DIR
+    --python PY`` the scripts of another checkout (an older commit, its package installed for ``PY``) run and
+    are recorded under that checkout's commit."""
+    checkout = Path(args.checkout).resolve() if args.checkout else ROOT
+    python = args.python or sys.executable
+    state = git_state(checkout)
     commit = (state["commit"] or "unknown") + ("+dirty" if state["dirty"] else "")
     kind, mode = this_machine(), "quick" if args.quick else "full"
     history = read_history(HISTORY)
     rows = []
     for name in scripts:
-        runs = [run(name, QUICK_ARGS.get(name, []) if args.quick else [], args.timeout or 3600)
+        runs = [run(name, QUICK_ARGS.get(name, []) if args.quick else [], args.timeout or 3600, checkout, python)
                 for _ in range(args.repeat)]
         rows += measure(name, [r["text"] for r in runs if r["rc"] == 0], commit=commit, machine=kind, mode=mode)
     print(f"\n== tracked ratios at {commit[:7]} on {kind} ({mode}, {args.repeat} reps each)")
@@ -242,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="like --track but write nothing: print each ratio beside the recorded history, with a "
                          "WARNING line where it is worse beyond the spread (what CI runs)")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions per tracked benchmark (default 3)")
+    ap.add_argument("--checkout", metavar="DIR",
+                    help="with --track/--check: run the benchmark scripts of this checkout (e.g. a `git worktree` of "
+                         "an older commit) and record its commit")
+    ap.add_argument("--python", metavar="PY",
+                    help="with --checkout: the interpreter whose `agentrl` is that checkout (default: this one)")
     ap.add_argument("--history-only", action="store_true",
                     help="run nothing: rewrite only the speed-history section of --out from the committed history")
     args = ap.parse_args(argv)

@@ -82,7 +82,7 @@ def test_check_prints_and_writes_nothing_track_appends_and_writes_the_page_secti
                     encoding="utf-8")
     calls = []
 
-    def fake_run(name, args, timeout):
+    def fake_run(name, args, timeout, checkout=None, python=None):
         calls.append((name, args))
         return {"name": name, "command": name, "rc": 0, "wall": 1.0,
                 "text": "| ratio agentrl / TRL | 0.80x | 0.4x | 0.7x | | | 1.2x |"}
