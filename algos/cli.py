@@ -223,7 +223,7 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_d
 def cmd_eval(args) -> int:
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
-    from agentrl.algos.evaluation.report import results_table
+    from agentrl.algos.evaluation.report import results_table, sampling_table
     from agentrl.algos.models import load_model
     from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig
@@ -270,6 +270,8 @@ def cmd_eval(args) -> int:
         policy.close()
     label = ("text-only " if args.no_tools else "") + (Path(args.adapter).name if args.adapter else args.model)
     print(results_table([(label, report)]))
+    if args.n > 1:  # pass@k and pass^k for k = 1 … N, success by chain length
+        print("\n" + sampling_table(label, report))
     if args.out:
         print(f"episodes: {args.out}")
     return 0

@@ -138,18 +138,20 @@ def task_group(task: Mapping[str, Any]) -> str:
 def metrics_by_family(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     """Where a batch's learning signal was, per task family (``task["family"]``, else its ``data_source``):
     ``family/groups@<f>`` (task groups of that family), ``family/signal_groups@<f>`` (those whose rewards differ:
-    the only groups a group-relative advantage learns from) and ``family/correct@<f>`` (mean ``correct`` of its
-    trajectories). ``{}`` when no task names a family. Summed over steps, the two counts say which families RL
-    never had a signal on (a chain it never solves in any sample)."""
+    the only groups a group-relative advantage learns from), ``family/zero_variance_share@<f>`` (the share of its
+    groups whose rewards are all equal: GRPO's advantage is 0 on every sample of them) and ``family/correct@<f>``
+    (mean ``correct`` of its trajectories). ``{}`` when no task names a family. Summed over steps, the two counts
+    say which families RL never had a signal on (a chain it never solves in any sample)."""
     trajs = [t for t in trajectories if t.task and ("family" in t.task or "data_source" in t.task)]
     groups: dict[str, list[list[Trajectory]]] = defaultdict(list)
     for members in group_indices(t.group_id for t in trajs):
         groups[task_group(trajs[members[0]].task)].append([trajs[i] for i in members])
     out: dict[str, float] = {}
     for family, family_groups in sorted(groups.items()):
+        signal = sum(not all_equal([float(t.reward) for t in g]) for g in family_groups)
         out[f"family/groups@{family}"] = float(len(family_groups))
-        out[f"family/signal_groups@{family}"] = float(sum(not all_equal([float(t.reward) for t in g])
-                                                          for g in family_groups))
+        out[f"family/signal_groups@{family}"] = float(signal)
+        out[f"family/zero_variance_share@{family}"] = 1.0 - signal / len(family_groups)
         out[f"family/correct@{family}"] = mean([float(t.metrics.get("correct", 0)) for g in family_groups for t in g])
     return out
 

@@ -4,7 +4,12 @@ Definitions (``docs/evaluation.md`` has the worked example):
 
 * **Average@N** — the mean of ``correct`` over all ``num_tasks × N`` episodes: how reliable one sample is.
 * **Pass@N** — the fraction of tasks with at least one correct episode among their ``N``: the ceiling of
-  many tries; :func:`pass_at_k` gives the unbiased pass@k estimates for smaller ``k``.
+  many tries; :func:`pass_at_k` gives the unbiased pass@k estimates for every ``k`` up to ``N`` (Chen et al.
+  2021: ``1 - C(N-c, k) / C(N, k)`` per task, averaged).
+* **pass^k** — the chance that ``k`` tries of a task are *all* right (τ-bench's reliability measure):
+  :func:`pass_hat_k`, ``C(c, k) / C(N, k)`` per task, averaged; pass^1 = pass@1 = Average@N.
+* **Success by chain length** — Average@N over the tasks whose solution takes ``L`` tool calls
+  (``task["chain_length"]``, else the length of ``task["calls"]``), for each ``L``.
 * **EM per data source** — Average@N restricted to the tasks of one ``data_source`` (exact match after the
   env's answer normalisation); **Macro-EM** — the unweighted mean of the per-source EMs, so a large source
   does not dominate.
@@ -50,7 +55,11 @@ class EvalReport:
     pass_at_n: float = 0.0
     """Fraction of tasks with at least one correct episode."""
     pass_at_k: dict[int, float] = field(default_factory=dict)
-    """Unbiased pass@k estimates (Chen et al. 2021) for k = 1, 2, 4, … up to the smallest group size."""
+    """Unbiased pass@k estimates (Chen et al. 2021) for k = 1 … the smallest group size (:func:`pass_at_k`)."""
+    pass_hat_k: dict[int, float] = field(default_factory=dict)
+    """pass^k, all ``k`` tries of a task right, for k = 1 … the smallest group size (:func:`pass_hat_k`)."""
+    by_chain_length: dict[int, float] = field(default_factory=dict)
+    """Average@N per chain length (tool calls a solution takes); empty when no task says."""
     format_rate: float = 0.0
     """Fraction of episodes that ended in a well-formed final answer (``format_ok``)."""
     mean_tool_calls: float = 0.0
@@ -83,7 +92,8 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``pass_at_k`` keys become strings)."""
         d = asdict(self)
-        d["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        for key in ("pass_at_k", "pass_hat_k", "by_chain_length"):
+            d[key] = {str(k): v for k, v in getattr(self, key).items()}
         return d
 
     @classmethod
@@ -91,7 +101,8 @@ class EvalReport:
         """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        d["pass_at_k"] = {int(k): v for k, v in d.get("pass_at_k", {}).items()}
+        for key in ("pass_at_k", "pass_hat_k", "by_chain_length"):
+            d[key] = {int(k): v for k, v in d.get(key, {}).items()}
         return cls(**d)
 
     def to_markdown_row(self, label: str, sources: Sequence[str] | None = None) -> str:
@@ -111,13 +122,51 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased estimate of pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``."""
+def _check_counts(n: int, c: int, k: int) -> None:
     if not 0 < k <= n:
         raise ValueError(f"need 0 < k <= n, got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n correct samples, got c={c}, n={n}")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass@k (at least one of ``k`` tries right) from ``n`` samples of which ``c`` are
+    correct: ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021, the HumanEval paper's estimator)."""
+    _check_counts(n, c, k)
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass^k (all of ``k`` tries right; τ-bench) from ``n`` samples of which ``c`` are
+    correct: ``C(c, k) / C(n, k)``."""
+    _check_counts(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def chain_length(task: dict[str, Any] | None) -> int | None:
+    """The tool calls a task's solution takes: ``task["chain_length"]``, else the length of ``task["calls"]``;
+    None when the task says neither."""
+    task = task or {}
+    if task.get("chain_length") is not None:
+        return int(task["chain_length"])
+    calls = task.get("calls")
+    return len(calls) if isinstance(calls, list) else None
+
+
+def sampling_table(label: str, report: EvalReport) -> str:
+    """pass@k and pass^k for k = 1 … N, and success by chain length, as markdown (what ``agentrl eval``
+    prints after its results table when it sampled N > 1 episodes per task)."""
+    ks = sorted(report.pass_at_k)
+    lines = [f"| {label} | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---:|" * len(ks),
+             "| pass@k | " + " | ".join(_pct(report.pass_at_k[k]) for k in ks) + " |",
+             "| pass^k | " + " | ".join(_pct(report.pass_hat_k.get(k)) for k in ks) + " |"]
+    if report.by_chain_length:
+        lines += ["", "| Chain length | " + " | ".join(str(n) for n in report.by_chain_length) + " |",
+                  "|---|" + "---:|" * len(report.by_chain_length),
+                  f"| Average@{report.n} | " + " | ".join(_pct(v) for v in report.by_chain_length.values()) + " |"]
+    return "\n".join(lines)
 
 
 def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "data_source",
@@ -150,10 +199,12 @@ def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "
 
     correct = [float(bool(t.metrics.get("correct", 0))) for t in trajs]
     task_correct = [[bool(t.metrics.get("correct", 0)) for t in ts] for ts in groups]
-    k_max = min(len(cs) for cs in task_correct)
-    ks = [2**i for i in range(k_max.bit_length()) if 2**i <= k_max]
-    if k_max not in ks:
-        ks.append(k_max)
+    ks = range(1, min(len(cs) for cs in task_correct) + 1)
+    by_length: dict[int, list[float]] = defaultdict(list)
+    for ts, cs in zip(groups, task_correct, strict=True):
+        length = chain_length(ts[0].task)
+        if length is not None:
+            by_length[length] += [float(c) for c in cs]
 
     by_source: dict[str, list[float]] = defaultdict(list)
     for t, c in zip(trajs, correct, strict=True):
@@ -170,6 +221,8 @@ def summarize(trajectories: Iterable[Trajectory], n: int, *, source_key: str = "
         average_at_n=mean(correct),
         pass_at_n=mean([float(any(cs)) for cs in task_correct]),
         pass_at_k={k: mean([pass_at_k(len(cs), sum(cs), k) for cs in task_correct]) for k in ks},
+        pass_hat_k={k: mean([pass_hat_k(len(cs), sum(cs), k) for cs in task_correct]) for k in ks},
+        by_chain_length={length: mean(cs) for length, cs in sorted(by_length.items())},
         format_rate=mean([float(bool(t.metrics.get("format_ok", 0))) for t in trajs]),
         mean_tool_calls=mean([float(t.metrics.get("tool_calls", 0)) for t in trajs]),
         mean_turns=mean([float(len(t.turns) if t.turns else t.metrics.get("turns", 0)) for t in trajs]),

@@ -171,7 +171,9 @@ def test_family_metrics_count_each_familys_groups_and_those_with_a_signal():
     m = aggregate_rollout_metrics(trajs)
     assert {k: v for k, v in m.items() if k.startswith("family/")} == {
         "family/groups@add": 2, "family/signal_groups@add": 1, "family/correct@add": 0.75,
-        "family/groups@chain": 1, "family/signal_groups@chain": 0, "family/correct@chain": 0.0}
+        "family/zero_variance_share@add": 0.5,  # one of its two groups had no signal
+        "family/groups@chain": 1, "family/signal_groups@chain": 0, "family/correct@chain": 0.0,
+        "family/zero_variance_share@chain": 1.0}
     sources = [fam(0, "x", 1.0, 1), fam(0, "x", 0.0, 0)]
     for t in sources:  # Search's tasks name their data source instead
         t.task = {"id": "0", "data_source": "nq"}
