@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -257,3 +258,41 @@ def test_a_hung_engine_times_out_and_is_killed(model_dir, tmp_path):
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The running (not zombie) processes of process group ``pgid``."""
+    members = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat_file.parent.name))
+    return members
+
+
+_ENGINE_PARENT = ("import sys, time\nfrom agentrl.algos.policy.engine import VLLMEngine\n"
+                  "engine = VLLMEngine(sys.argv[1], served_model_name='tiny', dtype='fp32', log_path=sys.argv[2])\n"
+                  "print(engine.start().proc.pid, flush=True)\nwhile True:\n    time.sleep(0.1)\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_trainer_leaves_no_vllm_process(sig, model_dir, tmp_path):
+    """What ``timeout``, Slurm, Docker and Kubernetes send (SIGTERM, later SIGKILL) to the process that started
+    the engine: every process of the server's group (the API server and its engine core) is gone soon after."""
+    parent = subprocess.Popen([sys.executable, "-c", _ENGINE_PARENT, str(model_dir), str(tmp_path / "vllm.log")],
+                              stdout=subprocess.PIPE, text=True, env=_cli_env())
+    try:
+        group = int(parent.stdout.readline())
+        assert len(_group_members(group)) >= 2  # the API server and its engine core
+        parent.send_signal(sig)
+        parent.wait(60)
+        deadline = time.monotonic() + 30
+        while _group_members(group) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _group_members(group) == [], f"{signal.Signals(sig).name} of the trainer left vLLM running"
+    finally:
+        parent.kill()
+        parent.wait()
