@@ -14,10 +14,14 @@ nothing in the collector changes::
 The command line selects the environment executor with ``--executor local|ray`` through
 :func:`~agentrl.algos.rollout.env_factory.rollout_env`, which builds a :class:`RayEnvPool` for ``"ray"``
 (:data:`~agentrl.algos.rollout.env_factory.EXECUTORS`). ``ray.init()`` with no address starts a local instance or
-joins the cluster named by ``RAY_ADDRESS``; every node needs agentrl-gym installed (or a ``runtime_env``). Failures
-stay contained: an actor that dies mid-episode makes ``step`` raise in the driver, which the collector records as
-an ``error`` trajectory (a failure while envs are opened or reset raises). Rollout workers (a policy per actor) are
-in :mod:`agentrl.algos.integrations.ray_rollout`.
+joins the cluster named by ``RAY_ADDRESS``; every node needs agentrl-gym installed (or a ``runtime_env``). Where the
+actors go is Ray's business: ``actor_options`` (``TrainConfig.env_actor_options``, e.g. ``{"num_cpus": 1,
+"scheduling_strategy": "SPREAD"}`` or a custom resource) are passed to every actor's ``.options()``.
+
+Failures stay contained: an actor that dies mid-episode (its node lost, or killed) makes ``step`` raise in the
+driver, which the collector records as an ``error`` trajectory; the pool then replaces the dead actor the next time
+it hands out an env, so a lost node costs its episodes, not the run. Sampling is not done here: to spread
+generation over several devices or machines, serve the policy with an inference engine (``docs/engines.md``).
 """
 
 from __future__ import annotations
@@ -196,6 +200,9 @@ class RayEnvPool:
                  template_tools: bool = False, call_format: str | None = None, max_concurrency: int = 8,
                  actor_options: dict[str, Any] | None = None):
         ray = ensure_ray()
+        self.max_concurrency = max_concurrency
+        self.actor_options = dict(actor_options or {})
+        self.replaced = 0
         if num_workers is None:
             num_workers = max(1, min(16, int(ray.cluster_resources().get("CPU", 1))))
         if num_workers < 1:
@@ -205,20 +212,42 @@ class RayEnvPool:
         self.template_tools = template_tools
         self.call_format = call_format
         self._ray = ray
-        self.hosts = [env_host_actor(env_id, env_kwargs, template_tools=template_tools, call_format=call_format,
-                                     max_concurrency=max_concurrency, actor_options=actor_options)
-                      for _ in range(num_workers)]
+        self.hosts = [self._start_host() for _ in range(num_workers)]
         self._next = 0
         self._lock = threading.Lock()
 
+    def _start_host(self):
+        return env_host_actor(self.env_id, self.env_kwargs, template_tools=self.template_tools,
+                              call_format=self.call_format, max_concurrency=self.max_concurrency,
+                              actor_options=self.actor_options)
+
     def __call__(self) -> RemoteEnv:
+        """A new env on the next actor; an actor found dead (its node lost) is replaced by a new one first.
+
+        Raises:
+            RuntimeError: the pool is closed.
+        """
+        from ray.exceptions import RayActorError
+
         if not self.hosts:
             raise RuntimeError("this RayEnvPool is closed")
-        with self._lock:
-            host = self.hosts[self._next % len(self.hosts)]
-            self._next += 1
-        return RemoteEnv(self.env_id, self.env_kwargs, host=host, template_tools=self.template_tools,
-                         call_format=self.call_format)
+        for _ in range(2 * len(self.hosts) + 1):
+            with self._lock:
+                slot = self._next % len(self.hosts)
+                host = self.hosts[slot]
+                self._next += 1
+            try:
+                return RemoteEnv(self.env_id, self.env_kwargs, host=host, template_tools=self.template_tools,
+                                 call_format=self.call_format)
+            except RayActorError as e:
+                logger.warning("env actor %d of %s is gone (%s); starting a replacement", slot, self.env_id,
+                               type(e).__name__)
+                with self._lock:
+                    if self.hosts[slot] is host:
+                        self.hosts[slot] = self._start_host()
+                        self.replaced += 1
+        raise RuntimeError(f"no env actor of {self.env_id} could open an env: every replacement died too "
+                           "(is the Ray cluster out of nodes?)")
 
     def __getstate__(self):  # picklable (e.g. handed to a rollout actor): actor handles travel, the lock does not
         state = dict(self.__dict__)

@@ -162,6 +162,9 @@ class TrainConfig:
     search scale across machines; pip install ray)."""
     env_workers: int | None = None
     """With executor='ray': the number of env actors (default: the cluster's CPUs, at most 16)."""
+    env_actor_options: dict[str, Any] | None = None
+    """With executor='ray': Ray ``.options()`` of every env actor, i.e. where Ray places them (``num_cpus``,
+    ``resources`` such as a custom ``{"envs": 1}`` only some nodes have, ``scheduling_strategy: SPREAD``)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     if TYPE_CHECKING:  # the built-in sections, as type checkers see them (with_algorithm_sections adds them here)
@@ -198,6 +201,13 @@ class TrainConfig:
         algo = algorithm_class(self.algo)
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {self.executor!r}")
+        if self.env_actor_options is not None:
+            if not isinstance(self.env_actor_options, dict):
+                raise ValueError("env_actor_options must be a mapping of Ray actor options (e.g. {\"num_cpus\": 1}), "
+                                 f"got {self.env_actor_options!r}")
+            if self.executor == "local":
+                raise ValueError("env_actor_options places Ray env actors: set executor=ray too (the local executor "
+                                 "runs the envs in this process)")
         if self.micro_batch_tokens != "auto" and self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1 or 'auto', got {self.micro_batch_tokens!r}")
         if self.malloc_mmap_threshold_mb is not None and (

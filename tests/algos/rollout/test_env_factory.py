@@ -76,3 +76,13 @@ def test_a_third_party_entry_point_is_picked_up(tmp_path, monkeypatch):
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[0] == "['local', 'ray', 'mine'] True 1 True", run.stdout
+
+
+def test_env_actor_options_must_be_a_mapping_and_need_the_ray_executor(tmp_path):
+    from agentrl.algos.training.config import TrainConfig
+
+    TrainConfig(out=str(tmp_path), executor="ray", env_actor_options={"num_cpus": 1}).validate()
+    with pytest.raises(ValueError, match=r"^env_actor_options must be a mapping of Ray actor options"):
+        TrainConfig(out=str(tmp_path), executor="ray", env_actor_options=[1]).validate()
+    with pytest.raises(ValueError, match=r"^env_actor_options places Ray env actors: set executor=ray"):
+        TrainConfig(out=str(tmp_path), env_actor_options={"num_cpus": 1}).validate()
