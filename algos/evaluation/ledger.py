@@ -21,8 +21,8 @@ ledger file, as :func:`git_state` first read it in this process: a runner reads 
 ``weights`` (a fingerprint of the weights the policy samples with, see :func:`weights_fingerprint`),
 ``adapter`` (what the caller says: an adapter's hash, ``"base"``, or null), ``set``, ``set_sha256``,
 ``tasks``, ``set_tasks``, ``n``, ``temperature``, ``primary_metric`` (the sidecar's), ``scores``
-(``average_at_n``, ``pass_at_n``, ``macro_em``, ``by_family``), ``per_task`` (task id -> mean correct over its
-N episodes) and ``out`` (the episodes file, when written). """
+(``average_at_n``, ``pass_at_n``, ``macro_em`` over data sources, ``by_family``), ``per_task`` (task id -> mean
+correct over its N episodes) and ``out`` (the episodes file, when written). """
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.algos.evaluation.intervals import metric_value
 from agentrl.algos.evaluation.metrics import task_group
 from agentrl.algos.rollout.trajectory import Trajectory, group_indices
 
@@ -110,14 +111,19 @@ def task_scores(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
 
 
 def scores(rows: list[dict[str, Any]], report: Any = None) -> dict[str, Any]:
-    """Overall and per-family scores of :func:`task_scores` rows (``report``'s Pass@N when given)."""
+    """Overall and per-family scores of :func:`task_scores` rows (``report``'s Pass@N when given).
+
+    ``macro_em`` is Macro-EM as the results pages and ``summarize`` define it (docs/evaluation.md): the unweighted
+    mean over data sources (a task's ``data_source``, else its family) of each source's mean task score
+    (:func:`~agentrl.algos.evaluation.intervals.metric_value`). ``by_family`` groups by family."""
     by: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by[r["family"]].append(r["score"])
     by_family = {k: sum(v) / len(v) for k, v in sorted(by.items())}
+    sources = [str(r.get("data_source", r["family"])) for r in rows]
     return {"average_at_n": sum(r["score"] for r in rows) / len(rows) if rows else None,
             "pass_at_n": getattr(report, "pass_at_n", None),
-            "macro_em": sum(by_family.values()) / len(by_family) if by_family else None,
+            "macro_em": metric_value([r["score"] for r in rows], "macro_em", sources) if rows else None,
             "by_family": by_family}
 
 

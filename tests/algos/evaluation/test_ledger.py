@@ -139,3 +139,31 @@ def test_command_line_and_adapter_hash(tmp_path, monkeypatch):
     first = ledger.adapter_sha256(tmp_path)
     (tmp_path / "adapter_model.safetensors").write_bytes(b"2")
     assert ledger.adapter_sha256(tmp_path) != first
+
+
+def test_macro_em_averages_data_sources_as_the_pages_and_the_report_do():
+    """Macro-EM is one figure everywhere: the unweighted mean over data sources of each source's mean score (the
+    results pages' bootstrap, ``summarize``'s Macro-EM, Search-R1's papers), not a mean over task families.
+    Here source "math" holds 3 solved "add" tasks and 1 unsolved "mul" task: by source (0.75 + 0.5) / 2, by
+    family (add 1.0, mul 0.0, quiz 0.0) it would be 1/3."""
+    from agentrl.algos.evaluation.intervals import metric_value
+    from agentrl.algos.evaluation.report import summarize
+
+    tasks = [{"id": "a1", "family": "add", "data_source": "math"}, {"id": "a2", "family": "add", "data_source": "math"},
+             {"id": "a3", "family": "add", "data_source": "math"}, {"id": "m1", "family": "mul", "data_source": "math"},
+             {"id": "q1", "family": "add", "data_source": "quiz"}, {"id": "q2", "data_source": "quiz"}]
+    correct = [1, 1, 1, 0, 1, 0]
+    trajs = [Trajectory(token_ids=[1], loss_mask=[1], logprobs=[0.0], prompt_len=0, reward=0.0, group_id=g, task=t,
+                        metrics={"correct": float(c)})
+             for g, (t, c) in enumerate(zip(tasks, correct, strict=True)) for _ in range(2)]
+    rows = ledger.task_scores(trajs)
+    got = ledger.scores(rows)
+    assert got["macro_em"] == pytest.approx((0.75 + 0.5) / 2)
+    assert got["macro_em"] == pytest.approx(summarize(trajs, 2).macro_em)
+    assert got["macro_em"] == pytest.approx(metric_value(correct, "macro_em", [t["data_source"] for t in tasks]))
+    assert got["by_family"] == {"add": 1.0, "mul": 0.0, "quiz": 0.0}  # per family, as before
+    # without data sources the families are the groups (ToolUse-v0's rows), as the pages group them
+    plain = [{"id": t["id"], "family": t.get("family", "x")} for t in tasks]
+    for tr, t in zip(trajs, [p for p in plain for _ in range(2)], strict=True):
+        tr.task = t
+    assert ledger.scores(ledger.task_scores(trajs))["macro_em"] == pytest.approx((1.0 + 0.0 + 0.0) / 3)
