@@ -59,7 +59,7 @@ ENVS: dict[str, tuple[str, str]] = {
     "AgentRL/BFCL-v0": ("agentrl.envs.bfcl.env:BFCLEnv",
                         "BFCL's single-turn Python categories, graded by BFCL's own AST checker (needs bfcl-eval)"),
     "AgentRL/TauBench-v0": ("agentrl.envs.tau_bench.env:TauBenchEnv",
-                            "tau2-bench customer-service domains (airline/retail/telecom/mock), graded by tau2's evaluator"),
+                            "tau2-bench's airline/retail/telecom/mock domains, graded by tau2's own evaluator"),
     "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
                            "play a running OpenEnv server (url=...; needs the [openenv] extra)"),
 }
