@@ -49,9 +49,20 @@ def main() -> None:
     ap.add_argument("--base-url", default="http://127.0.0.1:8000")
     ap.add_argument("--model", required=True)
     ap.add_argument("--episodes", type=int, default=3)
+    ap.error = lambda message: ap.exit(2, f"{ap.prog}: error: {message}\n")  # one line, no usage block
     args = ap.parse_args()
+    try:
+        gym.make(args.env).close()
+    except gym.error.Error as e:  # an unknown id: gymnasium's message names the close ones
+        ap.error(f"--env: {e}")
     for seed in range(args.episodes):
-        reward, info = play(args.env, args.base_url, args.model, seed=seed, api_key=os.environ.get("OPENAI_API_KEY"))
+        try:
+            reward, info = play(args.env, args.base_url, args.model, seed=seed,
+                                api_key=os.environ.get("OPENAI_API_KEY"))
+        except requests.RequestException as e:  # unreachable server, HTTP error: one line, not a traceback
+            ap.exit(1, f"{ap.prog}: error: the chat server at {args.base_url} failed: {e}\n")
+        except (KeyError, IndexError, ValueError) as e:
+            ap.exit(1, f"{ap.prog}: error: {args.base_url} sent no OpenAI-style chat reply ({e!r})\n")
         print(f"episode {seed}: reward {reward:+.2f}  {info.get('termination')}  answer={info.get('answer')!r}")
 
 

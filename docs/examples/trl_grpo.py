@@ -20,26 +20,48 @@ import os
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number above 0 is needed, got {text!r}")
+    return int(text)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` / ``FileNotFoundError`` (one line, saying what to do) for an unknown env id, an env that
+    does not come up, a model not available here, or an adapter that is missing or of another base model."""
+    from agentrl.algos.models import check_model_available
+    from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
+    from agentrl.algos.rollout.env_factory import preflight_env
+
+    preflight_env(args.env)
+    if not args.tiny:
+        check_model_available(args.model)
+    if args.adapter:
+        check_adapter_folder(args.adapter)
+        if not args.tiny:  # the random-init tiny model is no checkpoint an adapter could name
+            check_adapter_base(args.adapter, args.model)
+
+
 def main(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="AgentRL/ToolUse-v0")
     ap.add_argument("--model", default="smollm2-135m", help="alias, hub id or local path")
     ap.add_argument("--tiny", action="store_true", help="random-init tiny model (smoke run)")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--tasks", type=int, default=64, help="training tasks (the env's train split)")
-    ap.add_argument("--prompts-per-step", type=int, default=4)
-    ap.add_argument("--num-generations", type=int, default=4)
-    ap.add_argument("--max-completion-length", type=int, default=128, help="tokens per reply")
+    ap.add_argument("--steps", type=positive_int, default=20)
+    ap.add_argument("--tasks", type=positive_int, default=64, help="training tasks (the env's train split)")
+    ap.add_argument("--prompts-per-step", type=positive_int, default=4)
+    ap.add_argument("--num-generations", type=positive_int, default=4)
+    ap.add_argument("--max-completion-length", type=positive_int, default=128, help="tokens per reply")
     ap.add_argument("--adapter", help="train this PEFT LoRA adapter on instead of a fresh LoRA "
                                       "(e.g. a cold start: runs/main/sft/adapter)")
     ap.add_argument("--out", default="runs/trl_grpo")
+    ap.error = lambda message: ap.exit(2, f"{ap.prog}: error: {message}\n")  # one line, no usage block
     args = ap.parse_args(argv)
-    if args.adapter:  # refused before anything loads, as `agentrl train --adapter` does
-        from agentrl.algos.models.lora import check_adapter_base, check_adapter_folder
-
-        check_adapter_folder(args.adapter)
-        if not args.tiny:  # the random-init tiny model is no checkpoint an adapter could name
-            check_adapter_base(args.adapter, args.model)
+    try:  # bad input is refused in one line before anything loads, as `agentrl train` does
+        check_args(args)
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
 
     import gymnasium as gym
     import numpy as np
