@@ -26,3 +26,27 @@ def test_gpu_check_runs_on_cpu_in_ci_size_from_a_tokenizer_folder(tokenizer, tmp
     assert float(cells[2]) > 0 and float(cells[3]) > 0  # rollout and training tokens/s: the steps trained
     metrics = (tmp_path / "runs" / "device" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 3  # two steps, then one more after the resume
+
+
+def test_gpu_memory_measures_one_update_per_shape_and_budget_on_cpu(tokenizer, tmp_path):
+    """``benchmarks/gpu_memory.py`` in CI size: one real update per token budget, with the planner's estimate."""
+    tokenizer.save_pretrained(tmp_path / "tok")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_memory.py"), "--device", "cpu", "--dtype", "fp32",
+         "--shapes", "tiny", "--tokens", "512,1024", "--row-tokens", "256", "--tokenizer-dir", str(tmp_path / "tok")],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
+            if line.startswith("| tiny |")]
+    assert [r[2] for r in rows] == ["512", "1024"] and all(r[-1] == "ok" for r in rows)
+    for r in rows:
+        assert float(r[4]) > 0 and float(r[6]) > 0 and float(r[7]) > 0  # peak, planned activations, update time
+    # twice the tokens, twice the planned activations
+    assert float(rows[1][6]) > float(rows[0][6])
+
+
+def test_gpu_memory_refuses_an_unknown_shape_in_one_line():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_memory.py"), "--shapes", "13b"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--shapes: unknown ['13b']; choose from ['1b', '7b', 'tiny']" in proc.stderr
