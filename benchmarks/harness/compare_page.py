@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.data import compare_judged, earlier_name, heldout_status
+from harness.data import TIE_RULE, compare_judged, earlier_name, heldout_status
 from harness.experiments import COMPARE, DIAGNOSTICS
 from harness.figures import compare_plots
 from harness.layout import shown
-from harness.tables import commit_text, signal_table
+from harness.tables import commit_text, seed_spread, signal_table, verdict
 
 
 def why_not(agg: dict[str, Any]) -> str:
@@ -54,11 +54,11 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
     notes = []
     for algo, agg in summary["aggregate"].items():
         agg = {**agg, "beat": agg["min"] > cold}  # the rule of aggregate(), also for a compare.json written before it
-        verdict = "yes (every seed)" if agg["beat"] else "no (see below)"
+        beat = "yes (every seed)" if agg["beat"] else "no (see below)"
         spent = ", ".join(f"{r['steps']} ({r['train_seconds'] / 60:.1f})" for r in summary["runs"][algo])
         lines.append(f"| {labels[algo]} | {100 * agg['mean']:.1f}% ({100 * agg['min']:.1f}..{100 * agg['max']:.1f}) "
                      f"| {100 * (agg['mean'] - cold):+.1f} | {agg['seeds_above']} of {agg['seeds']} | "
-                     f"{spent} | {verdict} |")
+                     f"{spent} | {beat} |")
         if not agg["beat"]:
             notes.append(f"- **{labels[algo]}** did not beat its cold start on every seed "
                          f"({agg['seeds_above']} of {agg['seeds']} above). Run means: {why_not(agg)}.")
@@ -66,14 +66,16 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
     if judgements:
         lines += ["", f"Comparisons of the final evaluations (Average@{n}, a task's score averaged over seeds; paired "
                   "bootstrap over tasks, 10,000 resamples, seed 0; verdict: met when A is above B; *decided* when the "
-                  "whole interval lies on the verdict's side):", "",
-                  "| Comparison | A | B | A - B (points) | 95% interval | Goal | Verdict |",
-                  "|---|---:|---:|---:|---|---|---|"]
+                  f"whole interval lies on the verdict's side; {TIE_RULE}. Seed spread: the standard deviation of "
+                  "each row's score over its seeds, the noise floor beside the interval (the interval is over tasks "
+                  "only), where a row has 2 or more seeds):", "",
+                  "| Comparison | A | B | A - B (points) | 95% interval | Seed spread (SD, points) | Goal | Verdict |",
+                  "|---|---:|---:|---:|---|---|---|---|"]
         for cmp, c in judgements:
             a, b = cmp.a, cmp.b
             lines.append(f"| {a} vs {b} | {c.a:.1f}% | {c.b:.1f}% | {c.difference:+.1f} "
-                         f"| [{c.low:+.1f}, {c.high:+.1f}] "
-                         f"| > +0 | **{c.verdict}** ({'decided' if c.decided else 'not decided'}) |")
+                         f"| [{c.low:+.1f}, {c.high:+.1f}] | {seed_spread(c.spread)} "
+                         f"| > +0 | {verdict(c)} |")
     if data_dir is not None:
         lines += signal_tables(summary, data_dir / "metrics")
     fams = summary.get("cold_start_by_family", {})

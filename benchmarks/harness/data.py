@@ -4,8 +4,11 @@ the ledger through these functions, and judges comparisons with :func:`judged`. 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,16 +147,67 @@ def heldout_status(file: str, sha: str | None, used: int | None = None) -> str:
     return "**not a committed fixed set** (a subset or another file: not a held-out result)"
 
 
+#: The tie rule (issue 45): a comparison is a **tie** when its 95% interval holds 0, or when an exact two-sided
+#: sign test on the tasks the two rows score differently (McNemar's exact test for 0/1 scores) gives p >= TIE_P.
+#: With 5 or fewer such tasks no split reaches p < 0.05, so a one-task difference is always a tie.
+TIE_P = 0.05
+TIE_RULE = ("*tie*: the 95% interval holds 0, or an exact two-sided sign test on the tasks the two rows score "
+            f"differently (McNemar's exact test) gives p >= {TIE_P} (always so with 5 or fewer such tasks)")
+
+
+def sign_test_p(better: int, worse: int) -> float:
+    """Exact two-sided sign-test p-value of ``better`` against ``worse`` discordant tasks (1.0 when none)."""
+    n = better + worse
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(better, worse) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A comparison's interval and verdict (``agentrl.algos.evaluation.intervals.Comparison``, whose fields it
+    passes through) with the discordant tasks (A above B, B above A) and the tie rule (:data:`TIE_RULE`)."""
+
+    c: Any
+    better: int
+    worse: int
+    comparable: bool = True
+    """False when the two rows come from runs whose cold starts differ (a cross-run row): no verdict."""
+    spread: tuple[list[float], list[float]] | None = None
+    """Each row's score per seed (fractions), where the rows are means over seeds: the noise floor."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.c, name)
+
+    @property
+    def p(self) -> float:
+        return sign_test_p(self.better, self.worse)
+
+    @property
+    def tie(self) -> bool:
+        return self.c.low <= 0 <= self.c.high or self.p >= TIE_P
+
+
 def judged(scores: dict[str, dict[str, float]], comparisons: list[Comparison], metric: str = "average_at_n",
-           groups: dict[str, str] | None = None) -> list[tuple[Comparison, Any]]:
+           groups: dict[str, str] | None = None, incomparable: frozenset[str] = frozenset()
+           ) -> list[tuple[Comparison, Judgement]]:
     """Each comparison whose two rows have per-task ``scores`` (row label -> {task id: score}), with its
     paired bootstrap interval and verdict (``agentrl.algos.evaluation.intervals.compare``) against its
-    goal."""
+    goal, its discordant tasks and whether it is a tie; a comparison with a row in ``incomparable`` (another
+    cold start) gets no verdict."""
     from agentrl.algos.evaluation.intervals import compare
 
-    return [(c, compare(scores[c.a], scores[c.b], goal_points=c.goal, metric=metric, groups=groups,
-                        strict=c.strict))
-            for c in comparisons if c.a in scores and c.b in scores]
+    out = []
+    for c in comparisons:
+        if c.a not in scores or c.b not in scores:
+            continue
+        a, b = scores[c.a], scores[c.b]
+        res = compare(a, b, goal_points=c.goal, metric=metric, groups=groups, strict=c.strict)
+        better = sum(a[t] > b[t] for t in a if t in b)
+        worse = sum(a[t] < b[t] for t in a if t in b)
+        out.append((c, Judgement(res, better, worse, comparable=not {c.a, c.b} & incomparable)))
+    return out
 
 
 def learning_judged(env: str, run: dict[str, Any], exp_dir: Path,
@@ -166,22 +220,41 @@ def learning_judged(env: str, run: dict[str, Any], exp_dir: Path,
     scores = {label: read_scores(exp_dir / evals[label])[0] for c in comparisons for label in (c.a, c.b)
               if label in evals}
     groups = read_scores(exp_dir / evals[RL])[1] if RL in evals else None
+    incomparable: set[str] = set()
     if plain is not None and RL in evals and RL in plain[0].get("evals", {}):
         other = f"variant {plain[0]['variant']}" if plain[0].get("variant") else "the plain recipe"
         scores[f"{other}'s {RL}"] = read_scores(plain[1] / plain[0]["evals"][RL])[0]
         comparisons.append(Comparison(RL, f"{other}'s {RL}", 0.0, strict=True))
-    return judged(scores, comparisons, primary_metric(env), groups)
+        if not same_cold_start(run, exp_dir, plain[0], plain[1]):
+            incomparable.add(f"{other}'s {RL}")
+    return judged(scores, comparisons, primary_metric(env), groups, frozenset(incomparable))
+
+
+COLD_START = "SFT (cold start)"
+
+
+def same_cold_start(run: dict[str, Any], exp_dir: Path, other: dict[str, Any], other_dir: Path) -> bool:
+    """Whether two runs start RL from the same cold start, as their committed data shows it: the cold start's
+    per-task scores on the set are equal (a cold start trained again, even with the same recipe, scores
+    differently: 74.2-78.1 % over five 16-step cold starts on ``tooluse_v3``)."""
+    a, b = run.get("evals", {}).get(COLD_START), other.get("evals", {}).get(COLD_START)
+    if a is None or b is None or not (exp_dir / a).is_file() or not (other_dir / b).is_file():
+        return False
+    return read_scores(exp_dir / a)[0] == read_scores(other_dir / b)[0]
 
 
 def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Comparison, Any]]:
     """Each algorithm against the cold start, each RL algorithm against SFT-continued and each option against
     its plain algorithm, on the final evaluations' per-task scores in ``data_dir/eval`` (a task's score is its
     mean over seeds), goal: above B. Empty when the files are not there."""
+    seed_scores: dict[str, list[float]] = {}
+
     def final(algo: str) -> dict[str, float] | None:
         paths = [data_dir / "eval" / f"{algo}-s{r['seed']}-at-1.jsonl" for r in summary["runs"][algo]]
         if not paths or not all(p.is_file() for p in paths):
             return None
         per_seed = [read_scores(p)[0] for p in paths]
+        seed_scores[label(algo)] = [statistics.fmean(s.values()) for s in per_seed]
         return {task: statistics.fmean(s[task] for s in per_seed) for task in per_seed[0]}
 
     if not (data_dir / "eval" / "cold_start.jsonl").is_file():
@@ -194,7 +267,9 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
         pairs += [(label(a), label("sft")) for a in summary["runs"] if a != "sft"]
     pairs += [(label(a), label(o.algo)) for a in summary["runs"]
               if (o := COMPARE.option(a)) and o.algo in summary["runs"]]
-    return judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
+    out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
+    return [(cmp, dataclasses.replace(j, spread=(seed_scores.get(cmp.a, [1.0]), seed_scores.get(cmp.b, [1.0]))))
+            for cmp, j in out]
 
 
 #: A learning run's stages in the order its per-family tables list them: (row label, its per-task file's stem

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.compare_page import compare_section
 from harness.data import (
+    TIE_RULE,
     baseline,
     comparison_dirs,
     family_table,
@@ -102,7 +103,8 @@ def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str
     reports = dict(run["rows"])
     lines = [f"Comparisons on the set's primary metric, {name} (paired bootstrap over tasks, 10,000 resamples, "
              "seed 0; verdict: met when the difference reaches the goal; *decided* when the whole interval lies on "
-             "the verdict's side):", "",
+             f"the verdict's side; {TIE_RULE}; a row against another run whose cold start differs gets no verdict):",
+             "",
              f"| Comparison | A: {name} | B: {name} | A - B (points) | 95% interval | Goal | Verdict | A selected? |",
              "|---|---:|---:|---:|---|---|---|---|"]
     for cmp, c in learning_judged(env, run, exp_dir, plain):

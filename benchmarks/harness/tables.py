@@ -3,6 +3,7 @@ RL stage, the rates the results table does not show and an engine run's step-by-
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,21 @@ def commit_text(run: dict[str, Any]) -> str:
 
 
 def verdict(c) -> str:
+    """A comparison's verdict cell: *tie* where the tie rule holds (``harness.data.TIE_RULE``), none for rows from
+    runs with other cold starts, else met/missed and whether the interval decides it."""
+    if not getattr(c, "comparable", True):
+        return "no verdict (the cold starts differ)"
+    if getattr(c, "tie", False):
+        return f"**tie** ({c.better} vs {c.worse} tasks, p = {c.p:.2g})"
     return f"**{c.verdict}**{' (decided)' if c.decided else ' (not decided)'}"
+
+
+def seed_spread(spread: tuple[list[float], list[float]] | None) -> str:
+    """The seed-spread cell: each row's standard deviation over its seeds (points), or why there is none."""
+    if spread is None:
+        return "–"
+    parts = [f"{100 * statistics.stdev(s):.1f}" if len(s) >= 2 else "1 seed" for s in spread]
+    return f"A {parts[0]}, B {parts[1]}"
 
 
 def extra_table(rows) -> str:
