@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness.controls  # noqa: F401  (registers the rejection-sampling control, algo "rft")
 from agentrl.algos.evaluation.ledger import git_state
 from harness.experiments import COMPARE, DIAGNOSTICS
 from harness.layout import ROOT

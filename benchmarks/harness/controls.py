@@ -1,6 +1,7 @@
 """The learning runner's controls: the SFT control (the cold start trained further for the GRPO stage's wall
-time) and the text-only baseline, each evaluated in process or on a client of the run's server; and reusing
-another run's cold start."""
+time), the rejection-sampling control (:class:`RejectionSampling`: SFT on the policy's own correct samples) and
+the text-only baseline, each evaluated in process or on a client of the run's server; and reusing another run's
+cold start."""
 
 from __future__ import annotations
 
@@ -8,9 +9,58 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from agentrl.algos.objectives import ALGORITHMS, register_algorithm
+from agentrl.algos.objectives.base import Algorithm
+from agentrl.algos.objectives.batching import TrainRow, token_weights
+
 logger = logging.getLogger("learning")
+
+
+@dataclass
+class RejectionSamplingConfig:
+    """The rejection-sampling control's settings (the rollout and optimizer settings are the run's, as GRPO's)."""
+
+    keep: str = "correct"
+    """Which samples it trains on: ``correct`` (the episode's answer was right), the only choice."""
+
+
+class RejectionSampling(Algorithm):
+    """The rejection-sampling control (rejection fine-tuning; Search-R1's and the f(g(x)) study's baseline):
+    each step samples the same rollouts GRPO would (``tasks_per_step`` x ``group_size`` from the current
+    policy), keeps the correct ones and takes one SFT step on their sampled tokens (token mean over the kept
+    action tokens). Beside GRPO it separates "learning from on-policy data" from "learning from failures": it
+    sees the same samples and never the wrong ones. A step where no sample is correct makes no update."""
+
+    config_class = RejectionSamplingConfig
+
+    def __init__(self, config: RejectionSamplingConfig | None = None):
+        super().__init__(config)
+        if self.config.keep != "correct":
+            raise ValueError(f"rft.keep must be 'correct', got {self.config.keep!r}")
+
+    def prepare(self, trajectories) -> tuple[list[list[TrainRow]], dict[str, float]]:
+        kept = [t for t in trajectories if t.metrics.get("correct") and sum(t.loss_mask)]
+        weights = token_weights([t.loss_mask for t in kept], "token_mean") if kept else []
+        rows = [[TrainRow(list(t.token_ids), list(t.loss_mask), list(t.logprobs), w, meta={"index": i})]
+                for i, (t, w) in enumerate(zip(kept, weights, strict=True))]
+        return rows, {"kept_samples": float(len(kept)), "samples": float(len(trajectories))}
+
+    def loss(self, logprobs, ref_logprobs, batch):
+        from agentrl.algos.objectives.sft import sft_loss
+
+        m = batch["weights"] > 0
+        n = int(m.sum())
+        return sft_loss(logprobs, batch["weights"]), {
+            "loss_tokens": n, "nll": float(-logprobs.detach()[m].mean()) if n else 0.0}
+
+
+#: The rejection-sampling control's algorithm name (``algo="rft"``, the ``rft.`` config section).
+REJECTION_SAMPLING = "rft"
+if REJECTION_SAMPLING not in ALGORITHMS:
+    register_algorithm(REJECTION_SAMPLING, RejectionSampling)
 
 
 def eval_config(cfg):

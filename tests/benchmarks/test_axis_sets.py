@@ -45,3 +45,14 @@ def test_every_task_of_an_axis_set_is_solved_by_its_demonstration_on_a_plain_env
 def test_depth_set_holds_3_and_4_call_chains_only():
     lengths = {t["chain_length"] for t in heldout.read("tooluse_axis_depth")}
     assert lengths == {3, 4}
+
+
+def test_the_axes_experiment_is_declared_on_committed_sets_with_three_seeds_and_runnable_arms():
+    from agentrl.envs import tool_use
+    from harness.experiments import AXES, COMPARE
+
+    assert all(heldout.SPECS[s].path.is_file() for s in AXES.sets) and len(AXES.seeds) >= 3
+    assert set(AXES.arms) <= {*COMPARE.algos, *(o.name for o in COMPARE.options)}  # compare_algorithms.py --algos
+    assert not set(AXES.train_families) & set(draw.FORGETTING_FAMILIES)
+    trained = tool_use.make_tasks(400, "train", families=list(AXES.cold_start["sft_families"]))
+    assert max(len(t["calls"]) for t in trained) == 2  # the depth set's 3-4-call chains are beyond training
