@@ -88,6 +88,8 @@ class OpenAIPolicy(Policy):
         """Adapter names are ``f"{adapter_prefix}-v{N}"``: unique to this policy object (run and rank)."""
         self.adapter_name: str | None = None
         """The adapter requests are sampled with (None: the base model)."""
+        self.raw_logprobs: bool | None = None
+        """Whether the server returns raw logprobs (set by :meth:`check_logprobs_mode`; None: not checked)."""
         self._adapter_path: str | None = None
         self.record_path = Path(record_dir) / f"served-adapters-r{rank}.txt" if record_dir is not None else None
         """The file listing the adapters this policy has loaded and not unloaded (None: not recorded)."""
@@ -106,10 +108,14 @@ class OpenAIPolicy(Policy):
         return self._post_json(self._lora_url(action), body)
 
     @classmethod
-    def connect(cls, base_url: str, tokenizer, *, model: str | None = None, **kwargs: Any) -> OpenAIPolicy:
+    def connect(cls, base_url: str, tokenizer, *, model: str | None = None, check_logprobs: bool = True,
+                **kwargs: Any) -> OpenAIPolicy:
         """An :class:`OpenAIPolicy` for the server at ``base_url``; ``model`` None means the first base model the
         server lists (``GET /v1/models``, entries without a ``parent``). Other keyword arguments go to the
-        constructor. Raises ``RuntimeError`` when the server cannot be reached or lists no model."""
+        constructor. Raises ``RuntimeError`` when the server cannot be reached or lists no model.
+
+        ``check_logprobs``: ask the server which logprobs it returns (:meth:`check_logprobs_mode`) and log a
+        one-line warning naming vLLM's ``--logprobs-mode processed_logprobs`` when they are raw."""
         import requests
 
         if model is None:
@@ -126,7 +132,62 @@ class OpenAIPolicy(Policy):
             if not models:
                 raise RuntimeError(f"{url} lists no base model; pass the served model name")
             model = models[0]
-        return cls(base_url, model, tokenizer, **kwargs)
+        policy = cls(base_url, model, tokenizer, **kwargs)
+        if check_logprobs:
+            policy.check_logprobs_mode()
+        return policy
+
+    # ---------------------------------------------------------------- which logprobs the server returns
+    #: Prompts of the probe (:meth:`logprobs_mode`); the second is tried when the first is inconclusive.
+    PROBE_TEXTS = ("The", "Once upon a time, there was a")
+    #: A top-k-1 token's logprob below this is a full-vocabulary (raw) one; a processed one is 0 up to rounding.
+    RAW_LOGPROB_BELOW = -1e-3
+    #: Seconds the probe waits for each answer.
+    PROBE_TIMEOUT_S = 60.0
+
+    def logprobs_mode(self) -> str | None:
+        """Which logprobs the server returns: ``"processed"`` (of the distribution it samples from, after
+        temperature and top-k/top-p: vLLM's ``--logprobs-mode processed_logprobs``,
+        :func:`~agentrl.algos.policy.server.serve_policy`'s), ``"raw"`` (of the model's logits before them: vLLM's
+        default ``raw_logprobs``), or None when the server gives the probe no usable answer.
+
+        The probe samples one token at temperature 1 with top-k 1: the sampled distribution is that one token,
+        whose processed logprob is 0, while its raw logprob is its probability under the whole vocabulary."""
+        import requests
+
+        sampling = SamplingParams(temperature=1.0, top_k=1)
+        for text in self.PROBE_TEXTS:
+            try:
+                ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) or [0]
+                body = self._payload(GenerationRequest(prompt_ids=ids, max_new_tokens=1), sampling)
+                body["model"] = self.base_model_name
+                body.pop("lora_path", None)
+                r = self._post_json(f"{self.base_url}/completions", body, timeout_s=self.PROBE_TIMEOUT_S)
+                if r.status_code != 200:
+                    logger.info("%s/completions answered HTTP %d to the logprobs probe: not checked", self.base_url,
+                                r.status_code)
+                    return None
+                logprobs = self.parse_choice(r.json()["choices"][0], ()).logprobs
+            except (requests.RequestException, RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
+                logger.info("the logprobs probe of %s failed (%s): not checked", self.base_url, e)
+                return None
+            if not logprobs:
+                return None
+            if logprobs[0] < self.RAW_LOGPROB_BELOW:
+                return "raw"
+        return "processed"  # (a raw server whose model gives every probe's next token probability ~1 reads so too)
+
+    def check_logprobs_mode(self) -> str | None:
+        """:meth:`logprobs_mode`, with a one-line warning when the server returns raw logprobs: at a temperature
+        other than 1, or with top-k/top-p, they are not the logprobs of the sampled distribution, so the rollout
+        correction's weights (and ``train/logprob_gap``) are skewed. Sets :attr:`raw_logprobs`."""
+        mode = self.logprobs_mode()
+        self.raw_logprobs = mode == "raw"
+        if self.raw_logprobs:
+            logger.warning("%s returns raw logprobs (before temperature and top-k/top-p): at a temperature other "
+                           "than 1 or with top-k/top-p the rollout correction is skewed; start vLLM with "
+                           "--logprobs-mode processed_logprobs", self.base_url)
+        return mode
 
     def update_weights(self, source_model) -> None:
         """Sync ``source_model``'s LoRA adapter to the server and sample with it from now on.
@@ -256,12 +317,12 @@ class OpenAIPolicy(Policy):
             body["lora_path"] = self.adapter_name
         return body
 
-    def _post_json(self, url: str, body: dict[str, Any]):
+    def _post_json(self, url: str, body: dict[str, Any], timeout_s: float | None = None):
         """POST ``body`` as JSON to ``url`` (with the bearer token when an ``api_key`` is set); the response."""
         import requests
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return requests.post(url, json=body, headers=headers, timeout=self.timeout_s)
+        return requests.post(url, json=body, headers=headers, timeout=timeout_s or self.timeout_s)
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         r = self._post_json(f"{self.base_url}/completions", body)
