@@ -221,6 +221,23 @@ SPECS: dict[str, HeldoutSpec] = {
     "pythonmath_v5": later_set("pythonmath_v5", PYTHONMATH, START_PYTHONMATH_V5,
                                ("pythonmath_v2", "pythonmath_v3", "pythonmath_v4")),
 }
+#: What was chosen by looking at a set (its status on the pages: burnt, used to choose this, or clean).
+SET_USES = {
+    "tooluse_v2": "the world of tooluse_v3 (items=999), after its cold start scored 98% here",
+    "tooluse_v3": "GRPO's lr 6e-5 (the algorithms comparison rerun, reported on this set too)",
+    "tooluse_v4": "the 48-step cold start and lr 6e-5 of sft48, chains and multicall",
+    "pythonmath_v2": "the 48-step cold start of pythonmath sft48",
+    "pythonmath_v3": "tier-1 demonstrations (tier1demos)",
+    "pythonmath_v4": "tier-1 demonstrations plus count_multiples (tier1count)",
+}
+
+
+def set_status(name: str) -> str:
+    """``burnt``, ``used to choose <what>`` or ``clean`` (nothing chosen by looking at it)."""
+    spec = SPECS[name]
+    return "burnt" if spec.burnt else f"used to choose {SET_USES[name]}" if name in SET_USES else "clean"
+
+
 # The generalisation axes (issue 45): each written and committed before any run evaluates on it.
 _AXIS_POSITIONS = ("ToolUse-v0 with items=999, axis={axis}: test-split positions of the axis generator from 0 on "
                    "(generator index 2k+1), in order, skipping every task whose question text occurs in the train "

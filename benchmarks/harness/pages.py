@@ -39,8 +39,17 @@ from harness.data import (
     runs_of,
     selections,
 )
-from harness.experiments import EXPERIMENTS, experiment
-from harness.heldout import SPECS
+from harness.experiments import (
+    AXES,
+    CONTROL,
+    DIAGNOSTIC_RUNS,
+    EXPERIMENTS,
+    RL,
+    RUN_NOTES,
+    UNDECLARED,
+    experiment,
+)
+from harness.heldout import AXIS_SETS, SPECS, set_status
 from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
 from harness.results_page import refresh_learning
 from harness.run_page import write_run_page
@@ -75,19 +84,73 @@ CAVEATS = [
 ]
 
 
+def run_marks(name: str) -> list[str]:
+    """What the record says about a run beside its figures: not declared before it ran, why it is a diagnostic,
+    what its figures were chosen by (:mod:`harness.experiments`' record)."""
+    marks = (["**Not declared before it ran** (no commit declared its settings first): a figure to read, not a "
+              "test of a prediction."] if name in UNDECLARED else [])
+    marks += [f"**Diagnostic:** {DIAGNOSTIC_RUNS[name]}."] if name in DIAGNOSTIC_RUNS else []
+    marks += [f"**Note:** {RUN_NOTES[name]}."] if name in RUN_NOTES else []
+    return [line for m in marks for line in (m, "")]
+
+
+def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
+    """The page's opening summary, computed from the committed data: every RL-vs-same-time-control comparison
+    outside the diagnostics, by verdict (the tie rule), declared runs first; and whether the axis sets have been
+    evaluated yet."""
+    declared, undeclared = [], []
+    for exp in EXPERIMENTS:
+        (exp_dir, plain), others = runs_of(data, exp, False)
+        runs = [(exp_dir, plain)] * (plain is not None) + others
+        for run_dir, run in runs:
+            if run_dir.name in DIAGNOSTIC_RUNS:
+                continue
+            for cmp, c in learning_judged(exp.env, run, run_dir, baseline(run, runs) if run.get("variant") else None):
+                if (cmp.a, cmp.b) == (RL, CONTROL):
+                    note = " (see its note)" if run_dir.name in RUN_NOTES else ""
+                    item = (f"`{run_dir.name}` {c.difference:+.1f} [{c.low:+.1f}, {c.high:+.1f}]{note}", c)
+                    (undeclared if run_dir.name in UNDECLARED else declared).append(item)
+    if not declared and not undeclared:
+        return []
+
+    def counts(items) -> str:
+        ties = [t for t, c in items if c.tie]
+        sft = [t for t, c in items if not c.tie and c.difference < 0]
+        rl = [t for t, c in items if not c.tie and c.difference > 0]
+        return (f"{len(ties)} tie{'s' * (len(ties) != 1)} ({', '.join(ties) or 'none'}), SFT ahead in {len(sft)} "
+                f"({', '.join(sft) or 'none'}), RL ahead in {len(rl)} ({', '.join(rl) or 'none'})")
+
+    evaluated = {r.get("set") for r in ledger_rows}
+    axes = [n for n in AXIS_SETS if n in evaluated]
+    return ["## Summary", "",
+            "Computed from the committed data on this page (RL (GRPO) against the SFT control trained for the same "
+            "wall time, on each run's fixed held-out set; points, 95% interval; runs in *Diagnostics and failed "
+            "configurations* left out):", "",
+            f"- **In-distribution, at 135M on a CPU, GRPO against a same-time SFT control**, runs declared before "
+            f"they ran: {counts(declared)}.",
+            f"- Runs not declared before they ran: {counts(undeclared)}.",
+            "- Every set on this page holds the training's own families at the training's chain lengths; the "
+            "generalisation axes where RL is expected to differ (deeper chains, unseen pairings, rule variants, "
+            "tool failures, forgetting) have their own sets, "
+            + (f"evaluated on: {', '.join(f'`{n}`' for n in axes)}." if axes else
+               f"not evaluated yet: the pre-declared experiment `{AXES.name}` (benchmarks/harness/experiments.py, "
+               f"{' vs '.join(AXES.arms)}, {len(AXES.seeds)} seeds) has not run."), ""]
+
+
 def heldout_table() -> str:
     """One row per committed held-out set, from its sidecar."""
-    lines = ["| Set | Env | Split | Tasks | Positions | Fixed on | Per family | Train-text overlap | Primary metric |",
-             "|---|---|---|---:|---|---|---|---|---|"]
+    lines = ["| Set | Status | Env | Split | Tasks | Positions | Fixed on | Per family | Train-text overlap "
+             "| Primary metric |", "|---|---|---|---|---:|---|---|---|---|---|"]
     for name, spec in SPECS.items():
         meta = load_json(spec.meta_path)
         if meta is None:
-            lines.append(f"| `{spec.path.relative_to(ROOT)}` | {spec.env} | {spec.split} | not written yet | "
+            lines.append(f"| `{spec.path.relative_to(ROOT)}` | | {spec.env} | {spec.split} | not written yet | "
                          f"`python benchmarks/heldout.py write --only {name}` | | | | |")
             continue
         fams = ", ".join(f"{k} {v}" for k, v in meta["families"].items())
         overlap = ", ".join(f"{k} {v}" for k, v in meta["train_text_overlap"].items()) or "none"
-        lines.append(f"| `{spec.path.relative_to(ROOT)}` | {meta['env']} | {meta['split']} | {meta['tasks']} | "
+        lines.append(f"| `{spec.path.relative_to(ROOT)}` | {set_status(name)} | {meta['env']} | {meta['split']} "
+                     f"| {meta['tasks']} | "
                      f"{meta['positions']} | {meta['date']} | {fams} | {overlap} | "
                      f"{meta.get('primary_metric', spec.primary_metric)} |")
     return "\n".join(lines)
@@ -134,7 +197,7 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
         overrides = " ".join(run.get("overrides") or [])
         title = (f"{env.split('/')[-1]}, variant `{variant}`" + (f": `{overrides}`" if overrides else "")
                  + (f" (sampled by {run['engine']})" if run.get("engine") else ""))
-    lines = [f"## {title}", ""]
+    lines = [f"## {title}", "", *run_marks(exp_dir.name)]
     if run is None:
         cmd = f"python benchmarks/learning.py --env {env}{' --quick' if quick else ''}"
         return lines + [f"Not run yet: no committed data in `{shown(exp_dir)}/`. Command: `{cmd}`.", ""]
@@ -287,18 +350,28 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
              f"`benchmarks/learning.py`) and the ledger `{shown(ledger)}`. A section without committed data says "
              "so; see [docs/evaluation.md](../evaluation.md#results-pages-and-the-ledger) for how figures are "
              "made.", "",
+             *([] if quick else summary_section(data, rows)),
              "## Held-out sets", "", heldout_table(), "", "Selection caveats:", "",
              *[f"- {c}" for c in CAVEATS], ""]
+    diagnostics: list[str] = []
     for exp in EXPERIMENTS:
         env = exp.env
         (exp_dir, plain), others = runs_of(data, exp, quick)
         lines += env_section(env, plain, exp_dir, quick, results, selected)
         for var_dir, run in others:
-            lines += env_section(env, run, var_dir, quick, results, selected,
-                                 plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
-                                 draw=out is None)
+            section = env_section(env, run, var_dir, quick, results, selected,
+                                  plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
+                                  draw=out is None)
+            (diagnostics if var_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
     for cmp_dir in comparison_dirs(data, quick):
-        lines += compare_section(load_json(cmp_dir / "compare.json"), cmp_dir, quick, results if out is None else None)
+        section = compare_section(load_json(cmp_dir / "compare.json"), cmp_dir, quick,
+                                  results if out is None else None)
+        section[2:2] = run_marks(cmp_dir.name)
+        (diagnostics if cmp_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
+    if diagnostics:
+        lines += ["## Diagnostics and failed configurations", "",
+                  "Runs that show why something broke, not how two methods compare: each says why it is here.", "",
+                  *(line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in diagnostics)]
     lines += ledger_section(rows, ledger, selected)
     lines += without_data(results, data, quick)
     path = out or results / f"learning{'-quick' if quick else ''}.md"

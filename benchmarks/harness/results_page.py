@@ -20,6 +20,8 @@ def tables(text: str) -> list[str]:
     return found
 
 
+#: The learning page's section of runs that show why something broke (on the full page only).
+DIAGNOSTICS_HEADING = "## Diagnostics and failed configurations"
 #: The learning page generated from committed data only (:mod:`harness.pages`), relative to docs/.
 LEARNING_PAGE = "results/learning.md"
 
@@ -44,7 +46,7 @@ def learning_sections(doc_dir: Path) -> list[str]:
             continue
         lines = section.splitlines()
         said = [ln for ln in lines if ln.startswith(("Command:", "Not run yet:"))][:1]  # the run's, not a repeat
-        if not said:  # the held-out sets, the ledger, the pages without data: on the full page only
+        if not said or lines[0].startswith(DIAGNOSTICS_HEADING):  # held-out sets, ledger, diagnostics: full page only
             continue
         found = tables(section)
         shown = found[:1] + [t for t in found[1:] if "95% interval" in t.splitlines()[0]]

@@ -50,3 +50,19 @@ def test_a_row_against_another_cold_start_gets_no_verdict(tmp_path):
 def test_seed_spread_cell():
     assert seed_spread(([0.70, 0.74, 0.78], [0.80])) == "A 4.0, B 1 seed"
     assert seed_spread(None) == "–"
+
+
+def test_the_learning_page_opens_with_its_summary_and_keeps_diagnostics_apart():
+    from harness.experiments import DIAGNOSTIC_RUNS, UNDECLARED
+    from harness.heldout import AXIS_SETS, set_status
+    from harness.layout import RESULTS
+
+    text = (RESULTS / "learning.md").read_text(encoding="utf-8")  # byte-checked against the data elsewhere
+    assert text.index("## Summary") < text.index("## Held-out sets") < text.index("## Diagnostics and failed")
+    summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert not any(f"`{name}`" in summary for name in DIAGNOSTIC_RUNS)  # diagnostics are not evidence there
+    diagnostics = text.split("## Diagnostics and failed configurations", 1)[1].split("\n## ", 1)[0]
+    assert diagnostics.count("**Diagnostic:**") == len(DIAGNOSTIC_RUNS)
+    assert text.count("**Not declared before it ran**") == len(UNDECLARED)
+    assert set_status("tooluse") == "burnt" and set_status("tooluse_v3").startswith("used to choose")
+    assert all(set_status(name) == "clean" for name in AXIS_SETS)
