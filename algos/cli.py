@@ -129,6 +129,7 @@ def cmd_train(args) -> int:
               f"or --resume --out RUN_DIR; the main job (base eval -> SFT cold start -> GRPO -> eval) is "
               f"`agentrl main-job`", file=sys.stderr)
         return 2
+    from agentrl.algos.training.checkpoint import lock_run
     from agentrl.algos.training.launch import train
 
     cfg = build_train_config(args)
@@ -141,6 +142,7 @@ def cmd_train(args) -> int:
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
+    lock_run(cfg.out)  # a second trainer on this --out is refused before it starts an engine
     policy = _policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out)
     where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""
     env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env

@@ -1,6 +1,9 @@
 """One rank of the data-parallel tests (run by tests/test_distributed.py through torchrun; not a test module).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT STEPS [--resume] [--kill-in-step K]
+        [--out-per-rank]
+
+``--out-per-rank``: rank r works in ``OUT/node<r>`` (each node of a run without a shared filesystem).
 
 Trains the tiny GRPO config of tests/helpers.py. Rank 0 records, for the first step it runs, the whole batch of
 trajectories the update saw (``OUT/batch.pt``) and the summed gradient the optimizer stepped with
@@ -10,6 +13,7 @@ trajectories the update saw (``OUT/batch.pt``) and the summed gradient the optim
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import torch
@@ -29,8 +33,9 @@ def main() -> None:
     ap.add_argument("steps", type=int)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--kill-in-step", type=int)
+    ap.add_argument("--out-per-rank", action="store_true")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out) / f"node{os.environ['RANK']}" if args.out_per_rank else Path(args.out)
     tok = load_tokenizer()
     trainer = Trainer(ddp_config(out, args.steps), model=tiny_train_model(tok), tokenizer=tok, resume=args.resume)
     if args.kill_in_step is not None:

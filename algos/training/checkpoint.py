@@ -3,12 +3,17 @@
 ``state.pt`` holds the step, the data position, the exact trainable tensors, the optimizer state, every RNG
 state and the config. A checkpoint is written to ``step-NNNNNN.tmp`` and renamed into place, and ``latest`` is
 rewritten atomically after it, so a kill at any moment leaves the previous checkpoint intact.
+
+While a trainer runs, it holds ``<run>/trainer.lock`` (:func:`lock_run`): a second trainer on the same folder (a
+second ``agentrl train --resume``) is refused in one line instead of writing the same checkpoints.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import random
 import shutil
 from dataclasses import dataclass
@@ -25,6 +30,57 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+#: The file a running trainer holds locked in its run folder (it holds the trainer's pid).
+LOCK_FILE = "trainer.lock"
+
+
+class RunInUse(ValueError):
+    """Another live process trains in this run folder."""
+
+
+_locks: dict[str, list[int]] = {}  # lock file -> [fd, holders in this process]
+
+
+def lock_run(run_dir: str | Path) -> None:
+    """Hold ``run_dir/trainer.lock`` until :func:`unlock_run` or this process ends (an ``fcntl.flock``, which the
+    system releases whatever way the process dies, so the lock of a dead trainer is no lock). Holding it twice in
+    one process is fine (the CLI takes it before it starts an engine, the trainer again). In a data-parallel run
+    only rank 0 (``$RANK``, the launcher's) takes it; the others share its folder or have their own.
+
+    Raises:
+        RunInUse: another live process holds it (the message names its pid).
+    """
+    if int(os.environ.get("RANK", "0") or 0) != 0:
+        return
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = str((Path(run_dir) / LOCK_FILE).resolve())
+    if path in _locks:
+        _locks[path][1] += 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunInUse(f"{run_dir} is in use: a trainer (pid {owner}) still runs there; wait for it to end or stop "
+                       f"it (kill {owner}), or pass another --out") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _locks[path] = [fd, 1]
+
+
+def unlock_run(run_dir: str | Path) -> None:
+    """Give back one hold of :func:`lock_run` (the lock goes with the last one)."""
+    path = str((Path(run_dir) / LOCK_FILE).resolve())
+    entry = _locks.get(path)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _locks[path]
+        fcntl.flock(entry[0], fcntl.LOCK_UN)
+        os.close(entry[0])
 
 
 def rng_state() -> dict[str, Any]:

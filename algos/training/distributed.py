@@ -133,3 +133,47 @@ def barrier(ranks: Ranks) -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+class RanksDisagree(ValueError):
+    """The ranks of a data-parallel run do not start from the same state."""
+
+
+#: What the ranks compare at start (:func:`check_ranks_agree`), in this order, with the words a refusal uses.
+AGREED = {"step": "step", "data_position": "data position", "config": "config (sha256)",
+          "adapter": "adapter weights (sha256)"}
+
+
+def disagreement(states: Sequence[dict[str, Any]], hint: str = "") -> str | None:
+    """The one-line refusal when the ranks' ``states`` (one dict per rank, keys of :data:`AGREED`, each value
+    optionally with an ``<key>_from`` saying where it came from) differ on a key, else None."""
+    for key, words in AGREED.items():
+        values = [s.get(key) for s in states]
+        if len(set(map(repr, values))) > 1:
+            shown = ", ".join(f"rank {r}: {v}" + (f" ({s[key + '_from']})" if s.get(key + "_from") else "")
+                              for r, (s, v) in enumerate(zip(states, values, strict=True)))
+            return f"the ranks start from different states: {words} differs ({shown}){hint}"
+    return None
+
+
+def check_ranks_agree(state: dict[str, Any], ranks: Ranks, *, hint: str = "") -> None:
+    """Every rank gathers every rank's ``state`` and raises :class:`RanksDisagree` (the same one line on each)
+    when they differ (:func:`disagreement`; ``hint``: what to do, appended). A no-op in one process."""
+    if not ranks.distributed:
+        return
+    message = disagreement(gather_objects(state, ranks), hint)
+    if message:
+        raise RanksDisagree(message)
+
+
+def weights_digest(params: Sequence[Any]) -> str:
+    """The first 12 hex digits of the sha256 of ``params``' values (bit for bit, in order): equal on every rank
+    that holds the same adapter."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for p in params:
+        digest.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:12]

@@ -29,10 +29,12 @@ Use from Python::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import random
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +95,9 @@ class Trainer:
             raise ValueError("asynchronous training runs in one process; launch it without torchrun")
         self.run_dir = Path(config.out)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.ranks.is_main:  # one trainer per run folder, until this one is gone
+            checkpoint.lock_run(self.run_dir)
+            weakref.finalize(self, checkpoint.unlock_run, self.run_dir)
         random.seed(config.seed)  # the same on every rank: identical LoRA initialisation
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -102,18 +107,34 @@ class Trainer:
         self._setup_model(model, tokenizer)
         self._setup_optimizer()
         self._setup_tasks()
-        if resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is None:
-                logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
-            else:
-                self.load_checkpoint(ckpt)
+        ckpt = latest_checkpoint(self.run_dir) if resume else None
+        if resume and ckpt is None:
+            logger.warning("--resume: no checkpoint in %s; starting from step 0", self.run_dir)
+        elif ckpt is not None:
+            self.load_checkpoint(ckpt)
+        self._check_ranks_agree(ckpt, resume)
         if self.ranks.is_main:
             atomic_write_text(self.run_dir / "config.json", json.dumps(config.to_dict(), indent=2, default=str) + "\n")
         self._setup_policy(policy)
         self._logger: MetricsLogger | None = None
         self.history: list[dict[str, Any]] = []
         self._dead_steps = 0  # consecutive steps without a learning signal (_check_learning_signal)
+
+    def _check_ranks_agree(self, ckpt: Path | None, resume: bool) -> None:
+        """In a data-parallel run, refuse in one line unless every rank starts at the same step and data position,
+        with the same config and adapter weights (:func:`~agentrl.algos.training.distributed.check_ranks_agree`):
+        a rank whose ``--out`` holds no checkpoint while rank 0 resumes would otherwise train from step 0."""
+        if not self.ranks.distributed:
+            return
+        origin = f"{ckpt.parent.parent}/{checkpoint.CHECKPOINTS}/{ckpt.name}" if ckpt is not None else (
+            f"no checkpoint in {self.run_dir}" if resume else "fresh start")
+        config = json.dumps(self.config.to_dict(), sort_keys=True, default=str)
+        state = {"step": self.global_step, "step_from": origin, "data_position": self.data_pos,
+                 "config": hashlib.sha256(config.encode()).hexdigest()[:12],
+                 "adapter": distributed.weights_digest(self.params)}
+        distributed.check_ranks_agree(state, self.ranks, hint=(
+            f"; every rank must read the same --out ({self.run_dir}): on several nodes, a folder on a shared "
+            "filesystem"))
 
     # ------------------------------------------------------------------ setup
     def _setup_model(self, model, tokenizer) -> None:

@@ -69,6 +69,32 @@ def test_a_killed_two_rank_run_resumes_from_its_checkpoint(tmp_path):
     assert latest_checkpoint(tmp_path / "run").name == "step-000002"
 
 
+def test_ranks_that_start_from_different_checkpoints_are_refused_in_one_line(tokenizer, tmp_path):
+    """Two nodes whose --out is not one shared folder: rank 0's has a checkpoint, rank 1's none. On --resume both
+    refuse, naming each rank's step and where it came from (before this check, rank 1 trained from step 0)."""
+    node0 = tmp_path / "node0"
+    Trainer(ddp_config(node0, 1), model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
+    assert latest_checkpoint(node0 / "run").name == "step-000001"
+    run = torchrun(tmp_path, 2, "--resume", "--out-per-rank")
+    assert run.returncode != 0
+    refusal = (f"the ranks start from different states: step differs (rank 0: 1 ({node0 / 'run'}/checkpoints/"
+               f"step-000001), rank 1: 0 (no checkpoint in {tmp_path / 'node1' / 'run'})); every rank must read "
+               "the same --out (")
+    assert run.stderr.count(refusal) == 2, run.stderr[-3000:]  # each rank, one line
+    assert not (tmp_path / "node1" / "run" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_the_first_difference_is_the_refusal():
+    from agentrl.algos.training.distributed import disagreement
+
+    same = {"step": 3, "step_from": "checkpoints/step-000003", "data_position": 12, "config": "a1", "adapter": "b2"}
+    assert disagreement([same, dict(same)]) is None
+    assert disagreement([same, {**same, "adapter": "c3"}], "; fix it") == (
+        "the ranks start from different states: adapter weights (sha256) differs (rank 0: b2, rank 1: c3); fix it")
+    assert disagreement([same, {**same, "config": "ff", "adapter": "c3"}]).startswith(
+        "the ranks start from different states: config (sha256) differs (rank 0: a1, rank 1: ff)")
+
+
 @pytest.mark.parametrize("world", [1])
 def test_one_process_is_not_distributed(world, monkeypatch):
     from agentrl.algos.training.distributed import Ranks, setup
