@@ -254,13 +254,17 @@ class TauBenchEnv(TextEnv):
         raise NotImplementedError("TauBenchEnv scores whole simulations with τ²'s evaluator")
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
-        """Solo mode: τ²'s expected actions as tool calls, then ``done`` (a correct solution where the task's
-        reward basis is the actions or the database); with a user simulator: ``None`` (it depends on the user)."""
+        """Solo mode: τ²'s expected actions as tool calls, then ``done`` — a correct solution unless the task
+        also wants facts said to the user or NL assertions (then ``None``: a solo agent says nothing). With a
+        user simulator: ``None`` (the conversation depends on the user)."""
         tau_task = self.all_tasks.get(str(task.get("id", "")))
-        if not self.solo or tau_task is None:
+        if not self.solo or tau_task is None or tau_task.evaluation_criteria is None:
             return None
-        actions = tau_task.evaluation_criteria.actions or [] if tau_task.evaluation_criteria else []
-        return [self.parser.render_call(a.name, dict(a.arguments)) for a in actions] + [
+        criteria = tau_task.evaluation_criteria
+        basis = {str(getattr(b, "value", b)) for b in criteria.reward_basis}
+        if "NL_ASSERTION" in basis or ("COMMUNICATE" in basis and criteria.communicate_info):
+            return None
+        return [self.parser.render_call(a.name, dict(a.arguments)) for a in criteria.actions or []] + [
             self.parser.render_call("done", {})]
 
     def extra_info(self) -> dict[str, Any]:

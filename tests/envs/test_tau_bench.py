@@ -118,7 +118,8 @@ def test_mock_replays_of_expected_actions_score_tau2s_own_reward(t2, mock_solo):
     assert sum(r == 1.0 for r in seen.values()) == 5, seen
 
 
-def test_demo_is_the_replay_of_expected_actions(mock_solo):
+def test_demo_is_the_replay_of_expected_actions_where_that_is_a_solution(mock_solo):
+    assert mock_solo.demo({"id": "update_task_with_initialization_data"}) is None  # wants words to the user
     demo = mock_solo.demo({"id": "create_task_1"})
     assert demo is not None and demo["correct"] and demo["reward"] == 1.0
     assert [m["tool_calls"][0]["function"]["name"] for m in demo["messages"] if m.get("tool_calls")] == [
@@ -139,6 +140,23 @@ def test_mock_perturbed_replays_score_what_tau2_scores(t2, mock_solo):
             scored.append((task_id, kind, reward))
     assert len(scored) >= 8
     assert any(r == 0.0 for *_, r in scored) and all(r in (0.0, 1.0) for *_, r in scored), scored
+
+
+def test_telecom_solo_replays_and_perturbations_score_tau2s_reward(t2):
+    """Telecom in solo mode (the agent also holds the user's device tools): replays of five test tasks score
+    1.0, as τ² scores them; their perturbations score what τ² gives them."""
+    env = TauBenchEnv("telecom")
+    scored = []
+    for task_id in env.test_ids[:5]:
+        task = env.all_tasks[task_id]
+        actions = expected_actions(task)
+        for kind, changed in [("gold", actions), *perturbations(actions)]:
+            reward, info = play(env, task_id, [call(n, a) for n, a in changed] + [call("done", {})])
+            direct = tau2_reward(t2, "telecom", task, changed, solo=True)
+            assert reward == direct and info["termination"] == "answered", (task_id, kind, info["reward_info"])
+            scored.append((kind, reward))
+    assert all(r == 1.0 for k, r in scored if k == "gold") and any(r == 0.0 for k, r in scored if k != "gold")
+    env.close()
 
 
 @pytest.fixture(scope="module")
