@@ -9,6 +9,8 @@
   :func:`~agentrl.algos.evaluation.evaluate.evaluate`) are drawn as ``plots/eval_comparison.png``.
 * :func:`plot_eval` draws a grouped bar chart comparing :class:`~agentrl.algos.evaluation.report.EvalReport` rows
   (e.g. base → SFT → RL).
+* :func:`plot_stages` draws the main curves (reward, format rate, loss per step) of consecutive training stages
+  (the main job's SFT, then GRPO) in one figure, each stage after the one before.
 
 matplotlib runs with the non-interactive Agg backend; nothing opens a window.
 """
@@ -181,6 +183,67 @@ def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+
+#: The curves :func:`plot_stages` draws by default: metric -> panel title.
+STAGE_METRICS = {"reward/mean": "reward", "reward/format": "format rate", "train/loss": "loss"}
+
+
+def plot_stages(stages: Sequence[tuple[str, str | Path]], path: str | Path, *, metrics: dict[str, str] | None = None,
+                title: str | None = None, smoothing: float | None = None, dpi: int = 110) -> Path | None:
+    """One figure of the training curves of consecutive stages, a panel per metric (default
+    :data:`STAGE_METRICS`: reward, format rate and loss per step). Each stage's steps follow the previous
+    stage's last step, in its own colour, with a dashed line where it begins; a stage that did not log a
+    metric (SFT has no reward) is absent from that panel.
+
+    Args:
+        stages: ``(label, run directory)`` pairs in the order they ran; a directory without ``metrics.jsonl``
+            is skipped.
+        path: the PNG to write (parent folders are created).
+
+    Returns:
+        ``path``, or ``None`` (nothing written) when no stage logged any of the metrics.
+    """
+    metrics = dict(metrics or STAGE_METRICS)
+    curves: list[tuple[str, int, dict[str, tuple[list[int], list[float]]]]] = []  # (label, offset, series)
+    offset = 0
+    for label, run_dir in stages:
+        if not (Path(run_dir) / METRICS_FILE).exists():
+            continue
+        series = _series(read_metrics(run_dir))
+        curves.append((label, offset, {k: v for k, v in series.items() if k in metrics}))
+        offset += max((max(steps) for steps, _ in series.values() if steps), default=0)
+    shown = [m for m in metrics if any(m in c for _, _, c in curves)]
+    if not shown:
+        return None
+    plt = headless_pyplot()
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.0 * len(shown), 3.6), squeeze=False)
+    for ax, metric in zip(axes.flat, shown, strict=True):
+        for i, (label, start, series) in enumerate(curves):
+            ax.axvline(start, color="0.6", linestyle="--", linewidth=0.8)
+            if metric not in series:
+                continue
+            steps, vals = series[metric]
+            xs = [start + s for s in steps]
+            color = f"C{i % 10}"
+            if len(vals) > 1:
+                ax.plot(xs, vals, color=color, alpha=0.3, linewidth=1.0)
+            ax.plot(xs, smooth(vals, smoothing), "-o" if len(vals) < 5 else "-", color=color, linewidth=2.0,
+                    label=label, markersize=3)
+        ax.set_title(metrics[metric], fontsize=11)
+        ax.set_xlabel("step (stages one after another)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+    fig.suptitle(title or "Training curves   (faint: raw, bold: smoothed)", x=0.01, ha="left", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------- eval chart

@@ -22,7 +22,8 @@ Run directory::
 
     <out>/eval/{base,sft,rl}.jsonl (+ .summary.json)    the held-out episodes and their reports
     <out>/sft/  <out>/grpo/                             each stage's metrics.jsonl, checkpoints, adapter
-    <out>/plots/                                        training curves and eval_comparison.png
+    <out>/plots/                                        training_curves.png (reward, format rate and loss per
+                                                        step of both stages) beside eval_comparison.png
     <out>/results.md                                    the table
 
 With ``resume=True`` finished stages are not redone (their reports / adapters are read back) and a killed
@@ -186,7 +187,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
 
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
-    from agentrl.algos.evaluation.plot import plot_eval, plot_run
+    from agentrl.algos.evaluation.plot import plot_eval, plot_run, plot_stages
     from agentrl.algos.evaluation.report import load_report, results_table
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import apply_lora
@@ -248,6 +249,10 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     table = results_table(rows)
     plots = plot_run(out / "sft") + plot_run(out / "grpo")
     plots.append(plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL"))
+    curves = plot_stages([("SFT", out / "sft"), ("GRPO", out / "grpo")], out / "plots" / "training_curves.png",
+                         title=f"{cfg.env}: SFT cold start, then GRPO   (faint: raw, bold: smoothed)")
+    if curves is not None:
+        plots.append(curves)
     timings["total"] = time.perf_counter() - t_start
     times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
     peak = peak_rss_gib()

@@ -1,0 +1,48 @@
+"""The main job writes its training curves (reward, format rate, loss per step of SFT then GRPO) into plots/,
+beside the evaluation chart (algos.evaluation.plot.plot_stages)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from agentrl.algos.evaluation.plot import plot_stages
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", data[16:24])
+
+
+def _metrics(run_dir, rows):
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_plot_stages_draws_a_panel_per_logged_metric_and_nothing_without_metrics(tmp_path):
+    _metrics(tmp_path / "sft", [{"step": s, "train/loss": 2.0 / s} for s in range(1, 5)])
+    assert plot_stages([("SFT", tmp_path / "sft")], tmp_path / "a.png", dpi=100) == tmp_path / "a.png"
+    assert _png_size(tmp_path / "a.png")[0] == 500  # one panel (loss) of 5 inches: SFT logs no reward
+    _metrics(tmp_path / "grpo", [{"step": s, "reward/mean": 0.1 * s, "reward/format": 0.2 * s, "train/loss": 0.5,
+                                  "rollout/tool_calls": 1.0} for s in range(1, 4)])
+    path = plot_stages([("SFT", tmp_path / "sft"), ("GRPO", tmp_path / "grpo")], tmp_path / "b.png", dpi=100)
+    assert _png_size(path)[0] == 1500  # reward, format rate, loss; not every metric the run logged
+    assert plot_stages([("SFT", tmp_path / "nowhere")], tmp_path / "c.png") is None
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_the_main_job_writes_its_training_curves_beside_the_eval_chart(tmp_path, tiny_dir, monkeypatch):
+    from agentrl.algos.recipes.main_job import MainJobConfig, run_main_job
+
+    # each stage's own figures (plot_run: every metric group, in sft/plots and grpo/plots) take most of a
+    # tiny run's time and are not what this checks
+    monkeypatch.setattr("agentrl.algos.evaluation.plot.plot_run", lambda run_dir, **kw: [])
+    cfg = MainJobConfig(model=str(tiny_dir), out=str(tmp_path / "main"), eval_tasks=1, sft_demos=2, sft_steps=1,
+                        sft_batch_size=2, rl_steps=1, rl_tasks_per_step=1, rl_group_size=2, max_new_tokens=4,
+                        max_turns=2, progress=False, report_to=["none"], dtype="fp32", device="cpu")
+    result = run_main_job(cfg)
+    plots = tmp_path / "main" / "plots"
+    assert {p.name for p in plots.iterdir()} == {"eval_comparison.png", "training_curves.png"}
+    assert plots / "training_curves.png" in result["plots"]
+    assert _png_size(plots / "training_curves.png")[0] == 3 * 5 * 110  # reward, format rate and loss panels
