@@ -225,7 +225,8 @@ class Trainer:
 
         def make(env_id, env_kwargs):
             return rollout_env(config.executor, env_id, env_kwargs, tokenizer=self.tokenizer,
-                               num_workers=config.env_workers, call_format=config.collector.call_format)
+                               num_workers=config.env_workers, call_format=config.collector.call_format,
+                               actor_options=config.env_actor_options)
 
         if self.mixture:
             self.rollout_env = {c.name: make(c.id, c.env_kwargs) for c in self.mixture}

@@ -148,11 +148,12 @@ def test_trainer_with_ray_executor_matches_local(tokenizer, tmp_path):
 
     runs = {}
     for executor in ("local", "ray"):
+        options = {"num_cpus": 0.5} if executor == "ray" else None
         cfg = tiny_train_config(tmp_path / executor, env=ENV, executor=executor, env_workers=2, group_size=2,
-                                collector=CollectorConfig(max_new_tokens=8, max_turns=2))
+                                env_actor_options=options, collector=CollectorConfig(max_new_tokens=8, max_turns=2))
         trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
-        if executor == "ray":
-            assert isinstance(trainer.rollout_env, RayEnvPool)
+        if executor == "ray":  # the config's actor options reach every env actor
+            assert isinstance(trainer.rollout_env, RayEnvPool) and trainer.rollout_env.actor_options == options
         runs[executor] = trainer.train()[0]
     keys = [k for k in runs["local"] if k.startswith(("reward/", "rollout/")) and "time" not in k]
     assert keys and {k: runs["ray"][k] for k in keys} == {k: runs["local"][k] for k in keys}
