@@ -49,6 +49,8 @@ class TauBenchEnv(TextEnv):
         split: τ² task split to draw training episodes from (default ``"train"`` where the domain has one, else
             every task); :meth:`test_tasks` uses ``"test"`` where it exists, else every task.
         max_steps, max_errors: τ²'s own limits (orchestrator steps, tool errors); defaults as ``tau2 run``.
+            The user simulator's seed is drawn per episode from the env's generator (``tau2 run`` draws one
+            per trial); ``info["user_seed"]`` shows it.
         max_turns, max_tool_calls, max_obs_chars: this env's budgets (agent replies, tool calls, observation
             length shown to the agent; τ²'s trajectory keeps whole tool results).
         call_format: the tool-call format (a native one; default Hermes ``<tool_call>``).
@@ -211,7 +213,7 @@ class TauBenchEnv(TextEnv):
                                     llm_args=dict(self.user_llm_args))
         self.orchestrator = t2.Orchestrator(domain=self.domain, agent=agent, user=user, environment=environment,
                                             task=tau_task, max_steps=self.max_steps, max_errors=self.max_errors,
-                                            seed=t2.DEFAULT_SEED, solo_mode=self.solo)
+                                            seed=int(self.np_random.integers(1_000_000)), solo_mode=self.solo)
         self.reward_info, self._started, self._start_time = None, time.perf_counter(), t2.get_now()
         history = tau_task.initial_state.message_history if tau_task.initial_state is not None else None
         self._initialized = not self.solo or bool(history)
@@ -268,7 +270,8 @@ class TauBenchEnv(TextEnv):
             self.parser.render_call("done", {})]
 
     def extra_info(self) -> dict[str, Any]:
-        return {"domain": self.domain, "reward_info": self.reward_info}
+        seed = self.orchestrator.seed if self.orchestrator is not None else None
+        return {"domain": self.domain, "user_seed": seed, "reward_info": self.reward_info}
 
     # ------------------------------------------------------------------ one agent reply
     def _step(self, action: str):

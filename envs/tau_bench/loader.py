@@ -41,7 +41,7 @@ def tau2_modules() -> SimpleNamespace:
 #: What :func:`tau2_modules` holds: module -> names.
 _NAMES: dict[str, tuple[str, ...]] = {
     "tau2.agent.llm_agent": ("LLMAgent", "LLMSoloAgent"),
-    "tau2.config": ("DEFAULT_LLM_ARGS_USER", "DEFAULT_MAX_ERRORS", "DEFAULT_MAX_STEPS", "DEFAULT_SEED"),
+    "tau2.config": ("DEFAULT_LLM_ARGS_USER", "DEFAULT_MAX_ERRORS", "DEFAULT_MAX_STEPS"),
     "tau2.data_model.message": ("AssistantMessage", "ToolCall", "ToolMessage", "UserMessage"),
     "tau2.data_model.simulation": ("SimulationRun", "TerminationReason"),
     "tau2.evaluator.evaluator": ("EvaluationType", "evaluate_simulation"),

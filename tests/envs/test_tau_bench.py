@@ -166,26 +166,27 @@ def user_server():
     server.close()
 
 
-#: Airline tasks replayed (each episode rebuilds the 7 MB database several times, so a sample): with and without
-#: facts to communicate, one to six actions.
-AIRLINE_TASKS = ("1", "3", "4", "7")
+#: Tasks replayed with a user (each airline episode rebuilds its 7 MB database several times, so a sample): with
+#: and without facts to communicate, one to eight actions; the second of each is also perturbed.
+USER_TASKS = {"airline": ("1", "7", "3", "4"), "retail": ("5", "26")}
 
 
-def test_airline_replays_through_tau2s_user_simulator_score_tau2s_reward(t2, user_server):
+@pytest.mark.parametrize("domain", sorted(USER_TASKS))
+def test_replays_through_tau2s_user_simulator_score_tau2s_reward(t2, user_server, domain):
     """The user is τ²'s simulator (its LLM: the scripted server); the agent replays the expected actions, then
     says the facts the task wants communicated; the user stops. Perturbed replays score what τ² gives them."""
-    env = TauBenchEnv("airline", user_url=user_server.url, user_model="scripted-user")
+    env = TauBenchEnv(domain, user_url=user_server.url, user_model="scripted-user")
     try:
         results = []
-        for task_id in AIRLINE_TASKS:
+        for task_id in USER_TASKS[domain]:
             task = env.all_tasks[task_id]
             actions = expected_actions(task)
             final = "All done. " + " ".join(task.evaluation_criteria.communicate_info or [])
-            variants = [("gold", actions)] + (perturbations(actions) if task_id in ("1", "7") else [])
+            variants = [("gold", actions)] + (perturbations(actions) if task_id in USER_TASKS[domain][:2] else [])
             for kind, changed in variants:
                 user_server.replies = [f"Hello, this is user of task {task_id}.", "Thanks. ###STOP###"]
                 reward, info = play(env, task_id, [call(n, a) for n, a in changed] + [final])
-                direct = tau2_reward(t2, "airline", task, changed, solo=False,
+                direct = tau2_reward(t2, domain, task, changed, solo=False,
                                      opening=user_server.replies[0], final_text=final)
                 assert reward == direct, (task_id, kind, info["reward_info"])
                 assert info["termination"] == "answered" and info["correct"] == t2.is_successful(direct)
@@ -212,6 +213,7 @@ def test_user_simulator_talks_through_an_openai_compatible_server(t2, user_serve
     assert info["correct"] and info["termination"] == "answered" and info["obs_role"] == "user"
     requests = user_server.requests[before:]
     assert len(requests) == 2 and {r["model"] for r in requests} == {"scripted-user"}
+    assert {r.get("seed") for r in requests} == {info["user_seed"]}  # drawn per episode, as `tau2 run` per trial
     system = requests[0]["messages"][0]
     scenario = str(env.all_tasks["create_task_1"].user_scenario.instructions)
     assert system["role"] == "system" and scenario in system["content"]  # τ²'s user prompt with the scenario
