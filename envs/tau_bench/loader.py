@@ -91,10 +91,4 @@ def agent_classes() -> tuple[type, type]:
             state.messages.append(msg)
             return msg, state
 
-    class SeatAgent(SeatMixin, t2.LLMAgent):
-        pass
-
-    class SoloSeatAgent(SeatMixin, t2.LLMSoloAgent):
-        pass
-
-    return SeatAgent, SoloSeatAgent
+    return type("SeatAgent", (SeatMixin, t2.LLMAgent), {}), type("SoloSeatAgent", (SeatMixin, t2.LLMSoloAgent), {})

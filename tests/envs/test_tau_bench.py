@@ -197,6 +197,23 @@ def test_replays_through_tau2s_user_simulator_score_tau2s_reward(t2, user_server
         env.close()
 
 
+def test_telecom_with_a_user_runs_and_scores_tau2s_reward(t2, user_server):
+    """Telecom with τ²'s user simulator (who holds the phone's tools; the scripted one only talks): the agent's
+    own expected actions, then a reply; the reward is τ²'s on the same trajectory (the phone was never fixed)."""
+    env = TauBenchEnv("telecom", user_url=user_server.url)
+    task_id = env.test_ids[0]
+    task = env.all_tasks[task_id]
+    actions = [(a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions or []
+               if a.requestor == "assistant"]
+    user_server.replies = ["My phone has no service.", "###STOP###"]
+    reward, info = play(env, task_id, [call(n, a) for n, a in actions] + ["Please restart your phone."])
+    direct = tau2_reward(t2, "telecom", task, actions, solo=False, opening=user_server.replies[0],
+                         final_text="Please restart your phone.")
+    assert reward == direct and info["termination"] == "answered", info["reward_info"]
+    assert {"toggle_airplane_mode", "done"} & set(env.tools.names) == set()  # the phone's tools are the user's
+    env.close()
+
+
 def test_user_simulator_talks_through_an_openai_compatible_server(t2, user_server):
     user_server.replies = ["Please create a task called 'Important Meeting' for user_1.", "Thank you! ###STOP###"]
     before = len(user_server.requests)
