@@ -1,6 +1,6 @@
 """Train a LoRA on an agentrl env with TRL's GRPOTrainer through TRL's ``environment_factory`` API.
 
-    pip install "agentrl-gym[train,trl]"
+    pip install -e ".[train,trl]"      # in the agentrl-gym checkout
     python docs/examples/trl_environment_factory.py --model Qwen/Qwen2.5-0.5B-Instruct --steps 20
     python docs/examples/trl_environment_factory.py --tiny --steps 1     # random-init tiny model, offline smoke run
     python docs/examples/trl_environment_factory.py --adapter runs/main/sft/adapter --steps 20  # a cold start

@@ -1,6 +1,6 @@
 """Train a LoRA on any registered env with TRL's GRPOTrainer, rolling out multi-turn episodes with our collector.
 
-    pip install "agentrl-gym[train,trl]"
+    pip install -e ".[train,trl]"      # in the agentrl-gym checkout
     python docs/examples/trl_grpo.py --steps 20                 # ToolUse-v0, SmolLM2-135M-Instruct (bundled), CPU
     python docs/examples/trl_grpo.py --env AgentRL/Search-v0 --steps 20   # Search-R1's task, offline BM25 search
     python docs/examples/trl_grpo.py --tiny --steps 1           # a random-init tiny model: a 1-minute smoke run
