@@ -93,7 +93,8 @@ def test_unknown_ids_missing_and_extra_arguments_are_one_line(argv):
 
 
 def test_serve_without_the_openenv_extra_is_one_line_naming_the_install(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "openenv", None)  # as if openenv-core were not installed
+    for name in [m for m in sys.modules if m.split(".")[0] == "openenv"] + ["openenv"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if openenv-core were not installed (nor imported before)
     monkeypatch.delitem(sys.modules, "agentrl.envs.bridges.openenv", raising=False)
     assert cli.main(["serve", "AgentRL/ToolUse-v0", "--openenv"]) == 2
     err = capsys.readouterr().err
