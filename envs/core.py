@@ -12,7 +12,8 @@ The contract (also in ``docs/protocol.md``)
     draws one from its own dataset with ``self.np_random`` (never the global ``random``). ``obs`` is the
     user-turn text. ``info["messages"]`` is the OpenAI-style message list so far (system prompt included; an
     assistant turn that called tools carries ``tool_calls``, each result is a ``tool`` turn with ``name`` and
-    ``tool_call_id``), ``info["tools"]`` the tool schemas (OpenAI function format), ``info["task_id"]``.
+    ``tool_call_id``), ``info["tools"]`` the tool schemas of this episode (OpenAI function format: the task's own
+    when its row carries ``"tools"``, else the env's), ``info["task_id"]``.
 
 ``step(action) -> (obs, reward, terminated, truncated, info)``
     ``action`` is the assistant's whole reply. It is parsed into exactly one of
@@ -49,7 +50,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agentrl.envs.parsing import CALL_FORMATS, ActionParser, ParsedAction
-from agentrl.envs.tools import INVALID_CALL_KINDS, ToolSet
+from agentrl.envs.tools import INVALID_CALL_KINDS, ToolResult, ToolSet
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,11 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`call_reward` — a reward for a tool call that ran (partial credit; default 0, outcome reward only);
     * :meth:`extra_info` — env-specific keys merged into every step's ``info``;
     * :meth:`test_tasks` — ``n`` tasks of the env's test split for evaluation (the default: there is none);
+    * :meth:`task_tools` and :meth:`run_task_tool` — the tools of one task (default: the row's ``"tools"``
+      schemas when it has them) and how such a tool runs;
+    * :meth:`grade_reply` — grade a reply as a whole instead of running its calls (a benchmark that grades the
+      calls themselves, BFCL);
+    * :meth:`opening_messages` — the messages an episode starts with (default: system prompt, user prompt);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
     A tool that needs env state or counts its own metrics is a bound method or closure passed to
@@ -183,6 +189,7 @@ class TextEnv(gym.Env[str, str]):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.tools = tools
+        self._episode_tools: ToolSet | None = None
         self.parser = parser
         self.budgets = budgets or Budgets()
         self.rewards = rewards or Rewards()
@@ -195,6 +202,11 @@ class TextEnv(gym.Env[str, str]):
         self.metrics = EpisodeMetrics()
         self._done = True
 
+    @property
+    def episode_tools(self) -> ToolSet:
+        """The tools of the current episode: the task's own (:meth:`task_tools`) or, by default, :attr:`tools`."""
+        return self.tools if self._episode_tools is None else self._episode_tools
+
     # ------------------------------------------------------------------ hooks for subclasses
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         """Draw a task (a dict with at least ``"id"``) using ``rng``; never the global ``random``."""
@@ -203,8 +215,8 @@ class TextEnv(gym.Env[str, str]):
     def system_prompt(self, task: dict[str, Any]) -> str:
         """The system message for ``task``. The default states the answer and tool-call formats."""
         parts = [self.task_instructions(task), self.parser.format_instructions()]
-        if self.tools_in_prompt and len(self.tools):
-            parts.append(self.parser.describe_tools(self.tools.schemas()))
+        if self.tools_in_prompt and len(self.episode_tools):
+            parts.append(self.parser.describe_tools(self.episode_tools.schemas()))
         return "\n\n".join(p for p in parts if p)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
@@ -230,6 +242,40 @@ class TextEnv(gym.Env[str, str]):
         """A reward for one tool call that ran, added to the step's reward (partial credit for a step towards the
         answer, the per-turn reward of turn credit); default 0: outcome reward only."""
         return 0.0
+
+    def opening_messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
+        """The messages ``task``'s episode starts with; the last one's content is the observation of ``reset``.
+        Default: :meth:`system_prompt` then :meth:`user_prompt`."""
+        return [{"role": "system", "content": self.system_prompt(task)},
+                {"role": "user", "content": self.user_prompt(task)}]
+
+    def task_tools(self, task: dict[str, Any]) -> ToolSet:
+        """The tools of ``task``'s episode. Default: a row with ``"tools"`` (OpenAI function schemas or BFCL
+        function docs, see :func:`~agentrl.envs.tools.function_schema`) gets exactly those, each call validated
+        against its schema and run by :meth:`run_task_tool`; any other row gets the env's :attr:`tools`.
+
+        Raises:
+            ValueError: the row's ``"tools"`` is malformed (the message names the task and the schema).
+        """
+        if task.get("tools") is None:
+            return self.tools
+        return ToolSet.from_schemas(task["tools"], lambda name, args: self.run_task_tool(name, args, task),
+                                    where=f"task {str(task.get('id', ''))!r} key 'tools'")
+
+    def run_task_tool(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> Any:
+        """Run a call of a tool the task brought (its arguments already passed the schema); return a value or a
+        :class:`~agentrl.envs.tools.ToolResult`. Default: the env's own tool of that name, else an
+        ``Error: ...`` observation (error kind ``"not_executable"``)."""
+        if name in self.tools:
+            return self.tools.call(name, arguments)
+        return ToolResult(f"Error: {name}() cannot be run in this environment (the task gives only its schema)",
+                          "not_executable")
+
+    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | None:
+        """``(reward, correct)`` to end the episode on this reply without running its calls, or ``None`` (the
+        default) for the usual handling. An env whose benchmark grades the calls themselves (BFCL's AST checker)
+        returns the grade here; the reply's calls still appear as ``tool_calls`` in ``info["messages"]``."""
+        return None
 
     def extra_info(self) -> dict[str, Any]:
         """Env-specific keys merged into the ``info`` of every step (default: none)."""
@@ -267,7 +313,7 @@ class TextEnv(gym.Env[str, str]):
     def run_tool(self, parsed: ParsedAction) -> str:
         """Run a parsed tool call through :meth:`ToolSet.call`; count its errors and metrics; return the
         observation."""
-        result = self.tools.call(parsed.name or "", parsed.arguments or {})
+        result = self.episode_tools.call(parsed.name or "", parsed.arguments or {})
         if result.error_kind is not None:
             self.metrics.tool_errors += 1
             if result.error_kind in INVALID_CALL_KINDS:
@@ -289,13 +335,13 @@ class TextEnv(gym.Env[str, str]):
         self.task = task
         self.metrics = EpisodeMetrics()
         self._done = False
+        own = self.task_tools(task)
+        self._episode_tools = None if own is self.tools else own
         self.on_reset(task)
-        user = self.user_prompt(task)
-        self.messages = [
-            {"role": "system", "content": self.system_prompt(task)},
-            {"role": "user", "content": user},
-        ]
-        info = {"messages": list(self.messages), "tools": self.tools.schemas(), "task_id": str(task.get("id", ""))}
+        self.messages = self.opening_messages(task)
+        user = str(self.messages[-1]["content"])
+        info = {"messages": list(self.messages), "tools": self.episode_tools.schemas(),
+                "task_id": str(task.get("id", ""))}
         return user, info
 
     def step(self, action: str):
@@ -321,6 +367,18 @@ class TextEnv(gym.Env[str, str]):
         self.metrics.turns += 1
         self.messages.append({"role": "assistant", "content": action})
         parsed = self.parser.parse(action)
+        calls = (parsed.calls or []) if parsed.kind == "tool_call" else []
+        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
+        if calls:
+            self.messages[-1]["tool_calls"] = [
+                {"id": i, "type": "function",
+                 "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+                for i, c in zip(ids, calls, strict=True)]
+        assert self.task is not None, "step() before reset()"
+        graded = self.grade_reply(parsed, self.task)
+        if graded is not None:
+            return self._finish("", parsed, reward=graded[0], termination="answered", correct=graded[1],
+                                answer=parsed.answer, format_ok=parsed.kind != "invalid")
 
         if parsed.kind == "answer":
             assert self.task is not None, "step() before reset()"
@@ -334,12 +392,6 @@ class TextEnv(gym.Env[str, str]):
                                 termination="invalid", format_ok=False)
 
         # Tool calls: each runs in order, each counts against the budget, each result is a tool message.
-        calls = parsed.calls or []
-        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
-        self.messages[-1]["tool_calls"] = [
-            {"id": i, "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-            for i, c in zip(ids, calls, strict=True)]
         results, credit = [], 0.0
         for call, call_id in zip(calls, ids, strict=True):
             if self.metrics.tool_calls >= self.budgets.max_tool_calls:
@@ -383,7 +435,7 @@ class TextEnv(gym.Env[str, str]):
             "obs_role": obs_role,
             "metrics": self.metrics.as_dict(),
             "messages": list(self.messages),
-            "tools": self.tools.schemas(),
+            "tools": self.episode_tools.schemas(),
             "task_id": str(self.task.get("id", "")) if self.task else "",
         }
         info.update(self.extra_info())
@@ -391,6 +443,8 @@ class TextEnv(gym.Env[str, str]):
 
     def close(self) -> None:
         """Release what the env holds: its tools' resources (e.g. an MCP session), then Gymnasium's own."""
+        if self.episode_tools is not self.tools:
+            self.episode_tools.close()
         self.tools.close()
         super().close()
 

@@ -12,7 +12,7 @@ invalid — with one tool-call format and one answer format:
   ```` ```python ```` block), one call per reply;
 * answer formats (the registry :data:`ANSWER_FORMATS` of :class:`AnswerFormat`): ``"answer_colon"``
   (``Answer: ...``), ``"boxed"`` (the last ``\\boxed{}`` in the last 300 characters), ``"answer_tag"``
-  (``<answer>...</answer>``).
+  (``<answer>...</answer>``), ``"text"`` (any reply without a call: the whole text).
 
 A third party adds a native call format (a :class:`CallFormat` subclass built with no arguments) with
 :func:`register_call_format` or an entry point in the group ``agentrl.call_formats``, and an answer format (an
@@ -37,7 +37,7 @@ from agentrl.envs.plugins import Registry
 
 __all__ = ["ANSWER_FORMATS", "CALL_FORMATS", "ActionParser", "AnswerFormat", "CallFormat", "FencedCodeCalls",
            "HermesCalls", "LlamaJsonCalls", "MistralCalls", "ParsedAction", "TagCalls",
-           "extract_answer_colon", "extract_answer_tag", "extract_boxed", "native_call_format",
+           "extract_answer_colon", "extract_answer_tag", "extract_boxed", "extract_text", "native_call_format",
            "register_answer_format", "register_call_format", "strip_think"]
 
 # ---------------------------------------------------------------------------------------------- result
@@ -103,6 +103,10 @@ class CallFormat(ABC):
     @abstractmethod
     def render(self, name: str, arguments: dict[str, Any]) -> str:
         """The text of a call in this format (for demonstrations)."""
+
+    def render_many(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
+        """The text of one reply making several calls (parallel calls); default: each call on its own line."""
+        return "\n".join(self.render(name, arguments) for name, arguments in calls)
 
 
 def _json_error(e: ValueError) -> str:
@@ -258,7 +262,11 @@ class MistralCalls(CallFormat):
                 "{<arguments as JSON>}}] (one object per call). The results come back in the next messages.")
 
     def render(self, name: str, arguments: dict[str, Any]) -> str:
-        return f"{self.MARK} {json.dumps([{'name': name, 'arguments': arguments}], ensure_ascii=False)}"
+        return self.render_many([(name, arguments)])
+
+    def render_many(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
+        body = [{"name": name, "arguments": arguments} for name, arguments in calls]
+        return f"{self.MARK} {json.dumps(body, ensure_ascii=False)}"
 
 
 #: The native (JSON) tool-call formats by name -> a :class:`CallFormat` subclass built with no arguments (or
@@ -385,6 +393,11 @@ def extract_answer_tag(text: str) -> str | None:
     return matches[-1].strip() or None if matches else None
 
 
+def extract_text(text: str) -> str | None:
+    """The whole reply, stripped (``None`` when empty): any text reply is the final answer."""
+    return text.strip() or None
+
+
 @dataclass(frozen=True)
 class AnswerFormat:
     """How a final answer is written and read (an entry of :data:`ANSWER_FORMATS`).
@@ -415,6 +428,7 @@ ANSWER_FORMATS: Registry[AnswerFormat] = Registry("answer format", "agentrl.answ
                           "\\boxed{{answer}}"),
     "answer_tag": AnswerFormat(extract_answer_tag, "Put your final answer inside <answer></answer>.",
                                "<answer>{answer}</answer>"),
+    "text": AnswerFormat(extract_text, "When no tool fits, reply in plain text without a tool call.", "{answer}"),
 }, contract=AnswerFormat)
 
 
@@ -469,6 +483,10 @@ class ActionParser:
 
     def render_call(self, name: str, arguments: dict[str, Any]) -> str:
         return self.calls.render(name, arguments)
+
+    def render_calls(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
+        """One reply making every call of ``calls`` (``(name, arguments)`` pairs) in this parser's call format."""
+        return self.calls.render_many(calls)
 
     def render_answer(self, answer: str) -> str:
         """``answer`` written in this parser's answer format (for demonstrations)."""

@@ -173,6 +173,30 @@ class ToolSet:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    @classmethod
+    def from_schemas(cls, schemas: Any, run: Callable[[str, dict[str, Any]], Any], *,
+                     where: str = "tools") -> ToolSet:
+        """Tools known only by their schemas (a task's own tools), each call run by ``run(name, arguments)``
+        after the arguments passed the schema (``run`` returns a value or a :class:`ToolResult`).
+
+        ``schemas`` is a list of OpenAI function schemas or BFCL function docs, in any mix (see
+        :func:`function_schema`); ``where`` names them in errors (``"task 'x' key 'tools'"``).
+
+        Raises:
+            ValueError: not a list, a malformed schema, or two tools of one name (the message names ``where``).
+        """
+        if not isinstance(schemas, list):
+            raise ValueError(f"{where} must be a list of function schemas, got {type(schemas).__name__}")
+        tools = []
+        for k, spec in enumerate(schemas):
+            fn = function_schema(spec, where=f"{where}[{k}]")["function"]
+            tools.append(Tool(name=fn["name"], description=fn.get("description", ""),
+                              parameters=fn["parameters"], fn=_Runner(run, fn["name"])))
+        try:
+            return cls(tools)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+
     def schemas(self) -> list[dict[str, Any]]:
         """The tools' OpenAI-format schemas (``info["tools"]``). Do not mutate the returned list."""
         return self._schemas
@@ -199,6 +223,72 @@ class ToolSet:
         except Exception as e:  # a tool's failure is an observation, not a crash
             return ToolResult(f"Error: {name}() raised {type(e).__name__}: {e}", "exception")
         return value if isinstance(value, ToolResult) else ToolResult(format_value(value))
+
+
+@dataclass
+class _Runner:
+    """The function of a schema-only tool: hands its keyword arguments to ``run(name, arguments)``."""
+
+    run: Callable[[str, dict[str, Any]], Any]
+    name: str
+
+    def __call__(self, **arguments: Any) -> Any:
+        return self.run(self.name, arguments)
+
+
+#: BFCL's type names (Python-flavoured) -> JSON-schema types; the JSON names map to themselves.
+DIALECT_TYPES: dict[str, str | None] = {
+    "dict": "object", "float": "number", "tuple": "array", "any": None, "list": "array", "bool": "boolean",
+    "int": "integer", "str": "string", "object": "object", "number": "number", "array": "array",
+    "integer": "integer", "string": "string", "boolean": "boolean", "null": "null"}
+
+
+def function_schema(spec: Any, *, where: str = "tool") -> dict[str, Any]:
+    """One tool schema in OpenAI function format, from an OpenAI schema (``{"type": "function", "function":
+    {...}}``) or a bare function doc (``{"name", "description", "parameters"}``, BFCL's form).
+
+    Types of BFCL's dialect are rewritten as JSON-schema types, at every depth (``properties``, ``items``):
+    ``dict`` -> ``object``, ``float`` -> ``number``, ``tuple`` -> ``array``, ``any`` -> no type (any value);
+    other keys (``description``, ``enum``, ``default``, ``required``) stay. Dotted names (``math.factorial``)
+    are kept as they are. The input is not modified.
+
+    Raises:
+        ValueError: a schema without a string ``name``, ``parameters`` that is not an object, or a type name
+            outside :data:`DIALECT_TYPES` (the message names ``where`` and the parameter).
+    """
+    fn = spec.get("function") if isinstance(spec, dict) and spec.get("type") == "function" else spec
+    if not isinstance(fn, dict):
+        raise ValueError(f"{where}: a tool schema must be an object with a 'name', got {type(fn).__name__}")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: a tool schema needs a non-empty string 'name'")
+    params = fn.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(params, dict):
+        raise ValueError(f"{where} ({name}): 'parameters' must be an object, got {type(params).__name__}")
+    params = _json_schema(params, f"{where} ({name}) parameters")
+    params.setdefault("type", "object")
+    params.setdefault("properties", {})
+    out = {"name": name, "description": str(fn.get("description") or ""), "parameters": params}
+    return {"type": "function", "function": out}
+
+
+def _json_schema(schema: dict[str, Any], where: str) -> dict[str, Any]:
+    out = dict(schema)
+    kind = out.get("type")
+    if isinstance(kind, str):
+        if kind not in DIALECT_TYPES:
+            raise ValueError(f"{where}: unknown type {kind!r}; accepted: {', '.join(DIALECT_TYPES)}")
+        mapped = DIALECT_TYPES[kind]
+        if mapped is None:
+            del out["type"]
+        else:
+            out["type"] = mapped
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _json_schema(v, f"{where}.{k}") if isinstance(v, dict) else v
+                             for k, v in out["properties"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = _json_schema(out["items"], f"{where}[]")
+    return out
 
 
 def format_value(value: Any) -> str:
