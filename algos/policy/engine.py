@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, cast, runtime_checkable
 
+from agentrl.algos.policy.engine_node import NodeShare
 from agentrl.algos.policy.engine_process import hold_process, kill_group, release_process, start_watchdog
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.envs.plugins import Registry
@@ -414,16 +415,26 @@ def register_engine(name: str, engine: type[Engine] | str) -> None:
 
 
 class EnginePolicy(OpenAIPolicy):
-    """An :class:`OpenAIPolicy` sampling through an engine this process started; :meth:`close` stops it."""
+    """An :class:`OpenAIPolicy` sampling through an engine this process started (:attr:`engine`; :meth:`close`
+    stops it) or that local rank 0 of this node started (:attr:`node`, :mod:`~agentrl.algos.policy.engine_node`)."""
 
     engine: Engine | None = None
+    node: NodeShare | None = None
 
     def close(self) -> None:
         try:
             super().close()
         finally:
+            if self.node is not None and self.engine is None:
+                self.node.done()
             if self.engine is not None:
-                self.engine.stop()
+                try:
+                    if self.node is not None:
+                        self.node.wait_for_others()
+                finally:
+                    self.engine.stop()
+                    if self.node is not None:
+                        self.node.remove()
 
 
 def adapter_rank(path: str | Path) -> int:
@@ -442,13 +453,23 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
     sets its largest adapter rank; ``extra_args`` are more server flags (e.g.
     ``["--gpu-memory-utilization", "0.4"]``); ``record_dir``: the
     :class:`~agentrl.algos.policy.openai.OpenAIPolicy` option (a run's folder: the adapters it saves go
-    there, not to a temporary folder). Closing the policy stops the server. Raises ``ValueError`` for an
+    there, not to a temporary folder). Closing the policy stops the server. Under ``torchrun`` with several
+    processes per node, local rank 0 starts the server and the node's other ranks sample through it
+    (:mod:`~agentrl.algos.policy.engine_node`). Raises ``ValueError`` for an
     unknown ``engine`` (a name in :data:`ENGINES`), ``FileNotFoundError`` when the engine is not installed
     and ``RuntimeError`` when it does not start (with its log tail)."""
     engine_cls = ENGINES.get(engine)
     from agentrl.algos.models import load_tokenizer
     from agentrl.algos.models.export import engine_model_dir
 
+    node = NodeShare.from_environment()
+    if node is not None and not node.starts:  # the server of this node's local rank 0
+        info = node.wait_for_server(startup_timeout_s)
+        shared = cast(EnginePolicy, EnginePolicy.connect(
+            info["url"], tokenizer if tokenizer is not None else load_tokenizer(model), model=info["model"],
+            lora_api=engine_cls.lora_api, adapter_dir=adapter_dir, record_dir=record_dir))
+        shared.node = node
+        return shared
     python = engine_cls.find_python(python)  # before the export: a missing engine is the first error
     folder = engine_model_dir(model)
     served = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name or "base")
@@ -462,5 +483,7 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
     except BaseException:
         server.stop()
         raise
-    policy.engine = server
+    policy.engine, policy.node = server, node
+    if node is not None:
+        node.publish(server.url, served)
     return policy

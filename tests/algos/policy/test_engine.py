@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -193,3 +195,53 @@ def test_a_third_party_engine_entry_point_is_an_engine_choice(tmp_path, monkeypa
     assert out.splitlines() == ["['vllm', 'echo'] sglang", "echo"], out
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["eval", "--engine", "echo"])  # this process has no such plugin
+
+
+# ---------------------------------------------------------------------------------------------- one engine per node
+
+#: One torchrun rank: starts (or joins) the node's engine, the reference engine of this file, counted per start.
+NODE_RANK = '''
+import json, os, sys, time
+from pathlib import Path
+
+from agentrl.algos.models import load_tokenizer
+from agentrl.algos.policy.base import GenerationRequest, SamplingParams
+from agentrl.algos.policy.engine import register_engine, start_engine_policy
+from test_engine import ReferenceEngine
+
+out = Path(sys.argv[2])
+
+
+class Counted(ReferenceEngine):
+    def start(self):
+        (out / f"started-{os.getpid()}").touch()
+        return super().start()
+
+
+register_engine("reference", Counted)
+rank = int(os.environ["LOCAL_RANK"])
+tok = load_tokenizer(sys.argv[1])
+policy = start_engine_policy(sys.argv[1], engine="reference", tokenizer=tok)
+if rank == 1:
+    time.sleep(3)  # local rank 0 is done first: its close must wait for this rank before it stops the server
+[result] = policy.generate([GenerationRequest(tok.encode("Hello"), 3, seed=0)], SamplingParams())
+(out / f"rank{rank}.json").write_text(json.dumps({"url": policy.base_url, "tokens": len(result.token_ids)}))
+policy.close()
+'''
+
+
+def test_one_engine_per_node_serves_every_local_rank(tiny_dir, tmp_path):
+    """``torchrun --nproc_per_node 2 ... --engine``: local rank 0 starts the one server, rank 1 samples through it,
+    and rank 0 stops it only once rank 1 is done (before: a server per rank)."""
+    from helpers import TESTS, free_port
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(TESTS), str(TESTS / "algos" / "policy"), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "--no-python", sys.executable, "-c", NODE_RANK, str(tiny_dir),
+           str(tmp_path)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert len(list(tmp_path.glob("started-*"))) == 1  # one server for the node
+    assert ranks[0]["url"] == ranks[1]["url"] and all(1 <= r["tokens"] <= 3 for r in ranks)
