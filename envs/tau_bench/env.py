@@ -13,6 +13,7 @@ counts.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -294,7 +295,8 @@ class TauBenchEnv(TextEnv):
         calls = parsed.calls or []
         ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
         self.messages[-1]["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": c["name"], "arguments": _dumps(c["arguments"])}}
+            {"id": i, "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
             for i, c in zip(ids, calls, strict=True)]
         if self.solo and any(c["name"] == "done" for c in calls):  # τ²'s solo agent turns `done` into its stop
             self._send(t2.AssistantMessage(role="assistant", content=t2.LLMSoloAgent.STOP_TOKEN))
@@ -353,8 +355,3 @@ class TauBenchEnv(TextEnv):
         return self._finish(obs, parsed, reward=reward, termination=termination, truncated=budget, correct=correct,
                             answer=said, format_ok=not (termination == "invalid"), obs_role=obs_role)
 
-
-def _dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
