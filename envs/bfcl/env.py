@@ -141,12 +141,12 @@ class BFCLEnv(TextEnv):
     # ------------------------------------------------------------------ grading
     def on_reset(self, task: dict[str, Any]) -> None:
         self.verdict = {}
-        self.metrics.extra["calls"] = 0
 
     def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool]:
-        """BFCL's verdict on the reply's calls (a text or unreadable reply calls nothing)."""
+        """BFCL's verdict on the reply's calls (a text or unreadable reply calls nothing); the calls count in
+        ``info["metrics"]["tool_calls"]`` though none runs."""
         calls = (parsed.calls or []) if parsed.kind == "tool_call" else []
-        self.metrics.extra["calls"] = len(calls)
+        self.metrics.tool_calls = len(calls)
         output = [{c["name"]: c["arguments"]} for c in calls]
         category = task.get("category", self.category)
         if not output and "irrelevance" not in category:

@@ -92,7 +92,7 @@ def test_ground_truth_scores_one_on_every_task(envs, category):
         else:
             assert reward == 1.0 and info["correct"] and info["bfcl_error_type"] == "", (task["id"], info)
             passed += 1
-        assert info["metrics"]["calls"] == len(calls)
+        assert info["metrics"]["tool_calls"] == len(calls)
     assert passed == len(rows) - len(UNPASSABLE & {r["id"] for r in rows}) > 0
     # The env's own demonstration is the same ground truth, and scores the same.
     for task in rows[:20]:
@@ -144,7 +144,7 @@ def test_a_text_reply_scores_zero_where_a_call_is_due(envs, category):
     for task in load_category(category)[:10]:
         for reply in ("I would call a function here.", "<tool_call>\nnot json\n</tool_call>", ""):
             reward, info = play(env, task, reply)
-            assert reward == 0.0 and not info["correct"] and info["metrics"]["calls"] == 0
+            assert reward == 0.0 and not info["correct"] and info["metrics"]["tool_calls"] == 0
 
 
 @pytest.mark.parametrize("category", IRRELEVANT)
