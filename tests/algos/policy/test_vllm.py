@@ -219,6 +219,25 @@ def test_two_ranks_train_against_one_server(server, model_dir, tmp_path):
     assert not list(run.glob("served-adapters-r*"))
 
 
+def test_two_ranks_with_engine_share_one_server_per_node(model_dir, tmp_path):
+    """``torchrun --nproc_per_node 2 ... train --engine vllm``: local rank 0 starts the node's one server, both ranks
+    train through it, and it is stopped at the end."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "--no-python", sys.executable, "-c", _CLI,
+           *_train_args(run, model_dir, "--engine", "vllm", steps=1)]
+    done = subprocess.run(cmd, env=_cli_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    log = (run / "vllm.log").read_text()
+    assert log.count("$ ") == 1  # one server started, by local rank 0
+    names = adapter_loads(run / "vllm.log", 0)
+    assert {n.split("-v")[0][-2:] for n in names} == {"r0", "r1"}, names  # both ranks sampled there
+    assert [r["step"] for r in _episodes(run / "metrics.jsonl")] == [1]
+    port = log.split("--port ", 1)[1].split()[0]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
 def test_the_server_samples_on_every_core_of_a_small_machine(server):
     """On <= SMALL_MACHINE_CPUS usable CPUs the worker's OpenMP threads are bound to all of them (vLLM's auto binding
     reserves one for its scheduler: half of a 2-core machine); the server's own log says which cores it bound."""
