@@ -222,3 +222,10 @@ def test_missing_package_is_one_line_naming_the_pip_command(monkeypatch):
     assert "\n" not in str(e.value) and INSTALL in str(e.value)
     with pytest.raises(BFCLMissing):
         BFCLEnv(category="multiple")
+
+
+@pytest.mark.parametrize("category", ["simple_python", "parallel_multiple", "live_irrelevance"])
+def test_the_env_passes_the_contract_checker(category):
+    from agentrl.envs.checker import check_text_env
+
+    check_text_env("AgentRL/BFCL-v0", env_kwargs={"category": category}, episodes=30)
