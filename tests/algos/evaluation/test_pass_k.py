@@ -3,6 +3,8 @@ out by hand and, where it is installed, HumanEval's own estimator."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentrl.algos.evaluation.report import EvalReport, pass_at_k, pass_hat_k, sampling_table, summarize
@@ -56,3 +58,22 @@ def test_summarize_gives_every_k_pass_hat_k_and_success_by_chain_length():
     assert back.pass_hat_k == r.pass_hat_k and back.by_chain_length == r.by_chain_length
     table = sampling_table("rl", r)
     assert "| pass^k | 50.0% | 38.9% |" in table and "| Average@4 | 50.0% | 50.0% |" in table
+
+
+def test_agentrl_eval_prints_pass_at_k_and_pass_hat_k_when_it_samples_several_episodes(tiny_dir, tmp_path, capsys):
+    import gymnasium as gym
+    from helpers import EchoEnv
+
+    from agentrl.algos import cli
+
+    if "Test/Echo-v0" not in gym.registry:
+        gym.register("Test/Echo-v0", entry_point=EchoEnv)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": str(i), "query": "Say nothing."}) + "\n" for i in range(2)))
+    common = ["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--tasks-file", str(tasks),
+              "--max-new-tokens", "1", "--dtype", "fp32", "--device", "cpu"]
+    assert cli.main([*common, "--n", "3", "--out", str(tmp_path / "three.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "| pass@k |" in out and "| pass^k |" in out and "k=3" in out
+    assert cli.main([*common, "--n", "1", "--out", str(tmp_path / "one.jsonl")]) == 0
+    assert "pass^k" not in capsys.readouterr().out  # one episode per task: nothing to add
