@@ -48,8 +48,9 @@ def test_depth_set_holds_3_and_4_call_chains_only():
 
 
 def test_the_axes_experiment_is_declared_on_committed_sets_with_three_seeds_and_runnable_arms():
-    from agentrl.envs import tool_use
     from harness.experiments import AXES, COMPARE
+
+    from agentrl.envs import tool_use
 
     assert all(heldout.SPECS[s].path.is_file() for s in AXES.sets) and len(AXES.seeds) >= 3
     assert set(AXES.arms) <= {*COMPARE.algos, *(o.name for o in COMPARE.options)}  # compare_algorithms.py --algos
