@@ -157,8 +157,26 @@ def cmd_play(args: argparse.Namespace) -> int:
             return 0
 
 
+def _check_port(host: str, port: int) -> None:
+    """:class:`UsageError` when nothing could listen on ``host:port`` (in use, or not an address of this machine),
+    said before the server starts and logs its own lines."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        why = str(e.strerror or e).split(" (while attempting")[0]  # create_server appends the address again
+        raise UsageError(f"cannot listen on {host}:{port} ({why}); pass another --port or --host") from None
+
+
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
     import logging
+    from pathlib import Path
+
+    if args.corpus is not None and not Path(args.corpus).is_file():
+        raise UsageError(f"--corpus {args.corpus}: no such file (a JSONL of {{id, title, text}} rows)")
+    _check_port(args.host, args.port)
 
     from agentrl.envs.search.bm25 import LocalBackend
     from agentrl.envs.search.server import RetrieverServer
@@ -185,6 +203,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     kwargs = args.env_kwargs or {}
     _make(args.env_id, kwargs).close()  # a refused keyword is said now, not at the first client's connection
+    _check_port(args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     print(f"serving {args.env_id} as an OpenEnv env at http://{args.host}:{args.port} (WebSocket /ws, /schema, "
           f"/health); Ctrl-C to stop", flush=True)

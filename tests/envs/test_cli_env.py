@@ -2,6 +2,7 @@
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -120,3 +121,16 @@ def test_play_prints_its_seed_and_replays_an_episode_by_seed_or_task_id():
     assert "no task 'no-such-task'" in line and "--seed" in line
     line = _one_line(run_cli("play", "AgentRL/ToolUse-v0", "--task-id", "x", "--seed", "1"), "play")
     assert "not allowed with argument" in line
+
+
+def test_serve_refuses_a_port_in_use_and_serve_retriever_a_missing_corpus_in_one_line(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for argv in (["serve", "AgentRL/ToolUse-v0", "--openenv"], ["serve-retriever"]):
+            line = _one_line(run_cli(*argv, "--port", port), argv[0])  # was uvicorn's log lines, exit status 3
+            assert line.endswith(f"cannot listen on 127.0.0.1:{port} (Address already in use); pass another --port "
+                                 "or --host")
+    line = _one_line(run_cli("serve-retriever", "--corpus", str(tmp_path / "docs.jsonl")), "serve-retriever")
+    assert f"--corpus {tmp_path / 'docs.jsonl'}: no such file" in line  # was a FileNotFoundError traceback
