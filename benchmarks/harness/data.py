@@ -265,8 +265,10 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
     pairs = [(label(a), "cold start") for a in summary["runs"]]
     if "sft" in summary["runs"]:
         pairs += [(label(a), label("sft")) for a in summary["runs"] if a != "sft"]
+    if "rft" in summary["runs"]:  # the rejection-sampling control: on-policy data without the failures
+        pairs += [(label(a), label("rft")) for a in summary["runs"] if a not in ("sft", "rft")]
     pairs += [(label(a), label(o.algo)) for a in summary["runs"]
-              if (o := COMPARE.option(a)) and o.algo in summary["runs"]]
+              if (o := COMPARE.option(a)) and o.algo != a and o.algo in summary["runs"]]
     out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
     return [(cmp, dataclasses.replace(j, spread=(seed_scores.get(cmp.a, [1.0]), seed_scores.get(cmp.b, [1.0]))))
             for cmp, j in out]

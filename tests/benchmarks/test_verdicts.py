@@ -66,3 +66,25 @@ def test_the_learning_page_opens_with_its_summary_and_keeps_diagnostics_apart():
     assert text.count("**Not declared before it ran**") == len(UNDECLARED)
     assert set_status("tooluse") == "burnt" and set_status("tooluse_v3").startswith("used to choose")
     assert all(set_status(name) == "clean" for name in AXIS_SETS)
+
+
+def test_the_algorithms_comparison_judges_grpo_against_rejection_sampling_with_the_seed_spread(tmp_path):
+    from harness.data import compare_judged
+
+    (tmp_path / "eval").mkdir()
+
+    def write(name, scores):
+        (tmp_path / "eval" / f"{name}.jsonl").write_text("".join(
+            json.dumps({"id": f"t{i}", "score": s}) + "\n" for i, s in enumerate(scores)))
+
+    write("cold_start", [0.0] * 10)
+    for seed, ones in ((0, 4), (1, 6)):
+        write(f"grpo-s{seed}-at-1", [1.0] * ones + [0.0] * (10 - ones))
+        write(f"rft-s{seed}-at-1", [1.0] * 5 + [0.0] * 5)
+    summary = {"runs": {"grpo": [{"seed": 0}, {"seed": 1}], "rft": [{"seed": 0}, {"seed": 1}]},
+               "labels": {"grpo": "GRPO", "rft": "RFT"}}
+    judged_rows = {(cmp.a, cmp.b): j for cmp, j in compare_judged(summary, tmp_path)}
+    assert set(judged_rows) == {("GRPO", "cold start"), ("RFT", "cold start"), ("GRPO", "RFT")}  # never RFT vs RFT
+    j = judged_rows[("GRPO", "RFT")]
+    assert j.spread == ([0.4, 0.6], [0.5, 0.5]) and seed_spread(j.spread) == "A 14.1, B 0.0"
+    assert j.tie  # equal means: the interval holds 0
