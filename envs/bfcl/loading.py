@@ -45,16 +45,21 @@ class BFCLMissing(ImportError):
 
 
 def require_bfcl() -> None:
-    """Import ``bfcl_eval`` (pointing its output folders at a cache when ``BFCL_PROJECT_ROOT`` is unset).
+    """Import ``bfcl_eval.utils`` (pointing BFCL's output folders at a cache when ``BFCL_PROJECT_ROOT`` is unset).
 
     Raises:
-        BFCLMissing: the package is not installed (the message gives the pip command).
+        BFCLMissing: the package, or a module it imports (``filelock``), is not installed (the message gives the
+            pip command).
     """
     os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path.home() / ".cache" / "agentrl" / "bfcl"))
     try:
-        importlib.import_module("bfcl_eval")
-    except ImportError:
-        raise BFCLMissing(f"AgentRL/BFCL-v0 needs the bfcl-eval package: {INSTALL}") from None
+        importlib.import_module("bfcl_eval.utils")
+    except ImportError as e:
+        missing = (e.name or "").split(".")[0]
+        if missing in ("", "bfcl_eval"):
+            raise BFCLMissing(f"AgentRL/BFCL-v0 needs the bfcl-eval package: {INSTALL}") from None
+        raise BFCLMissing(f"AgentRL/BFCL-v0: bfcl-eval needs {missing}, which --no-deps skipped: "
+                          f"pip install {missing}") from None
 
 
 @dataclass(frozen=True)

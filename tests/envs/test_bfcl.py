@@ -216,12 +216,23 @@ def test_the_checker_import_leaves_no_stand_in_behind(envs):
 
 
 def test_missing_package_is_one_line_naming_the_pip_command(monkeypatch):
+    for name in [m for m in sys.modules if m.startswith("bfcl_eval.")]:
+        monkeypatch.delitem(sys.modules, name)  # put back after the test
     monkeypatch.setitem(sys.modules, "bfcl_eval", None)
     with pytest.raises(BFCLMissing, match="pip install --no-deps bfcl-eval==2026.3.23") as e:
         require_bfcl()
     assert "\n" not in str(e.value) and INSTALL in str(e.value)
     with pytest.raises(BFCLMissing):
         BFCLEnv(category="multiple")
+
+
+def test_a_missing_dependency_of_bfcl_is_named_with_its_pip_command(monkeypatch):
+    for name in [m for m in sys.modules if m == "bfcl_eval.utils" or m.startswith("filelock")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "filelock", None)
+    with pytest.raises(BFCLMissing, match=r"^AgentRL/BFCL-v0: bfcl-eval needs filelock, which --no-deps skipped: "
+                                          r"pip install filelock$"):
+        require_bfcl()
 
 
 @pytest.mark.parametrize("category", ["simple_python", "parallel_multiple", "live_irrelevance"])
