@@ -252,12 +252,13 @@ class TextEnv(gym.Env[str, str]):
     def task_tools(self, task: dict[str, Any]) -> ToolSet:
         """The tools of ``task``'s episode. Default: a row with ``"tools"`` (OpenAI function schemas or BFCL
         function docs, see :func:`~agentrl.envs.tools.function_schema`) gets exactly those, each call validated
-        against its schema and run by :meth:`run_task_tool`; any other row gets the env's :attr:`tools`.
+        against its schema and run by :meth:`run_task_tool`; any other row, and every row of an env made with
+        ``tools_enabled=False`` (the text-only baseline offers no tool), gets the env's :attr:`tools`.
 
         Raises:
             ValueError: the row's ``"tools"`` is malformed (the message names the task and the schema).
         """
-        if task.get("tools") is None:
+        if task.get("tools") is None or getattr(self, "tools_enabled", True) is False:
             return self.tools
         return ToolSet.from_schemas(task["tools"], lambda name, args: self.run_task_tool(name, args, task),
                                     where=f"task {str(task.get('id', ''))!r} key 'tools'")

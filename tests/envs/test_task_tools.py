@@ -142,3 +142,11 @@ def test_tool_use_rows_with_tools_and_their_demo():
     demo = env.demo(task)
     assert demo["reward"] == 1.0 and [t["function"]["name"] for t in demo["tools"]] == ["multiply"]
     assert demo["messages"][2]["tool_calls"][0]["function"]["name"] == "multiply"
+
+
+def test_the_text_only_baseline_offers_no_tool_even_to_a_row_with_tools():
+    env = TaskToolsEnv()
+    env.tools, env.tools_enabled = ToolSet(when_empty="Error: no tools in this mode"), False
+    _, info = env.reset(options={"task": {"id": "t", "query": "q", "tools": [OPENAI_LOOKUP]}})
+    assert info["tools"] == [] and "lookup_code" not in info["messages"][0]["content"]
+    assert call(env, "lookup_code", {"city": "Paris"})[0] == "Error: no tools in this mode" and env.ran == []
