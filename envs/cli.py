@@ -135,8 +135,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     elif seed is None:
         seed = secrets.randbelow(2**31)  # printed below, so the episode can be replayed
     obs, info = env.reset(seed=seed, options={"task": task} if task is not None else None)
-    replay = f"--task-id {info['task_id']}" if task is not None else f"--seed {seed}"
-    print(f"=== {args.env_id} · task {info['task_id']} · seed {seed} (replay: {replay}) ===")
+    task_id = info["task_id"]
+    drawn = f"seed {seed} (replay: --seed {seed})" if task is None else f"test split (replay: --task-id {task_id})"
+    print(f"=== {args.env_id} · task {info['task_id']} · {drawn} ===")
     print(f"--- system ---\n{info['messages'][0]['content']}\n")
     print(f"--- user ---\n{obs}\n")
     total = 0.0

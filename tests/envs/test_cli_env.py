@@ -116,7 +116,8 @@ def test_play_prints_its_seed_and_replays_an_episode_by_seed_or_task_id():
     assert by_id.stdout.split("--- user ---")[1] == seeded.stdout.split("--- user ---")[1]
     test_task = ToolUseEnv().test_tasks(3)[2]  # an id agentrl eval writes: a task of the test split
     out = run_cli("play", "AgentRL/ToolUse-v0", "--task-id", test_task["id"], stdin="")
-    assert f"task {test_task['id']} " in out.stdout and test_task["query"] in out.stdout
+    assert f"task {test_task['id']} · test split (replay: --task-id {test_task['id']})" in out.stdout
+    assert test_task["query"] in out.stdout
     line = _one_line(run_cli("play", "AgentRL/ToolUse-v0", "--task-id", "no-such-task"), "play")
     assert "no task 'no-such-task'" in line and "--seed" in line
     line = _one_line(run_cli("play", "AgentRL/ToolUse-v0", "--task-id", "x", "--seed", "1"), "play")
