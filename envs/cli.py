@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 from typing import Any
@@ -252,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"agentrl-env {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`agentrl-env list | head -3`): stop quietly, as `ls` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush raises nothing
+        return 1
 
 
 if __name__ == "__main__":

@@ -135,3 +135,11 @@ def test_serve_refuses_a_port_in_use_and_serve_retriever_a_missing_corpus_in_one
                                  "or --host")
     line = _one_line(run_cli("serve-retriever", "--corpus", str(tmp_path / "docs.jsonl")), "serve-retriever")
     assert f"--corpus {tmp_path / 'docs.jsonl'}: no such file" in line  # was a FileNotFoundError traceback
+
+
+def test_list_into_a_closed_pipe_prints_no_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.envs.cli", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # as `agentrl-env list | head -0`: the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipeError" not in err, err
