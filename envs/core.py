@@ -275,7 +275,8 @@ class TextEnv(gym.Env[str, str]):
     def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | None:
         """``(reward, correct)`` to end the episode on this reply without running its calls, or ``None`` (the
         default) for the usual handling. An env whose benchmark grades the calls themselves (BFCL's AST checker)
-        returns the grade here; the reply's calls still appear as ``tool_calls`` in ``info["messages"]``."""
+        returns the grade here; the reply's calls still appear as ``tool_calls`` in ``info["messages"]``, and the
+        termination is ``"invalid"`` for a reply the parser could not read, else ``"answered"``."""
         return None
 
     def extra_info(self) -> dict[str, Any]:
@@ -378,8 +379,9 @@ class TextEnv(gym.Env[str, str]):
         assert self.task is not None, "step() before reset()"
         graded = self.grade_reply(parsed, self.task)
         if graded is not None:
-            return self._finish("", parsed, reward=graded[0], termination="answered", correct=graded[1],
-                                answer=parsed.answer, format_ok=parsed.kind != "invalid")
+            ok = parsed.kind != "invalid"
+            return self._finish("", parsed, reward=graded[0], termination="answered" if ok else "invalid",
+                                correct=graded[1], answer=parsed.answer, format_ok=ok)
 
         if parsed.kind == "answer":
             assert self.task is not None, "step() before reset()"

@@ -142,9 +142,11 @@ def test_perturbed_answers_score_what_bfcl_gives_them(envs, category):
 def test_a_text_reply_scores_zero_where_a_call_is_due(envs, category):
     env = envs[category]
     for task in load_category(category)[:10]:
-        for reply in ("I would call a function here.", "<tool_call>\nnot json\n</tool_call>", ""):
+        for reply, termination in (("I would call a function here.", "answered"),
+                                   ("<tool_call>\nnot json\n</tool_call>", "invalid"), ("", "invalid")):
             reward, info = play(env, task, reply)
             assert reward == 0.0 and not info["correct"] and info["metrics"]["tool_calls"] == 0
+            assert info["termination"] == termination and info["format_ok"] == (termination == "answered")
 
 
 @pytest.mark.parametrize("category", IRRELEVANT)

@@ -103,6 +103,10 @@ def comparable(value):
 # ============================================================================================ export
 
 
+#: A reply the env reads as invalid, where plain text is not (BFCL-v0 grades any text reply as "no call").
+INVALID_REPLY = {"AgentRL/BFCL-v0": "<tool_call>\n{no json\n</tool_call>"}
+
+
 @pytest.mark.parametrize("env_id", OURS)
 def test_a_scripted_episode_through_openenvs_client_matches_gym_make(servers, env_id):
     env = gym.make(env_id).unwrapped
@@ -115,7 +119,7 @@ def test_a_scripted_episode_through_openenvs_client_matches_gym_make(servers, en
     with GenericEnvClient(base_url=servers(env_id)).sync() as client:
         first = client.reset(task=task).observation
         assert first["text"] == info0["messages"][-1]["content"] and first["task_id"] == info0["task_id"]
-        assert first["tools"] == info0["tools"] == env.tools.schemas()  # the tool schemas survive the trip
+        assert first["tools"] == info0["tools"] == env.episode_tools.schemas()  # the tool schemas survive the trip
         assert first["messages"] == info0["messages"]
         for action, (obs, reward, terminated, truncated, info) in zip(actions, steps, strict=True):
             result = client.step({"text": action})
@@ -137,17 +141,20 @@ def test_a_scripted_episode_through_openenvs_client_matches_gym_make(servers, en
 
     with GenericEnvClient(base_url=servers(env_id)).sync() as client:
         # an invalid reply, a non-text one, and a step after the end: observations, never server errors
+        bad = INVALID_REPLY.get(env_id, "no idea")
         local.reset(seed=11)
-        expected = local.step("no idea")
+        expected = local.step(bad)
         client.reset(seed=11)
-        result = client.step({"text": "no idea"})
+        result = client.step({"text": bad})
         assert (result.observation["text"], result.reward, result.done) == expected[:3]
         assert result.observation["termination"] == expected[4]["termination"] == "invalid"
         after = client.step({"text": {"not": "text"}})
         assert after.done and after.observation["text"] == local.step('{"not": "text"}')[0]
         client.reset(seed=11)
         odd = client.step({"text": 12345})
-        assert odd.done and odd.observation["termination"] == "invalid" and odd.reward == expected[1]
+        local.reset(seed=11)
+        want = local.step("12345")  # the text the server makes of it (invalid, or BFCL-v0's "no call" answer)
+        assert odd.done and odd.observation["termination"] == want[4]["termination"] and odd.reward == want[1]
 
 
 def test_the_exported_env_is_openenvs_and_serves_concurrent_sessions(servers):

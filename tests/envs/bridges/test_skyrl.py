@@ -97,7 +97,7 @@ def test_a_scripted_episode_gives_the_same_rewards_done_and_correct_as_gymnasium
     base = gym.make(env_id).unwrapped
     task = base.test_tasks(1)[0]
     actions = base.demo_actions(task)
-    tools = base.tools.schemas()
+    tools = base.reset(options={"task": task})[1]["tools"]  # the task's own tools where its row brings them
     base.close()
     [row] = skyrl_rows(env_id, [task])
     assert json.loads(row["task"]) == json.loads(json.dumps(task))  # the row pins the task, as JSON text
