@@ -84,6 +84,30 @@ def test_ranks_that_start_from_different_checkpoints_are_refused_in_one_line(tok
     assert not (tmp_path / "node1" / "run" / "metrics.jsonl").exists()  # nothing trained
 
 
+def test_two_nodes_on_one_host_without_a_shared_out_refuse_to_resume(tokenizer, tmp_path):
+    """``torchrun --nnodes 2`` as two launchers on 127.0.0.1 (static rendezvous), each "node" in its own working
+    directory with the relative ``--out`` of the other: node 0's holds a checkpoint, node 1's does not."""
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for node in nodes:
+        node.mkdir()
+    Trainer(ddp_config(nodes[0], 1), model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    launchers = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--node_rank",
+         str(k), "--master_addr", "127.0.0.1", "--master_port", str(port), str(TESTS / "ddp_worker.py"), ".", "2",
+         "--resume"], cwd=node, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k, node in enumerate(nodes)]
+    outputs = [p.communicate(timeout=600) for p in launchers]
+    refusal = ("the ranks start from different states: step differs (rank 0: 1 (run/checkpoints/step-000001), "
+               "rank 1: 0 (no checkpoint in run)); every rank must read the same --out (run): on several nodes, a "
+               "folder on a shared filesystem")
+    for p, (_, err) in zip(launchers, outputs, strict=True):
+        assert p.returncode != 0 and refusal in err, err[-3000:]
+    assert not (nodes[1] / "run" / "metrics.jsonl").exists()
+
+
 def test_the_first_difference_is_the_refusal():
     from agentrl.algos.training.distributed import disagreement
 
