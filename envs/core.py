@@ -380,6 +380,7 @@ class TextEnv(gym.Env[str, str]):
         graded = self.grade_reply(parsed, self.task)
         if graded is not None:
             ok = parsed.kind != "invalid"
+            self.metrics.invalid_calls += not ok
             return self._finish("", parsed, reward=graded[0], termination="answered" if ok else "invalid",
                                 correct=graded[1], answer=parsed.answer, format_ok=ok)
 

@@ -147,6 +147,7 @@ def test_a_text_reply_scores_zero_where_a_call_is_due(envs, category):
             reward, info = play(env, task, reply)
             assert reward == 0.0 and not info["correct"] and info["metrics"]["tool_calls"] == 0
             assert info["termination"] == termination and info["format_ok"] == (termination == "answered")
+            assert info["metrics"]["invalid_calls"] == (termination == "invalid")
 
 
 @pytest.mark.parametrize("category", IRRELEVANT)
