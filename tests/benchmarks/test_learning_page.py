@@ -33,6 +33,23 @@ def test_the_readme_summary_is_the_one_the_committed_data_gives():
         "--page and commit README.md with the data")
 
 
+def test_the_readme_summary_lists_only_runs_declared_before_they_ran_one_row_each():
+    from harness.experiments import DIAGNOSTIC_RUNS, UNDECLARED
+
+    table = page.summary_table()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Run ")]
+    assert 0 < len(rows) <= 8
+    names = {line.split("|")[1].strip() for line in rows}
+    assert len(names) == len(rows)  # one row per run
+    for folder in UNDECLARED | set(DIAGNOSTIC_RUNS):  # e.g. tooluse_credit -> `credit`; the plain runs have none
+        variant = folder.split("_", 1)[1] if "_" in folder else None
+        if variant is not None and not folder.startswith("compare_"):
+            assert f"`{variant}`" not in table, folder
+    assert not any(n.startswith(("ToolUse-v0 (", "Search-v0 (", "PythonMath-v0 (")) for n in names)  # undeclared
+    counted = table.rsplit("\n", 1)[1]
+    assert counted.startswith(f"{len(rows)} runs declared before they ran")
+
+
 def test_the_results_page_embeds_the_committed_learning_page():
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     embedded = text.split(results_page.LEARNING_HEADING, 1)[1].strip()
@@ -117,7 +134,8 @@ def test_a_page_from_crafted_data(tmp_path):
     page.write_page(data, results, ledger=ledger, readme=readme)
     summary = readme.read_text()
     assert "stale-block" not in summary and summary.endswith(f"{end}\nafter\n")
-    assert "| ToolUse-v0 (`tooluse`) | RL (GRPO) vs SFT (cold start) | 90.0% | 60.0% | +30.0 [" in summary
+    # the README lists only runs declared before they ran; a plain "tooluse" folder is one of the undeclared ones
+    assert "No declared learning run has committed data yet." in summary
 
 
 def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
