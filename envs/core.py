@@ -99,6 +99,12 @@ class Budgets:
     max_obs_chars: int = 4_000
     """Tool output beyond this is cut from the head (the end, where tracebacks and results are, survives)."""
 
+    def __post_init__(self):
+        for key, low in (("max_turns", 1), ("max_tool_calls", 0), ("max_obs_chars", 1)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+
 
 @dataclass
 class Rewards:

@@ -18,6 +18,7 @@ import agentrl.envs
 from agentrl.envs import ENVS
 from agentrl.envs.checker import check_text_env
 from agentrl.envs.code_tool import CodeToolEnv
+from agentrl.envs.core import Budgets
 
 gym.register_envs(agentrl.envs)
 
@@ -65,3 +66,12 @@ def test_importing_and_making_every_env_loads_no_torch():
             "print(sorted(m for m in ('torch', 'agentrl.algos') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(("key", "value"), [("max_turns", 0), ("max_tool_calls", -3), ("max_obs_chars", 0),
+                                            ("max_turns", 2.5), ("max_turns", True)])
+def test_budgets_are_validated_when_the_env_is_made_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=rf"^{key} must be an integer >= \d, got {value!r}$"):
+        gym.make("AgentRL/ToolUse-v0", **{key: value})
+    with pytest.raises(ValueError, match=rf"^{key} must be an integer >= "):
+        Budgets(**{key: value})
