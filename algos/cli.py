@@ -212,11 +212,11 @@ def _policy_for(args, model: str, *, run_dir=None, lora_rank: int = 16, record_d
     from agentrl.algos.models import load_tokenizer
 
     try:
-        from agentrl.algos.policy.openai import OpenAIPolicy
+        from agentrl.algos.policy.openai import OpenAIPolicy, rank_url
 
         records = record_dir is not None and isinstance(backend, type) and issubclass(backend, OpenAIPolicy)
         extra = {"record_dir": record_dir} if records else {}
-        return backend.connect(args.policy_url, load_tokenizer(model), model=args.served_model,
+        return backend.connect(rank_url(args.policy_url), load_tokenizer(model), model=args.served_model,
                                lora_api=args.lora_api, adapter_dir=args.adapter_dir, **extra)
     except RuntimeError as e:
         raise ValueError(f"--policy-url: {e}") from e
@@ -312,16 +312,15 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
     p.add_argument("--policy", choices=POLICIES.names(),
                    help="policy backend (agentrl.algos.policy.POLICIES): hf in process (the default), or a "
                         "server at --policy-url (openai, the default with --policy-url)")
-    p.add_argument("--policy-url", help="sample through this OpenAI-compatible server (vLLM, SGLang, serve_policy) "
-                                        "instead of in-process; the LoRA adapter is hot-swapped after each step")
+    p.add_argument("--policy-url", help="sample through this OpenAI-compatible server (vLLM, SGLang, serve_policy; a "
+                   "list, one per node, or a {node_rank}/{local_rank}/{rank} template under torchrun) instead of "
+                   "in-process; the LoRA adapter is hot-swapped after each step")
     p.add_argument("--served-model", help="the server's base model name (default: the first it lists)")
     p.add_argument("--lora-api", choices=["vllm", "sglang"], default="vllm", help="the server's runtime LoRA API")
     p.add_argument("--adapter-dir", help="where adapter versions are written for the server to read (a folder the "
                                          "server sees; default: a temporary folder)")
-    p.add_argument("--engine", choices=ENGINES.names(),
-                   help="start this inference server (agentrl.algos.policy.engine.ENGINES; on 127.0.0.1, log "
-                        "in the run folder) and sample through it; the model is exported to a model folder "
-                        "first (docs/engines.md)")
+    p.add_argument("--engine", choices=ENGINES.names(), help="start this inference server (engine.ENGINES; on "
+                   "127.0.0.1, log in the run folder) and sample through it, from an exported model (docs/engines.md)")
     p.add_argument("--engine-python", help=f"the engine's python (default ${VLLM_PYTHON_ENV}, else "
                                            f"./{VLLM_VENV}/bin/python, else a python that imports vllm: "
                                            "this one or the one beside `vllm` on PATH)")

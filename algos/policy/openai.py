@@ -17,6 +17,30 @@ from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Polic
 
 logger = logging.getLogger(__name__)
 
+#: The placeholders of a ``--policy-url`` template and the launcher's variables that fill them (torchrun sets
+#: ``GROUP_RANK`` for the node, ``LOCAL_RANK`` within it and ``RANK`` overall; each is 0 without a launcher).
+URL_PLACEHOLDERS = {"node_rank": "GROUP_RANK", "local_rank": "LOCAL_RANK", "rank": "RANK"}
+
+
+def rank_url(url: str, environ: dict[str, str] | None = None) -> str:
+    """This rank's server among the ones ``url`` names, for data-parallel ranks sharing servers users run: a
+    comma-separated list picks entry ``node_rank % len(list)`` (one server per node), and ``{node_rank}``,
+    ``{local_rank}`` or ``{rank}`` are filled from the launcher (``http://node{node_rank}:8000``). A plain URL is
+    returned as it is.
+
+    Raises:
+        ValueError: a placeholder other than these, naming the accepted ones.
+    """
+    env = os.environ if environ is None else environ
+    ranks = {key: int(env.get(var, "0") or 0) for key, var in URL_PLACEHOLDERS.items()}
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    chosen = urls[ranks["node_rank"] % len(urls)] if urls else url
+    try:
+        return chosen.format(**ranks)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"--policy-url {url!r}: a placeholder must be one of "
+                         f"{', '.join('{' + k + '}' for k in URL_PLACEHOLDERS)} ({type(e).__name__}: {e})") from None
+
 
 class OpenAIPolicy(Policy):
     """A policy served by an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, SGLang, :func:`serve_policy`).
