@@ -36,10 +36,12 @@ class Ratio:
     name: str
     pattern: str
     better: str  # "lower" | "higher"
+    scale: float = 1.0
+    """What the printed number is multiplied by (0.01 for a percentage: the history keeps fractions)."""
 
     def read(self, text: str) -> float | None:
         m = re.search(self.pattern, text, flags=re.M)
-        return float(m.group(1).replace(",", "")) if m else None
+        return float(m.group(1).replace(",", "")) * self.scale if m else None
 
 
 _TRL_ROW = r"^\| ratio agentrl / TRL \| ([\d.]+)x \| ([\d.]+)x \| ([\d.]+)x \| \| \| ([\d.]+)x \|"
@@ -50,6 +52,7 @@ TRACKED: dict[str, tuple[Ratio, ...]] = {
         Ratio("step ours / TRL", r"^\| ratio agentrl / TRL \| ([\d.]+)x", "lower"),
         Ratio("generation ours / TRL", r"^\| ratio agentrl / TRL \| [\d.]+x \| ([\d.]+)x", "lower"),
         Ratio("training ours / TRL", r"^\| ratio agentrl / TRL \| [\d.]+x \| [\d.]+x \| ([\d.]+)x", "lower"),
+        Ratio("our update / matmul rate", r"our update >= 50% of the matmul rate -> (\d+)%", "higher", 0.01),
     ),
     "rollout_throughput": (
         Ratio("collector / naive generate", r"^\| \d+ \| naive generate \|.*\| ([\d.]+)x \|$", "higher"),
@@ -189,7 +192,8 @@ def plot_history(history: list[dict[str, Any]], out: Path) -> Path | None:
             ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
                         capsize=3, label=name)
         ax.set_xticks(range(len(runs)), runs)
-        ax.set_ylabel("ratio (x)")
+        ax.set_yscale("log")  # ratios near 0.1x and near 100x on one axis
+        ax.set_ylabel("ratio (x, log scale)")
         ax.set_title(f"{machine} ({mode})", fontsize=9)
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
