@@ -172,7 +172,8 @@ class AgentRLEnvironment:
         none; returns the text TRL appends to the last user message (instructions, answer format, user prompt).
 
         Raises:
-            ValueError: a ``task`` that is not a JSON object.
+            ValueError: a ``task`` that is not a JSON object, or one that brings its own tools (TRL offers the
+                env class's tools, read once).
         """
         task = row.get("task")
         if isinstance(task, str):
@@ -185,6 +186,10 @@ class AgentRLEnvironment:
         if task is None:
             task = self._stream.next(self._env)
         user, _ = self._env.reset(options={"task": task})
+        if self._env.episode_tools is not self._env.tools:
+            raise ValueError(f"task {str(task.get('id', ''))!r} brings its own tools ('tools' key), but TRL's "
+                             "environment_factory offers the tools of the env class, read once: train such tasks "
+                             "with the rollout_func bridge (agentrl.algos.integrations.trl) or agentrl train")
         self.reward, self.done, self.info = 0.0, False, {}
         parts = [self._env.task_instructions(task), self._env.parser.answer_instructions(), user]
         return "\n\n".join(p for p in parts if p)
@@ -213,6 +218,11 @@ class AgentRLEnvironment:
         return self.reward
 
 
+#: The names an :class:`AgentRLEnvironment` uses itself (TRL reads ``reward``, ``done`` and ``info``): no tool may
+#: take them.
+RESERVED = frozenset({"reset", "get_reward", "reward", "done", "info", "env"})
+
+
 def environment_factory(env: str | Callable[[], Any], *, group_size: int = 1, seed: int = 0,
                         **env_kwargs: Any) -> Callable[[], AgentRLEnvironment]:
     """A zero-argument callable for ``GRPOTrainer(environment_factory=...)`` making a fresh
@@ -226,6 +236,7 @@ def environment_factory(env: str | Callable[[], Any], *, group_size: int = 1, se
 
     Raises:
         TypeError: the env is not a TextEnv, or a tool schema has no Python type hint equivalent.
+        ValueError: a tool is named like an attribute of the environment object (:data:`RESERVED`).
     """
     stream = _TaskStream(seed, group_size)
     classes: dict[type, type] = {}
@@ -237,6 +248,11 @@ def environment_factory(env: str | Callable[[], Any], *, group_size: int = 1, se
             raise TypeError(f"environment_factory needs an agentrl TextEnv, {env!r} made a {type(text_env).__name__}")
         cls = classes.get(type(text_env))
         if cls is None:
+            taken = sorted(set(text_env.tools.names) & RESERVED)
+            if taken:
+                raise ValueError(f"{type(text_env).__name__}'s tool(s) {taken} would hide the attributes TRL's "
+                                 f"environment object keeps ({', '.join(sorted(RESERVED))}): train this env with the "
+                                 "rollout_func bridge (agentrl.algos.integrations.trl) or agentrl train")
             methods = {s["function"]["name"]: tool_method(s) for s in text_env.tools.schemas()}
             cls = classes[type(text_env)] = type(f"{type(text_env).__name__}Environment", (AgentRLEnvironment,),
                                                  {**methods, "__module__": __name__})
