@@ -40,6 +40,7 @@ from agentrl.algos.policy import POLICIES
 from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.policy.engine import ENGINES, VLLM_PYTHON_ENV, VLLM_VENV
 from agentrl.algos.rollout.env_factory import EXECUTORS
+from agentrl.envs.cli import json_object
 from agentrl.envs.plugins import ContractError
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
@@ -328,17 +329,6 @@ def add_engine_args(p: argparse.ArgumentParser, *, device_default: str | None, d
                                          "'--gpu-memory-utilization 0.4' on a GPU the trainer shares)")
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    """``--env-kwargs '{"families": ["multiply"]}'`` -> a dict; anything else is a one-line usage error."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at character {e.pos}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"a JSON object is needed ({{\"key\": value, ...}}), got {text!r}")
-    return value
-
-
 ENV_KWARGS_HELP = ("JSON object of environment keyword arguments, e.g. '{\"tools\": [\"my_tools:lookup\"], "
                    "\"dataset\": \"train.jsonl\", \"test_dataset\": \"test.jsonl\"}' (the env_kwargs key; "
                    "docs/own-tools.md)")
@@ -376,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "train it with GRPO, evaluate again and print the table (MainJobConfig keys: "
                                    "agentrl config-docs).")
     p.add_argument("--env", default=MAIN_JOB_ENV, help=f"environment id or module:factory (default {MAIN_JOB_ENV})")
-    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
+    p.add_argument("--env-kwargs", type=json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", help="model alias, hub id or path (default smollm2-135m)")
     p.add_argument("--config", help="JSON or YAML file of MainJobConfig keys")
     p.add_argument("--out", help="run directory (default runs/main)")
@@ -394,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="config keys (key=value, dotted for sections; types, defaults and meanings: "
                               "agentrl config-docs, docs/configuration.md):\n" + config_keys_help())
     p.add_argument("--env", help=f"environment id or module:factory (default {MAIN_JOB_ENV})")
-    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
+    p.add_argument("--env-kwargs", type=json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--envs", action="append", metavar="ID[:WEIGHT],...",
                    help="train on a mixture of envs, e.g. --envs ToolUse-v0:2,Search-v0:1 (repeatable; replaces "
                         "--env; see docs/mixtures.md)")
@@ -422,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollout = CollectorConfig()  # eval samples like training does unless told otherwise
     p = sub.add_parser("eval", help="evaluate a model (and adapter) on an env's test tasks or a task file")
     p.add_argument("--env", default=MAIN_JOB_ENV, help="environment id or module:factory")
-    p.add_argument("--env-kwargs", type=_json_object, metavar="JSON", help=ENV_KWARGS_HELP)
+    p.add_argument("--env-kwargs", type=json_object, metavar="JSON", help=ENV_KWARGS_HELP)
     p.add_argument("--model", default=DEFAULT_MODEL, help="model alias, hub id or path")
     p.add_argument("--adapter", help="PEFT adapter folder (e.g. runs/x/adapter)")
     p.add_argument("--n", type=int, default=1, help="samples per task (Average@N, Pass@N)")

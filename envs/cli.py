@@ -88,7 +88,7 @@ def _read_reply(prompt: str) -> str | None:
     return "".join(lines).rstrip("\n")
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
     """``--env-kwargs '{"families": ["multiply"]}'`` -> a dict; anything else is a one-line usage error."""
     try:
         value = json.loads(text)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the seed of reset (default: a random one, printed with the task id)")
     replay.add_argument("--task-id", default=None,
                         help="play this task: an id of the test split (as agentrl eval writes) or one a seed drew")
-    play.add_argument("--env-kwargs", type=_json_object, default=None, metavar="JSON",
+    play.add_argument("--env-kwargs", type=json_object, default=None, metavar="JSON",
                       help="JSON object of keyword arguments for gymnasium.make")
     play.set_defaults(func=cmd_play)
     serve = sub.add_parser("serve-retriever", help="serve the local BM25 index as a Search-R1 retrieval server")
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     protocol.add_argument("--openenv", action="store_true", help="as an OpenEnv server (needs the [openenv] extra)")
     env_server.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 to serve other machines)")
     env_server.add_argument("--port", type=int, default=8000)
-    env_server.add_argument("--env-kwargs", type=_json_object, default=None, metavar="JSON",
+    env_server.add_argument("--env-kwargs", type=json_object, default=None, metavar="JSON",
                             help="JSON object of keyword arguments for gymnasium.make")
     env_server.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (one env each)")
     env_server.set_defaults(func=cmd_serve)

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import harness.controls  # noqa: F401  (registers the rejection-sampling control, algo "rft")
 from agentrl.algos.evaluation.ledger import git_state
 from harness.experiments import COMPARE, DIAGNOSTICS
 from harness.layout import ROOT
@@ -292,10 +291,12 @@ def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.evaluation.ledger import dumps
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
+    from harness.controls import register_rejection_sampling
     from harness.export import export_compare
     from harness.heldout import path_for_env, read, set_env_kwargs
     from harness.machine import machine
 
+    register_rejection_sampling()  # algo "rft", the rejection-sampling control
     git_state(ROOT)  # the commit this run starts from: what every later record of this process names
     machine()  # the machine and the load it starts under (cached: compare.json records these)
     options = [o.name for o in COMPARE.options]

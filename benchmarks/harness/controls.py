@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.algos.objectives import ALGORITHMS, register_algorithm
+from agentrl.algos.objectives import register_algorithm
 from agentrl.algos.objectives.base import Algorithm
 from agentrl.algos.objectives.batching import TrainRow, token_weights
 
@@ -59,8 +59,15 @@ class RejectionSampling(Algorithm):
 
 #: The rejection-sampling control's algorithm name (``algo="rft"``, the ``rft.`` config section).
 REJECTION_SAMPLING = "rft"
-if REJECTION_SAMPLING not in ALGORITHMS:
-    register_algorithm(REJECTION_SAMPLING, RejectionSampling)
+
+
+def register_rejection_sampling() -> None:
+    """Register the control as algorithm :data:`REJECTION_SAMPLING` (once; a runner calls it before training
+    it, so importing the harness changes no registry)."""
+    from agentrl.algos import objectives
+
+    if REJECTION_SAMPLING not in objectives.ALGORITHMS:
+        register_algorithm(REJECTION_SAMPLING, RejectionSampling)
 
 
 def eval_config(cfg):

@@ -207,7 +207,9 @@ class OpenEnvTextEnv(TextEnv):
 
     def _reset_kwargs(self, seed: int | None, task: dict[str, Any] | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
-        if task is not None and set(task) <= _SEED_TASK_KEYS:
+        # a seed task: only its seed and reset arguments travel (an agentrl server takes a row of just an id, such as
+        # HumanEval-v0's, as the task itself)
+        if task is not None and set(task) <= _SEED_TASK_KEYS and (self.mode != "agentrl" or set(task) - {"id"}):
             seed = task["seed"] if task.get("seed") is not None else seed
             kwargs.update(task.get("reset_kwargs") or {})
         elif task is not None:

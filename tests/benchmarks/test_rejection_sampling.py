@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
-from harness.controls import REJECTION_SAMPLING, RejectionSampling
+from harness.controls import REJECTION_SAMPLING, RejectionSampling, register_rejection_sampling
 from helpers import ScoreEnv, tiny_train_config, tiny_train_model
 
 from agentrl.algos.rollout.trajectory import Trajectory
@@ -39,7 +39,27 @@ class EvenLength(ScoreEnv):
         return (1.0, True) if len(answer) % 2 == 0 else (0.0, False)
 
 
-def test_a_training_step_learns_from_the_correct_samples_of_its_rollout(tokenizer, tmp_path):
+@pytest.fixture
+def rft_registered(monkeypatch):
+    """The control registered on a copy of the registry (TrainConfig's sections are built first), undone after:
+    importing the harness registers nothing, and no later test sees an ``rft`` algorithm."""
+    import copy
+
+    from agentrl.algos import objectives
+    from agentrl.algos.training import config  # noqa: F401 - TrainConfig's sections: the built-ins only
+
+    monkeypatch.setattr(objectives, "ALGORITHMS", copy.deepcopy(objectives.ALGORITHMS))
+    register_rejection_sampling()
+    assert REJECTION_SAMPLING in objectives.ALGORITHMS
+
+
+def test_importing_the_harness_registers_no_algorithm():
+    from agentrl.algos import objectives
+
+    assert REJECTION_SAMPLING not in objectives.ALGORITHMS
+
+
+def test_a_training_step_learns_from_the_correct_samples_of_its_rollout(tokenizer, tmp_path, rft_registered):
     if "Test/EvenLength-v0" not in gym.registry:
         gym.register("Test/EvenLength-v0", entry_point=EvenLength)
     trainer = Trainer(tiny_train_config(tmp_path, env="Test/EvenLength-v0", algo=REJECTION_SAMPLING, group_size=4,

@@ -94,9 +94,10 @@ def servers():
 
 
 def comparable(value):
-    """``value`` without timings (``*_s`` keys at any depth), all that differs between two runs of an episode."""
+    """``value`` without timings (``*_s`` keys at any depth) and TauBench-v0's ``user_seed`` (drawn per unseeded
+    episode, as ``tau2 run`` draws one per trial): all that differs between two runs of an episode."""
     if isinstance(value, dict):
-        return {k: comparable(v) for k, v in value.items() if not k.endswith("_s")}
+        return {k: comparable(v) for k, v in value.items() if not k.endswith("_s") and k != "user_seed"}
     return value
 
 

@@ -95,8 +95,8 @@ def test_register_skyrl_envs_registers_every_builtin_id_under_its_gymnasium_id(r
 @pytest.mark.parametrize("env_id", env_ids())
 def test_a_scripted_episode_gives_the_same_rewards_done_and_correct_as_gymnasium(env_id):
     base = gym.make(env_id).unwrapped
-    task = base.test_tasks(1)[0]
-    actions = base.demo_actions(task)
+    # the first test task with a known solution (TauBench-v0 has none for a task that wants facts told to a user)
+    task, actions = next((t, a) for t in base.test_tasks(8) if (a := base.demo_actions(t)))
     tools = base.reset(options={"task": task})[1]["tools"]  # the task's own tools where its row brings them
     base.close()
     [row] = skyrl_rows(env_id, [task])
@@ -117,7 +117,8 @@ def test_a_scripted_episode_gives_the_same_rewards_done_and_correct_as_gymnasium
     assert outs[-1]["observations"] == []
     assert outs[-1]["metadata"]["termination"] == "answered"
     metrics = env.get_metrics()
-    assert metrics["correct"] == 1.0 and metrics["format_ok"] == 1.0 and metrics["tool_calls"] >= 1
+    # HumanEval-v0's demonstration answers at once; the others call a tool first
+    assert metrics["correct"] == 1.0 and metrics["format_ok"] == 1.0 and metrics["tool_calls"] >= len(outs) - 1
     assert aggregate_for_environment(env_id, [metrics, {**metrics, "correct": 0.0}])["correct"] == 0.5
 
 
