@@ -287,16 +287,21 @@ def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
 def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     """The comparison ``args`` (``benchmarks/compare_algorithms.py``'s command line) asks for; returns its
     summary (``<out>/compare.json``) and the folder its committed data was copied to
-    (``<results>/data/<name>``)."""
+    (``<results>/data/<name>``). The rejection-sampling control (algo ``rft``) is registered for the run only."""
+    from harness.controls import rejection_sampling_registered
+
+    with rejection_sampling_registered():
+        return _run_compare(args, argv)
+
+
+def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     from agentrl.algos.config import apply_overrides, config_from_dict
     from agentrl.algos.evaluation.ledger import dumps
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
-    from harness.controls import register_rejection_sampling
     from harness.export import export_compare
     from harness.heldout import path_for_env, read, set_env_kwargs
     from harness.machine import machine
 
-    register_rejection_sampling()  # algo "rft", the rejection-sampling control
     git_state(ROOT)  # the commit this run starts from: what every later record of this process names
     machine()  # the machine and the load it starts under (cached: compare.json records these)
     options = [o.name for o in COMPARE.options]

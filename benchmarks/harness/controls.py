@@ -5,10 +5,13 @@ cold start."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import logging
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,12 +65,27 @@ REJECTION_SAMPLING = "rft"
 
 
 def register_rejection_sampling() -> None:
-    """Register the control as algorithm :data:`REJECTION_SAMPLING` (once; a runner calls it before training
-    it, so importing the harness changes no registry)."""
+    """Register the control as algorithm :data:`REJECTION_SAMPLING` (once; importing the harness changes no
+    registry)."""
     from agentrl.algos import objectives
 
     if REJECTION_SAMPLING not in objectives.ALGORITHMS:
         register_algorithm(REJECTION_SAMPLING, RejectionSampling)
+
+
+@contextlib.contextmanager
+def rejection_sampling_registered() -> Iterator[None]:
+    """The control registered on a copy of the algorithm registry for the ``with`` block, the registry as it was
+    after it: a comparison run in-process (a test) leaves no ``rft`` algorithm behind."""
+    from agentrl.algos import objectives
+
+    saved = objectives.ALGORITHMS
+    objectives.ALGORITHMS = copy.deepcopy(saved)
+    try:
+        register_rejection_sampling()
+        yield
+    finally:
+        objectives.ALGORITHMS = saved
 
 
 def eval_config(cfg):
