@@ -53,6 +53,15 @@ def headless_pyplot():
     return plt
 
 
+def save_figure(fig, path: str | Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` (its folder made), close it, return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    headless_pyplot().close(fig)
+    return path
+
+
 def smooth(values: Sequence[float], weight: float | None = None) -> list[float]:
     """Debiased exponential moving average (TensorBoard's smoothing).
 
@@ -180,9 +189,7 @@ def _plot_group(plt, group, panels, series, path: Path, run_name: str, smoothing
         ax.set_visible(False)
     fig.suptitle(f"{run_name} — {group}   (faint: raw, bold: smoothed)", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.4 * nrows)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    save_figure(fig, path, dpi)
 
 
 # ---------------------------------------------------------------------------------------------- stages
@@ -239,11 +246,7 @@ def plot_stages(stages: Sequence[tuple[str, str | Path]], path: str | Path, *, m
         ax.legend(fontsize=8, frameon=False)
     fig.suptitle(title or "Training curves   (faint: raw, bold: smoothed)", x=0.01, ha="left", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.92))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi)
 
 
 # ---------------------------------------------------------------------------------------------- eval chart
@@ -320,11 +323,7 @@ def plot_eval(rows: Sequence[tuple[str, EvalReport | dict[str, Any]]], path: str
     fig.legend(handles, leg_labels, loc="upper right", ncol=min(len(labels), 4), frameon=False)
     fig.suptitle(title or f"Evaluation (N = {', '.join(map(str, ns))} samples per task)", x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi)
 
 
 def _bars(ax, categories: list[str], values: list[list[float]], labels: list[str], fmt: str) -> None:

@@ -178,7 +178,7 @@ def plot_history(history: list[dict[str, Any]], out: Path) -> Path | None:
     and mode; ``None`` when the history is empty."""
     if not history:
         return None
-    from agentrl.algos.evaluation.plot import headless_pyplot
+    from agentrl.algos.evaluation.plot import headless_pyplot, save_figure
 
     plt = headless_pyplot()
     kinds = sorted({(h["machine"], h["mode"]) for h in history})
@@ -197,7 +197,4 @@ def plot_history(history: list[dict[str, Any]], out: Path) -> Path | None:
         ax.set_title(f"{machine} ({mode})", fontsize=9)
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, 110)
