@@ -67,6 +67,20 @@ def _tracked_files() -> list[str]:
     return sorted(p for p in out.split("\0") if p and (ROOT / p).is_file())
 
 
+def _see_this_interpreters_packages(python: Path) -> None:
+    """Let the venv of ``python`` import what this interpreter has installed (its site-packages added after the
+    venv's own, so the wheel's agentrl comes first). ``venv --system-site-packages`` is not the same thing: run from
+    inside a virtualenv (as CI's README commands do) it gives the base interpreter's packages, not this one's."""
+    import site
+    import sysconfig
+
+    theirs = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()])
+    lines = [f"import site; site.addsitedir({d!r})" for d in ours if Path(d).is_dir()]
+    (Path(theirs) / "_agentrl_test_outer_site.pth").write_text("\n".join(lines) + "\n")
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Installed:
     """sdist from a copy of the checkout's files (so the build writes nothing into the checkout), the wheel from
@@ -87,8 +101,9 @@ def installed(tmp_path_factory) -> Installed:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(wheels), str(sdist)], cwd=base, check=True, timeout=300)
     [wheel] = wheels.glob("agentrl_gym-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    _see_this_interpreters_packages(python)
     subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True,
                    timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AGENTRL_VLLM_PYTHON")}
