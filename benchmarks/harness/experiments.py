@@ -311,6 +311,15 @@ class AxesExperiment:
     """pass@k and pass^k (k = 1 ... n): n episodes per task at this temperature."""
     primary: str
     """The headline comparison of each set; the tie rule and the seed spread are the pages' (harness.data)."""
+    steps: int | None = None
+    """A step budget per (arm, seed) instead of :attr:`minutes` (None: wall time decides)."""
+    train_sample: int = 32
+    """Tasks of the fixed train-split sample (the arms' families, drawn with :attr:`train_sample_seed`): every
+    adapter and the cold start are evaluated on it greedily, and the mean per-token KL(adapter || base) on those
+    greedy replies is recorded beside it (the forgetting item; ``agentrl.algos.evaluation.kl``)."""
+    train_sample_seed: int = 12345
+    judge: str = ""
+    """How the experiment decides (stated before it runs), where it decides more than :attr:`primary` says."""
 
 
 AXES = AxesExperiment(
@@ -336,6 +345,38 @@ AXES = AxesExperiment(
             "verdict (met / missed / tie) and seed spread; pass@k and pass^k (k = 1 ... 8) beside it",
 )
 
+
+#: The main job's default RL learning rate, chosen on the TRAIN split (issue 45): the main job's settings (its cold
+#: start: 16 SFT steps on every family; 16 GRPO steps of 8 tasks x 8 samples, in the world of tooluse_v3, items=999)
+#: at three rates, three seeds each, from ONE shared cold start. No held-out set is looked at: each adapter is judged
+#: on a fixed sample of 128 train-split tasks (greedy) and on its training reward. Declared before anything ran;
+#: the lead decides when it runs (``python benchmarks/axes.py run --experiment lr_choice``).
+LR_CHOICE = AxesExperiment(
+    name="lr_choice", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+    cold_start=MappingProxyType({}),  # the main job's cold start as it is (MainJobConfig's defaults)
+    train_families=(),  # every family, as the main job trains
+    arms=MappingProxyType({
+        "grpo_lr2e-4": MappingProxyType({"algo": "grpo", "rl_lr": 2e-4, "about": "the main job's default today"}),
+        "grpo_lr6e-5": MappingProxyType({"algo": "grpo", "rl_lr": 6e-5}),
+        "grpo_lr2e-5": MappingProxyType({"algo": "grpo", "rl_lr": 2e-5}),
+    }),
+    seeds=(0, 1, 2), minutes=0.0, steps=16,
+    sets=(),  # the train-split sample only
+    greedy=MappingProxyType({"eval_n": 1, "eval_temperature": 0.0}),
+    sampled=MappingProxyType({}),
+    primary="per rate: the train-split greedy score of each seed against the cold start's, and the mean "
+            "training reward of the last quarter of the steps",
+    train_sample=128,
+    judge="A rate collapses when any seed's train-split greedy score after training is more than 10 points below "
+          "the cold start's on the same 128 train-split tasks. The default is the rate, among those where no seed "
+          "collapses, with the highest mean (over seeds) training reward in the last quarter of the steps; on a "
+          "tie within 0.02 the lower rate. If every rate collapses, the default is the lowest rate and the page "
+          "says that none passed.",
+)
+#: The no-collapse rule's points (LR_CHOICE.judge).
+COLLAPSE_POINTS = 10.0
+#: Declared experiments the axes runner (``benchmarks/axes.py --experiment NAME``) runs.
+RUNNABLE = MappingProxyType({AXES.name: AXES, LR_CHOICE.name: LR_CHOICE})
 
 # ---------------------------------------------------------------------------------------------- the record
 # What the pages say about each committed run beside its figures (issue 45; ../shared/RESULTS-AUDIT.md §3-4). Keys
