@@ -157,7 +157,7 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`task_tools` and :meth:`run_task_tool` — the tools of one task (default: the row's ``"tools"``
       schemas when it has them) and how such a tool runs;
     * :meth:`grade_reply` — grade a reply as a whole instead of running its calls (a benchmark that grades the
-      calls themselves, BFCL);
+      calls themselves, BFCL), or end the agent's turn with the next user message (a multi-turn benchmark);
     * :meth:`opening_messages` — the messages an episode starts with (default: system prompt, user prompt);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
@@ -278,11 +278,13 @@ class TextEnv(gym.Env[str, str]):
         return ToolResult(f"Error: {name}() cannot be run in this environment (the task gives only its schema)",
                           "not_executable")
 
-    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | None:
+    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | str | None:
         """``(reward, correct)`` to end the episode on this reply without running its calls, or ``None`` (the
         default) for the usual handling. An env whose benchmark grades the calls themselves (BFCL's AST checker)
         returns the grade here; the reply's calls still appear as ``tool_calls`` in ``info["messages"]``, and the
-        termination is ``"invalid"`` for a reply the parser could not read, else ``"answered"``."""
+        termination is ``"invalid"`` for a reply the parser could not read, else ``"answered"``. A string instead
+        ends the agent's turn, not the episode: it is the next user message (the observation, ``obs_role`` "user",
+        reward 0; BFCL's multi-turn entries), unless the ``max_turns`` budget is spent."""
         return None
 
     def extra_info(self) -> dict[str, Any]:
@@ -362,12 +364,9 @@ class TextEnv(gym.Env[str, str]):
         except Exception:  # the last line of defence: an env bug must not kill a training run
             logger.exception("%s.step raised; ending the episode with termination='error'", type(self).__name__)
             self.metrics.extra["env_errors"] = self.metrics.extra.get("env_errors", 0) + 1
-            return self._finish(
-                "Internal environment error; the episode has ended.",
-                ParsedAction(kind="invalid", error="environment error"),
-                reward=0.0,
-                termination="error",
-            )
+            return self._finish("Internal environment error; the episode has ended.",
+                                ParsedAction(kind="invalid", error="environment error"), reward=0.0,
+                                termination="error")
 
     def _step(self, action: str):
         if not isinstance(action, str):
@@ -384,6 +383,11 @@ class TextEnv(gym.Env[str, str]):
                 for i, c in zip(ids, calls, strict=True)]
         assert self.task is not None, "step() before reset()"
         graded = self.grade_reply(parsed, self.task)
+        if isinstance(graded, str):  # the agent's turn ends; the episode goes on with the next user message
+            if self.metrics.turns >= self.budgets.max_turns:
+                return self._finish(graded, parsed, reward=self.rewards.invalid, termination="budget", truncated=True)
+            self.messages.append({"role": "user", "content": graded})
+            return graded, 0.0, False, False, self._info(parsed, "user")
         if graded is not None:
             ok = parsed.kind != "invalid"
             self.metrics.invalid_calls += not ok
@@ -391,11 +395,9 @@ class TextEnv(gym.Env[str, str]):
                                 correct=graded[1], answer=parsed.answer, format_ok=ok)
 
         if parsed.kind == "answer":
-            assert self.task is not None, "step() before reset()"
             reward, correct = self.score(parsed.answer or "", self.task)
-            return self._finish(
-                "", parsed, reward=reward, termination="answered", correct=correct, answer=parsed.answer
-            )
+            return self._finish("", parsed, reward=reward, termination="answered", correct=correct,
+                                answer=parsed.answer)
         if parsed.kind == "invalid":
             self.metrics.invalid_calls += 1
             return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
@@ -405,15 +407,12 @@ class TextEnv(gym.Env[str, str]):
         results, credit = [], 0.0
         for call, call_id in zip(calls, ids, strict=True):
             if self.metrics.tool_calls >= self.budgets.max_tool_calls:
-                return self._finish(
-                    f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
-                    parsed, reward=self.rewards.invalid + credit, termination="budget", truncated=True,
-                )
+                return self._finish(f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
+                                    parsed, reward=self.rewards.invalid + credit, termination="budget", truncated=True)
             self.metrics.tool_calls += 1
             t0 = time.perf_counter()
             out = self.run_tool(ParsedAction("tool_call", name=call["name"], arguments=call["arguments"]))
             self.metrics.tool_latency_s += time.perf_counter() - t0
-            assert self.task is not None, "step() before reset()"
             credit += float(self.call_reward(call["name"], call["arguments"], self.task))
             out = clip_head(out, self.budgets.max_obs_chars)
             self.messages.append({"role": "tool", "name": call["name"], "tool_call_id": call_id, "content": out})
