@@ -3,7 +3,9 @@
 Built-in tasks come from a seeded generator over mock tools a small model cannot replace by guessing
 (three-digit multiplication, an inventory look-up, unit conversion, date arithmetic) and chains of two or three
 calls. Task ``i`` is a pure function of ``i`` (:func:`make_task`), so the set is unbounded and reproducible;
-the ``train`` split uses even indices, ``test`` odd ones, so test tasks never appear in training.
+the ``train`` split uses even indices, ``test`` odd ones, so test tasks never appear in training. The opt-in
+procedural families (``families=["procedural_single", ...]``, never drawn by default) give each task its own
+generated functions and grade its calls (:mod:`agentrl.envs.tool_use_procedural`).
 
 Users bring their own tools and data::
 
@@ -34,6 +36,9 @@ from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tool_use_axes import AXES, axis_generator, renamed_tools, transient_failure
+from agentrl.envs.tool_use_procedural import FAMILIES as PROCEDURAL_FAMILIES
+from agentrl.envs.tool_use_procedural import INSTRUCTIONS as PROCEDURAL_INSTRUCTIONS
+from agentrl.envs.tool_use_procedural import calls_match, is_procedural, run_call
 from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools
@@ -244,6 +249,19 @@ def generator(items: int = ITEMS, axis: str | None = None) -> TaskGenerator:
                           for name, fn in FAMILIES.items()}, salt=GENERATOR.salt)
 
 
+@functools.cache
+def _with_procedural(items: int) -> TaskGenerator:
+    return TaskGenerator({**generator(items).families, **PROCEDURAL_FAMILIES}, salt=GENERATOR.salt)
+
+
+def _generator_for(items: int, axis: str | None, families: Sequence[str] | None) -> TaskGenerator:
+    """The generator that draws ``families``: the procedural ones (opt-in, never drawn by default; see
+    :mod:`agentrl.envs.tool_use_procedural`) join the default families only when ``families`` names others."""
+    if axis is None and families and not set(families) <= set(FAMILIES):
+        return _with_procedural(items)
+    return generator(items, axis)
+
+
 def make_task(index: int, families: Sequence[str] | None = None, items: int = ITEMS,
               axis: str | None = None) -> dict[str, Any]:
     """Built-in task number ``index`` (a pure function of ``index``, ``families``, ``items`` and ``axis``).
@@ -252,7 +270,9 @@ def make_task(index: int, families: Sequence[str] | None = None, items: int = IT
     ``[[name, arguments], ...]`` of a correct solution — and ``items`` when it is not the default. A task of an
     ``axis`` also holds ``axis``, ``chain_length`` and what the env needs to play it (``renames``, ``failures``).
     """
-    family, drawn = generator(items, axis).draw(index, families)
+    family, drawn = _generator_for(items, axis, families).draw(index, families)
+    if family in PROCEDURAL_FAMILIES:  # a row with its own tools, graded on its calls
+        return {"id": f"{family}-{index}", "family": family, **drawn}
     query, calls, extra = drawn if axis is not None else (*drawn, None)
     return {
         "id": f"{family}-{index}",
@@ -327,7 +347,9 @@ class ToolUseEnv(TextEnv):
             test_dataset: your test tasks (same row format), what :meth:`test_tasks` returns; with
                 your own ``dataset`` and no ``test_dataset``, :meth:`test_tasks` refuses rather than
                 evaluate on the mock tasks.
-            families: restrict the built-in generator to these task families (see ``FAMILIES``).
+            families: restrict the built-in generator to these task families (see ``FAMILIES``), or name the
+                opt-in procedural-tools families (each task brings its own generated functions and is graded on
+                its calls; :mod:`agentrl.envs.tool_use_procedural`).
             items: the built-in stock families ask about items t1 … t<items> (2 to 999; default 99). 999 makes
                 their question space large enough for test questions that training never sees
                 (``benchmarks/heldout.py``'s ``tooluse_v3``).
@@ -367,7 +389,7 @@ class ToolUseEnv(TextEnv):
             raise ValueError(f"axis must be one of {list(AXES)}, got {axis!r}")
         self.axis = axis
         self.items = items
-        gen = generator(items, axis)  # a bad value fails now
+        gen = _generator_for(items, axis, families)  # a bad value fails now
         self.families = gen.check(families) if families else None  # unknown names fail now, not at reset
         self._failures: dict[str, int] = {}
         super().__init__(
@@ -405,11 +427,13 @@ class ToolUseEnv(TextEnv):
         return make_tasks(n, split="test", families=self.families, items=self.items, axis=self.axis)
 
     def task_instructions(self, task: dict[str, Any]) -> str:
+        if is_procedural(task):
+            return PROCEDURAL_INSTRUCTIONS
         return ("You are an assistant that answers questions by calling tools. Call one tool per reply and "
                 "wait for its result; do the arithmetic with the tools, not in your head.")
 
     def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:
-        correct = answers_match(answer, task["answer"])
+        correct = calls_match(task, self.messages) if is_procedural(task) else answers_match(answer, task["answer"])
         held, self._pending_credit = self._pending_credit, 0.0  # "continued": the last credit, held until now
         return (self.rewards.correct + held if correct else self.rewards.wrong), correct
 
@@ -432,6 +456,9 @@ class ToolUseEnv(TextEnv):
             return transient_failure(name).content
         return super().run_tool(parsed)
 
+    def run_task_tool(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> Any:
+        return run_call(name, arguments) if is_procedural(task) else super().run_task_tool(name, arguments, task)
+
     def close(self) -> None:
         self.tools = self._base_tools
         super().close()
@@ -452,4 +479,6 @@ class ToolUseEnv(TextEnv):
         if calls is None:
             return None
         answer = task["answer"][0] if isinstance(task["answer"], list) else task["answer"]
+        if is_procedural(task):  # every call in one reply (a parallel task's calls together)
+            return [self.parser.render_calls(calls)] * bool(calls) + [self.parser.render_answer(str(answer))]
         return [self.parser.render_call(n, a) for n, a in calls] + [self.parser.render_answer(str(answer))]
