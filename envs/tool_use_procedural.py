@@ -235,7 +235,7 @@ def _state(r: np.random.Generator, p: Param, value: Any) -> str:
     """The words of a question that state ``value`` for ``p``."""
     w = p.words
     if p.kind == "boolean":
-        return _pick(r, (f"{w} set to {json.dumps(value)}", f"{w}: {'yes' if value else 'no'}"))
+        return _pick(r, (f"{w} set to {json.dumps(value)}", f"{w} turned {'on' if value else 'off'}"))
     if p.kind == "array":
         quoted = [f'"{v}"' for v in value]
         return f"{w} " + (", ".join(quoted[:-1]) + " and " + quoted[-1] if len(quoted) > 1 else quoted[0])
@@ -247,7 +247,10 @@ def _state(r: np.random.Generator, p: Param, value: Any) -> str:
 def _request(r: np.random.Generator, verb: str, noun: str, args: dict[str, Any]) -> str:
     """One sentence asking to ``verb`` a ``noun`` with ``args`` (every value stated)."""
     parts = [_state(r, _BY_NAME[k], v) for k, v in args.items()]
-    values = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    if any(isinstance(v, list) for v in args.values()):  # a list's own "and" must not read as the next value's
+        values = "; ".join(parts)
+    else:
+        values = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     n = _words(noun)
     return _pick(r, (f"Please {verb} a {n} with {values}.", f"Could you {verb} a {n}? Use {values}.",
                      f"I need to {verb} a {n}: {values}.", f"{verb.capitalize()} a {n} for me, with {values}."))
@@ -318,7 +321,8 @@ def _parallel(r: np.random.Generator) -> dict[str, Any]:
         calls.append((fn.name, args))
         sentences.append(_request(r, fn.verb, fn.noun, args))
     lead = _pick(r, ("I have several requests.", "Please handle all of these.", "A few things to do."))
-    body = " ".join(f"{('Also' if j else 'First')}, {s[0].lower()}{s[1:]}" for j, s in enumerate(sentences))
+    body = " ".join(f"{('Also' if j else 'First')}, {s if s.startswith('I ') else s[0].lower() + s[1:]}"
+                    for j, s in enumerate(sentences))
     return _row(f"{lead} {body}", fns, calls, _answer(calls))
 
 

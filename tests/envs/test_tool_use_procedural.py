@@ -83,7 +83,7 @@ def test_shapes_have_what_they_promise():
             for key, v in args.items():
                 words = key.replace("_", " ")
                 if isinstance(v, bool):
-                    stated = [f"{words} set to {json.dumps(v)}", f"{words}: {'yes' if v else 'no'}"]
+                    stated = [f"{words} set to {json.dumps(v)}", f"{words} turned {'on' if v else 'off'}"]
                     assert any(s in t["query"] for s in stated), (key, v, t["query"])
                 for s in (v if isinstance(v, list) else [v] if not isinstance(v, bool) else []):
                     assert str(s) in t["query"] and words in t["query"], (key, s, t["query"])
