@@ -9,7 +9,8 @@ import gymnasium as gym
 import pytest
 from helpers import ROOT
 
-from agentrl.algos import cli, config_reference
+from agentrl.algos import cli, cli_policy, cli_train, config_reference
+from agentrl.algos.config import apply_overrides
 from agentrl.algos.training.config import TrainConfig
 from agentrl.envs.core import TextEnv
 from agentrl.envs.parsing import ParsedAction
@@ -45,14 +46,14 @@ if "Test/Echo-v0" not in gym.registry:
 
 
 def test_overrides_parse_json_values_into_nested_keys():
-    d = cli.apply_overrides({"grpo": {"eps_low": 0.2}}, ["grpo.beta=0.04", "steps=5", "env_kwargs.families=[\"add\"]",
+    d = apply_overrides({"grpo": {"eps_low": 0.2}}, ["grpo.beta=0.04", "steps=5", "env_kwargs.families=[\"add\"]",
                                                          "model=my/model", "grpo.scale_std=false", "adapter=null"])
     assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5,
                  "env_kwargs": {"families": ["add"]}, "model": "my/model", "adapter": None}
     cfg = TrainConfig.from_dict(d)
     assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
     with pytest.raises(ValueError, match="key=value"):
-        cli.apply_overrides({}, ["steps"])
+        apply_overrides({}, ["steps"])
     with pytest.raises(ValueError, match="unknown config key .grpo.betta.; did you mean .grpo.beta."):
         TrainConfig.from_dict({"grpo": {"betta": 1}})
 
@@ -71,10 +72,10 @@ def test_config_files_json_and_yaml(tmp_path):
     (tmp_path / "a.yaml").write_text("algo: dpo\nsteps: 7\ndpo:\n  beta: 0.2\nlora:\n  r: 4\n")
     (tmp_path / "b.json").write_text(json.dumps({"algo": "ppo", "ppo": {"baseline": "leave_one_out"}}))
     args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "a.yaml"), "--out", "x", "steps=9"])
-    cfg = cli.build_train_config(args)
+    cfg = cli_train.build_train_config(args)
     assert (cfg.algo, cfg.steps, cfg.dpo.beta, cfg.lora.r, cfg.out) == ("dpo", 9, 0.2, 4, "x")
     args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "b.json")])
-    assert cli.build_train_config(args).ppo.baseline == "leave_one_out"
+    assert cli_train.build_train_config(args).ppo.baseline == "leave_one_out"
 
 
 def test_config_docs_cover_every_field_and_the_committed_page_is_current():
@@ -133,14 +134,14 @@ def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatc
 def test_device_and_dtype_flags_reach_the_train_config(tmp_path):
     parser = cli.build_parser()
     args = parser.parse_args(["train", "--algo", "grpo", "--device", "cuda", "--dtype", "bf16", "--out", "x"])
-    cfg = cli.build_train_config(args)
+    cfg = cli_train.build_train_config(args)
     assert (cfg.device, cfg.dtype) == ("cuda", "bf16")
-    cfg = cli.build_train_config(parser.parse_args(["train", "--algo", "grpo", "--out", "x"]))
+    cfg = cli_train.build_train_config(parser.parse_args(["train", "--algo", "grpo", "--out", "x"]))
     assert (cfg.device, cfg.dtype) == ("auto", "auto")  # the defaults: CUDA when there is one
     # on resume the flags override the run's config.json
     (tmp_path / "config.json").write_text(json.dumps({"algo": "grpo", "device": "cpu", "dtype": "fp32"}))
     args = parser.parse_args(["train", "--resume", "--out", str(tmp_path), "--device", "cuda:1"])
-    cfg = cli.build_train_config(args)
+    cfg = cli_train.build_train_config(args)
     assert (cfg.device, cfg.dtype) == ("cuda:1", "fp32")
     ev = parser.parse_args(["eval"])
     assert (ev.device, ev.dtype, ev.tasks) == ("auto", "auto", None)
@@ -247,7 +248,7 @@ def test_engine_args_and_the_run_folder_reach_the_managed_engine(monkeypatch, tm
     monkeypatch.setattr(engine, "start_engine_policy", lambda model, **kw: seen.update(model=model, **kw) or "policy")
     args = cli.build_parser().parse_args(["train", "--algo", "grpo", "--engine", "vllm",
                                           "--engine-args", "--gpu-memory-utilization 0.4 --enforce-eager"])
-    assert cli._policy_for(args, "m", run_dir=tmp_path, lora_rank=8, record_dir=tmp_path) == "policy"
+    assert cli_policy.policy_for(args, "m", run_dir=tmp_path, lora_rank=8, record_dir=tmp_path) == "policy"
     assert seen["extra_args"] == ["--gpu-memory-utilization", "0.4", "--enforce-eager"]
     assert seen["record_dir"] == tmp_path and seen["run_dir"] == tmp_path and seen["lora_rank"] == 8
 

@@ -134,11 +134,11 @@ def test_a_tracker_declared_by_an_entry_point_is_used_when_named_in_report_to(fr
                                      ("log", 2, {"train/loss": 0.5}), ("images", 2, ["reward.png", "train.png"]),
                                      ("close",)]
 
-    from agentrl.algos import cli  # the flag and the config key accept the name too
+    from agentrl.algos import cli, cli_train  # the flag and the config key accept the name too
 
     parser = cli.build_parser()
     args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "--report-to", "wandb,listtracker"])
-    assert cli.build_train_config(args).report_to == ["wandb", "listtracker"]
+    assert cli_train.build_train_config(args).report_to == ["wandb", "listtracker"]
 
 
 def test_register_tracker_at_run_time_and_plots_only_for_trackers_that_take_them(fresh_trackers, tmp_path):
@@ -290,12 +290,12 @@ def test_trackio_local_run_has_config_and_metrics(tmp_path):
 
 
 def test_report_to_flag_and_key_reach_the_train_config(tmp_path):
-    from agentrl.algos import cli
+    from agentrl.algos import cli, cli_train
 
     parser = cli.build_parser()
     args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "--report-to", "wandb,mlflow"])
-    assert cli.build_train_config(args).report_to == ["wandb", "mlflow"]
+    assert cli_train.build_train_config(args).report_to == ["wandb", "mlflow"]
     args = parser.parse_args(["train", "--algo", "grpo", "--out", str(tmp_path), "report_to=trackio"])
-    assert cli.build_train_config(args).report_to == ["trackio"]
+    assert cli_train.build_train_config(args).report_to == ["trackio"]
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--report-to", "wandbb"])

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import run_with_plugin
 
-from agentrl.algos import cli
+from agentrl.algos import cli, cli_policy
 from agentrl.algos.policy import POLICIES, register_policy
 from agentrl.algos.policy.base import Policy
 
@@ -68,16 +68,15 @@ def test_policy_selects_the_backend_by_name(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = copy.deepcopy(POLICIES)  # the registration is undone with the copy
     monkeypatch.setattr(package, "POLICIES", registry)
-    monkeypatch.setattr(cli, "POLICIES", registry)
     register_policy("echo", "echo_policy:EchoPolicy")
     parser = cli.build_parser()
     args = parser.parse_args(["eval", "--policy", "echo", "--policy-url", "http://h", "--lora-api", "sglang"])
-    policy = cli._policy_for(args, args.model)
+    policy = cli_policy.policy_for(args, args.model)
     assert type(policy).__name__ == "EchoPolicy" and policy.url == "http://h" and policy.tokenizer is not None
     assert policy.options["lora_api"] == "sglang"
-    assert cli._policy_for(parser.parse_args(["eval"]), args.model) is None  # hf: in process
+    assert cli_policy.policy_for(parser.parse_args(["eval"]), args.model) is None  # hf: in process
     with pytest.raises(ValueError, match="pass its --policy-url"):
-        cli._policy_for(parser.parse_args(["eval", "--policy", "echo"]), args.model)
+        cli_policy.policy_for(parser.parse_args(["eval", "--policy", "echo"]), args.model)
     with pytest.raises(ValueError, match="--policy openai"):
-        cli._policy_for(parser.parse_args(["eval", "--policy", "hf", "--policy-url", "http://h"]), args.model)
+        cli_policy.policy_for(parser.parse_args(["eval", "--policy", "hf", "--policy-url", "http://h"]), args.model)
     sys.modules.pop("echo_policy", None)

@@ -141,14 +141,14 @@ def test_the_producer_samples_through_the_inner_policys_session(tokenizer, tmp_p
 
 
 def test_cli_async_flag_sets_the_section():
-    from agentrl.algos import cli
+    from agentrl.algos import cli, cli_train
 
     args = cli.build_parser().parse_args(["train", "--algo", "grpo", "--async", "asynchronous.staleness=tis",
                                           "--out", "x"])
-    cfg = cli.build_train_config(args)
+    cfg = cli_train.build_train_config(args)
     assert cfg.asynchronous.enabled and cfg.asynchronous.staleness == "tis" and cfg.asynchronous.max_staleness == 1
     args = cli.build_parser().parse_args(["train", "--algo", "grpo", "--out", "x"])
-    assert not cli.build_train_config(args).asynchronous.enabled
+    assert not cli_train.build_train_config(args).asynchronous.enabled
 
 
 # ---------------------------------------------------------------------------------------------- runs

@@ -165,7 +165,8 @@ def test_plots_draw_per_env_curves_in_the_overall_panel():
 
 
 def test_cli_envs_flag_builds_the_mixture(tmp_path):
-    from agentrl.algos.cli import build_parser, build_train_config
+    from agentrl.algos.cli import build_parser
+    from agentrl.algos.cli_train import build_train_config
 
     args = build_parser().parse_args(["train", "--algo", "grpo", "--out", str(tmp_path),
                                       "--envs", "ToolUse-v0:2", "--envs", "Search-v0:1"])
