@@ -296,12 +296,21 @@ def _near(r: np.random.Generator, verb: str, noun: str, k: int) -> list[tuple[st
     return pairs
 
 
+def _share_params(r: np.random.Generator, model: Function, fns: list[Function]) -> None:
+    """Give each function of ``fns`` other than ``model`` the parameters of ``model`` with probability 1/2, so only
+    the name and description tell them apart."""
+    for fn in fns:
+        if fn is not model and r.random() < 0.5:
+            fn.params, fn.required = list(model.params), list(model.required)
+
+
 def _choose(r: np.random.Generator) -> dict[str, Any]:
     verb, noun = _pick(r, list(VERBS)), _pick(r, NOUNS)
     pairs = [(verb, noun), *_near(r, verb, noun, int(r.integers(1, 4)))]
     order = [int(i) for i in r.permutation(len(pairs))]
     fns = [_function(r, *pairs[i]) for i in order]
     target = fns[order.index(0)]
+    _share_params(r, target, fns)
     args = _arguments(r, target)
     return _row(_request(r, verb, noun, args), fns, [(target.name, args)], _answer([(target.name, args)]))
 
@@ -330,6 +339,7 @@ def _none(r: np.random.Generator) -> dict[str, Any]:
     verb, noun = _pick(r, list(VERBS)), _pick(r, NOUNS)
     fns = [_function(r, v, n) for v, n in _near(r, verb, noun, int(r.integers(1, 4)))]
     wanted = _function(r, verb, noun)  # the function the request would need: not offered
+    _share_params(r, wanted, fns)
     args = _arguments(r, wanted)
     return _row(_request(r, verb, noun, args), fns, [],
                 f"None of the available functions can {verb} a {_words(noun)}.")

@@ -211,6 +211,22 @@ def test_a_wrong_name_or_value_or_a_missing_or_extra_call_scores_zero(shape):
         assert play(env, t, [calls_reply(env, calls)] * 1 + ["no answer here"])[0] < 0  # calls right, no answer
 
 
+def test_a_look_alike_function_runs_but_scores_zero():
+    """A distractor with the target's very parameters accepts the call (a generated result comes back): only the
+    name and description told them apart, and calling it is wrong."""
+    def twin(t):
+        want = props(t, t["calls"][0][0])["properties"].keys()
+        return next((n for n in names(t) if n != t["calls"][0][0] and props(t, n)["properties"].keys() == want), None)
+
+    env = ToolUseEnv(families=["procedural_choose"])
+    t = first("procedural_choose", twin)
+    (name, args), = t["calls"]
+    env.reset(options={"task": t})
+    obs, reward, term, _, info = env.step(calls_reply(env, [(twin(t), args)]))
+    assert json.loads(obs) == run_call(twin(t), args) and info["metrics"]["invalid_calls"] == 0
+    assert env.step(answer(env))[1] == 0.0
+
+
 def _valid(schema):
     kind = schema.get("type")
     if "enum" in schema:
