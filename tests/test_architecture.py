@@ -270,11 +270,13 @@ HARNESS_LAYERS = [
     ("harness.heldout_draw", "harness.heldout", "harness.machine"),
     ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
+     "harness.axes_run", "harness.axes_exec",
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
      "harness.pages"),  # renderers
-    ("harness.commands", "harness.suite"),
+    ("harness.commands", "harness.suite", "harness.axes_cli"),
 ]
-HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes"}
+HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",
+                   "harness.axes_run", "harness.axes_exec"}
 HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page", "harness.run_page",
                      "harness.results_page", "harness.pages"}
 

@@ -1,0 +1,238 @@
+"""What each piece of :mod:`harness.axes_run` does: train the cold start, train a cell, evaluate an adapter on a
+set (and, on the train-split sample, its KL to the base). Holds the base model once per process (loaded at the
+first piece that needs it)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.axes_run import TRAIN, Piece
+from harness.compare_run import summarize_metrics, takes_step
+from harness.experiments import AxesExperiment
+from harness.layout import ROOT
+
+#: Arm settings that are notes, not ``MainJobConfig`` fields.
+NOTES = ("about", "algo")
+
+
+def arm_algo(exp: AxesExperiment, arm: str) -> str:
+    return str(exp.arms[arm].get("algo", arm))
+
+
+def base_config(exp: AxesExperiment, overrides: list[str], model: str | None, work: Path):
+    """The shared ``MainJobConfig``: the declaration's world and cold-start settings, then ``overrides``."""
+    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    preset = {"env": exp.env, "env_kwargs": dict(exp.env_kwargs), "out": str(work), "progress": False,
+              "report_to": ["none"], **{k: (list(v) if isinstance(v, tuple) else v) for k, v in exp.cold_start.items()},
+              **({"model": model} if model else {})}
+    return config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
+
+
+def arm_config(exp: AxesExperiment, cfg, arm: str, overrides: list[str]):
+    """One arm's ``MainJobConfig``: the shared one, the arm's declared settings, trained on the declared families
+    (``env_kwargs.families`` for rollouts, ``sft_families`` for SFT), then ``overrides`` again (they win)."""
+    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.recipes.main_job import MainJobConfig
+
+    d = dataclasses.asdict(cfg)
+    d.update({k: v for k, v in exp.arms[arm].items() if k not in NOTES})
+    if exp.train_families:
+        d["env_kwargs"] = {**d["env_kwargs"], "families": list(exp.train_families)}
+        d["sft_families"] = list(exp.train_families)
+    return config_from_dict(MainJobConfig, apply_overrides(d, overrides))
+
+
+def train_sample(exp: AxesExperiment, data: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The fixed train-split sample (drawn once, then read back from ``<data>/train_sample.jsonl``)."""
+    import numpy as np
+
+    from agentrl.envs import make_text_env
+
+    path = data / "train_sample.jsonl"
+    if not path.is_file():
+        kwargs = {**exp.env_kwargs, **({"families": list(exp.train_families)} if exp.train_families else {})}
+        env = make_text_env(exp.env, kwargs)
+        rng = np.random.default_rng(exp.train_sample_seed)
+        tasks = [env.sample_task(rng) for _ in range(exp.train_sample)]
+        data.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in tasks), encoding="utf-8")
+    tasks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return tasks[:limit]
+
+
+def sha256_of(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            h.update(f.relative_to(folder).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+class Executor:
+    """Runs pieces of one experiment; ``work`` holds adapters and episodes (not committed)."""
+
+    def __init__(self, exp: AxesExperiment, data: Path, work: Path, overrides: list[str], model: str | None = None,
+                 ledger: Path | None = None, tasks: int | None = None, minutes: float | None = None):
+        self.exp, self.data, self.work, self.overrides = exp, data, work, overrides
+        self.ledger, self.tasks, self.minutes = ledger, tasks, minutes
+        self.cfg = base_config(exp, overrides, model, work)
+        self._base: Any = None
+
+    def setup(self) -> dict[str, Any]:
+        """The settings every piece of the folder shares (``compare_run.check_setup`` refuses to mix)."""
+        return {"experiment": self.exp.name, "pipeline": dataclasses.asdict(self.cfg), "overrides": self.overrides,
+                "minutes": self.minutes if self.minutes is not None else self.exp.minutes, "steps": self.exp.steps,
+                "tasks": self.tasks}
+
+    def base(self):
+        if self._base is None:
+            from agentrl.algos.models import load_model
+
+            c = self.cfg
+            self._base = load_model(c.model, dtype=c.dtype, device=c.device, attn_implementation=c.attn_implementation)
+        return self._base
+
+    def common_meta(self, cfg) -> dict[str, Any]:
+        from agentrl.algos.evaluation.ledger import git_state
+        from harness.machine import machine
+
+        return {**git_state(ROOT), "machine": machine(), "config": dataclasses.asdict(cfg)}
+
+    def __call__(self, piece: Piece, folder: Path) -> dict[str, Any]:
+        self.base()  # loaded before the piece's clock matters less than a reload per piece
+        if piece.kind == "cold_start":
+            return self.cold_start(folder)
+        if piece.kind.startswith("cell:"):
+            arm, _, seed = piece.key.split("/", 1)[1].rpartition("-s")
+            return self.cell(arm, int(seed), folder)
+        _, model, name = piece.key.split("/")
+        target, _, mode = name.rpartition("-")
+        return self.evaluate(model, target, mode, folder)
+
+    def adapter(self, model: str) -> Path:
+        path = self.work / ("cold_start" if model == "cold_start" else f"cells/{model}") / "adapter"
+        if not (path / "adapter_config.json").is_file():
+            raise SystemExit(f"{path}: the adapter of {model} is not in the work folder (adapters are not committed); "
+                             f"delete {self.data / ('cold_start' if model == 'cold_start' else 'cells/' + model)} to "
+                             "train it again, or point --work at the folder that holds it")
+        return path
+
+    def cold_start(self, folder: Path) -> dict[str, Any]:
+        from agentrl.algos.recipes.main_job import sft_train_config
+        from agentrl.algos.training.trainer import Trainer
+
+        run_dir = self.work / "cold_start"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        model, tokenizer = self.base()
+        t0 = time.perf_counter()
+        Trainer(sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"]), model=copy.deepcopy(model),
+                tokenizer=tokenizer).train()
+        seconds = time.perf_counter() - t0
+        if (run_dir / "metrics.jsonl").is_file():
+            shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
+        gc.collect()
+        return {**self.common_meta(self.cfg), "train_seconds": seconds, "steps": self.cfg.sft_steps,
+                "adapter_sha256": sha256_of(run_dir / "adapter")}
+
+    def cell(self, arm: str, seed: int, folder: Path) -> dict[str, Any]:
+        from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
+        from agentrl.algos.models.lora import save_adapter
+        from agentrl.algos.recipes.main_job import rl_train_config, sft_train_config
+        from agentrl.algos.training.trainer import Trainer
+        from harness.controls import rejection_sampling_registered
+
+        cfg = arm_config(self.exp, self.cfg, arm, self.overrides)
+        algo, run_dir = arm_algo(self.exp, arm), self.work / "cells" / folder.name
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a killed cell: redo it whole (its clock restarted)
+        common = dict(seed=seed, adapter=str(self.adapter("cold_start")), steps=10**9, save_every=0, progress=False,
+                      report_to=["none"])
+        minutes = self.exp.minutes if self.minutes is None else self.minutes
+        budget = float("inf") if self.exp.steps else 60 * minutes
+        model, tokenizer = self.base()
+        with rejection_sampling_registered():
+            tc = (sft_train_config(cfg, run_dir, **common) if algo == "sft"
+                  else rl_train_config(cfg, run_dir, algo=algo, **common))
+            trainer = Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer)
+            log, clock = MetricsLogger(run_dir, report_to=["none"]), 0.0
+            try:
+                while takes_step(clock, trainer.global_step, budget, self.exp.steps):
+                    t0 = time.perf_counter()
+                    metrics = trainer.step()
+                    clock += time.perf_counter() - t0
+                    log.log(trainer.global_step, metrics)
+            finally:
+                log.close()
+                collector = getattr(trainer, "_collector", None)
+                if collector is not None:
+                    collector.close()
+            save_adapter(trainer.model, run_dir / "adapter")
+        shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
+        steps = trainer.global_step
+        del trainer
+        gc.collect()
+        return {**self.common_meta(cfg), "arm": arm, "algo": algo, "seed": seed, "steps": steps,
+                "train_seconds": clock, "settings": dict(self.exp.arms[arm]),
+                "diagnostics": summarize_metrics(read_metrics(run_dir)),
+                "adapter_sha256": sha256_of(run_dir / "adapter")}
+
+    def tasks_of(self, target: str) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+        """The tasks, env kwargs and set file of a set name (or the train-split sample)."""
+        from harness.heldout import path_for_env, read, set_env_kwargs
+
+        if target == TRAIN:
+            kwargs = {**self.exp.env_kwargs, **({"families": list(self.exp.train_families)}
+                                                if self.exp.train_families else {})}
+            return train_sample(self.exp, self.data, self.tasks), kwargs, None
+        path = path_for_env(self.exp.env, target)
+        return read(path)[: self.tasks], set_env_kwargs(path), str(path.relative_to(ROOT))
+
+    def evaluate(self, model_name: str, target: str, mode: str, folder: Path) -> dict[str, Any]:
+        from agentrl.algos.evaluation.evaluate import evaluate
+        from agentrl.algos.evaluation.kl import kl_to_base
+        from agentrl.algos.evaluation.ledger import task_scores
+        from agentrl.algos.models.lora import load_adapter
+        from agentrl.algos.policy.hf import HFPolicy
+        from agentrl.algos.rollout.collector import CollectorConfig
+        from agentrl.algos.rollout.trajectory import load_trajectories
+
+        settings = self.exp.sampled if mode == "sampled" else self.exp.greedy
+        c = dataclasses.replace(self.cfg, **dict(settings))
+        tasks, env_kwargs, set_file = self.tasks_of(target)
+        base, tokenizer = self.base()
+        model = load_adapter(copy.deepcopy(base), self.adapter(model_name))
+        episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
+        policy = HFPolicy(model, tokenizer, max_batch_tokens=c.policy_max_batch_tokens)
+        try:
+            report = evaluate(c.env, policy, tasks, c.eval_n,
+                              CollectorConfig(max_turns=c.max_turns, max_new_tokens=c.max_new_tokens, seed=c.seed,
+                                              temperature=c.eval_temperature),
+                              env_kwargs=env_kwargs, out=episodes, progress=False,
+                              ledger=self.ledger if set_file and self.tasks is None else None,
+                              ledger_fields={"stage": f"{self.exp.name}:{model_name}", "adapter": model_name})
+        finally:
+            policy.close()
+        trajectories = load_trajectories(episodes)
+        rows = task_scores(trajectories)
+        (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows),
+                                            encoding="utf-8")
+        meta = {**self.common_meta(c), "model": model_name, "set": target, "mode": mode, "set_file": set_file,
+                "eval_n": c.eval_n, "temperature": c.eval_temperature, "tasks": len(tasks),
+                "report": report.to_dict()}
+        if target == TRAIN:
+            meta["kl_to_base"] = kl_to_base(model, trajectories).to_dict()
+        del model, policy
+        gc.collect()
+        return meta

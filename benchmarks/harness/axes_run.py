@@ -1,0 +1,204 @@
+"""The runner of the pre-declared experiments :data:`harness.experiments.AXES` and ``LR_CHOICE``
+(``benchmarks/axes.py``), in resumable pieces that accumulate across sessions.
+
+A *piece* is one unit of work with its own folder under ``docs/results/data/<experiment>/``:
+
+* ``cold_start`` — the shared cold start (the main job's SFT stage with the declaration's settings), once;
+* ``cells/<arm>-s<seed>`` — one (arm, seed): the cold start trained further for the declared wall time (or steps);
+* ``evals/<model>/<set>-<mode>`` — one evaluation of the cold start or a cell's adapter on one declared set,
+  ``greedy`` (pass@1) or ``sampled`` (N tries: pass@k and pass^k); ``evals/<model>/train-greedy`` is the fixed
+  train-split sample, with the mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``).
+
+A piece is finished when its ``meta.json`` exists (written last: commit, config, machine, wall time, summary),
+beside its per-task records (``tasks.jsonl``) or training metrics (``metrics.jsonl``). Finished pieces are
+skipped, a folder without ``meta.json`` (a killed piece) is redone whole, and with a budget the runner stops
+before a piece whose estimated time (the mean of finished pieces of its kind, else :data:`PRIOR_SECONDS`) does
+not fit in what is left. Adapters (about 20 MB each) stay in the work folder (``runs/<experiment>/``, not
+committed); a cell's evaluations need its adapter there."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.experiments import RUNNABLE, AxesExperiment
+
+logger = logging.getLogger("axes")
+
+#: Seconds a piece of each kind is expected to take before any has run on this machine: from the committed runs'
+#: timings on the 2-core AMD EPYC without bf16 (fp32): the 48-step cold start of ``tooluse_sft48`` 1150 s; an
+#: evaluation of 128 tasks about 80 s greedy (``tooluse_sft48``: 2085 s in all, 1766 s of it training, for 4
+#: evaluations); 8 tries at temperature 0.7 about 8 times that; a cell its budget plus loading and saving.
+PRIOR_SECONDS = {"cold_start": 1150.0, "eval:greedy": 80.0, "eval:sampled": 640.0, "eval:train": 60.0}
+CELL_OVERHEAD_SECONDS = 60.0
+#: A GRPO step of the main job's settings (8 tasks x 8 samples) on that machine (docs/results: 6-8.5 min).
+PRIOR_STEP_SECONDS = 450.0
+TRAIN = "train"
+
+
+@dataclass(frozen=True)
+class Piece:
+    key: str
+    """Its folder under the experiment's data folder (``cells/grpo-s0``)."""
+    kind: str
+    """``cold_start``, ``cell:<arm>``, ``eval:greedy``, ``eval:sampled`` or ``eval:train``."""
+    needs: tuple[str, ...] = ()
+    """Keys of the pieces it builds on (the adapter it evaluates or starts from)."""
+
+
+def cell_name(arm: str, seed: int) -> str:
+    return f"{arm}-s{seed}"
+
+
+def parse_cells(text: str | None, exp: AxesExperiment) -> list[tuple[str, int]]:
+    """``"grpo:0,sft:1"`` -> ``[("grpo", 0), ("sft", 1)]``; None: every declared (arm, seed), seed by seed.
+    ValueError naming the declared arms and seeds."""
+    declared = [(a, s) for s in exp.seeds for a in exp.arms]
+    if not text:
+        return declared
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        arm, _, seed = item.partition(":")
+        if arm not in exp.arms or not seed.isdigit() or int(seed) not in exp.seeds:
+            raise ValueError(f"--cells: {item!r} is not a declared (arm:seed) of {exp.name}; arms "
+                             f"{', '.join(exp.arms)}, seeds {', '.join(map(str, exp.seeds))} (e.g. grpo:0)")
+        out.append((arm, int(seed)))
+    return out
+
+
+def modes(exp: AxesExperiment) -> list[str]:
+    return ["greedy"] + (["sampled"] if exp.sampled else [])
+
+
+def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
+    pieces = [Piece(f"evals/{model}/{TRAIN}-greedy", "eval:train", needs)]
+    return pieces + [Piece(f"evals/{model}/{s}-{m}", f"eval:{m}", needs) for s in sets for m in modes(exp)]
+
+
+def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: list[str] | None = None
+         ) -> list[Piece]:
+    """Every piece of ``exp`` in running order: the cold start and its evaluations, then each cell followed by
+    its evaluations (``cells`` / ``sets``: a selection of the declared ones)."""
+    chosen = list(exp.sets) if sets is None else sets
+    unknown = sorted(set(chosen) - set(exp.sets))
+    if unknown:
+        raise ValueError(f"--sets: {', '.join(unknown)} not declared for {exp.name} (declared: "
+                         f"{', '.join(exp.sets) or 'none: the train-split sample only'})")
+    pieces = [Piece("cold_start", "cold_start"), *eval_pieces(exp, "cold_start", ("cold_start",), chosen)]
+    for arm, seed in parse_cells(None, exp) if cells is None else cells:
+        key = f"cells/{cell_name(arm, seed)}"
+        pieces += [Piece(key, f"cell:{arm}", ("cold_start",)),
+                   *eval_pieces(exp, cell_name(arm, seed), ("cold_start", key), chosen)]
+    return pieces
+
+
+def meta_of(data: Path, key: str) -> dict[str, Any] | None:
+    path = data / key / "meta.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def finished(data: Path) -> dict[str, dict[str, Any]]:
+    """Key -> meta of every finished piece under ``data``."""
+    out = {}
+    for path in sorted(data.glob("**/meta.json")):
+        meta = meta_of(data, path.parent.relative_to(data).as_posix())
+        if meta is not None:
+            out[path.parent.relative_to(data).as_posix()] = meta
+    return out
+
+
+def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment, minutes: float | None = None
+             ) -> float:
+    """Expected seconds of ``piece``: the mean wall time of the finished pieces of its kind, else the prior."""
+    seen = [m["wall_seconds"] for m in done.values() if m.get("kind") == piece.kind and "wall_seconds" in m]
+    if seen:
+        return statistics.fmean(seen)
+    if piece.kind.startswith("cell:"):
+        budget = exp.steps * PRIOR_STEP_SECONDS if exp.steps else 60 * (exp.minutes if minutes is None else minutes)
+        return budget + CELL_OVERHEAD_SECONDS
+    return PRIOR_SECONDS[piece.kind]
+
+
+def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """``meta.json`` written last and atomically: the piece counts as finished only once it is there."""
+    tmp = folder / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(folder / "meta.json")
+
+
+@dataclass
+class Outcome:
+    ran: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    blocked: list[str] = dataclasses.field(default_factory=list)
+    stopped_before: str | None = None
+    """The piece the budget stopped at (None: nothing left that could run)."""
+
+
+def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], dict[str, Any]], exp: AxesExperiment,
+             budget_seconds: float | None = None, minutes: float | None = None,
+             clock: Callable[[], float] = time.perf_counter) -> Outcome:
+    """Run each unfinished piece whose needs are finished, in order: ``execute(piece, folder)`` does the work in
+    the (emptied) folder and returns its meta; the wall time, kind and key are added and ``meta.json`` written.
+    Stops before a piece whose estimate exceeds what is left of ``budget_seconds``."""
+    start, out = clock(), Outcome()
+    for piece in pieces:
+        done = finished(data)
+        if piece.key in done:
+            out.skipped.append(piece.key)
+            continue
+        if any(n not in done for n in piece.needs):
+            out.blocked.append(piece.key)
+            continue
+        need = estimate(piece, done, exp, minutes)
+        left = None if budget_seconds is None else budget_seconds - (clock() - start)
+        if left is not None and need > left:
+            logger.info("stopping before %s: about %.1f min, %.1f min of the budget left", piece.key, need / 60,
+                        left / 60)
+            out.stopped_before = piece.key
+            break
+        folder = data / piece.key
+        if folder.exists():
+            shutil.rmtree(folder)  # a killed piece: redo it whole
+        folder.mkdir(parents=True)
+        logger.info("running %s (about %.1f min)", piece.key, need / 60)
+        t0 = clock()
+        meta = execute(piece, folder)
+        write_meta(folder, {"key": piece.key, "kind": piece.kind, **meta, "wall_seconds": clock() - t0})
+        out.ran.append(piece.key)
+    return out
+
+
+def status_lines(exp: AxesExperiment, data: Path, minutes: float | None = None) -> list[str]:
+    """What ``benchmarks/axes.py status`` prints: each piece, finished (its wall time) or not, and the estimated
+    time of what is left."""
+    done = finished(data)
+    lines, left = [f"{exp.name}: {data}"], 0.0
+    for piece in plan(exp):
+        if piece.key in done:
+            lines.append(f"  done     {piece.key} ({done[piece.key].get('wall_seconds', 0) / 60:.1f} min)")
+        else:
+            need = estimate(piece, done, exp, minutes)
+            left += need
+            lines.append(f"  not run  {piece.key} (about {need / 60:.1f} min)")
+    n = len(plan(exp))
+    lines.append(f"{sum(p.key in done for p in plan(exp))} of {n} pieces done; about {left / 60:.0f} min left on "
+                 "this machine")
+    return lines
+
+
+def experiment_named(name: str) -> AxesExperiment:
+    if name not in RUNNABLE:
+        raise ValueError(f"--experiment {name!r}: declared ones are {', '.join(RUNNABLE)}")
+    return RUNNABLE[name]

@@ -1,0 +1,144 @@
+"""The axes runner (benchmarks/axes.py, harness.axes_run): pieces in their own folders, skipped when finished,
+redone when killed, a budget that stops before a piece it cannot finish; end to end on a tiny random model (no
+learning figure is asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from harness import axes_run
+from harness.axes_run import Piece, estimate, finished, parse_cells, plan, schedule, status_lines
+from harness.experiments import AXES, LR_CHOICE, RUNNABLE
+from helpers import save_model_dir
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_executor(clock: FakeClock, seconds: dict[str, float], calls: list[str]):
+    def execute(piece: Piece, folder: Path) -> dict:
+        assert folder.is_dir() and not any(folder.iterdir())  # an emptied folder
+        calls.append(piece.key)
+        clock.now += seconds.get(piece.kind, 10.0)
+        (folder / "tasks.jsonl").write_text('{"id": "t", "score": 1.0}\n')
+        return {"what": piece.key}
+    return execute
+
+
+def test_the_plan_is_the_declaration_in_running_order():
+    pieces = plan(AXES)
+    keys = [p.key for p in pieces]
+    assert keys[0] == "cold_start" and keys[1] == "evals/cold_start/train-greedy"
+    per_model = 1 + 2 * len(AXES.sets)  # the train sample, then each set greedy and sampled
+    assert len(pieces) == (1 + len(AXES.arms) * len(AXES.seeds)) * (1 + per_model)
+    assert keys.index("cells/grpo-s0") < keys.index("cells/sft-s0") < keys.index("cells/grpo-s1")
+    assert Piece("evals/rft-s2/tooluse_axis_depth-sampled", "eval:sampled", ("cold_start", "cells/rft-s2")) in pieces
+    lr = plan(LR_CHOICE)  # the train-split sample only, greedy
+    assert {p.kind for p in lr} == {"cold_start", "eval:train", *(f"cell:{a}" for a in LR_CHOICE.arms)}
+    assert set(RUNNABLE) == {"axes", "lr_choice"}
+
+
+def test_cells_and_sets_are_checked_against_the_declaration():
+    assert parse_cells("grpo:0, sft:2", AXES) == [("grpo", 0), ("sft", 2)]
+    with pytest.raises(ValueError, match=r"'ppo:0' is not a declared .*arms grpo, sft, rft, seeds 0, 1, 2"):
+        parse_cells("ppo:0", AXES)
+    with pytest.raises(ValueError, match="not a declared"):
+        parse_cells("grpo:7", AXES)
+    with pytest.raises(ValueError, match="--sets: tooluse_v3 not declared"):
+        plan(AXES, sets=["tooluse_v3"])
+
+
+def test_finished_pieces_are_skipped_and_a_killed_one_is_redone(tmp_path):
+    pieces = plan(AXES, [("grpo", 0)], ["tooluse_v5"])
+    clock, calls = FakeClock(), []
+    out = schedule(pieces, tmp_path, fake_executor(clock, {}, calls), AXES, clock=clock)
+    assert out.ran == [p.key for p in pieces] == calls and not out.skipped
+    meta = json.loads((tmp_path / "cells/grpo-s0/meta.json").read_text())
+    assert meta == {"key": "cells/grpo-s0", "kind": "cell:grpo", "what": "cells/grpo-s0", "wall_seconds": 10.0}
+    # kill one piece part-way: its folder without meta.json, with a stale file in it
+    (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/meta.json").unlink()
+    (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/partial.jsonl").write_text("stale")
+    calls.clear()
+    out = schedule(pieces, tmp_path, fake_executor(clock, {}, calls), AXES, clock=clock)
+    assert calls == ["evals/grpo-s0/tooluse_v5-sampled"] and len(out.skipped) == len(pieces) - 1
+    assert not (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/partial.jsonl").exists()
+
+
+def test_the_budget_stops_before_a_piece_that_would_not_fit_estimated_from_what_ran(tmp_path):
+    pieces = plan(AXES, [("grpo", 0), ("sft", 0)], ["tooluse_v5"])
+    clock, calls = FakeClock(), []
+    seconds = {"cold_start": 100.0, "cell:grpo": 900.0, "cell:sft": 900.0}
+    # nothing ran yet: the cold start's prior (1150 s) does not fit in 1000 s
+    out = schedule(pieces, tmp_path, fake_executor(clock, seconds, calls), AXES, budget_seconds=1000, clock=clock)
+    assert calls == [] and out.stopped_before == "cold_start"
+    assert estimate(pieces[0], {}, AXES) == axes_run.PRIOR_SECONDS["cold_start"]
+    # 2000 s: the cold start (100 s), its three evaluations (10 s each; priors 60, 80, 640 s), the grpo cell (prior
+    # 960 s, took 900) and its evaluations (now estimated at 10 s) fit; 940 s are left for the sft cell's 960
+    out = schedule(pieces, tmp_path, fake_executor(clock, seconds, calls), AXES, budget_seconds=2000, clock=clock)
+    assert out.ran == ["cold_start", "evals/cold_start/train-greedy", "evals/cold_start/tooluse_v5-greedy",
+                       "evals/cold_start/tooluse_v5-sampled", "cells/grpo-s0", "evals/grpo-s0/train-greedy",
+                       "evals/grpo-s0/tooluse_v5-greedy", "evals/grpo-s0/tooluse_v5-sampled"]
+    assert out.stopped_before == "cells/sft-s0"
+    done = finished(tmp_path)
+    # what ran now estimates its kind: the evaluations took 10 s each here, the grpo cell 900 s
+    assert estimate(Piece("x", "eval:sampled"), done, AXES) == 10.0
+    assert estimate(Piece("x", "cell:grpo"), done, AXES) == 900.0
+    lines = status_lines(AXES, tmp_path)
+    assert "  done     cells/grpo-s0 (15.0 min)" in lines and "  not run  cells/sft-s0 (about 16.0 min)" in lines
+
+
+def test_a_cell_waits_for_its_cold_start(tmp_path):
+    pieces = [p for p in plan(AXES, [("grpo", 0)], []) if p.key != "cold_start"]
+    clock, calls = FakeClock(), []
+    out = schedule(pieces, tmp_path, fake_executor(clock, {}, calls), AXES, clock=clock)
+    assert calls == [] and out.blocked == [p.key for p in pieces]
+
+
+@pytest.fixture(scope="module")
+def stopping_model_dir(tmp_path_factory, tokenizer):
+    from agentrl.algos.models import tiny_model
+
+    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
+
+
+SMALL = ["sft_demos=2", "sft_steps=1", "sft_batch_size=2", "max_new_tokens=8", "max_turns=2", "rl_tasks_per_step=1",
+         "rl_group_size=2", "eval_n=1"]
+
+
+def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, tmp_path, capsys):
+    from harness.axes_cli import main
+
+    data, work = tmp_path / "data", tmp_path / "work"
+    args = ["run", "--model", stopping_model_dir, "--data", str(data), "--work", str(work), "--tasks", "2",
+            "--minutes", "0.001", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth",
+            "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]
+    assert main(args) == 0
+    done = finished(data)
+    assert set(done) == {p.key for p in plan(AXES, [("grpo", 0), ("rft", 0)], ["tooluse_axis_depth"])}
+    cell = done["cells/grpo-s0"]
+    assert cell["steps"] == 1 and cell["algo"] == "grpo" and cell["commit"] and cell["machine"]
+    assert cell["config"]["env_kwargs"]["families"] == list(AXES.train_families) and cell["config"]["rl_lr"] == 6e-5
+    assert (work / "cells/grpo-s0/adapter/adapter_config.json").is_file()
+    sampled = done["evals/grpo-s0/tooluse_axis_depth-sampled"]
+    assert sampled["eval_n"] == 8 and sampled["report"]["pass_at_k"]["8"] >= sampled["report"]["pass_at_k"]["1"]
+    tasks_file = data / "evals/grpo-s0/tooluse_axis_depth-sampled/tasks.jsonl"
+    rows = [json.loads(x) for x in tasks_file.read_text().splitlines()]
+    assert [r["n"] for r in rows] == [8, 8]
+    train = done["evals/cold_start/train-greedy"]
+    assert train["tasks"] == 2 and train["kl_to_base"]["tokens"] > 0 and train["kl_to_base"]["token_mean"] >= 0
+    assert (data / "train_sample.jsonl").is_file() and (data / "setup.json").is_file()
+    assert not (tmp_path / "ledger.jsonl").exists()  # --tasks: a smoke test, no ledger row
+    stamps = {k: (data / k / "meta.json").stat().st_mtime_ns for k in done}
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "ran 0, already there" in capsys.readouterr().out
+    assert {k: (data / k / "meta.json").stat().st_mtime_ns for k in done} == stamps
+    with pytest.raises(SystemExit, match="holds runs made with other settings"):
+        main([*args, "max_turns=3"])
