@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import select
+import signal
 import sys
 from pathlib import Path
 
@@ -81,6 +84,32 @@ def _other_commands_flags(parser: argparse.ArgumentParser, args, extra: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a reader that stopped early (`agentrl config-docs | head`) shows here, not at exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # another pipe (a server's socket): an error like any other
+        # as Unix tools do: no traceback, the status of a process ended by SIGPIPE; what is still buffered goes
+        # to /dev/null, so the interpreter's last flush at exit does not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end is closed (poll reports an error on its writing end)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's captured stream)
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         parser = build_parser()  # lists every registered algorithm's keys: a broken registration shows here
     except ContractError as e:

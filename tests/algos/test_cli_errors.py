@@ -271,3 +271,40 @@ def test_rows_with_calls_or_sft_data_pass_the_demonstration_check(no_loading, ro
     check_demonstrations("AgentRL/ToolUse-v0", rows_without_calls, "sft.data=...")  # no error
     with pytest.raises(AssertionError, match="a model was loaded"):
         cli.main(argv)
+
+
+# ---------------------------------------------------------------------------------------------- a reader that stops
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``agentrl config-docs | head``: the command stops without a traceback, with the status of a process ended
+    by SIGPIPE, as Unix tools do (was: a BrokenPipeError traceback). The pipe is made smaller than the output
+    and the reader closes it after a few bytes, so the command is still writing when it goes. (``--help``, the
+    other long output, is argparse's: it already ignores a closed stdout.)"""
+    import fcntl
+
+    argv, first = ["config-docs"], b"# Configuration reference"
+
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.algos.cli", *argv], stdout=write,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(write)
+    head = os.read(read, len(first))
+    os.close(read)
+    err = proc.communicate(timeout=300)[1].decode()
+    assert head == first
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 141
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch):
+    """Only a closed standard output is quiet: a broken pipe elsewhere (a server's socket) is raised."""
+    import agentrl.algos.cli_train as cli_train
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli_train, "cmd_train", broken)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["train", "--algo", "grpo"])
