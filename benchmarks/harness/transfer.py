@@ -28,6 +28,12 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.experiments import Comparison
+from harness.layout import DATA, RESULTS
+
+#: Where the runner writes the per-task records (``<arm>/<set>.jsonl``, ``<arm>/<set>.meta.json``) and the page
+#: generated from them.
+TRANSFER_DATA = DATA / "transfer"
+TRANSFER_PAGE = RESULTS / "transfer.md"
 
 BFCL, TAU2, HUMANEVAL, TOOLUSE = "AgentRL/BFCL-v0", "AgentRL/TauBench-v0", "AgentRL/HumanEval-v0", "AgentRL/ToolUse-v0"
 
@@ -129,7 +135,7 @@ _PROCEDURAL_RUN = ("agentrl main-job --out runs/procedural 'env_kwargs={\"famili
 _NEEDS_PROCEDURAL = "ToolUse-v0's procedural-tools families (issue 44, item 6; built this session, not run yet)"
 
 ARMS: tuple[Arm, ...] = (
-    Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct, no adapter"),
+    Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct"),
     Arm("main_sft", "main job: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
         about="the cold start of one default main-job run (no overrides), at the commit it ran from"),
     Arm("main_grpo", "main job: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",

@@ -1,0 +1,203 @@
+"""``docs/results/transfer.md``: the transfer experiment's page, generated only from the committed per-task records
+(``docs/results/data/transfer/<arm>/<set>.jsonl`` and ``.meta.json``, written by ``benchmarks/transfer.py``) and
+the declaration (:mod:`harness.transfer`). Regenerating it from the same files gives the same bytes.
+
+Per set and arm: the score (share of tasks the benchmark's own checker counts correct) with its 95% interval (a
+bootstrap over tasks, ``agentrl.algos.evaluation.intervals``), and the shares of episodes that called a tool and
+whose final reply parsed (why a 0 is a 0). Then the declared comparisons, paired over the same tasks, with the
+learning pages' verdict rules (:func:`harness.data.judged`, :data:`harness.data.TIE_RULE`). An arm or set without
+records says "not run". The first measurement of an (arm, set) is its figure; a ``--redo`` kept beside it is
+listed, not used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentrl.algos.evaluation.intervals import paired_bootstrap
+from harness.data import TIE_RULE, judged, load_json, read_rows
+from harness.layout import shown
+from harness.tables import cell, commit_text, verdict
+from harness.transfer import (
+    ARMS,
+    COMPARISONS,
+    DECODING,
+    PACKAGES,
+    SETS,
+    TRANSFER_DATA,
+    TRANSFER_PAGE,
+    Arm,
+    TransferSet,
+)
+
+Measured = dict[str, Any]
+"""``{"rows": per-task records, "meta": the meta json}`` of one (arm, set)."""
+
+
+def measurements(data: Path) -> dict[tuple[str, str], Measured]:
+    """(arm, set) -> its first measurement, for each declared pair with records in ``data``."""
+    out = {}
+    for a in ARMS:
+        for s in SETS:
+            path = data / a.name / f"{s.name}.jsonl"
+            if path.is_file():
+                out[(a.name, s.name)] = {"rows": read_rows(path),
+                                         "meta": load_json(path.with_name(f"{s.name}.meta.json")) or {}}
+    return out
+
+
+def redos(data: Path) -> list[tuple[str, str, Path, Measured]]:
+    """Every later measurement kept beside a first one: ``(arm, set, records file, measurement)``."""
+    out = []
+    for a in ARMS:
+        for s in SETS:
+            for path in sorted((data / a.name).glob(f"{s.name}.redo*.jsonl")):
+                if path.name.removeprefix(f"{s.name}.redo").removesuffix(".jsonl").isdigit():
+                    meta = load_json(path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")) or {}
+                    out.append((a.name, s.name, path, {"rows": read_rows(path), "meta": meta}))
+    return out
+
+
+def row(*cells: str) -> str:
+    """A Markdown table row."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def share(rows: list[dict[str, Any]], key: str) -> float:
+    return sum(float(r[key]) for r in rows) / len(rows) if rows else 0.0
+
+
+def score_cell(rows: list[dict[str, Any]]) -> str:
+    """``12.5% [9.0, 16.3]``: the score and its 95% bootstrap interval over tasks (the project's seeded bootstrap,
+    of the score against zero)."""
+    scores = [float(r["score"]) for r in rows]
+    point, low, high = paired_bootstrap(scores, [0.0] * len(scores))
+    return f"{100 * point:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def why_zero(a: Arm, rows: list[dict[str, Any]]) -> str:
+    """What the records say about a score of 0 (empty for a score above 0)."""
+    if not rows or share(rows, "score") > 0:
+        return ""
+    called, parsed = share(rows, "called_tool"), share(rows, "format_ok")
+    if called == 0:
+        return f"{a.label} scores 0: no episode called a tool ({100 * parsed:.0f}% of final replies parsed)"
+    return (f"{a.label} scores 0: {100 * called:.0f}% of episodes called a tool, none was graded correct "
+            f"({100 * parsed:.0f}% of final replies parsed)")
+
+
+def arms_section(found: dict[tuple[str, str], Measured]) -> list[str]:
+    lines = ["## Arms", "", "| Arm | Weights | Made by | Measured sets |", "|---|---|---|---|"]
+    for a in ARMS:
+        done = [s.name for s in SETS if (a.name, s.name) in found]
+        status = (f"{len(done)} of {len(SETS)}" if done
+                  else "not run" + (f" (needs {a.requires})" if a.requires else ""))
+        weights = f"`{a.adapter}`" if a.adapter else "no adapter"
+        lines.append(f"| `{a.name}`: {cell(a.label)} | {weights}: {cell(a.about)} | "
+                     f"{cell('`' + a.made_by + '`') if a.made_by else '-'} | {status} |")
+    return lines + [""]
+
+
+def sets_section() -> list[str]:
+    lines = ["## Sets", "", "| Set | Env | Tasks | Reply tokens | Replies per episode | Why this subset and budget |",
+             "|---|---|---|---:|---:|---|"]
+    for s in SETS:
+        kwargs = ", ".join(f"{k}={v}" for k, v in s.env_kwargs.items())
+        env = f"`{s.env}`" + (f" ({kwargs})" if kwargs else "")
+        needs = f" Runs once the env supports it ({s.requires})." if s.requires else ""
+        lines.append(f"| {cell(s.label)} | {env} | {s.subset} | {s.max_new_tokens} | {s.max_turns} | "
+                     f"{cell(s.why)}.{needs} |")
+    return lines + [""]
+
+
+def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> list[str]:
+    lines = [f"### {s.label}", "",
+             row("Arm", "Score [95% interval]", "Called a tool", "Final reply parsed", "Tasks", "Measured at"),
+             "|---|---|---:|---:|---:|---|"]
+    notes = []
+    for a in ARMS:
+        m = found.get((a.name, s.name))
+        if m is None:
+            lines.append(row(cell(a.label), "not run", "", "", "", ""))
+            continue
+        rows, meta = m["rows"], m["meta"]
+        limit = f" (**smoke test, first {meta['limit']}: not a result**)" if meta.get("limit") else ""
+        lines.append(f"| {cell(a.label)} | {score_cell(rows)} | {100 * share(rows, 'called_tool'):.1f}% | "
+                     f"{100 * share(rows, 'format_ok'):.1f}% | {len(rows)}{limit} | {commit_text(meta)} |")
+        if note := why_zero(a, rows):
+            notes.append(f"- {note}.")
+    return lines + [""] + (notes + [""] if notes else [])
+
+
+def comparisons_section(found: dict[tuple[str, str], Measured]) -> list[str]:
+    labels = {a.name: a.label for a in ARMS}
+    lines = ["## Comparisons", "",
+             "Each row pairs two arms over the same tasks of one set: A - B in points with its paired bootstrap 95% "
+             "interval over tasks, the tasks where they differ (A right and B wrong, B right and A wrong) and the "
+             f"verdict against the goal A > B; {TIE_RULE}.", "",
+             "| Set | A | B | A | B | A - B [95% interval] | Tasks A / B | Verdict |",
+             "|---|---|---|---:|---:|---|---|---|"]
+    for c in COMPARISONS:
+        for s in SETS:
+            a, b = found.get((c.a, s.name)), found.get((c.b, s.name))
+            head = [cell(s.label), cell(labels[c.a]), cell(labels[c.b])]
+            if a is None or b is None:
+                lines.append(row(*head, "", "", "not run", "", ""))
+                continue
+            scores = {c.a: {r["id"]: float(r["score"]) for r in a["rows"]},
+                      c.b: {r["id"]: float(r["score"]) for r in b["rows"]}}
+            if set(scores[c.a]) != set(scores[c.b]):
+                lines.append(row(*head, "", "", "not comparable (different tasks)", "", ""))
+                continue
+            [(_, j)] = judged(scores, [c])
+            lines.append(row(*head, f"{j.a:.1f}%", f"{j.b:.1f}%", f"{j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}]",
+                             f"{j.better} / {j.worse}", verdict(j)))
+    return lines + [""]
+
+
+def redos_section(data: Path, found: dict[tuple[str, str], Measured]) -> list[str]:
+    later = redos(data)
+    if not later:
+        return []
+    lines = ["## Measured again", "",
+             "Each benchmark figure above is its (arm, set)'s first measurement; these later ones were kept beside "
+             "it and are not used:", ""]
+    for a_name, s_name, path, m in later:
+        first = found.get((a_name, s_name))
+        was = f" (first: {100 * share(first['rows'], 'score'):.1f}%)" if first else ""
+        lines.append(f"- `{a_name}` on `{s_name}`: {100 * share(m['rows'], 'score'):.1f}%{was}, "
+                     f"{commit_text(m['meta'])}, `{shown(path)}`.")
+    return lines + [""]
+
+
+def render(data: Path = TRANSFER_DATA) -> str:
+    """The page's Markdown from the records in ``data``."""
+    found = measurements(data)
+    packages = ", ".join(f"{k} {v}" for k, v in PACKAGES.items())
+    lines = ["# Transfer: training here, measured on public benchmarks", "",
+             "Does training on this project's envs carry over to tools and tasks nobody here wrote? Each arm (a set "
+             "of weights) is scored on BFCL, tau2-bench and HumanEval by each benchmark's own data and checker "
+             f"({packages}). Generated by `python benchmarks/transfer.py --page` from the committed records in "
+             f"`{shown(data)}/` only. The arms, sets, task subsets and decoding were declared in "
+             "`benchmarks/harness/transfer.py` before anything was evaluated; nothing was tuned on these benchmarks "
+             "and each figure is measured once per configuration.", "",
+             f"Decoding: one greedy episode per task (temperature {DECODING['temperature']:g}, seed "
+             f"{DECODING['seed']}), tool calls in the format the chat template teaches; a task's score is 1 when "
+             "the benchmark's checker counts it correct. The score interval is a bootstrap over tasks; with few "
+             "tasks (tau2-bench mock has 6) it is wide.", ""]
+    lines += arms_section(found) + sets_section()
+    lines += ["## Scores", "",
+              "Per set: the score, the share of episodes that called a tool and the share whose final reply parsed "
+              "in the expected format (a 0 with no tool call is a model that never called; a 0 with calls is one "
+              "whose calls the checker rejected).", ""]
+    for s in SETS:
+        lines += scores_section(s, found)
+    lines += comparisons_section(found) + redos_section(data, found)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_page(data: Path = TRANSFER_DATA, page: Path = TRANSFER_PAGE) -> Path:
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(render(data), encoding="utf-8")
+    return page

@@ -1,0 +1,97 @@
+"""The transfer experiment (declared in ``benchmarks/harness/transfer.py``): evaluate one arm on the public
+benchmark sets, or write the page ``docs/results/transfer.md`` from the committed records.
+
+    python benchmarks/transfer.py --arm base                                  # every declared set, no adapter
+    python benchmarks/transfer.py --arm main_sft --adapter runs/main/sft/adapter --trained-at <commit>
+    python benchmarks/transfer.py --arm main_grpo --adapter runs/main/grpo/adapter --trained-at <commit>
+    python benchmarks/transfer.py --arm base --sets bfcl_multiple,humaneval   # some sets only
+    python benchmarks/transfer.py --arm base --limit 2 --data /tmp/t          # a smoke test (not a result)
+    python benchmarks/transfer.py --page                                      # docs/results/transfer.md
+    python benchmarks/transfer.py --commands                                  # what to run for every arm
+
+A set already measured for the arm is skipped; ``--redo`` measures it again beside the first (never over it).
+Each evaluation is also a row of the ledger ``benchmarks/heldout/ledger.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from harness.layout import ROOT, shown
+from harness.transfer import ARMS, SETS, TRANSFER_DATA, TRANSFER_PAGE
+
+
+def commands() -> list[str]:
+    """The commands that make every arm's weights and measure them, in order."""
+    from harness.transfer_run import procedural_families
+
+    fams = procedural_families()
+    out = ["agentrl main-job --out runs/main   # at the commit the declaration names; note it for --trained-at"]
+    if fams:
+        listed = ", ".join(f'"{f}"' for f in fams)
+        out.append(f"agentrl main-job --out runs/procedural 'env_kwargs={{\"families\": [{listed}]}}' "
+                   f"'sft_families=[{listed}]'")
+    else:
+        out.append("# procedural arms: ToolUse-v0 has no procedural* family yet (not run)")
+    for a in ARMS:
+        adapter = f" --adapter {a.adapter} --trained-at <commit>" if a.adapter else ""
+        out.append(f"flock /tmp/torch.lock python benchmarks/transfer.py --arm {a.name}{adapter}")
+    return [*out, "python benchmarks/transfer.py --page"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arm", choices=[a.name for a in ARMS], help="the declared arm to evaluate")
+    ap.add_argument("--adapter", help="the arm's adapter folder (every arm but base)")
+    ap.add_argument("--sets", help=f"comma-separated declared sets (default: all: {', '.join(s.name for s in SETS)})")
+    ap.add_argument("--trained-at", help="the commit the adapter's training run started from (recorded)")
+    ap.add_argument("--model", help="model alias or folder (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--data", default=str(TRANSFER_DATA), help="where records go (docs/results/data/transfer)")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "transfer"), help="where episodes go (runs/transfer)")
+    ap.add_argument("--ledger", help="ledger file (default benchmarks/heldout/ledger.jsonl; none with --limit)")
+    ap.add_argument("--limit", type=int, help="first N tasks of each set: smoke tests only (needs another --data)")
+    ap.add_argument("--redo", action="store_true", help="measure a set again, kept beside the first")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--page", action="store_true", help="write docs/results/transfer.md from the records in --data")
+    ap.add_argument("--page-out", default=str(TRANSFER_PAGE), help="where --page writes (docs/results/transfer.md)")
+    ap.add_argument("--commands", action="store_true", help="print the commands that run every arm")
+    args = ap.parse_args(argv)
+    if args.commands:
+        print("\n".join(commands()))
+        return 0
+    if args.page:
+        from harness.transfer_page import write_page
+
+        print(f"written: {shown(write_page(Path(args.data), Path(args.page_out)))}")
+        return 0
+    if not args.arm:
+        ap.error("--arm is required (or --page / --commands)")
+    from harness.transfer_run import Options, run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    options = Options(arm=args.arm, adapter=args.adapter,
+                      sets=tuple(s.strip() for s in (args.sets or "").split(",") if s.strip()),
+                      model=args.model, data=Path(args.data), out=Path(args.out),
+                      ledger=Path(args.ledger) if args.ledger else None, limit=args.limit, redo=args.redo,
+                      trained_at=args.trained_at, device=args.device, dtype=args.dtype,
+                      progress=not args.no_progress,
+                      command=shlex.join(["python", "benchmarks/transfer.py", *(sys.argv[1:] if argv is None
+                                                                                  else argv)]))
+    try:
+        outcome = run(options)
+    except ValueError as e:
+        print(f"transfer.py: {e}", file=sys.stderr)
+        return 2
+    for name, what in outcome.items():
+        print(f"{name}: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The transfer experiment: its declaration names only real benchmark parts, the runner writes per-task records (and a
+ledger row) for each declared set through the evaluation path on a tiny random model, keeps every measurement (a
+set is skipped, or measured again beside the first, never over it), and the page generates from the records and
+regenerates byte for byte. No figure is asserted: a tiny random model scores nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import harness.transfer_run as transfer_run
+import pytest
+from harness.transfer import ARMS, COMPARISONS, SETS, TRANSFER_DATA, TRANSFER_PAGE, arm, transfer_set
+from harness.transfer_page import render
+from helpers import peft_copy, save_model_dir, tiny_train_model
+
+# ---------------------------------------------------------------------------------------------- the declaration
+
+
+@pytest.mark.parametrize("s", [s for s in SETS if s.env == "AgentRL/BFCL-v0"], ids=lambda s: s.name)
+def test_each_bfcl_set_is_a_real_category_of_the_declared_size(s):
+    from agentrl.envs.bfcl.loading import require_bfcl
+
+    require_bfcl()
+    from bfcl_eval.constants.category_mapping import ALL_CATEGORIES
+    from bfcl_eval.utils import load_dataset_entry
+
+    category = s.env_kwargs["category"]
+    assert category in ALL_CATEGORIES
+    assert len(load_dataset_entry(category)) == s.size  # BFCL's own data file, whether or not our env plays it
+    assert s.first is None or s.first < s.size
+
+
+def test_the_tau2_set_is_a_solo_domain_with_the_declared_tasks():
+    from agentrl.envs import make_text_env
+    from agentrl.envs.tau_bench.loader import DOMAINS
+
+    [s] = [s for s in SETS if s.env == "AgentRL/TauBench-v0"]
+    assert DOMAINS[s.env_kwargs["domain"]] is True  # tau2-bench has a solo mode for it: no user server needed
+    env = make_text_env(s.env, dict(s.env_kwargs))
+    assert env.solo and len(env.test_ids) == s.size
+    assert [t["id"] for t in transfer_run.select_tasks(s)] == sorted(env.test_ids, key=transfer_run.natural_key)
+
+
+def test_humaneval_is_every_problem_in_the_package_order():
+    from agentrl.envs.coding.humaneval import load_problems
+
+    s = transfer_set("humaneval")
+    assert s.size == len(load_problems()) == 164
+    assert [t["id"] for t in transfer_run.select_tasks(s)] == list(load_problems())
+
+
+def test_subsets_are_the_first_tasks_by_id_and_names_resolve():
+    s = transfer_set("bfcl_multiple")
+    assert [t["id"] for t in transfer_run.select_tasks(s)][:3] == ["multiple_0", "multiple_1", "multiple_2"]
+    assert transfer_run.natural_key("HumanEval/100") > transfer_run.natural_key("HumanEval/99")
+    assert {c.a for c in COMPARISONS} | {c.b for c in COMPARISONS} <= {a.name for a in ARMS}
+    with pytest.raises(ValueError, match="declared: bfcl_simple_python"):
+        transfer_set("bfcl_simple")
+    with pytest.raises(ValueError, match="declared: base, main_sft"):
+        arm("grpo")
+
+
+# ---------------------------------------------------------------------------------------------- runner and page
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random model folder and two LoRA adapters on it (the SFT and GRPO arms)."""
+    from agentrl.algos.models import load_tokenizer
+    from agentrl.algos.models.lora import save_adapter
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    root = tmp_path_factory.mktemp("transfer")
+    base = tiny_train_model(tokenizer, stop_scale=8.0)
+    model_dir = save_model_dir(root / "model", base, tokenizer)
+    adapters = {name: str(save_adapter(peft_copy(base, seed), root / name)) for name, seed in
+                (("main_sft", 1), ("main_grpo", 2))}
+    return str(model_dir), adapters
+
+
+@pytest.fixture
+def short_budgets(monkeypatch):
+    """Replies of at most 8 tokens and 2 turns: the tiny model's text is noise, only the path is under test."""
+    from agentrl.algos.rollout.collector import CollectorConfig
+
+    monkeypatch.setattr(transfer_run, "collector_config",
+                        lambda s: CollectorConfig(max_turns=min(2, s.max_turns), max_new_tokens=8, temperature=0.0))
+
+
+def options(tmp_path: Path, model: str, **kw) -> transfer_run.Options:
+    return transfer_run.Options(**{"arm": "base", "model": model, "data": tmp_path / "data", "out": tmp_path / "runs",
+                                   "ledger": tmp_path / "ledger.jsonl", "limit": 2, "progress": False, **kw})
+
+
+def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny, short_budgets, tmp_path):
+    model, adapters = tiny
+    outcome = transfer_run.run(options(tmp_path, model))
+    runnable = [s.name for s in SETS if not s.requires]
+    for name in runnable:
+        assert outcome[name] == f"written {(tmp_path / 'data' / 'base' / name).as_posix()}.jsonl", outcome
+    for s in SETS:
+        if s.requires and not outcome[s.name].startswith("written"):
+            assert outcome[s.name].startswith("not run: ")  # the env's own one-line error
+    written = [s.name for s in SETS if outcome[s.name].startswith("written")]  # with the sets that need more, once
+    for name in written:
+        rows = [json.loads(line) for line in (tmp_path / "data" / "base" / f"{name}.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 and all(set(r) >= {"id", "score", "reward", "called_tool", "format_ok", "reply"}
+                                      for r in rows)
+        assert [r["id"] for r in rows] == [t["id"] for t in transfer_run.select_tasks(transfer_set(name))[:2]]
+        meta = json.loads((tmp_path / "data" / "base" / f"{name}.meta.json").read_text())
+        assert meta["limit"] == 2 and meta["adapter"] is None and meta["decoding"]["temperature"] == 0.0
+        assert {"commit", "dirty", "seconds", "packages", "command"} <= set(meta)
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert sorted(r["set"] for r in ledger) == sorted(f"transfer/{n}" for n in written)
+    assert {r["adapter"] for r in ledger} == {"base"} and all(r["tasks"] == 2 for r in ledger)
+
+    for name in ("main_sft", "main_grpo"):
+        transfer_run.run(options(tmp_path, model, arm=name, adapter=adapters[name],
+                                 sets=("bfcl_multiple", "bfcl_irrelevance")))
+    page = render(tmp_path / "data")
+    assert page == render(tmp_path / "data")
+    assert page.count("**smoke test, first 2: not a result**") == len(written) + 4
+    judged = [line for line in page.splitlines() if line.startswith("| BFCL multiple | main job: GRPO | main job: SFT")]
+    assert len(judged) == 1 and ("tie" in judged[0] or "met" in judged[0] or "missed" in judged[0]), judged
+    assert "| BFCL parallel | main job: GRPO | main job: SFT cold start |  |  | not run |" in page
+    assert "| procedural tools: SFT -> GRPO | not run |" in page
+
+
+def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budgets, tmp_path):
+    model, _ = tiny
+    o = options(tmp_path, model, sets=("bfcl_irrelevance",))
+    transfer_run.run(o)
+    first = tmp_path / "data" / "base" / "bfcl_irrelevance.jsonl"
+    before = first.read_bytes()
+    os.utime(first, (0, 0))
+    assert transfer_run.run(o)["bfcl_irrelevance"].startswith("skipped: ")
+    o.redo = True
+    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo1.jsonl")
+    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo2.jsonl")
+    assert first.read_bytes() == before and first.stat().st_mtime == 0  # the first measurement untouched
+    with pytest.raises(FileExistsError):
+        transfer_run.write_new(first, "")
+    page = render(tmp_path / "data")
+    assert "## Measured again" in page and page.count("- `base` on `bfcl_irrelevance`: ") == 2
+
+
+def test_bad_requests_fail_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match="--arm main_grpo needs --adapter"):
+        transfer_run.check_options(transfer_run.Options(arm="main_grpo"))
+    with pytest.raises(ValueError, match="--arm base is the base model: it takes no --adapter"):
+        transfer_run.check_options(transfer_run.Options(arm="base", adapter=str(tmp_path)))
+    with pytest.raises(ValueError, match="no adapter_config.json"):
+        transfer_run.check_options(transfer_run.Options(arm="main_sft", adapter=str(tmp_path)))
+    with pytest.raises(ValueError, match="--limit is for smoke tests"):
+        transfer_run.check_options(transfer_run.Options(arm="base", limit=2, data=TRANSFER_DATA))
+    with pytest.raises(ValueError, match="unknown transfer set 'humaneval_plus'"):
+        transfer_run.check_options(transfer_run.Options(arm="base", sets=("humaneval_plus",)))
+
+
+def test_the_committed_page_regenerates_byte_for_byte():
+    assert TRANSFER_PAGE.read_text(encoding="utf-8") == render(TRANSFER_DATA), \
+        "docs/results/transfer.md is stale: python benchmarks/transfer.py --page"
