@@ -1,4 +1,5 @@
-"""``AgentRL/BFCL-v0``: the Berkeley Function Calling Leaderboard's single-turn Python categories, graded by BFCL.
+"""``AgentRL/BFCL-v0``: the Berkeley Function Calling Leaderboard's single-turn Python categories, graded by BFCL
+(``category=`` one of the multi-turn ones makes a :class:`~agentrl.envs.bfcl.multi_turn.BFCLMultiTurnEnv`).
 
 Each task is one BFCL entry: its functions are the episode's tools (the row's ``"tools"``: BFCL's function docs,
 shown to the model as OpenAI schemas), its question the opening messages. The agent's first reply is graded:
@@ -19,17 +20,12 @@ Needs ``pip install --no-deps bfcl-eval==2026.3.23`` (see :mod:`agentrl.envs.bfc
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import numpy as np
-
-from agentrl.envs.bfcl.loading import SINGLE_TURN, check_calls, checker, load_category, require_bfcl
-from agentrl.envs.core import Budgets, Rewards, TextEnv
-from agentrl.envs.parsing import ActionParser, ParsedAction
-from agentrl.envs.tools import ToolSet
-
-logger = logging.getLogger(__name__)
+from agentrl.envs.bfcl.base import BFCLBase
+from agentrl.envs.bfcl.loading import MULTI_TURN, SINGLE_TURN, check_calls, checker
+from agentrl.envs.core import Budgets
+from agentrl.envs.parsing import ParsedAction
 
 _NO_CALL = {"valid": False, "error": ["The reply holds no function call."], "error_type": "ast_decoder:decoder_failed"}
 
@@ -69,11 +65,15 @@ def ground_truth_calls(task: dict[str, Any], *, omit_optional: bool = False) -> 
             for call in task.get("ground_truth") or [] for name, options in call.items()]
 
 
-class BFCLEnv(TextEnv):
+class BFCLEnv(BFCLBase):
     """BFCL single-turn tasks of one ``category``, graded by BFCL's AST checker (see the module docstring).
 
+    ``BFCLEnv(category=...)`` with a multi-turn category (:data:`~agentrl.envs.bfcl.loading.MULTI_TURN`) returns
+    a :class:`~agentrl.envs.bfcl.multi_turn.BFCLMultiTurnEnv` instead, so that the one registered id plays every
+    covered category.
+
     Args:
-        category: one of :data:`~agentrl.envs.bfcl.loading.SINGLE_TURN`.
+        category: one of :data:`~agentrl.envs.bfcl.loading.SINGLE_TURN` (or of ``MULTI_TURN``, see above).
         call_format: the tool-call format (a name in :data:`~agentrl.envs.parsing.CALL_FORMATS`; the collector
             switches it to the policy's native one).
         tools_in_prompt: list the task's functions in the system prompt (set False when the chat template
@@ -81,44 +81,22 @@ class BFCLEnv(TextEnv):
         render_mode: ``"ansi"`` or ``"human"``.
     """
 
+    CATEGORIES = SINGLE_TURN
+    NOT_HERE = (f", or a multi-turn one: {', '.join(MULTI_TURN)} (memory, web_search, Java and JavaScript are not "
+                "covered)")
+
+    def __new__(cls, category: str = "simple_python", **kwargs: Any) -> Any:
+        if cls is BFCLEnv and category in MULTI_TURN:
+            from agentrl.envs.bfcl.multi_turn import BFCLMultiTurnEnv
+
+            return BFCLMultiTurnEnv(category, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, category: str = "simple_python", *, call_format: str = "hermes",
                  tools_in_prompt: bool = True, render_mode: str | None = None):
-        if category not in SINGLE_TURN:
-            raise ValueError(f"BFCL category must be one of {', '.join(SINGLE_TURN)}; got {category!r} "
-                             "(multi-turn, memory, web_search, Java and JavaScript are not covered)")
-        require_bfcl()  # a missing install fails here, in one line
+        super().__init__(category, call_format=call_format, tools_in_prompt=tools_in_prompt,
+                         render_mode=render_mode, budgets=Budgets(max_turns=1))
         checker()
-        self.category = category
-        self.rows = load_category(category)
-        self._by_id = {r["id"]: r for r in self.rows}
-        self.verdict: dict[str, Any] = {}
-        super().__init__(tools=ToolSet(), parser=ActionParser(call_format, answer="text"),
-                         budgets=Budgets(max_turns=1), rewards=Rewards(correct=1.0, wrong=0.0, invalid=0.0),
-                         tools_in_prompt=tools_in_prompt, render_mode=render_mode)
-
-    # ------------------------------------------------------------------ tasks
-    def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
-        return self.rows[int(rng.integers(len(self.rows)))]
-
-    def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """``n`` tasks of the category drawn without replacement by ``seed`` (all of them, in a seeded order, when
-        the category has fewer; BFCL has no training split: never train on these)."""
-        if n > len(self.rows):
-            logger.warning("BFCL %s has %d tasks; returning all of them (asked for %d)", self.category,
-                           len(self.rows), n)
-        order = np.random.default_rng(seed).permutation(len(self.rows))[:n]
-        return [self.rows[int(i)] for i in order]
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """As :meth:`TextEnv.reset`; a pinned task may be just ``{"id": "simple_python_3"}`` (a row of this
-        category, looked up)."""
-        task = (options or {}).get("task")
-        if isinstance(task, dict) and "question" not in task:
-            if task.get("id") not in self._by_id:
-                raise ValueError(f"options['task']: a BFCL task needs 'question' and 'tools', or an 'id' of "
-                                 f"category {self.category} (got id {task.get('id')!r})")
-            options = {**(options or {}), "task": self._by_id[task["id"]]}
-        return super().reset(seed=seed, options=options)
 
     # ------------------------------------------------------------------ prompts
     def task_instructions(self, task: dict[str, Any]) -> str:
@@ -134,9 +112,6 @@ class BFCLEnv(TextEnv):
         system = "\n\n".join([self.system_prompt(task), *own])
         return [{"role": "system", "content": system},
                 *({"role": m["role"], "content": m["content"]} for m in turn if m.get("role") != "system")]
-
-    def user_prompt(self, task: dict[str, Any]) -> str:
-        return next(str(m["content"]) for m in reversed(task["question"][0]) if m.get("role") == "user")
 
     # ------------------------------------------------------------------ grading
     def on_reset(self, task: dict[str, Any]) -> None:
@@ -155,13 +130,6 @@ class BFCLEnv(TextEnv):
             self.verdict = check_calls({**task, "category": category}, output)
         ok = bool(self.verdict.get("valid"))
         return (self.rewards.correct if ok else self.rewards.wrong), ok
-
-    def score(self, answer: str, task: dict[str, Any]) -> tuple[float, bool]:  # every reply goes to grade_reply
-        raise NotImplementedError("BFCLEnv grades every reply in grade_reply")
-
-    def extra_info(self) -> dict[str, Any]:
-        """``bfcl_error_type``: BFCL's error type of the graded reply (``""`` when correct or not graded yet)."""
-        return {"bfcl_error_type": "" if self.verdict.get("valid", True) else str(self.verdict.get("error_type"))}
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
         """BFCL's ground truth as one reply (one allowed value per argument: the first, or none for the optional

@@ -8,7 +8,11 @@ registry imports every one of them); what this module uses needs the standard li
 * the checker: ``bfcl_eval.eval_checker.ast_eval.ast_checker.ast_checker``. Its module imports
   ``bfcl_eval.constants.model_config`` (the model registry, which imports every SDK) only to read
   ``MODEL_CONFIG_MAPPING[model].underscore_to_dot``; a small stand-in module answers that read while the checker
-  is imported, then leaves ``sys.modules`` as it found it.
+  is imported, then leaves ``sys.modules`` as it found it;
+* the multi-turn categories: the executable classes (``multi_turn_eval/func_source_code/``, standard library plus
+  ``mpmath``), run by ``multi_turn_utils.execute_multi_turn_func_call``; the checker ``multi_turn_checker``; and
+  ``convert_to_function_call`` (a call as BFCL's string ``fn(arg=value)``), read from the source of
+  ``bfcl_eval.model_handler.utils``, whose module imports the tree-sitter Java and JavaScript parsers.
 
 BFCL's configuration module creates its ``result/``, ``score/`` and ``.file_locks/`` folders under
 ``$BFCL_PROJECT_ROOT`` when imported (by default inside site-packages); when that variable is unset it is set to
@@ -17,8 +21,11 @@ BFCL's configuration module creates its ``result/``, ``score/`` and ``.file_lock
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import importlib.util
+import json
 import os
 import sys
 import types
@@ -32,6 +39,10 @@ INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
 #: The single-turn Python categories (graded by BFCL's AST checker; ``*irrelevance``: graded on not calling).
 SINGLE_TURN = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance", "live_simple",
                "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance")
+
+#: The multi-turn categories (played turn by turn against BFCL's executable classes, graded by its multi-turn
+#: checker); memory and web_search are not covered (they need embedding models or the network).
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 
 #: The model name the checker is given; the stand-in registry answers it with ``underscore_to_dot=False``
 #: (our call formats carry dotted names such as ``math.factorial`` as they are).
@@ -139,6 +150,10 @@ def _rows(category: str) -> tuple[dict[str, Any], ...]:
         row = {"id": e["id"], "category": category, "question": e["question"], "tools": e["function"]}
         if truth:
             row["ground_truth"] = truth[e["id"]]
+        if category in MULTI_TURN:
+            row.update(initial_config=e["initial_config"], involved_classes=e["involved_classes"])
+            if "missed_function" in e:
+                row["missed_function"] = e["missed_function"]
         rows.append(row)
     return tuple(rows)
 
@@ -147,12 +162,41 @@ def load_category(category: str) -> list[dict[str, Any]]:
     """The rows of one BFCL category, in the package's order: ``id``, ``category``, ``question`` (BFCL's turns,
     each a list of messages), ``tools`` (BFCL's function docs: the task's tools, and what the checker grades
     against) and ``ground_truth`` (``possible_answer``; absent for the irrelevance categories).
-    Loaded once per process; each call returns fresh row dicts (sharing the nested data: do not mutate it).
+    A multi-turn row also holds ``initial_config`` and ``involved_classes`` (the state BFCL's classes start
+    from); its ``ground_truth`` is per turn a list of call strings, its ``tools`` the functions offered from
+    the start, and a ``multi_turn_miss_func`` row's ``missed_function`` maps a turn index (a string) to the
+    function docs BFCL holds back until that turn. Loaded once per process; each call returns fresh row dicts
+    (sharing the nested data: do not mutate it).
 
     Raises:
-        ValueError: a category outside :data:`SINGLE_TURN`.
+        ValueError: a category outside :data:`SINGLE_TURN` and :data:`MULTI_TURN`.
         BFCLMissing: the package is not installed.
     """
-    if category not in SINGLE_TURN:
-        raise ValueError(f"BFCL category must be one of {', '.join(SINGLE_TURN)}; got {category!r}")
+    if category not in SINGLE_TURN + MULTI_TURN:
+        raise ValueError(f"BFCL category must be one of {', '.join(SINGLE_TURN + MULTI_TURN)}; got {category!r}")
     return [dict(r) for r in _rows(category)]
+
+
+@functools.lru_cache(maxsize=1)
+def call_string_converter() -> Any:
+    """BFCL's ``convert_to_function_call`` (``[{"fn": {"arg": value}}]`` -> ``["fn(arg=value)"]``, each value
+    written with ``repr``), the function BFCL's function-calling handlers decode a model's calls with.
+
+    Its module, ``bfcl_eval.model_handler.utils``, imports the tree-sitter Java/JavaScript parsers and
+    ``tenacity``, which a ``--no-deps`` install lacks; the function itself needs only ``json``. So its source is
+    read from the installed module and compiled on its own.
+
+    Raises:
+        RuntimeError: the installed module no longer defines the function.
+    """
+    require_bfcl()
+    name = "convert_to_function_call"
+    spec = importlib.util.find_spec("bfcl_eval.model_handler.utils")
+    path = Path(spec.origin) if spec and spec.origin else None
+    tree = ast.parse(path.read_text(encoding="utf-8")) if path else ast.Module(body=[], type_ignores=[])
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if node is None:
+        raise RuntimeError(f"bfcl_eval.model_handler.utils ({path}) defines no {name}; {INSTALL}")
+    namespace: dict[str, Any] = {"json": json}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    return namespace[name]

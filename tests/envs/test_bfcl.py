@@ -202,8 +202,8 @@ def test_tasks_draws_are_deterministic_and_reset_samples_the_category():
     assert pinned["task_id"] == "parallel_7" and pinned["tools"]
     with pytest.raises(ValueError, match="parallel_999"):
         env.reset(options={"task": {"id": "parallel_999"}})
-    with pytest.raises(ValueError, match="multi_turn_base"):
-        BFCLEnv(category="multi_turn_base")
+    with pytest.raises(ValueError, match="memory, web_search, Java and JavaScript are not covered"):
+        BFCLEnv(category="simple_java")
 
 
 def test_rows_survive_a_jsonl_round_trip(envs, tmp_path):
