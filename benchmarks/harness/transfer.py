@@ -94,10 +94,13 @@ SETS: tuple[TransferSet, ...] = (
     TransferSet("bfcl_irrelevance", "BFCL irrelevance", BFCL, MappingProxyType({"category": "irrelevance"}),
                 240, None, _BFCL_REPLY, 1, why=_WHOLE + "; a task passes when the reply calls nothing"),
     TransferSet("bfcl_multi_turn_base", "BFCL multi_turn_base", BFCL,
-                MappingProxyType({"category": "multi_turn_base"}), 200, 50, _BFCL_REPLY, 40,
+                MappingProxyType({"category": "multi_turn_base"}), 200, 50, _BFCL_REPLY, 200,
                 requires="AgentRL/BFCL-v0 accepting category=multi_turn_base",
+                # amended before it ran (was 40 replies): BFCL's own harness bounds a task by its step limit per
+                # user turn, which the env applies; a lower cap of ours would end tasks BFCL lets go on
                 why="the first 50 by BFCL id (multi_turn_base_0 ... _49): each task is several user turns of "
-                    "several replies each, about 20 times a single-turn task's cost; 40 replies per episode"),
+                    "several replies each; BFCL's own step limit per user turn (which the env applies) and the "
+                    "context end an episode, the 200-reply cap lies above both"),
     TransferSet("tau2_mock", "tau2-bench mock (solo)", TAU2, MappingProxyType({"domain": "mock"}),
                 6, None, _BFCL_REPLY, 50,
                 why="every task tau2-bench keeps in solo mode (no user simulator: nothing else to serve); "

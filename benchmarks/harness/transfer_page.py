@@ -99,13 +99,14 @@ def arms_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     return lines + [""]
 
 
-def sets_section() -> list[str]:
+def sets_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     lines = ["## Sets", "", "| Set | Env | Tasks | Reply tokens | Replies per episode | Why this subset and budget |",
              "|---|---|---|---:|---:|---|"]
     for s in SETS:
         kwargs = ", ".join(f"{k}={v}" for k, v in s.env_kwargs.items())
         env = f"`{s.env}`" + (f" ({kwargs})" if kwargs else "")
-        needs = f" Runs once the env supports it ({s.requires})." if s.requires else ""
+        measured = any(name == s.name for _, name in found)
+        needs = f" Runs once the env supports it ({s.requires})." if s.requires and not measured else ""
         lines.append(f"| {cell(s.label)} | {env} | {s.subset} | {s.max_new_tokens} | {s.max_turns} | "
                      f"{cell(s.why)}.{needs} |")
     return lines + [""]
@@ -186,7 +187,7 @@ def render(data: Path = TRANSFER_DATA) -> str:
              f"{DECODING['seed']}), tool calls in the format the chat template teaches; a task's score is 1 when "
              "the benchmark's checker counts it correct. The score interval is a bootstrap over tasks; with few "
              "tasks (tau2-bench mock has 6) it is wide.", ""]
-    lines += arms_section(found) + sets_section()
+    lines += arms_section(found) + sets_section(found)
     lines += ["## Scores", "",
               "Per set: the score, the share of episodes that called a tool and the share whose final reply parsed "
               "in the expected format (a 0 with no tool call is a model that never called; a 0 with calls is one "
