@@ -10,10 +10,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import textwrap
 import typing
 
 from agentrl.algos.config import field_docs, type_name
+
+#: A Sphinx role of a docstring (``:class:`~agentrl.algos.policy.HFPolicy```), which Markdown would show raw.
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const|ref):`(~?)([^`]+)`")
+
+
+def sphinx_roles_to_markdown(text: str) -> str:
+    """``text`` with each Sphinx role as Markdown inline code: ``:class:`~agentrl.algos.policy.HFPolicy``` ->
+    `` `HFPolicy` `` (the ``~`` form keeps the last dotted part, as Sphinx shows it), ``:func:`agentrl.envs.make```
+    -> `` `agentrl.envs.make` ``. Whitespace inside a role (a docstring line wrapped there) is dropped. The
+    configuration reference and the site's API pages (docs/_mkdocs/docstrings.py) both read docstrings this way."""
+
+    def code(match: re.Match[str]) -> str:
+        name = re.sub(r"\s+", "", match.group(2))
+        return f"`{name.rsplit('.', 1)[-1] if match.group(1) else name}`"
+
+    return SPHINX_ROLE.sub(code, text)
 
 
 def config_sections() -> list[tuple[type, str, str]]:
@@ -72,7 +89,7 @@ def config_docs() -> str:
                 doc = f"see `{type(value).__name__}`"
                 shown = "…"
             else:
-                doc = docs.get(f.name, "")
+                doc = sphinx_roles_to_markdown(docs.get(f.name, ""))
                 shown = json.dumps(value)
             shown_type = type_name(hints[f.name]) if not dataclasses.is_dataclass(value) else type(value).__name__
             lines.append(f"| `{prefix}{f.name}` | `{shown_type}` | `{shown}` | {doc.replace('|', '/')} |")

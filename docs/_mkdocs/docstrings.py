@@ -18,12 +18,7 @@ from typing import Any
 
 import griffe
 
-ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const|ref):`(~?)([^`]+)`")
-
-
-def _role(match: re.Match[str]) -> str:
-    name = match.group(2)
-    return f"`{name.rsplit('.', 1)[-1] if match.group(1) else name}`"
+from agentrl.algos.config_reference import sphinx_roles_to_markdown
 
 
 def _fence_doctests(text: str) -> str:
@@ -87,4 +82,4 @@ class MarkdownDocstrings(griffe.Extension):
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
-            obj.docstring.value = _dedent_definitions(_fence_doctests(ROLE.sub(_role, obj.docstring.value)))
+            obj.docstring.value = _dedent_definitions(_fence_doctests(sphinx_roles_to_markdown(obj.docstring.value)))

@@ -98,6 +98,21 @@ def test_config_docs_cover_every_field_and_the_committed_page_is_current():
         "docs/configuration.md is stale: python -m agentrl.algos.cli config-docs > docs/configuration.md"
 
 
+def test_the_configuration_reference_is_markdown_without_sphinx_roles():
+    """The field docstrings name code with Sphinx roles; the page shows them as inline code (was: a raw
+    ``:class:`~agentrl.algos.policy.HFPolicy``` in ``collector.continuous``)."""
+    import re
+
+    role = re.compile(r":(?:py:)?[a-z]+:`")
+    for text in (config_reference.config_docs(), (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")):
+        assert not role.findall(text), [line for line in text.splitlines() if role.search(line)][:3]
+    assert "(``Session.join_ready``: `HFPolicy`; `OpenAIPolicy` posts it at once)" in config_reference.config_docs()
+    to_markdown = config_reference.sphinx_roles_to_markdown
+    assert to_markdown(":class:`~agentrl.algos.policy.HFPolicy`, :func:`agentrl.envs.make`") == \
+        "`HFPolicy`, `agentrl.envs.make`"
+    assert to_markdown("(:mod:`~agentrl.algos. objectives.turn_credit`)") == "(`turn_credit`)"  # wrapped there
+
+
 def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatch, capsys):
     import agentrl.algos.recipes.main_job as main_job
 
