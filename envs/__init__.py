@@ -57,7 +57,8 @@ ENVS: dict[str, tuple[str, str]] = {
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),
     "AgentRL/BFCL-v0": ("agentrl.envs.bfcl.env:BFCLEnv",
-                        "BFCL's single-turn Python categories, graded by BFCL's own AST checker (needs bfcl-eval)"),
+                        "BFCL's single-turn Python and multi-turn categories, graded by BFCL's own checkers "
+                        "(needs bfcl-eval)"),
     "AgentRL/TauBench-v0": ("agentrl.envs.tau_bench.env:TauBenchEnv",
                             "tau2-bench's airline/retail/telecom/mock domains, graded by tau2's own evaluator"),
     "AgentRL/OpenEnv-v0": ("agentrl.envs.bridges.openenv_client:OpenEnvTextEnv",
