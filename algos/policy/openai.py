@@ -7,12 +7,13 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from agentrl.algos.models.lora import check_adapter_folder, is_peft, save_adapter
+from agentrl.algos.policy.adapter_group import Exchange, ServerGroup, server_key
 from agentrl.algos.policy.base import GenerationRequest, GenerationResult, Policy, SamplingParams, Session
 
 logger = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ class OpenAIPolicy(Policy):
     ``adapter_dir`` and loaded on the server under a new name through the server's runtime LoRA endpoint; from then
     on requests name that adapter, and the previous one is unloaded. Names are
     ``f"{adapter_prefix}-{run_id}-r{rank}-v{N}"``: ``run_id`` is random per policy object (a new one for every
-    ``agentrl eval``, ``train`` and ``--resume``), ``rank`` the data-parallel rank (``RANK``), so runs, resumed runs
-    and ranks sharing one server never load a name twice (vLLM answers HTTP 400 "has already been loaded"). vLLM
+    ``agentrl eval``, ``train`` and ``--resume``), ``rank`` the data-parallel rank (``RANK``), so runs and resumed
+    runs never load a name twice (vLLM answers HTTP 400 "has already been loaded"). Data-parallel ranks sharing one
+    server load each version there once, as ``f"{adapter_prefix}-{run_id}-v{N}"`` of their lowest rank
+    (:meth:`join_group`, :mod:`~agentrl.algos.policy.adapter_group`). vLLM
     must be started with ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; SGLang
     with ``--enable-lora --max-lora-rank R --lora-target-modules ...`` (see docs/collector.md). The server reads
     the adapter from ``adapter_dir``, so that folder must be on a file system the server sees.
@@ -109,14 +112,18 @@ class OpenAIPolicy(Policy):
         self.adapter_dir = adapter_dir
         self.run_id = run_id or secrets.token_hex(4)
         self.adapter_prefix = f"{adapter_prefix or model}-{self.run_id}-r{rank}"
-        """Adapter names are ``f"{adapter_prefix}-v{N}"``: unique to this policy object (run and rank)."""
+        """Adapter names are ``f"{adapter_prefix}-v{N}"``: unique to this policy object (run and rank), or to the
+        publisher of its :attr:`group` (no rank: one name for the ranks sharing a server)."""
+        self._shared_prefix = f"{adapter_prefix or model}-{self.run_id}"
+        self.group: ServerGroup | None = None
+        """The data-parallel ranks sharing this policy's server (:meth:`join_group`; None: this policy alone)."""
         self.adapter_name: str | None = None
         """The adapter requests are sampled with (None: the base model)."""
-        self.raw_logprobs: bool | None = None
-        """Whether the server returns raw logprobs (set by :meth:`check_logprobs_mode`; None: not checked)."""
+        self._loaded_here = False  # whether this policy loaded adapter_name (and so unloads it)
+        self.raw_logprobs: bool | None = None  # raw logprobs? (:meth:`check_logprobs_mode`; None: not checked)
         self._adapter_path: str | None = None
+        # the file listing the adapters this policy has loaded and not unloaded (None: not recorded)
         self.record_path = Path(record_dir) / f"served-adapters-r{rank}.txt" if record_dir is not None else None
-        """The file listing the adapters this policy has loaded and not unloaded (None: not recorded)."""
         self._recorded_dir = self.record_path.with_suffix("") if self.record_path is not None else None
         if self.adapter_dir is None and self._recorded_dir is not None:
             self.adapter_dir = str(self._recorded_dir)
@@ -217,31 +224,52 @@ class OpenAIPolicy(Policy):
         """Sync ``source_model``'s LoRA adapter to the server and sample with it from now on.
 
         Saves the adapter (PEFT format) to ``adapter_dir/<name>``, loads it on the server under ``<name>``
-        (:attr:`adapter_prefix` ``-v<N>``),
-        switches requests to it, then unloads the previous version and deletes its folder. Only the adapter
-        travels (megabytes), never the base weights. Raises ``TypeError`` for a model without a PEFT adapter and
-        ``RuntimeError`` (with the server's answer and the flags it needs) when the server refuses the load.
-        """
+        (:attr:`adapter_prefix` ``-v<N>``), switches requests to it, then unloads the previous version and deletes
+        its folder. Only the adapter travels (megabytes), never the base weights. In a :attr:`group` of ranks
+        sharing the server only its publisher saves and loads; every rank of the run calls this at once
+        (:class:`~agentrl.algos.policy.adapter_group.ServerGroup`). Raises ``TypeError`` for a model without a
+        PEFT adapter and ``RuntimeError`` (with the server's answer and the flags it needs) when the server
+        refuses the load."""
         if not is_peft(source_model):
             raise TypeError("OpenAIPolicy syncs LoRA adapters only: pass a PEFT model (full-weight sync to a "
                             "server is not supported)")
-        if self.adapter_dir is None:
-            self.adapter_dir = tempfile.mkdtemp(prefix="agentrl-lora-")
         name = self._next_name()
-        path = Path(self.adapter_dir).resolve() / name.replace("/", "--")
-        save_adapter(source_model, path)
-        self._switch_adapter(name, path, owned=True)
+
+        def saved() -> Path:
+            if self.adapter_dir is None:
+                self.adapter_dir = tempfile.mkdtemp(prefix="agentrl-lora-")
+            path = Path(self.adapter_dir).resolve() / name.replace("/", "--")
+            save_adapter(source_model, path)
+            return path
+        self._switch_adapter(name, saved, owned=True)
 
     def use_adapter(self, path: str | Path) -> None:
         """Sample with the PEFT adapter folder ``path`` (e.g. ``runs/x/adapter``) from now on; the folder is read
         by the server and never deleted. Raises like :meth:`update_weights`."""
-        path = Path(path).resolve()
-        check_adapter_folder(path)
-        self._switch_adapter(self._next_name(), path, owned=False)
+        folder = Path(path).resolve()
+
+        def checked() -> Path:
+            check_adapter_folder(folder)
+            return folder
+        self._switch_adapter(self._next_name(), checked, owned=False)
 
     def _next_name(self) -> str:
         """The server-side name of the next adapter version."""
         return f"{self.adapter_prefix}-v{self.version + 1}"
+
+    def server_key(self) -> dict[str, Any]:
+        """What :meth:`join_group` needs from every rank: this policy's server and its adapter prefix."""
+        return {"server": server_key(self.base_url), "prefix": self._shared_prefix}
+
+    def join_group(self, everyone: Sequence[dict[str, Any]], rank: int, exchange: Exchange) -> None:
+        """Share the server with the data-parallel ranks whose :meth:`server_key` names the same one (``everyone``:
+        each rank's, in rank order; ``exchange``: an all-gather over the run): from now on each adapter version is
+        loaded there once, by the lowest of them, under a name without a rank
+        (:func:`~agentrl.algos.training.distributed.share_servers` calls it)."""
+        self.group = ServerGroup.build(everyone, rank, exchange)
+        self.adapter_prefix = self.group.prefix
+        logger.info("rank %d samples through %s with ranks %s; rank %d publishes each adapter version there", rank,
+                    self.base_url, list(self.group.members), self.group.publisher)
 
     # ---------------------------------------------------------------- the record of loaded adapters
     def _read_record(self) -> list[str]:
@@ -276,16 +304,25 @@ class OpenAIPolicy(Policy):
                 shutil.rmtree(self._recorded_dir / name.replace("/", "--"), ignore_errors=True)
         self._write_record([])
 
-    def _switch_adapter(self, name: str, path: Path, *, owned: bool) -> None:
-        """Load adapter ``name`` from ``path`` on the server, sample with it, unload the previous one (and delete
-        its folder when this policy wrote it)."""
+    def _switch_adapter(self, name: str, produce: Callable[[], Path], *, owned: bool) -> None:
+        """Load adapter ``name`` from the folder ``produce`` returns, sample with it, unload the previous one (and
+        delete its folder when this policy wrote it); in a :attr:`group`, together with its other ranks."""
+        if self.group is not None:
+            self.group.switch(self, name, produce, owned=owned)
+            return
+        path = produce()
+        self._load(name, path, owned=owned)
+        self._unload(*self._take(name, str(path) if owned else None, loaded_here=True))
+
+    def _load(self, name: str, path: Path, *, owned: bool) -> None:
+        """Load adapter ``name`` from ``path`` on the server (recorded first), without sampling with it yet."""
         if self._left_over:
             self._unload_left_over()
         # recorded before the load: a kill between the two leaves a name to unload, never a loaded one unrecorded
-        self._write_record([n for n in (self.adapter_name, name) if n is not None])
+        self._write_record([n for n in (self._recorded_name, name) if n is not None])
         r = self._lora_call("load", {"lora_name": name, "lora_path": str(path)})
         if r.status_code != 200:
-            self._write_record([self.adapter_name] if self.adapter_name is not None else [])
+            self._write_record([self._recorded_name] if self._recorded_name is not None else [])
             if owned:
                 shutil.rmtree(path, ignore_errors=True)
             hint = ""
@@ -293,20 +330,33 @@ class OpenAIPolicy(Policy):
                 hint = (" (no runtime LoRA endpoint: start vLLM with --enable-lora --max-lora-rank R and "
                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or SGLang with --enable-lora and lora_api='sglang')")
             raise RuntimeError(f"{self._lora_url('load')} answered HTTP {r.status_code}{hint}: {r.text[:500]}")
-        old_name, old_path = self.adapter_name, self._adapter_path
-        self.adapter_name, self._adapter_path = name, (str(path) if owned else None)
+
+    @property
+    def _recorded_name(self) -> str | None:
+        """The adapter this policy loaded and samples with (None: none, or its group's publisher loaded it)."""
+        return self.adapter_name if self._loaded_here else None
+
+    def _take(self, name: str, path: str | None, *, loaded_here: bool) -> tuple[str | None, str | None]:
+        """Sample with adapter ``name`` from now on (``path``: its folder when this policy wrote it); the previous
+        ``(name, folder)`` when this policy loaded it (else Nones: not this policy's to unload)."""
+        old = (self.adapter_name, self._adapter_path) if self._loaded_here else (None, None)
+        self.adapter_name, self._adapter_path, self._loaded_here = name, path, loaded_here
         if self.lora_api == "vllm":
             self.model_name = name
         self.version += 1
-        logger.info("server %s samples with adapter %s (%s)", self.base_url, name, path)
-        if old_name is not None:
-            r = self._lora_call("unload", {"lora_name": old_name})
+        logger.info("server %s samples with adapter %s", self.base_url, name)
+        return old
+
+    def _unload(self, name: str | None, path: str | None) -> None:
+        """Unload adapter ``name`` (None: nothing) and delete ``path`` (a folder this policy wrote)."""
+        if name is not None:
+            r = self._lora_call("unload", {"lora_name": name})
             if r.status_code != 200:
-                logger.warning("could not unload adapter %s from %s: HTTP %d %s", old_name, self.base_url,
+                logger.warning("could not unload adapter %s from %s: HTTP %d %s", name, self.base_url,
                                r.status_code, r.text[:200])
-            if old_path:
-                shutil.rmtree(old_path, ignore_errors=True)
-        self._write_record([name])
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+        self._write_record([self._recorded_name] if self._recorded_name is not None else [])
 
     #: Below this temperature vLLM samples greedily (its ``_SAMPLING_EPS``).
     MIN_TEMPERATURE = 1e-5
@@ -392,9 +442,9 @@ class OpenAIPolicy(Policy):
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        name, path = self.adapter_name, self._adapter_path  # adapter_name stays: the last one sampled with
+        name, path = self._recorded_name, self._adapter_path  # adapter_name stays: the last one sampled with
         self._adapter_path = None
-        if name is not None:
+        if name is not None:  # (a group's adapters are unloaded by its publisher)
             try:
                 r = self._lora_call("unload", {"lora_name": name})
                 if r.status_code != 200:

@@ -16,8 +16,10 @@ is one process and nothing here does anything. One step with N ranks::
                                                             was fixed on the whole batch before it was shared out
     every rank steps its optimizer identically; rank 0 logs, checkpoints and saves the adapter
 
-Only the LoRA parameters have gradients, so the all-reduce moves megabytes, not the model. Environments and
-rollouts may still run elsewhere (``executor=ray`` env actors, or each rank's ``--policy-url`` engine).
+Only the LoRA parameters have gradients, so the all-reduce moves megabytes, not the model. Every rank clips and
+steps the same summed gradient, so every rank holds the same adapter after each step: ranks that sample through
+one server (``--policy-url``, or the node's ``--engine``) publish each version there once (:func:`share_servers`).
+Environments may still run elsewhere (``executor=ray`` env actors).
 """
 
 from __future__ import annotations
@@ -125,6 +127,20 @@ def gather_objects(obj: Any, ranks: Ranks) -> list[Any]:
     out: list[Any] = [None] * ranks.world
     dist.all_gather_object(out, obj)
     return out
+
+
+def share_servers(policy: Any, ranks: Ranks) -> None:
+    """Let the ranks that sample through one server publish each adapter version there once: every rank gathers
+    every rank's server (``policy.server_key()``) and joins the group of its own
+    (``policy.join_group``, :class:`~agentrl.algos.policy.adapter_group.ServerGroup`; its lowest rank loads, the
+    others sample with that name). Every rank calls this once, before the policy's first ``update_weights``;
+    nothing happens in one process, or unless every rank's policy can share (an ``OpenAIPolicy``)."""
+    if not ranks.distributed:
+        return
+    key = policy.server_key() if callable(getattr(policy, "join_group", None)) else None
+    everyone = gather_objects(key, ranks)
+    if all(k is not None for k in everyone):
+        policy.join_group(everyone, ranks.rank, lambda obj: gather_objects(obj, ranks))
 
 
 def barrier(ranks: Ranks) -> None:

@@ -221,6 +221,7 @@ class Trainer:
         self.correction = resolve_correction(self.algo, self.policy, config.collector)
         if self.correction is not None:
             logger.info("rollout correction: %s", self.correction)
+        distributed.share_servers(self.policy, self.ranks)  # ranks on one server: one load per adapter version
         self.policy.update_weights(self.model)
 
         def make(env_id, env_kwargs):
