@@ -38,7 +38,7 @@ import uuid
 from typing import Any
 
 from agentrl.envs.bfcl.base import BFCLBase
-from agentrl.envs.bfcl.loading import MULTI_TURN, call_string_converter, require_bfcl
+from agentrl.envs.bfcl.loading import MULTI_TURN, BFCLMissing, call_string_converter, require_bfcl
 from agentrl.envs.core import MAX_TEXT_LENGTH, Budgets
 from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tools import function_schema
@@ -62,6 +62,22 @@ def step_limit() -> int:
     from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 
     return int(MAXIMUM_STEP_LIMIT)
+
+
+def require_classes(rows: list[dict[str, Any]]) -> None:
+    """Import BFCL's classes that ``rows`` involve.
+
+    Raises:
+        BFCLMissing: a module a class imports is not installed (``--no-deps`` skipped it); the message names it.
+    """
+    mapping = _utils().CLASS_FILE_PATH_MAPPING
+    for name in sorted({c for row in rows for c in row["involved_classes"]}):
+        try:
+            importlib.import_module(mapping[name])
+        except ImportError as e:
+            missing = (e.name or "").split(".")[0]
+            raise BFCLMissing(f"AgentRL/BFCL-v0: BFCL's {name} needs {missing}, which --no-deps skipped: "
+                              f"pip install {missing}") from None
 
 
 def _long_context(task: dict[str, Any]) -> bool:
@@ -164,6 +180,7 @@ class BFCLMultiTurnEnv(BFCLBase):
         super().__init__(category, call_format=call_format, tools_in_prompt=tools_in_prompt,
                          render_mode=render_mode, budgets=Budgets(max_obs_chars=max_obs_chars))
         call_string_converter()
+        require_classes(self.rows)
         self.session = ""
         self.turn = 0
         self.steps = 0

@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import random
+import sys
 import uuid
 
 import gymnasium as gym
@@ -19,7 +20,7 @@ from helpers import ScriptedPolicy
 
 import agentrl.envs  # noqa: F401
 from agentrl.envs.bfcl.env import BFCLEnv
-from agentrl.envs.bfcl.loading import MULTI_TURN, call_string_converter, load_category
+from agentrl.envs.bfcl.loading import MULTI_TURN, BFCLMissing, call_string_converter, load_category
 from agentrl.envs.bfcl.multi_turn import DONE, BFCLMultiTurnEnv, ground_truth_turns, step_limit
 from agentrl.envs.checker import check_text_env
 
@@ -208,6 +209,14 @@ def test_rows_round_trip_and_unsupported_categories_are_named(envs, tmp_path):
             BFCLEnv(category=category)
     with pytest.raises(ValueError, match="single-turn categories are BFCLEnv's"):
         BFCLMultiTurnEnv(category="simple_python")
+
+
+def test_a_module_a_bfcl_class_needs_is_named_with_its_pip_command(monkeypatch):
+    monkeypatch.delitem(sys.modules, "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api", raising=False)
+    monkeypatch.setitem(sys.modules, "mpmath", None)
+    with pytest.raises(BFCLMissing, match=r"^AgentRL/BFCL-v0: BFCL's MathAPI needs mpmath, which --no-deps skipped: "
+                                          r"pip install mpmath$"):
+        BFCLEnv(category="multi_turn_base")
 
 
 def test_the_multi_turn_env_honours_the_text_env_contract():
