@@ -272,13 +272,13 @@ HARNESS_LAYERS = [
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
      "harness.transfer_run", "harness.axes_run", "harness.axes_exec",
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
-     "harness.pages", "harness.transfer_page"),  # renderers
+     "harness.pages", "harness.transfer_page", "harness.axes_page"),  # renderers
     ("harness.commands", "harness.suite", "harness.axes_cli"),
 ]
 HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",
                    "harness.transfer_run", "harness.axes_run", "harness.axes_exec"}
 HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page", "harness.run_page",
-                     "harness.results_page", "harness.pages", "harness.transfer_page"}
+                     "harness.results_page", "harness.pages", "harness.transfer_page", "harness.axes_page"}
 
 
 def test_the_harness_keeps_its_layers_and_runners_never_import_pages():

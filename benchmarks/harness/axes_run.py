@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.data import read_pieces
 from harness.experiments import RUNNABLE, AxesExperiment
 
 logger = logging.getLogger("axes")
@@ -100,22 +101,9 @@ def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: 
     return pieces
 
 
-def meta_of(data: Path, key: str) -> dict[str, Any] | None:
-    path = data / key / "meta.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def finished(data: Path) -> dict[str, dict[str, Any]]:
     """Key -> meta of every finished piece under ``data``."""
-    out = {}
-    for path in sorted(data.glob("**/meta.json")):
-        meta = meta_of(data, path.parent.relative_to(data).as_posix())
-        if meta is not None:
-            out[path.parent.relative_to(data).as_posix()] = meta
-    return out
+    return read_pieces(data)
 
 
 def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment, minutes: float | None = None

@@ -26,6 +26,17 @@ def load_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def read_pieces(folder: Path) -> dict[str, dict[str, Any]]:
+    """Key (its folder under ``folder``: ``cells/grpo-s0``) -> ``meta.json`` of every finished piece of an axes
+    runner's data folder (``benchmarks/axes.py``; a piece without ``meta.json`` is unfinished)."""
+    out = {}
+    for path in sorted(folder.glob("**/meta.json")):
+        meta = load_json(path)
+        if meta is not None:
+            out[path.parent.relative_to(folder).as_posix()] = meta
+    return out
+
+
 def read_ledger(path: Path) -> list[dict[str, Any]]:
     """Every row of the ledger file ``path``."""
     return ledger.read(path)

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.axes_page import axes_section, lr_choice_section
 from harness.compare_page import compare_section
 from harness.data import (
     TIE_RULE,
@@ -45,6 +46,7 @@ from harness.experiments import (
     CONTROL,
     DIAGNOSTIC_RUNS,
     EXPERIMENTS,
+    LR_CHOICE,
     RL,
     RUN_NOTES,
     UNDECLARED,
@@ -392,6 +394,8 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
                                   results if out is None else None)
         section[2:2] = run_marks(cmp_dir.name)
         (diagnostics if cmp_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
+    if not quick:  # the pre-declared experiments run in pieces by benchmarks/axes.py
+        lines += axes_section(data / AXES.name) + lr_choice_section(data / LR_CHOICE.name)
     if diagnostics:
         lines += ["## Diagnostics and failed configurations", "",
                   "Runs that show why something broke, not how two methods compare: each says why it is here.", "",

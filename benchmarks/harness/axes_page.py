@@ -1,0 +1,230 @@
+"""The learning page's sections of the pre-declared axes experiment (``AXES``) and of the train-split lr choice
+(``LR_CHOICE``), from the pieces ``benchmarks/axes.py`` committed under ``docs/results/data/<experiment>/``.
+Whatever pieces exist are shown; the rest say "not run". Comparisons use the tie rule and show each row's seed
+spread as the noise floor (:mod:`harness.data`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness.data import TIE_RULE, judged, load_json, read_pieces, read_scores
+from harness.experiments import AXES, COLLAPSE_POINTS, COMPARE, LR_CHOICE, AxesExperiment, Comparison
+from harness.tables import verdict
+
+COLD = "cold start"
+TRAIN = "train"
+FORGETTING = "tooluse_axis_forgetting"
+KS = (1, 2, 4, 8)
+
+
+def label(arm: str) -> str:
+    """An arm's row label: the algorithms comparison's for the axes arms, else the arm's declared name."""
+    return COMPARE.label(arm) if arm in AXES.arms else arm
+
+
+class Axes:
+    """The committed pieces of one experiment's data folder."""
+
+    def __init__(self, exp: AxesExperiment, folder: Path):
+        self.exp, self.folder = exp, folder
+        self.pieces = read_pieces(folder) if folder.is_dir() else {}
+        self.setup = load_json(folder / "setup.json") or {}
+
+    def models(self, arm: str | None) -> list[tuple[int | None, str]]:
+        """``(seed, model)`` of a row: the cold start (``arm`` None) or each declared seed of an arm."""
+        return [(None, "cold_start")] if arm is None else [(s, f"{arm}-s{s}") for s in self.exp.seeds]
+
+    def scores(self, model: str, target: str, mode: str = "greedy") -> dict[str, float] | None:
+        key = f"evals/{model}/{target}-{mode}"
+        if key not in self.pieces:
+            return None
+        return read_scores(self.folder / key / "tasks.jsonl")[0]
+
+    def row(self, arm: str | None, target: str, mode: str = "greedy") -> list[tuple[int | None, dict[str, float]]]:
+        """The finished evaluations of a row: ``(seed, per-task scores)``."""
+        return [(seed, s) for seed, m in self.models(arm) if (s := self.scores(m, target, mode)) is not None]
+
+    def report(self, model: str, target: str, mode: str) -> dict[str, Any] | None:
+        meta = self.pieces.get(f"evals/{model}/{target}-{mode}")
+        return None if meta is None else meta.get("report")
+
+
+def pct(x: float | None) -> str:
+    return "not run" if x is None else f"{100 * x:.1f}"
+
+
+def mean_score(s: dict[str, float]) -> float:
+    return statistics.fmean(s.values())
+
+
+def per_seed_cell(ax: Axes, arm: str | None, target: str) -> str:
+    done = dict(ax.row(arm, target))
+    return " / ".join(pct(mean_score(done[s])) if s in done else "not run" for s, _ in ax.models(arm))
+
+
+def mean_cell(rows: list[tuple[int | None, dict[str, float]]]) -> str:
+    if not rows:
+        return "not run"
+    seeds = f" ({len(rows)} seed{'s' * (len(rows) != 1)})" if rows[0][0] is not None else ""
+    return pct(statistics.fmean(mean_score(s) for _, s in rows)) + seeds
+
+
+def sampled_cells(ax: Axes, arm: str | None, target: str) -> tuple[str, str]:
+    reports = [r for _, m in ax.models(arm) if (r := ax.report(m, target, "sampled"))]
+    if not reports:
+        return "not run", "not run"
+
+    def avg(key: str, k: int) -> str:
+        vals = [r[key][str(k)] for r in reports if str(k) in r.get(key, {})]
+        return f"{100 * statistics.fmean(vals):.0f}" if vals else "–"
+
+    return " / ".join(avg("pass_at_k", k) for k in KS), " / ".join(avg("pass_hat_k", k) for k in KS[1:])
+
+
+def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
+    """One set's table (greedy pass@1 per seed, its mean, pass@k and pass^k over 8 tries) and its comparisons."""
+    title = "the fixed train-split sample" if target == TRAIN else f"`{target}`"
+    lines = [f"#### {title}", "", "| Row | greedy pass@1, per seed (%) | mean | pass@1 / 2 / 4 / 8 (8 tries) "
+             "| pass^2 / 4 / 8 |", "|---|---|---:|---|---|"]
+    for arm in rows:
+        at_k, hat_k = sampled_cells(ax, arm, target) if ax.exp.sampled and target != TRAIN else ("–", "–")
+        lines.append(f"| {COLD if arm is None else label(arm)} | {per_seed_cell(ax, arm, target)} | "
+                     f"{mean_cell(ax.row(arm, target))} | {at_k} | {hat_k} |")
+    judgements = comparisons(ax, target, rows)
+    if judgements:
+        lines += ["", "| A vs B | A | B | A - B [95% interval] | seed SD (points) | verdict |",
+                  "|---|---:|---:|---|---|---|"]
+        for cmp, j in judgements:
+            sd = " / ".join(f"{100 * statistics.stdev(s):.1f}" if len(s) >= 2 else "1 seed" for s in j.spread)
+            lines.append(f"| {cmp.a} vs {cmp.b} | {j.a:.1f} | {j.b:.1f} | {j.difference:+.1f} [{j.low:+.1f}, "
+                         f"{j.high:+.1f}] | {sd} | {verdict(j)} |")
+    return [*lines, ""]
+
+
+def comparisons(ax: Axes, target: str, rows: list[str | None]) -> list[tuple[Comparison, Any]]:
+    """The first arm against each other arm, then each arm against the cold start, on per-task scores averaged
+    over each row's finished seeds; the seed spread rides along (the noise floor)."""
+    scores: dict[str, dict[str, float]] = {}
+    spread: dict[str, list[float]] = {}
+    for arm in rows:
+        done = ax.row(arm, target)
+        if done:
+            name = COLD if arm is None else label(arm)
+            scores[name] = {t: statistics.fmean(s[t] for _, s in done) for t in done[0][1]}
+            spread[name] = [mean_score(s) for _, s in done]
+    arms = [label(a) for a in rows if a is not None]
+    pairs = [(arms[0], b) for b in arms[1:]] + [(a, COLD) for a in arms]
+    out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
+    return [(c, dataclasses.replace(j, spread=(spread[c.a], spread[c.b]))) for c, j in out]
+
+
+def kl_cell(ax: Axes, arm: str | None) -> str:
+    vals = [m["kl_to_base"]["token_mean"] for _, model in ax.models(arm)
+            if (m := ax.pieces.get(f"evals/{model}/{TRAIN}-greedy")) and "kl_to_base" in m]
+    if not vals:
+        return "not run"
+    return f"{statistics.fmean(vals):.4f}" + (f" ({' / '.join(f'{v:.4f}' for v in vals)})" if len(vals) > 1 else "")
+
+
+def cells_table(ax: Axes) -> list[str]:
+    def cell(key: str) -> str:
+        m = ax.pieces.get(key)
+        return "not run" if m is None else f"{m.get('steps', '?')} steps, {m.get('train_seconds', 0) / 60:.1f} min"
+
+    lines = ["| Training | " + " | ".join(f"seed {s}" for s in ax.exp.seeds) + " |",
+             "|---|" + "---|" * len(ax.exp.seeds), f"| {COLD} (shared) | {cell('cold_start')} |" + " |" *
+             (len(ax.exp.seeds) - 1)]
+    for arm in ax.exp.arms:
+        lines.append(f"| {label(arm)} | " + " | ".join(cell(f"cells/{arm}-s{s}") for s in ax.exp.seeds) + " |")
+    return lines
+
+
+def header(ax: Axes, command: str) -> list[str]:
+    exp = ax.exp
+    budget = f"{exp.steps} steps" if exp.steps else f"{exp.minutes:g} minutes of training"
+    lines = [f"Declared in `benchmarks/harness/experiments.py` (`{exp.name.upper()}`) before anything ran, run in "
+             f"resumable pieces by `{command}` (`python benchmarks/axes.py status --experiment {exp.name}` lists "
+             f"them). Arms {', '.join(label(a) for a in exp.arms)}, seeds {', '.join(map(str, exp.seeds))}, "
+             f"{budget} per (arm, seed), all from one shared cold start. "
+             f"{exp.primary[:1].upper()}{exp.primary[1:]}.", ""]
+    if exp.judge:
+        lines += [f"Decision rule: {exp.judge}", ""]
+    if ax.setup.get("tasks"):
+        lines += [f"**A smoke run on the first {ax.setup['tasks']} tasks of each set: not a result.**", ""]
+    if not ax.pieces:
+        lines += ["**Not run yet**: no piece of it is committed.", ""]
+    return lines
+
+
+def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
+    """The axes experiment's section: its cells, every set's pass@1 / pass@k / pass^k with the comparisons, and
+    the forgetting table (forgetting set beside the train-split score and the KL to the base)."""
+    ax = Axes(exp, folder)
+    lines = ["## Generalisation axes: " + " vs ".join(label(a) for a in exp.arms) + " (pre-declared)", "",
+             *header(ax, "python benchmarks/axes.py run")]
+    if not ax.pieces:
+        return lines
+    rows: list[str | None] = [None, *exp.arms]
+    lines += [*cells_table(ax), "", f"Verdicts: {TIE_RULE}. The seed SD beside each interval is the noise floor: "
+              "a difference within the seeds' spread is not read as a difference. A row's per-task scores are "
+              "averaged over its finished seeds.", ""]
+    for target in exp.sets:
+        lines += set_lines(ax, target, rows)
+    lines += ["#### Forgetting", "", "The forgetting set holds skills the arms never train on; beside it, the "
+              "fixed train-split sample and the mean per-token KL(adapter || base model) on the adapter's own "
+              "greedy replies to it (nats per token; the base is the same model with the adapter switched off).",
+              "", "| Row | forgetting set, greedy pass@1 (%) | train-split sample, greedy pass@1 (%) | KL to the "
+              "base |",
+              "|---|---|---|---|"]
+    for arm in rows:
+        lines.append(f"| {COLD if arm is None else label(arm)} | {mean_cell(ax.row(arm, FORGETTING))} | "
+                     f"{mean_cell(ax.row(arm, TRAIN))} | {kl_cell(ax, arm)} |")
+    return [*lines, ""]
+
+
+def lr_choice_section(folder: Path, exp: AxesExperiment = LR_CHOICE) -> list[str]:
+    """The train-split lr choice: each rate's seeds against the cold start on the train-split sample, the
+    collapse rule, the last quarter's training reward and the decision once every cell is in."""
+    ax = Axes(exp, folder)
+    lines = ["## The main job's RL learning rate, chosen on the train split (pre-declared)", "",
+             *header(ax, f"python benchmarks/axes.py run --experiment {exp.name}")]
+    if not ax.pieces:
+        return lines
+    cold = ax.scores("cold_start", TRAIN)
+    lines += [f"Cold start on the train-split sample: {pct(None if cold is None else mean_score(cold))}%.", "",
+              "| Rate | seed | steps | train-split greedy (%) | vs cold start (points) | collapsed | reward, last "
+              "quarter |", "|---|---|---:|---:|---:|---|---:|"]
+    outcome: dict[str, list[tuple[bool, float]]] = {}
+    for arm in exp.arms:
+        for seed, model in ax.models(arm):
+            cell, score = ax.pieces.get(f"cells/{model}"), ax.scores(model, TRAIN)
+            if cell is None or score is None or cold is None:
+                lines.append(f"| {arm} | {seed} | not run | | | | |")
+                continue
+            delta = 100 * (mean_score(score) - mean_score(cold))
+            reward = cell.get("diagnostics", {}).get("reward_last_quarter", float("nan"))
+            outcome.setdefault(arm, []).append((delta < -COLLAPSE_POINTS, reward))
+            lines.append(f"| {arm} | {seed} | {cell.get('steps')} | {pct(mean_score(score))} | {delta:+.1f} | "
+                         f"{'**yes**' if delta < -COLLAPSE_POINTS else 'no'} | {reward:.3f} |")
+    return [*lines, "", decision(exp, outcome), ""]
+
+
+def decision(exp: AxesExperiment, outcome: dict[str, list[tuple[bool, float]]]) -> str:
+    """The declared rule applied (LR_CHOICE.judge), or how many cells are still missing."""
+    n = sum(len(v) for v in outcome.values())
+    total = len(exp.arms) * len(exp.seeds)
+    if n < total:
+        return f"**Not decided yet**: {n} of {total} cells trained and evaluated."
+    rate = {a: float(exp.arms[a].get("rl_lr", 0.0)) for a in exp.arms}
+    stable = [a for a in exp.arms if not any(c for c, _ in outcome[a])]
+    if not stable:
+        lowest = min(exp.arms, key=rate.__getitem__)
+        return f"**Decision**: every rate collapsed on some seed; by the rule, the lowest, {lowest}: none passed."
+    reward = {a: statistics.fmean(r for _, r in outcome[a]) for a in stable}
+    best = max(reward.values())
+    chosen = min((a for a in stable if reward[a] >= best - 0.02), key=rate.__getitem__)
+    return (f"**Decision**: {chosen} (rl_lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean "
+            "last-quarter reward " + ", ".join(f"{a} {reward[a]:.3f}" for a in stable) + ".")

@@ -1,0 +1,84 @@
+"""The learning page's sections of the axes experiment and the train-split lr choice, from partial data in a tmp
+folder: what ran is shown with its verdicts, seed spread, pass@k / pass^k and KL; the rest says "not run"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.axes_page import axes_section, decision, lr_choice_section
+from harness.experiments import AXES, LR_CHOICE
+
+
+def piece(folder: Path, key: str, scores: list[float] | None = None, **meta) -> None:
+    d = folder / key
+    d.mkdir(parents=True)
+    if scores is not None:
+        (d / "tasks.jsonl").write_text("".join(json.dumps({"id": f"t{i}", "family": "f", "score": s, "n": 1}) + "\n"
+                                               for i, s in enumerate(scores)))
+    (d / "meta.json").write_text(json.dumps({"key": key, "wall_seconds": 1.0, **meta}))
+
+
+def test_nothing_committed_says_not_run(tmp_path):
+    text = "\n".join(axes_section(tmp_path / "axes"))
+    assert "**Not run yet**" in text and "15 minutes of training" in text
+    assert "**Not run yet**" in "\n".join(lr_choice_section(tmp_path / "lr_choice"))
+
+
+def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_path):
+    data = tmp_path / "axes"
+    n = 40
+    piece(data, "cold_start", steps=48, train_seconds=600.0)
+    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
+    piece(data, "evals/cold_start/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.0125})
+    for cell, score in (("grpo-s0", 1.0), ("grpo-s1", 1.0), ("sft-s0", 0.0)):
+        piece(data, f"cells/{cell}", steps=3, train_seconds=900.0)
+        piece(data, f"evals/{cell}/tooluse_v5-greedy", [score] * (n // 2) + [0.0] * (n // 2))
+        piece(data, f"evals/{cell}/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.5})
+    piece(data, "evals/grpo-s0/tooluse_v5-sampled", [0.5] * n,
+          report={"pass_at_k": {"1": 0.5, "2": 0.75, "4": 0.9, "8": 1.0},
+                  "pass_hat_k": {"2": 0.25, "4": 0.1, "8": 0.0}})
+    text = "\n".join(axes_section(data))
+    assert "**Not run yet**" not in text
+    assert "| GRPO (Dr. GRPO) | 3 steps, 15.0 min | 3 steps, 15.0 min | not run |" in text
+    assert "| rejection sampling (SFT on own correct samples) | not run | not run | not run |" in text
+    # tooluse_v5: GRPO's two seeds at 50%, SFT-continued's one seed at 0%, the cold start at 0%
+    assert "| GRPO (Dr. GRPO) | 50.0 / 50.0 / not run | 50.0 (2 seeds) | 50 / 75 / 90 / 100 | 25 / 10 / 0 |" in text
+    assert "| SFT-continued | 0.0 / not run / not run | 0.0 (1 seed) | not run | not run |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| GRPO (Dr. GRPO) vs SFT-continued |"))
+    assert "+50.0" in row and "0.0 / 1 seed" in row and "**met** (decided)" in row  # 20 tasks vs 0: not a tie
+    # a set nobody evaluated: every row not run, no comparison
+    depth = text.split("#### `tooluse_axis_depth`")[1].split("####")[0]
+    assert depth.count("not run") >= 4 and "A vs B" not in depth
+    assert "| cold start | not run | 100.0 | 0.0125 |" in text
+    assert "| GRPO (Dr. GRPO) | not run | 100.0 (2 seeds) | 0.5000 (0.5000 / 0.5000) |" in text
+
+
+def test_a_one_task_difference_is_a_tie(tmp_path):
+    data = tmp_path / "axes"
+    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * 10)
+    piece(data, "evals/grpo-s0/tooluse_v5-greedy", [1.0] + [0.0] * 9)
+    text = "\n".join(axes_section(data))
+    row = next(line for line in text.splitlines() if line.startswith("| GRPO (Dr. GRPO) vs cold start |"))
+    assert "**tie** (1 vs 0 tasks" in row
+
+
+def test_the_lr_choice_applies_its_declared_rule_once_every_cell_is_in(tmp_path):
+    data = tmp_path / "lr_choice"
+    piece(data, "evals/cold_start/train-greedy", [1.0] * 8 + [0.0] * 2)  # 80%
+    for arm, after, reward in (("grpo_lr2e-4", [1.0] * 6 + [0.0] * 4, 0.9), ("grpo_lr6e-5", [1.0] * 8 + [0.0] * 2, 0.5),
+                               ("grpo_lr2e-5", [1.0] * 8 + [0.0] * 2, 0.49)):
+        for seed in LR_CHOICE.seeds[:2]:
+            piece(data, f"cells/{arm}-s{seed}", steps=16, diagnostics={"reward_last_quarter": reward})
+            piece(data, f"evals/{arm}-s{seed}/train-greedy", after)
+    text = "\n".join(lr_choice_section(data))
+    assert "| grpo_lr2e-4 | 0 | 16 | 60.0 | -20.0 | **yes** | 0.900 |" in text
+    assert "| grpo_lr2e-4 | 2 | not run |" in text and "**Not decided yet**: 6 of 9 cells" in text
+    outcome = {"grpo_lr2e-4": [(True, 0.9)] * 3, "grpo_lr6e-5": [(False, 0.5)] * 3, "grpo_lr2e-5": [(False, 0.49)] * 3}
+    # 2e-4 collapsed; 6e-5 and 2e-5 within 0.02 of the best reward: the lower rate
+    assert decision(LR_CHOICE, outcome).startswith("**Decision**: grpo_lr2e-5 (rl_lr 2e-05)")
+    outcome["grpo_lr2e-5"] = [(False, 0.3)] * 3
+    assert decision(LR_CHOICE, outcome).startswith("**Decision**: grpo_lr6e-5")
+    every = {a: [(True, 0.5)] * 3 for a in LR_CHOICE.arms}
+    assert "none passed" in decision(LR_CHOICE, every) and "grpo_lr2e-5" in decision(LR_CHOICE, every)
+    assert AXES.judge == ""  # the axes experiment is judged by its comparisons, not a rule of its own
