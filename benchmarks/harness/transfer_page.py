@@ -17,6 +17,7 @@ from typing import Any
 
 from agentrl.algos.evaluation.intervals import paired_bootstrap
 from harness.data import TIE_RULE, judged, load_json, read_rows
+from harness.experiments import Comparison
 from harness.layout import shown
 from harness.tables import cell, commit_text, verdict
 from harness.transfer import (
@@ -131,6 +132,56 @@ def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> li
     return lines + [""] + (notes + [""] if notes else [])
 
 
+def judgements(found: dict[tuple[str, str], Measured]) -> list[tuple[Comparison, TransferSet, Any]]:
+    """Each declared comparison on each set: its :class:`harness.data.Judgement`, or why there is none (a
+    string: "not run", "not comparable (different tasks)")."""
+    out: list[tuple[Comparison, TransferSet, Any]] = []
+    for c in COMPARISONS:
+        for s in SETS:
+            a, b = found.get((c.a, s.name)), found.get((c.b, s.name))
+            if a is None or b is None:
+                out.append((c, s, "not run"))
+                continue
+            scores = {c.a: {r["id"]: float(r["score"]) for r in a["rows"]},
+                      c.b: {r["id"]: float(r["score"]) for r in b["rows"]}}
+            if set(scores[c.a]) != set(scores[c.b]):
+                out.append((c, s, "not comparable (different tasks)"))
+                continue
+            [(_, j)] = judged(scores, [c])
+            out.append((c, s, j))
+    return out
+
+
+def short_verdict(j: Any) -> str:
+    return "tie" if j.tie else j.verdict
+
+
+def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
+    """One line per comparison (every measured set's difference, interval and verdict) and the arms that score 0
+    on every set they were measured on."""
+    labels = {a.name: a.label for a in ARMS}
+    lines = ["## Summary", "", "Computed from the records on this page (A - B in points, 95% interval, verdict; smoke "
+             "tests left out):", ""]
+    by_pair: dict[tuple[str, str], list[tuple[TransferSet, Any]]] = {}
+    for c, s, j in judgements(found):
+        smoke = any((found.get((name, s.name)) or {}).get("meta", {}).get("limit") for name in (c.a, c.b))
+        by_pair.setdefault((c.a, c.b), []).append((s, "smoke test" if smoke and not isinstance(j, str) else j))
+    for (a, b), results in by_pair.items():
+        judged_ = [f"{s.label} {j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}] {short_verdict(j)}"
+                   for s, j in results if not isinstance(j, str)]
+        rest = [s.label for s, j in results if isinstance(j, str)]
+        text = "; ".join(judged_) if judged_ else "not measured yet"
+        if judged_ and rest:
+            text += f"; not judged: {', '.join(rest)}"
+        lines.append(f"- **{labels[a]} vs {labels[b]}**: {text}.")
+    for arm_ in ARMS:
+        mine = [m for (name, _), m in found.items() if name == arm_.name and not m["meta"].get("limit")]
+        if mine and all(share(m["rows"], "score") == 0 for m in mine):
+            lines.append(f"- **{arm_.label}** scores 0 on every set it was measured on ({len(mine)}): the "
+                         "call and format columns below say why.")
+    return lines + [""]
+
+
 def comparisons_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     labels = {a.name: a.label for a in ARMS}
     lines = ["## Comparisons", "",
@@ -139,21 +190,13 @@ def comparisons_section(found: dict[tuple[str, str], Measured]) -> list[str]:
              f"verdict against the goal A > B; {TIE_RULE}.", "",
              "| Set | A | B | A | B | A - B [95% interval] | Tasks A / B | Verdict |",
              "|---|---|---|---:|---:|---|---|---|"]
-    for c in COMPARISONS:
-        for s in SETS:
-            a, b = found.get((c.a, s.name)), found.get((c.b, s.name))
-            head = [cell(s.label), cell(labels[c.a]), cell(labels[c.b])]
-            if a is None or b is None:
-                lines.append(row(*head, "", "", "not run", "", ""))
-                continue
-            scores = {c.a: {r["id"]: float(r["score"]) for r in a["rows"]},
-                      c.b: {r["id"]: float(r["score"]) for r in b["rows"]}}
-            if set(scores[c.a]) != set(scores[c.b]):
-                lines.append(row(*head, "", "", "not comparable (different tasks)", "", ""))
-                continue
-            [(_, j)] = judged(scores, [c])
-            lines.append(row(*head, f"{j.a:.1f}%", f"{j.b:.1f}%", f"{j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}]",
-                             f"{j.better} / {j.worse}", verdict(j)))
+    for c, s, j in judgements(found):
+        head = [cell(s.label), cell(labels[c.a]), cell(labels[c.b])]
+        if isinstance(j, str):
+            lines.append(row(*head, "", "", j, "", ""))
+            continue
+        lines.append(row(*head, f"{j.a:.1f}%", f"{j.b:.1f}%", f"{j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}]",
+                         f"{j.better} / {j.worse}", verdict(j)))
     return lines + [""]
 
 
@@ -187,7 +230,7 @@ def render(data: Path = TRANSFER_DATA) -> str:
              f"{DECODING['seed']}), tool calls in the format the chat template teaches; a task's score is 1 when "
              "the benchmark's checker counts it correct. The score interval is a bootstrap over tasks; with few "
              "tasks (tau2-bench mock has 6) it is wide.", ""]
-    lines += arms_section(found) + sets_section(found)
+    lines += summary_section(found) + arms_section(found) + sets_section(found)
     lines += ["## Scores", "",
               "Per set: the score, the share of episodes that called a tool and the share whose final reply parsed "
               "in the expected format (a 0 with no tool call is a model that never called; a 0 with calls is one "

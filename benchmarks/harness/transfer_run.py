@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -112,6 +113,22 @@ def package_versions() -> dict[str, str | None]:
             return None
 
     return {name: version(name) for name in (*PACKAGES, "agentrl-gym", "torch", "transformers")}
+
+
+def adapter_run(adapter: str | None) -> dict[str, Any] | None:
+    """What the training run beside an adapter recorded (``<run>/config.json`` next to ``<run>/adapter``): its
+    algorithm, steps, learning rate, seed, env and the file's hash; None without one."""
+    if not adapter:
+        return None
+    path = Path(adapter).resolve().parent / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+        config = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    keys = ("algo", "steps", "lr", "seed", "env", "env_kwargs", "adapter")
+    return {"config": str(path), "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+            **{k: config.get(k) for k in keys if k in config}}
 
 
 def record_paths(folder: Path, set_name: str, redo: bool) -> tuple[Path, Path] | None:
@@ -239,6 +256,7 @@ def run(o: Options) -> dict[str, Any]:
                 "arm": a.name, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
                 "subset": s.subset, "tasks": n, "limit": o.limit, "model": model_name,
                 "adapter": o.adapter, "adapter_sha256": adapter_hash, "trained_at": o.trained_at,
+                "adapter_run": adapter_run(o.adapter),
                 "decoding": {**DECODING, "max_new_tokens": s.max_new_tokens, "max_turns": s.max_turns,
                              "max_total_tokens": s.max_total_tokens},
                 "collector": dataclasses.asdict(cfg), "packages": package_versions(), **state,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import harness.transfer_run as transfer_run
@@ -75,8 +76,9 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("transfer")
     base = tiny_train_model(tokenizer, stop_scale=8.0)
     model_dir = save_model_dir(root / "model", base, tokenizer)
-    adapters = {name: str(save_adapter(peft_copy(base, seed), root / name)) for name, seed in
+    adapters = {name: str(save_adapter(peft_copy(base, seed), root / name / "adapter")) for name, seed in
                 (("main_sft", 1), ("main_grpo", 2))}
+    (root / "main_sft" / "config.json").write_text(json.dumps({"algo": "sft", "steps": 16, "lr": 5e-4}))
     return str(model_dir), adapters
 
 
@@ -119,6 +121,9 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     for name in ("main_sft", "main_grpo"):
         transfer_run.run(options(tmp_path, model, arm=name, adapter=adapters[name],
                                  sets=("bfcl_multiple", "bfcl_irrelevance")))
+    meta = json.loads((tmp_path / "data" / "main_sft" / "bfcl_multiple.meta.json").read_text())
+    assert meta["adapter"] == adapters["main_sft"] and len(meta["adapter_sha256"]) == 16
+    assert meta["adapter_run"]["algo"] == "sft" and meta["adapter_run"]["steps"] == 16  # its run's config.json
     page = render(tmp_path / "data")
     assert page == render(tmp_path / "data")
     assert page.count("**smoke test, first 2: not a result**") == len(written) + 4
@@ -126,6 +131,39 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     assert len(judged) == 1 and ("tie" in judged[0] or "met" in judged[0] or "missed" in judged[0]), judged
     assert "| BFCL parallel | main job: GRPO | main job: SFT cold start |  |  | not run |" in page
     assert "| procedural tools: SFT -> GRPO | not run |" in page
+
+
+def write_records(folder: Path, arm_name: str, set_name: str, scores: list[float], called: list[bool]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"t{i}", "score": sc, "reward": sc, "called_tool": c, "format_ok": c, "reply": ""}
+            for i, (sc, c) in enumerate(zip(scores, called, strict=True))]
+    (folder / f"{set_name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / f"{set_name}.meta.json").write_text(json.dumps({"commit": "0123456789abcdef", "dirty": False}))
+
+
+def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
+    """GRPO right on 30 of 40 tasks where SFT is right on 10 (and never wrong where SFT is right): met, decided;
+    on irrelevance one task apart: a tie; the base model never calls: its 0 is explained."""
+    data = tmp_path / "data"
+    n = 40
+    write_records(data / "main_sft", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
+    write_records(data / "main_grpo", "main_grpo", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n)
+    write_records(data / "main_sft", "main_sft", "bfcl_irrelevance", [1.0] * 5 + [0.0] * 35, [False] * n)
+    write_records(data / "main_grpo", "main_grpo", "bfcl_irrelevance", [1.0] * 6 + [0.0] * 34, [False] * n)
+    write_records(data / "base", "base", "bfcl_multiple", [0.0] * n, [False] * n)
+    page = render(data)
+    assert ("| BFCL multiple | main job: GRPO | main job: SFT cold start | 75.0% | 25.0% | +50.0 [" in page)
+    [line] = [x for x in page.splitlines() if x.startswith("| BFCL multiple | main job: GRPO |")]
+    assert line.endswith("| 20 / 0 | **met** (decided) |"), line
+    [line] = [x for x in page.splitlines() if x.startswith("| BFCL irrelevance | main job: GRPO |")]
+    assert "**tie** (1 vs 0 tasks" in line, line
+    assert re.search(r"^- \*\*main job: GRPO vs main job: SFT cold start\*\*: BFCL multiple \+50\.0 \[[^]]+\] met; "
+                     r"BFCL irrelevance \+2\.5 \[[^]]+\] tie; not judged: BFCL simple_python, BFCL parallel,",
+                     page, re.M)
+    assert "- **procedural tools: SFT -> GRPO vs main job: SFT cold start**: not measured yet." in page
+    assert "- base (SmolLM2-135M) scores 0: no episode called a tool (0% of final replies parsed)." in page
+    assert "- **base (SmolLM2-135M)** scores 0 on every set it was measured on (1)" in page
+    assert "| main job: SFT cold start | 25.0% [" in page and "| 100.0% | 100.0% | 40 | commit `0123456789` |" in page
 
 
 def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budgets, tmp_path):
