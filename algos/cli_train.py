@@ -119,7 +119,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
     lock_run(cfg.out)  # a second trainer on this --out is refused before it starts an engine
-    policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out)
+    policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
+                        placement=cfg.engine)
     where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""
     env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env
     print(f"agentrl train: {cfg.algo} on {env_label} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")

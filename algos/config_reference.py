@@ -37,6 +37,7 @@ def config_sections() -> list[tuple[type, str, str]]:
     """``(config class, key prefix, one-line intro)`` for every section of the reference, algorithms included."""
     from agentrl.algos.models.lora import LoRAConfig
     from agentrl.algos.objectives import algorithm_class, algorithm_names
+    from agentrl.algos.policy.engine_node import EngineConfig
     from agentrl.algos.recipes.main_job import MainJobConfig
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import AsyncConfig, TrainConfig
@@ -55,6 +56,8 @@ def config_sections() -> list[tuple[type, str, str]]:
     sections += [
         (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
                                        "see [integration.md](integration.md#asynchronous-training)."),
+        (EngineConfig, "engine.", "The managed engine of each node (`--engine vllm`): its GPUs and memory share, "
+                                  "see [engines.md](engines.md#data-parallel-runs)."),
         (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`)."),
     ]
     return sections

@@ -1,8 +1,8 @@
 """vLLM's CPU build on a small machine: its own thread binding (``auto``) against the managed engine's (every CPU).
 
 ``VLLM_CPU_OMP_THREADS_BIND=auto`` reserves a core for vLLM's scheduler; on a 2-core machine the model then
-runs on one. :func:`agentrl.algos.policy.engine.cpu_thread_binding` binds every usable CPU on machines with at
-most :data:`~agentrl.algos.policy.engine.SMALL_MACHINE_CPUS` of them. This script starts the managed server
+runs on one. :func:`agentrl.algos.policy.engine_node.cpu_thread_binding` binds every usable CPU on machines with at
+most :data:`~agentrl.algos.policy.engine_node.SMALL_MACHINE_CPUS` of them. This script starts the managed server
 (:class:`~agentrl.algos.policy.engine.VLLMEngine`, the default model exported to a model folder) once per row and
 times ``--requests`` concurrent completions of ``--tokens`` sampled tokens each (``ignore_eos``: every request
 samples exactly that many), ``--repeats`` times; the server's start-up is not counted.
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args(argv)
-    from agentrl.algos.policy.engine import SMALL_MACHINE_CPUS, cpu_thread_binding
+    from agentrl.algos.policy.engine_node import SMALL_MACHINE_CPUS, cpu_thread_binding
 
     managed = cpu_thread_binding({})
     if not managed:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -38,11 +39,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, cast, runtime_checkable
 
-from agentrl.algos.policy.engine_node import NodeShare
+from agentrl.algos.policy.engine_node import (
+    EngineConfig,
+    EnginePlacement,
+    NodeShare,
+    cpu_thread_binding,
+    engine_placement,
+)
 from agentrl.algos.policy.engine_process import hold_process, kill_group, release_process, start_watchdog
 from agentrl.algos.policy.openai import OpenAIPolicy
 from agentrl.envs.plugins import Registry
@@ -133,25 +140,6 @@ def vllm_dtype(dtype: str | None) -> str:
     return table[dtype]
 
 
-#: Up to this many usable CPUs the CPU build's OpenMP threads are bound to all of them (:func:`cpu_thread_binding`).
-SMALL_MACHINE_CPUS = 4
-
-
-def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
-    """The CPU build's thread binding on a small machine: all usable CPUs, none reserved.
-
-    vLLM's ``VLLM_CPU_OMP_THREADS_BIND=auto`` reserves one core for its scheduler; on a 2-core machine that halves the
-    cores that sample, while the scheduler mostly waits (``benchmarks/vllm_cpu_binding.py`` measures both bindings).
-    Machines with more than :data:`SMALL_MACHINE_CPUS` usable CPUs keep vLLM's default, and
-    a ``VLLM_CPU_OMP_THREADS_BIND`` of the caller's is never replaced. GPU builds ignore both variables."""
-    if "VLLM_CPU_OMP_THREADS_BIND" in env:
-        return {}
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    if len(cpus) > SMALL_MACHINE_CPUS:
-        return {}
-    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-
-
 #: How many ports :meth:`VLLMEngine.start` tries when the one it picked is taken before the server binds it.
 PORT_ATTEMPTS = 3
 #: What the server's log says when its port is taken (``OSError`` errno 98).
@@ -214,13 +202,15 @@ class VLLMEngine:
         log_path: the server's stdout and stderr (default: a temporary file).
         extra_args: more server flags.
         startup_timeout_s: how long :meth:`start` waits for ``/health``.
+        placement: the node's devices and sizes (:func:`~agentrl.algos.policy.engine_node.engine_placement`):
+            ``CUDA_VISIBLE_DEVICES`` of the server only, and its flags (before ``extra_args``).
     """
 
     def __init__(self, model_dir: str | Path, *, python: str | None = None, served_model_name: str = "base",
                  dtype: str | None = "auto", max_lora_rank: int | None = 16, max_loras: int = 2,
                  max_model_len: int = 4096, kv_cache_gb: float = 2, log_path: str | Path | None = None,
                  extra_args: Sequence[str] = (), startup_timeout_s: float = 600.0, host: str = "127.0.0.1",
-                 port: int | None = None):
+                 port: int | None = None, placement: EnginePlacement | None = None):
         self.model_dir = str(Path(model_dir).resolve())
         self.python = find_engine_python(python)
         self.served_model_name = served_model_name
@@ -230,7 +220,8 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.kv_cache_gb = kv_cache_gb
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="agentrl-vllm-")) / "vllm.log"
-        self.extra_args = list(extra_args)
+        self.placement = placement or EnginePlacement()
+        self.extra_args = [*self.placement.args, *extra_args]
         self.startup_timeout_s = startup_timeout_s
         self.host = host
         self.port = port
@@ -270,6 +261,8 @@ class VLLMEngine:
         if self.max_lora_rank is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env.update(cpu_thread_binding(env))
+        if self.placement.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.placement.devices
         for var in ("PYTHONPATH", "VIRTUAL_ENV"):  # this process's packages are not the engine's
             env.pop(var, None)
         return env
@@ -316,7 +309,8 @@ class VLLMEngine:
         """Start the server in a new process group, and its watchdog; register the stop at exit."""
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
-            log.write(f"$ {' '.join(self.command())}\n".encode())
+            devices = "" if self.placement.devices is None else f"CUDA_VISIBLE_DEVICES={self.placement.devices} "
+            log.write(f"$ {devices}{' '.join(self.command())}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.log_path.parent)
@@ -446,7 +440,8 @@ def adapter_rank(path: str | Path) -> int:
 def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path | None = None, tokenizer=None,
                         lora_rank: int = 16, dtype: str | None = "auto", python: str | None = None,
                         adapter_dir: str | None = None, extra_args: Sequence[str] = (),
-                        startup_timeout_s: float = 600.0, record_dir: str | Path | None = None) -> EnginePolicy:
+                        startup_timeout_s: float = 600.0, record_dir: str | Path | None = None,
+                        placement: EngineConfig | None = None, trainer_on_gpu: bool | None = None) -> EnginePolicy:
     """Start ``engine`` serving ``model`` (exported to a model folder first when it is not one:
     :func:`~agentrl.algos.models.export.engine_model_dir`) and return the policy that samples through it.
 
@@ -456,9 +451,11 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
     :class:`~agentrl.algos.policy.openai.OpenAIPolicy` option (a run's folder: the adapters it saves go
     there, not to a temporary folder). Closing the policy stops the server. Under ``torchrun`` with several
     processes per node, local rank 0 starts the server and the node's other ranks sample through it
-    (:mod:`~agentrl.algos.policy.engine_node`). Raises ``ValueError`` for an
-    unknown ``engine`` (a name in :data:`ENGINES`), ``FileNotFoundError`` when the engine is not installed
-    and ``RuntimeError`` when it does not start (with its log tail)."""
+    (:mod:`~agentrl.algos.policy.engine_node`), placed by ``placement`` (a run's ``engine.*`` keys, resolved by
+    :func:`~agentrl.algos.policy.engine_node.engine_placement`; ``trainer_on_gpu`` None: whether CUDA is
+    available here). Raises ``ValueError`` for an
+    unknown ``engine`` (a name in :data:`ENGINES`) or a placement it cannot take, ``FileNotFoundError`` when the
+    engine is not installed and ``RuntimeError`` when it does not start (with its log tail)."""
     engine_cls = ENGINES.get(engine)
     from agentrl.algos.models import load_tokenizer
     from agentrl.algos.models.export import engine_model_dir
@@ -471,12 +468,19 @@ def start_engine_policy(model: str, *, engine: str = "vllm", run_dir: str | Path
             lora_api=engine_cls.lora_api, adapter_dir=adapter_dir, record_dir=record_dir))
         shared.node = node
         return shared
+    if trainer_on_gpu is None:
+        import torch
+
+        trainer_on_gpu = torch.cuda.is_available()
+    placed = engine_placement(placement or EngineConfig(), trainer_on_gpu=trainer_on_gpu)
+    if placed and "placement" not in inspect.signature(engine_cls).parameters:
+        raise ValueError(f"--engine {engine}: {engine_cls.__name__} takes no placement (engine.* keys: {placed})")
     python = engine_cls.find_python(python)  # before the export: a missing engine is the first error
     folder = engine_model_dir(model)
     served = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name or "base")
     server = engine_cls(folder, python=python, served_model_name=served, dtype=dtype, max_lora_rank=lora_rank,
                         log_path=Path(run_dir) / f"{engine}.log" if run_dir else None, extra_args=extra_args,
-                        startup_timeout_s=startup_timeout_s).start()
+                        startup_timeout_s=startup_timeout_s, **({"placement": placed} if placed else {})).start()
     try:
         policy = cast(EnginePolicy, EnginePolicy.connect(
             server.url, tokenizer if tokenizer is not None else load_tokenizer(model), model=served,

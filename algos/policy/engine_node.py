@@ -6,6 +6,10 @@ address to a folder of this node's temporary directory, named after the launcher
 rank shares) and the node (``GROUP_RANK``); the other local ranks wait for that file and sample through the same
 server. When its run ends, local rank 0 waits (up to :data:`DONE_TIMEOUT_S`) until the other local ranks have closed
 their clients, then stops the server.
+
+Where it runs and how much it takes is :class:`EngineConfig` (``engine.*`` keys of a training run), resolved for
+this node by :func:`engine_placement`: the devices (``CUDA_VISIBLE_DEVICES`` of the engine process only), vLLM's
+memory share and its tensor/data parallel sizes.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +100,118 @@ class NodeShare:
     def remove(self) -> None:
         """Local rank 0, after the server stopped: the folder goes."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+#: Up to this many usable CPUs the CPU build's OpenMP threads are bound to all of them (:func:`cpu_thread_binding`).
+SMALL_MACHINE_CPUS = 4
+
+
+def cpu_thread_binding(env: Mapping[str, str]) -> dict[str, str]:
+    """The CPU build's thread binding on a small machine: all usable CPUs, none reserved.
+
+    vLLM's ``VLLM_CPU_OMP_THREADS_BIND=auto`` reserves one core for its scheduler; on a 2-core machine that halves the
+    cores that sample, while the scheduler mostly waits (``benchmarks/vllm_cpu_binding.py`` measures both bindings).
+    Machines with more than :data:`SMALL_MACHINE_CPUS` usable CPUs keep vLLM's default, and
+    a ``VLLM_CPU_OMP_THREADS_BIND`` of the caller's is never replaced. GPU builds ignore both variables."""
+    if "VLLM_CPU_OMP_THREADS_BIND" in env:
+        return {}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cpus) > SMALL_MACHINE_CPUS:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+#: vLLM's memory share when a trainer rank computes on one of its GPUs (:attr:`EngineConfig.gpu_memory_utilization`).
+SHARED_GPU_MEMORY = 0.4
+
+
+@dataclass
+class EngineConfig:
+    """Where the managed inference engine (``--engine vllm``) runs and how much it takes: one engine per node,
+    started by the node's local rank 0 (docs/engines.md). On a CPU build these keys are checked and the flags
+    passed, but place nothing."""
+
+    devices: int | str | list[int | str] | None = None
+    """The GPUs of the engine, as CUDA_VISIBLE_DEVICES of the engine process only (engine.devices=6,7 or [6, 7]:
+    ids or UUIDs, as CUDA_VISIBLE_DEVICES takes them; the trainer ranks keep theirs); as many as
+    tensor_parallel_size x data_parallel_size. null: the devices the trainer sees (vLLM takes the first
+    tensor_parallel_size x data_parallel_size of them)."""
+    gpu_memory_utilization: float | None = None
+    """vLLM's --gpu-memory-utilization: the share of each of its GPUs' memory the engine takes (weights and KV
+    cache). null: 0.4 when a trainer rank of this node computes on one of the engine's GPUs (the trainer keeps
+    60% for its copy of the weights, adapter, optimizer and activations), else vLLM's own default."""
+    tensor_parallel_size: int = 1
+    """vLLM's --tensor-parallel-size: GPUs one copy of the model is split over."""
+    data_parallel_size: int = 1
+    """vLLM's --data-parallel-size: copies of the model the one server balances requests over (each LoRA version
+    is still loaded once, through the server)."""
+
+    @property
+    def device_list(self) -> list[str]:
+        """:attr:`devices` as a list (empty: unset)."""
+        if self.devices is None:
+            return []
+        items = self.devices if isinstance(self.devices, list) else str(self.devices).split(",")
+        return [str(d).strip() for d in items if str(d).strip()]
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming the key and what it accepts."""
+        for key in ("tensor_parallel_size", "data_parallel_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"engine.{key} must be an int >= 1, got {value!r}")
+        share = self.gpu_memory_utilization
+        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or
+                                  not 0 < share <= 1):
+            raise ValueError(f"engine.gpu_memory_utilization must be in (0, 1] or null, got {share!r}")
+        devices, size = self.device_list, self.tensor_parallel_size * self.data_parallel_size
+        if self.devices is not None and (not devices or len(set(devices)) != len(devices) or len(devices) != size):
+            raise ValueError(f"engine.devices={self.devices!r} must name {size} different devices, comma-separated "
+                             f"(engine.tensor_parallel_size x engine.data_parallel_size = {size}), e.g. "
+                             f"{','.join(map(str, range(8 - size, 8)))!r}")
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """:class:`EngineConfig` resolved for this node: what the engine process gets."""
+
+    devices: str | None = None
+    """``CUDA_VISIBLE_DEVICES`` of the engine process (None: the trainer's, inherited)."""
+    args: tuple[str, ...] = field(default=())
+    """Server flags (vLLM's)."""
+
+    def __bool__(self) -> bool:
+        return self.devices is not None or bool(self.args)
+
+
+def trainer_devices(env: Mapping[str, str]) -> list[str]:
+    """The GPUs this node's trainer ranks compute on (local rank ``k`` on CUDA device ``k`` of those visible), as
+    ``CUDA_VISIBLE_DEVICES`` entries."""
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
+    visible = [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",")] if env.get("CUDA_VISIBLE_DEVICES") else None
+    return [visible[k] if visible is not None and k < len(visible) else str(k) for k in range(local_world)]
+
+
+def engine_placement(config: EngineConfig, env: Mapping[str, str] | None = None, *,
+                     trainer_on_gpu: bool) -> EnginePlacement:
+    """What the engine of this node gets for ``config`` (``env``: the launcher's variables, default this
+    process's; ``trainer_on_gpu``: whether the trainer ranks compute on CUDA devices). The memory share left
+    unset is :data:`SHARED_GPU_MEMORY` when the engine's devices include a trainer rank's, else vLLM's default."""
+    env = os.environ if env is None else env
+    config.validate()
+    size = config.tensor_parallel_size * config.data_parallel_size
+    engine = config.device_list
+    if not engine:  # vLLM takes the first `size` devices it sees: the trainer's
+        visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        engine = (visible or [str(k) for k in range(size)])[:size]
+    share = config.gpu_memory_utilization
+    if share is None and trainer_on_gpu and set(engine) & set(trainer_devices(env)):
+        share = SHARED_GPU_MEMORY
+    args: list[str] = []
+    if share is not None:
+        args += ["--gpu-memory-utilization", f"{share:g}"]
+    if config.tensor_parallel_size > 1:
+        args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(config.data_parallel_size)]
+    return EnginePlacement(",".join(config.device_list) if config.devices is not None else None, tuple(args))

@@ -17,6 +17,7 @@ from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives import algorithm_class, algorithm_names
 from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.policy.engine_node import EngineConfig
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.env_factory import EXECUTORS
 from agentrl.algos.training.tasks import EnvComponent, parse_mixture
@@ -173,6 +174,7 @@ class TrainConfig:
         dpo: DPOConfig = field(default_factory=DPOConfig)
         sft: SFTConfig = field(default_factory=SFTConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
         nested_dicts_to_configs(self)
@@ -208,6 +210,7 @@ class TrainConfig:
             if self.executor == "local":
                 raise ValueError("env_actor_options places Ray env actors: set executor=ray too (the local executor "
                                  "runs the envs in this process)")
+        self.engine.validate()
         if self.micro_batch_tokens != "auto" and self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1 or 'auto', got {self.micro_batch_tokens!r}")
         if self.malloc_mmap_threshold_mb is not None and (
