@@ -13,8 +13,8 @@ the entry's ``initial_config`` and ``involved_classes``, run by BFCL's ``execute
 * After the last turn the episode ends: BFCL's ``multi_turn_checker`` compares the state and the results of the
   calls made in each turn (in BFCL's string form ``fn(arg=value)``) with its ground truth. Reward 1.0 when BFCL
   counts the entry valid, else 0.0; ``info["bfcl_error_type"]`` is BFCL's error type.
-* As in BFCL, a turn may take 20 steps with calls beyond the first; after that the entry is force-quit: the next
-  reply ends the episode, graded as BFCL grades a force-quit entry (valid only when it was the last turn).
+* As in BFCL, a turn that reaches 21 steps with calls (past BFCL's ``MAXIMUM_STEP_LIMIT`` of 20) force-quits the
+  entry: the next reply ends the episode, graded as BFCL grades a force-quit entry (valid only in the last turn).
 
 ::
 
@@ -57,7 +57,7 @@ def _utils() -> Any:
 
 
 def step_limit() -> int:
-    """BFCL's ``MAXIMUM_STEP_LIMIT``: steps with calls per turn beyond the first before an entry is force-quit."""
+    """BFCL's ``MAXIMUM_STEP_LIMIT`` (20): a turn with more steps with calls than this force-quits the entry."""
     require_bfcl()
     from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
 
