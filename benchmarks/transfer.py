@@ -27,16 +27,8 @@ from harness.transfer import ARMS, SETS, TRANSFER_DATA, TRANSFER_PAGE
 
 def commands() -> list[str]:
     """The commands that make every arm's weights and measure them, in order."""
-    from harness.transfer_run import procedural_families
-
-    fams = procedural_families()
-    out = ["agentrl main-job --out runs/main   # at the commit the declaration names; note it for --trained-at"]
-    if fams:
-        listed = ", ".join(f'"{f}"' for f in fams)
-        out.append(f"agentrl main-job --out runs/procedural 'env_kwargs={{\"families\": [{listed}]}}' "
-                   f"'sft_families=[{listed}]'")
-    else:
-        out.append("# procedural arms: ToolUse-v0 has no procedural* family yet (not run)")
+    training = list(dict.fromkeys(a.made_by for a in ARMS if a.made_by.startswith("agentrl ")))
+    out = [f"{c}   # note the commit it starts from for --trained-at" for c in training]
     for a in ARMS:
         adapter = f" --adapter {a.adapter} --trained-at <commit>" if a.adapter else ""
         out.append(f"flock /tmp/torch.lock python benchmarks/transfer.py --arm {a.name}{adapter}")

@@ -128,14 +128,16 @@ class Arm:
     about: str = ""
 
 
-#: ToolUse-v0's procedural-tools families (generated tool names, parameters, types and questions; never
-#: BFCL's): every family whose name starts with this, as ``envs/tool_use.py`` lists them when the arm runs.
-PROCEDURAL_PREFIX = "procedural"
-_PROCEDURAL = MappingProxyType({"env_kwargs": {"families": f"[every {PROCEDURAL_PREFIX}* family]"},
-                                "sft_families": f"[every {PROCEDURAL_PREFIX}* family]"})
-_PROCEDURAL_RUN = ("agentrl main-job --out runs/procedural 'env_kwargs={\"families\": [P]}' 'sft_families=[P]' "
-                   f"(P: every {PROCEDURAL_PREFIX}* family of ToolUse-v0, quoted; no other override)")
-_NEEDS_PROCEDURAL = "ToolUse-v0's procedural-tools families (issue 44, item 6; built this session, not run yet)"
+#: ToolUse-v0's procedural-tools families (generated tool names, parameters, types and questions; never BFCL's;
+#: envs/tool_use_procedural.py): every one of them, for demonstrations and GRPO alike. Named here once they existed
+#: (amended before the arms ran: the first declaration said "every procedural* family").
+PROCEDURAL_FAMILIES = ("procedural_single", "procedural_choose", "procedural_parallel", "procedural_none")
+_PROCEDURAL = MappingProxyType({"env_kwargs": MappingProxyType({"families": list(PROCEDURAL_FAMILIES)}),
+                                "sft_families": list(PROCEDURAL_FAMILIES)})
+_FAMILIES_JSON = "[" + ", ".join(f'"{f}"' for f in PROCEDURAL_FAMILIES) + "]"
+_PROCEDURAL_RUN = (f"agentrl main-job --out runs/procedural --env-kwargs '{{\"families\": {_FAMILIES_JSON}}}' "
+                   f"'sft_families={_FAMILIES_JSON}'")
+_NEEDS_PROCEDURAL = "its training run (the procedural-tools families exist; the run has not been made)"
 
 ARMS: tuple[Arm, ...] = (
     Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct"),

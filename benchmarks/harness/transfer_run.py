@@ -272,11 +272,3 @@ def run(o: Options) -> dict[str, Any]:
     finally:
         policy.close()
     return outcome
-
-
-def procedural_families() -> list[str]:
-    """ToolUse-v0's procedural-tools families as ``envs/tool_use.py`` lists them now (empty before they exist)."""
-    from agentrl.envs import tool_use
-    from harness.transfer import PROCEDURAL_PREFIX
-
-    return [f for f in getattr(tool_use, "FAMILIES", ()) if str(f).startswith(PROCEDURAL_PREFIX)]

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import harness.transfer_run as transfer_run
 import pytest
-from harness.transfer import ARMS, COMPARISONS, SETS, TRANSFER_DATA, TRANSFER_PAGE, arm, transfer_set
+from harness.transfer import (
+    ARMS,
+    COMPARISONS,
+    PROCEDURAL_FAMILIES,
+    SETS,
+    TRANSFER_DATA,
+    TRANSFER_PAGE,
+    arm,
+    transfer_set,
+)
 from harness.transfer_page import render
 from helpers import peft_copy, save_model_dir, tiny_train_model
 
@@ -61,6 +70,26 @@ def test_subsets_are_the_first_tasks_by_id_and_names_resolve():
         transfer_set("bfcl_simple")
     with pytest.raises(ValueError, match="declared: base, main_sft"):
         arm("grpo")
+
+
+def test_the_procedural_arms_train_on_every_procedural_family_with_the_main_jobs_recipe():
+    import shlex
+
+    from agentrl.algos.cli import build_parser
+    from agentrl.algos.cli_train import build_main_job_config
+    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.envs.tool_use_procedural import FAMILIES
+
+    assert set(PROCEDURAL_FAMILIES) == set(FAMILIES)
+    for name in ("procedural_sft", "procedural"):
+        argv = shlex.split(arm(name).made_by)
+        assert argv[:2] == ["agentrl", "main-job"]
+        cfg = build_main_job_config(build_parser().parse_args(argv[1:]))
+        assert cfg.env_kwargs == {"families": list(PROCEDURAL_FAMILIES)}
+        assert cfg.sft_families == list(PROCEDURAL_FAMILIES)
+        default = MainJobConfig()  # nothing else changed: the main job's recipe and budgets
+        assert {k: v for k, v in vars(cfg).items() if k not in ("env_kwargs", "sft_families", "out")} == \
+            {k: v for k, v in vars(default).items() if k not in ("env_kwargs", "sft_families", "out")}
 
 
 # ---------------------------------------------------------------------------------------------- runner and page
