@@ -137,7 +137,7 @@ _PROCEDURAL = MappingProxyType({"env_kwargs": MappingProxyType({"families": list
 _FAMILIES_JSON = "[" + ", ".join(f'"{f}"' for f in PROCEDURAL_FAMILIES) + "]"
 _PROCEDURAL_RUN = (f"agentrl main-job --out runs/procedural --env-kwargs '{{\"families\": {_FAMILIES_JSON}}}' "
                    f"'sft_families={_FAMILIES_JSON}'")
-_NEEDS_PROCEDURAL = "its training run (the procedural-tools families exist; the run has not been made)"
+_NEEDS_PROCEDURAL = "its training run, not made yet"
 
 ARMS: tuple[Arm, ...] = (
     Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct"),
