@@ -136,6 +136,53 @@ def test_a_broken_link_fails_the_build(tmp_path):
     assert len(warnings) == 3, warnings
 
 
+def _hook(name: str):
+    """A module of docs/_mkdocs/ (the site's build hooks), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"mkdocs_{name}", DOCS / "_mkdocs" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_links_to_files_outside_docs_go_to_the_code_host(site):
+    """Every link of a page to a file of the checkout outside docs/ (``../algos/rollout/collector.py``) is, on
+    the built page, a link to that file on the code host (mkdocs.yml's repo_url, docs/_mkdocs/source_links.py),
+    not its bare text; each page has an edit link; the header links to the repository without asking the host's
+    API for stars (Material's ``data-md-component="source"``: the site loads nothing from outside)."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    header = re.search(r'<a href="([^"]+)" title="[^"]*" class="md-source"[^>]*>', home)
+    assert header, "no repository link in the header: set repo_url in mkdocs.yml"
+    assert "data-md-component" not in header.group(0), header.group(0)
+    repo = header.group(1).rstrip("/")
+    links = _hook("source_links")
+    expected = 0
+    for source in sorted(DOCS.rglob("*.md")):
+        if "_mkdocs" in source.parts:
+            continue
+        rel = source.relative_to(DOCS)
+        built = site / (rel.parent if rel.stem in ("index", "README") else rel.with_suffix("")) / "index.html"
+        hrefs = set(_parse(built).links)
+        assert f"{repo}/edit/main/docs/{rel.as_posix()}" in hrefs, rel
+        prose = links.FENCE.sub("", source.read_text(encoding="utf-8"))
+        for match in links.LINK.finditer(prose):
+            path, _, anchor = match.group("target").partition("#")
+            if re.match(r"^[a-z][a-z0-9+.-]*:", path, re.I) or path.startswith("/"):
+                continue
+            target = (source.parent / path).resolve()
+            if target.is_relative_to(DOCS.resolve()) or not target.is_relative_to(ROOT.resolve()) or not path:
+                continue
+            assert target.exists(), f"{rel}: {path} (a missing file fails the build)"
+            kind = "tree" if target.is_dir() else "blob"
+            url = f"{repo}/{kind}/main/{target.relative_to(ROOT.resolve()).as_posix()}"
+            url += f"#{anchor}" if anchor else ""
+            assert url in hrefs, f"{rel}: {match.group(0)} is not a link to {url}"
+            expected += 1
+    assert expected >= 50, expected  # the pages link to code, tests and benchmarks throughout
+
+
 def _nav_links(site: Path) -> set[str]:
     """The pages the home page's navigation links to, as site paths (``envs/tool_use/``)."""
     html = (site / "index.html").read_text(encoding="utf-8")
