@@ -43,6 +43,8 @@ from agentrl.envs.core import MAX_TEXT_LENGTH, Budgets
 from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tools import function_schema
 
+#: The keys a multi-turn task row needs (a row of :func:`~agentrl.envs.bfcl.loading.load_category`).
+TASK_KEYS = ("id", "question", "tools", "ground_truth", "initial_config", "involved_classes")
 #: Tool calls per episode: BFCL sets no limit; this only keeps a runaway reply finite.
 MAX_TOOL_CALLS = 10_000
 #: What the demonstration says to end a turn, and to decline one whose ground truth calls nothing.
@@ -116,7 +118,7 @@ def grade(task: dict[str, Any], decoded: list[list[list[str]]]) -> dict[str, Any
                 "error_message": f"Model was force-terminated after turn {len(decoded) - 1} of {len(truth)}."}
     session = f"agentrl_{uuid.uuid4().hex}"
     try:
-        return dict(multi_turn_checker(decoded, truth, task, task["category"], session))
+        return dict(multi_turn_checker(decoded, truth, task, str(task["id"]).rsplit("_", 1)[0], session))
     finally:
         forget(session)
 
@@ -198,6 +200,10 @@ class BFCLMultiTurnEnv(BFCLBase):
 
     # ------------------------------------------------------------------ an episode
     def on_reset(self, task: dict[str, Any]) -> None:
+        missing = [k for k in TASK_KEYS if k not in task]
+        if missing:
+            raise ValueError(f"options['task'] {task.get('id')!r}: a BFCL multi-turn task needs "
+                             f"{', '.join(missing)} (a row of test_tasks, or just its 'id')")
         forget(self.session)
         self.session = f"agentrl_{uuid.uuid4().hex}"
         self.turn, self.steps, self.record, self.verdict = 0, 0, [[]], {}

@@ -207,6 +207,9 @@ def test_rows_round_trip_and_unsupported_categories_are_named(envs, tmp_path):
     for category in ("memory_kv", "web_search_base"):
         with pytest.raises(ValueError, match="multi_turn_miss_param.*memory, web_search.*not covered"):
             BFCLEnv(category=category)
+    with pytest.raises(ValueError, match=r"'x': a BFCL multi-turn task needs ground_truth, initial_config, "
+                                         r"involved_classes \(a row of test_tasks, or just its 'id'\)"):
+        env.reset(options={"task": {"id": "x", "question": [[]], "tools": []}})
     with pytest.raises(ValueError, match="single-turn categories are BFCLEnv's"):
         BFCLMultiTurnEnv(category="simple_python")
 
