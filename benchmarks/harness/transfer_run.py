@@ -133,14 +133,15 @@ def adapter_run(adapter: str | None) -> dict[str, Any] | None:
 
 def record_paths(folder: Path, set_name: str, redo: bool) -> tuple[Path, Path] | None:
     """``(records, meta)`` paths for a new evaluation of ``set_name`` in ``folder``: the plain ones when the set
-    was not measured yet; else, with ``redo``, the next free ``<set>.redo<k>``; else None (skip it)."""
+    was not measured yet; else, with ``redo``, the next free ``<set>.redo<k>``; else None (skip it). A measurement
+    is its records file (written last); a meta alone is a killed evaluation's, replaced."""
     first = folder / f"{set_name}.jsonl"
     if not first.exists():
         return first, folder / f"{set_name}.meta.json"
     if not redo:
         return None
     k = 1
-    while (folder / f"{set_name}.redo{k}.jsonl").exists() or (folder / f"{set_name}.redo{k}.meta.json").exists():
+    while (folder / f"{set_name}.redo{k}.jsonl").exists():
         k += 1
     return folder / f"{set_name}.redo{k}.jsonl", folder / f"{set_name}.redo{k}.meta.json"
 
@@ -233,8 +234,10 @@ def run(o: Options) -> dict[str, Any]:
             started = datetime.datetime.now(datetime.timezone.utc)
             t0 = time.perf_counter()
             episodes = o.out / a.name / rec_path.name.replace(".jsonl", ".episodes.jsonl")
-            if episodes.exists():
-                episodes.unlink()  # a killed evaluation's episodes: its records were never written
+            for stale in (episodes, meta_path):  # a killed evaluation's: its records were never written
+                if stale.exists():
+                    logger.info("removing %s: left by an evaluation that did not finish", stale)
+                    stale.unlink()
             report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs),
                               out=episodes, progress=o.progress)
             seconds = time.perf_counter() - t0
@@ -264,8 +267,9 @@ def run(o: Options) -> dict[str, Any]:
                 "ledger": {"path": shown(ledger_path), "id": row_id} if ledger_path is not None else None,
                 "scores": {key: sum(float(r[key]) for r in rows) / n for key in ("score", "called_tool", "format_ok")},
             }
-            write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            # the records last: they mark the measurement done (a meta without them is a killed run's)
             write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+            write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             outcome[s.name] = f"written {shown(rec_path)}"
             logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a.name, s.name, 100 * meta["scores"]["score"], n,
                         seconds)

@@ -209,8 +209,12 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     assert first.read_bytes() == before and first.stat().st_mtime == 0  # the first measurement untouched
     with pytest.raises(FileExistsError):
         transfer_run.write_new(first, "")
+    killed = tmp_path / "data" / "base" / "bfcl_irrelevance.redo3.meta.json"
+    killed.write_text("{}")  # a run killed after its meta, before its records: not a measurement
+    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
+    assert json.loads(killed.read_text())["set"] == "bfcl_irrelevance"
     page = render(tmp_path / "data")
-    assert "## Measured again" in page and page.count("- `base` on `bfcl_irrelevance`: ") == 2
+    assert "## Measured again" in page and page.count("- `base` on `bfcl_irrelevance`: ") == 3
 
 
 def test_bad_requests_fail_in_one_line(tmp_path):
