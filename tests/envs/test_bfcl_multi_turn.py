@@ -241,6 +241,9 @@ def test_the_collector_plays_every_turn_in_native_templates(template_tokenizers)
         assert (tr.reward, tr.termination) == (1.0, "answered"), tr.task["id"]
         assert len(tr.turns) == len(env.demo_actions(task))
         assert [t.obs_role for t in tr.turns[:-1]].count("user") == len(task["question"]) - 1
+        held = [d["name"] for docs in task["missed_function"].values() for d in docs]
+        prompt, text = tok.decode(tr.token_ids[: tr.prompt_len]), tok.decode(tr.token_ids)
+        assert held and all(f'"{n}"' not in prompt and f'"{n}"' in text for n in held)  # shown at their turn only
 
 
 def test_the_collector_runs_a_tiny_random_model_to_the_end_of_each_entry(tokenizer):
