@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.layout import ROOT, shown
+from harness.layout import LEDGER, ROOT, shown
 from harness.transfer import ARMS, SETS, TRANSFER_DATA, TRANSFER_PAGE
 
 
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.page:
         from harness.transfer_page import write_page
 
-        print(f"written: {shown(write_page(Path(args.data), Path(args.page_out)))}")
+        ledger = Path(args.ledger) if args.ledger else LEDGER
+        print(f"written: {shown(write_page(Path(args.data), Path(args.page_out), ledger))}")
         return 0
     if not args.arm:
         ap.error("--arm is required (or --page / --commands)")

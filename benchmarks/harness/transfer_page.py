@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.intervals import paired_bootstrap
-from harness.data import TIE_RULE, judged, load_json, read_rows
+from harness.data import TIE_RULE, judged, load_json, read_ledger, read_rows
 from harness.experiments import Comparison
-from harness.layout import shown
+from harness.layout import LEDGER, shown
 from harness.tables import cell, commit_text, verdict
 from harness.transfer import (
     ARMS,
@@ -215,8 +215,28 @@ def redos_section(data: Path, found: dict[tuple[str, str], Measured]) -> list[st
     return lines + [""]
 
 
-def render(data: Path = TRANSFER_DATA) -> str:
-    """The page's Markdown from the records in ``data``."""
+def ledger_section(ledger: Path) -> list[str]:
+    """Every evaluation of a transfer set the ledger holds (``transfer/<set>`` rows), one line per set, arm and
+    adapter: how many times it was evaluated and its scores (more than one: measured again)."""
+    rows = [r for r in read_ledger(ledger) if str(r.get("set", "")).startswith("transfer/")]
+    lines = ["## The ledger", "",
+             f"Every evaluation of these sets recorded in `{shown(ledger)}` (smoke tests are not recorded), in the "
+             "order they ran:", ""]
+    if not rows:
+        return lines + ["None yet.", ""]
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["set"].removeprefix("transfer/"), str(r.get("arm")), str(r.get("adapter"))), []).append(r)
+    lines += [row("Set", "Arm", "Adapter", "Tasks", "Evaluations", "Scores"), "|---|---|---|---:|---:|---|"]
+    for (set_name, arm_name, adapter), rs in groups.items():
+        scores = ", ".join(f"{100 * (r.get('scores') or {}).get('average_at_n', 0.0):.1f}%" for r in rs)
+        times = f"**{len(rs)}**" if len(rs) > 1 else "1"
+        lines.append(row(f"`{set_name}`", f"`{arm_name}`", f"`{adapter}`", str(rs[0].get("tasks")), times, scores))
+    return lines + [""]
+
+
+def render(data: Path = TRANSFER_DATA, ledger: Path = LEDGER) -> str:
+    """The page's Markdown from the records in ``data`` and the ledger ``ledger``."""
     found = measurements(data)
     packages = ", ".join(f"{k} {v}" for k, v in PACKAGES.items())
     lines = ["# Transfer: training here, measured on public benchmarks", "",
@@ -237,11 +257,11 @@ def render(data: Path = TRANSFER_DATA) -> str:
               "whose calls the checker rejected).", ""]
     for s in SETS:
         lines += scores_section(s, found)
-    lines += comparisons_section(found) + redos_section(data, found)
+    lines += comparisons_section(found) + redos_section(data, found) + ledger_section(ledger)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_page(data: Path = TRANSFER_DATA, page: Path = TRANSFER_PAGE) -> Path:
+def write_page(data: Path = TRANSFER_DATA, page: Path = TRANSFER_PAGE, ledger: Path = LEDGER) -> Path:
     page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(render(data), encoding="utf-8")
+    page.write_text(render(data, ledger), encoding="utf-8")
     return page

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import harness.transfer_run as transfer_run
 import pytest
+from harness.layout import LEDGER
 from harness.transfer import (
     ARMS,
     COMPARISONS,
@@ -153,8 +154,10 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     meta = json.loads((tmp_path / "data" / "main_sft" / "bfcl_multiple.meta.json").read_text())
     assert meta["adapter"] == adapters["main_sft"] and len(meta["adapter_sha256"]) == 16
     assert meta["adapter_run"]["algo"] == "sft" and meta["adapter_run"]["steps"] == 16  # its run's config.json
-    page = render(tmp_path / "data")
-    assert page == render(tmp_path / "data")
+    page = render(tmp_path / "data", tmp_path / "ledger.jsonl")
+    assert page == render(tmp_path / "data", tmp_path / "ledger.jsonl")
+    assert "| `bfcl_multiple` | `base` | `base` | 2 | 1 | " in page  # the ledger's rows, one evaluation each
+    assert "| `bfcl_multiple` | `main_grpo` | `" in page
     assert page.count("**smoke test, first 2: not a result**") == len(written) + 4
     judged = [line for line in page.splitlines() if line.startswith("| BFCL multiple | main job: GRPO | main job: SFT")]
     assert len(judged) == 1 and ("tie" in judged[0] or "met" in judged[0] or "missed" in judged[0]), judged
@@ -180,7 +183,8 @@ def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
     write_records(data / "main_sft", "main_sft", "bfcl_irrelevance", [1.0] * 5 + [0.0] * 35, [False] * n)
     write_records(data / "main_grpo", "main_grpo", "bfcl_irrelevance", [1.0] * 6 + [0.0] * 34, [False] * n)
     write_records(data / "base", "base", "bfcl_multiple", [0.0] * n, [False] * n)
-    page = render(data)
+    page = render(data, tmp_path / "no-ledger.jsonl")
+    assert "## The ledger" in page and page.rstrip().endswith("None yet.")
     assert ("| BFCL multiple | main job: GRPO | main job: SFT cold start | 75.0% | 25.0% | +50.0 [" in page)
     [line] = [x for x in page.splitlines() if x.startswith("| BFCL multiple | main job: GRPO |")]
     assert line.endswith("| 20 / 0 | **met** (decided) |"), line
@@ -213,8 +217,10 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     killed.write_text("{}")  # a run killed after its meta, before its records: not a measurement
     assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
     assert json.loads(killed.read_text())["set"] == "bfcl_irrelevance"
-    page = render(tmp_path / "data")
-    assert "## Measured again" in page and page.count("- `base` on `bfcl_irrelevance`: ") == 3
+    page = render(tmp_path / "data", tmp_path / "ledger.jsonl")
+    assert "## Measured again" in page
+    assert page.count("- `base` on `bfcl_irrelevance`: ") == 3
+    assert "| `bfcl_irrelevance` | `base` | `base` | 2 | **4** | " in page  # the ledger has all four
 
 
 def test_bad_requests_fail_in_one_line(tmp_path):
@@ -231,5 +237,5 @@ def test_bad_requests_fail_in_one_line(tmp_path):
 
 
 def test_the_committed_page_regenerates_byte_for_byte():
-    assert TRANSFER_PAGE.read_text(encoding="utf-8") == render(TRANSFER_DATA), \
+    assert TRANSFER_PAGE.read_text(encoding="utf-8") == render(TRANSFER_DATA, LEDGER), \
         "docs/results/transfer.md is stale: python benchmarks/transfer.py --page"
