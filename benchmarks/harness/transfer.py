@@ -95,7 +95,6 @@ SETS: tuple[TransferSet, ...] = (
                 240, None, _BFCL_REPLY, 1, why=_WHOLE + "; a task passes when the reply calls nothing"),
     TransferSet("bfcl_multi_turn_base", "BFCL multi_turn_base", BFCL,
                 MappingProxyType({"category": "multi_turn_base"}), 200, 50, _BFCL_REPLY, 200,
-                requires="AgentRL/BFCL-v0 accepting category=multi_turn_base",
                 # amended before it ran (was 40 replies): BFCL's own harness bounds a task by its step limit per
                 # user turn, which the env applies; a lower cap of ours would end tasks BFCL lets go on
                 why="the first 50 by BFCL id (multi_turn_base_0 ... _49): each task is several user turns of "
