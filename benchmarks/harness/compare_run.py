@@ -175,12 +175,18 @@ class Runner:
             return sft_train_config(self.cfg, run_dir, **common)
         ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
         dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
-        grpo, changes = self.cfg.grpo, {}
+        from harness.controls import check_relift
+
+        grpo, changes, algo_name = self.cfg.grpo, {}, algo
         option = COMPARE.option(algo)
         if option is not None:
             algo, settings = option.algo, option.settings
             grpo = dataclasses.replace(grpo, **{k[5:]: v for k, v in settings.items() if k.startswith("grpo.")})
             changes = {k: v for k, v in settings.items() if not k.startswith("grpo.")}
+        try:
+            check_relift(grpo, self.cfg.rl_group_size, self.cfg.max_new_tokens * self.cfg.max_turns)
+        except ValueError as e:
+            raise SystemExit(f"--algos {algo_name}: {e}") from None
         return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **{**common, **changes})
 
     def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],

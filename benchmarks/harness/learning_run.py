@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import dumps, git_state
-from harness.controls import reuse_cold_start, run_sft_control, run_text_only, server_client, stage_seconds
+from harness.controls import (
+    check_relift,
+    reuse_cold_start,
+    run_sft_control,
+    run_text_only,
+    server_client,
+    stage_seconds,
+)
 from harness.experiments import (
     COLD_START,
     CONTROL,
@@ -184,6 +191,10 @@ def configure(args) -> Setup:
     overrides = [*(variant.overrides if variant else ()), *args.overrides]
     preset.update(env=args.env, out=str(out))
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
+    try:
+        check_relift(cfg.grpo, cfg.rl_group_size, cfg.max_new_tokens * cfg.max_turns)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     return Setup(exp, name, out, cfg, overrides, Path(args.ledger))
 
 

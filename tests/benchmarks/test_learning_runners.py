@@ -7,6 +7,7 @@ needs, reads finished runs back, and that the page shows only what the run direc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -102,13 +103,15 @@ def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, nam
     assert not evaluated_texts & {draw.task_text(t) for t in tasks}
 
 
-def _train_scan_texts(heldout, name, full=True):
-    """The train-split question texts a v2 set must not share, scanned here with the env's generator directly."""
+@functools.cache
+def _train_scan_texts(env, full=True):
+    """The train-split question texts a v2 set must not share, scanned here with the env's generator directly
+    (once per process: the four PythonMath sets share it)."""
     from agentrl.envs import tool_use
     from agentrl.envs.python_math import tasks as python_math
 
     n = draw.TRAIN_SCAN
-    if name == "tooluse_v2":
+    if env == "tooluse":
         return {t["query"] for t in tool_use.make_tasks(n, "train")}
     tasks = python_math.make_tasks(n, "train", tiers=[1, 2])  # the learning preset's mixture
     tasks += python_math.make_tasks(32, "train", start=1_000_000, tiers=[1, 2])  # the tier probe
@@ -144,7 +147,7 @@ def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(he
     assert all(i % 2 == 1 and i >= split_index(start, "test") for i in indices)  # fresh test positions
     assert indices == sorted(indices) and [module.make_task(i) for i in indices] == tasks  # the generator's own
     assert meta["left_out_families"] and not {t["family"] for t in tasks} & set(meta["left_out_families"])
-    assert not set(texts) & _train_scan_texts(heldout, name, full=full)
+    assert not set(texts) & _train_scan_texts(v1, full=full)
     assert not set(texts) & {draw.task_text(t) for s in [v1, *earlier] for t in heldout.read(s)}
     tiers = [None, [3], [1, 2]] if v1 == "pythonmath" else [None]
     evaluated = {draw.task_text(t) for k in tiers
@@ -356,6 +359,11 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     assert plain.lr == MainJobConfig().rl_lr == 2e-4 and low.lr == 2e-5 and turns.lr == plain.lr
     assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
     assert turns.grpo.turn_weight == 1.0 and plain.grpo.turn_weight == 0
+    guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
+    with pytest.raises(SystemExit, match=r"^--algos grpo_relift: grpo.guidance=relift: .* at least 16x .* <= 0.62 "):
+        runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")  # groups of 8: refused
+    runner.cfg = dataclasses.replace(runner.cfg, rl_group_size=4)  # 8x: allowed
+    plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
     relift = runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")
     assert (plain.grpo.guidance, guided.grpo.guidance, relift.grpo.guidance) == ("none", "luffy", "relift")

@@ -1,0 +1,41 @@
+"""ReLIFT's imitation term against GRPO's per-token term (harness.controls.relift_weight_ratio / check_relift): the
+ratio of one demonstration token's pull to one GRPO token's, checked against a step's actual loss weights, and the
+one-line refusal beyond RELIFT_MAX_RATIO."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from harness.controls import RELIFT_MAX_RATIO, check_relift, relift_weight_ratio
+
+from agentrl.algos.objectives.batching import token_weights
+from agentrl.algos.objectives.grpo import GRPOConfig, group_advantages
+from agentrl.algos.objectives.guidance import relift_demo_rows
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum_norm"])
+def test_the_ratio_is_what_a_step_weighs_with_every_group_unsolved_and_the_largest_mean_advantage(aggregation):
+    tasks, group, length = 4, 8, 50
+    grpo = GRPOConfig(scale_std=False, aggregation=aggregation, norm_tokens=400, guidance="relift")
+    # half the samples of each group right: mean |advantage| 0.5, the largest with 0/1 rewards
+    rewards = [float(i % 2) for i in range(tasks * group)]
+    adv = group_advantages(rewards, [i // group for i in range(tasks * group)], scale_std=False)
+    masks = [[1] * length for _ in rewards]
+    w = token_weights(masks, aggregation, norm_tokens=grpo.norm_tokens)
+    grpo_pull = sum(abs(a) * row[0] for a, row in zip(adv, w, strict=True)) / len(adv)
+    demos = [types.SimpleNamespace(token_ids=[0] * length, loss_mask=[1] * length) for _ in range(tasks)]
+    demo_pull = relift_demo_rows(demos, 0, grpo.guidance_coef)[0].weights[0]
+    assert relift_weight_ratio(grpo, group, length) == pytest.approx(demo_pull / grpo_pull)
+    assert relift_weight_ratio(grpo, group, length) == (16 if aggregation == "token_mean" else 16 * 400 / 50)
+
+
+def test_relift_beyond_the_limit_is_refused_in_one_line_naming_the_coefficient_that_fits():
+    grpo = GRPOConfig(scale_std=False, guidance="relift")
+    with pytest.raises(ValueError, match=r"^grpo.guidance=relift: .* at least 16x .* grpo.guidance_coef <= 0.62 or use "
+                                         r"grpo.guidance=luffy$"):
+        check_relift(grpo, 8, 384)
+    scaled = GRPOConfig(scale_std=False, guidance="relift", guidance_coef=0.62)
+    assert relift_weight_ratio(scaled, 8, 384) <= RELIFT_MAX_RATIO
+    check_relift(scaled, 8, 384)
+    check_relift(GRPOConfig(scale_std=False, guidance="luffy"), 8, 384)  # only relift is checked
