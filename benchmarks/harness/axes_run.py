@@ -40,8 +40,9 @@ logger = logging.getLogger("axes")
 #: evaluations); 8 tries at temperature 0.7 about 8 times that; a cell its budget plus loading and saving.
 PRIOR_SECONDS = {"cold_start": 1150.0, "eval:greedy": 80.0, "eval:sampled": 640.0, "eval:train": 60.0}
 CELL_OVERHEAD_SECONDS = 60.0
-#: A GRPO step of the main job's settings (8 tasks x 8 samples) on that machine (docs/results: 6-8.5 min).
-PRIOR_STEP_SECONDS = 450.0
+#: A GRPO step of 8 tasks x 8 samples on that machine since the shared-prefix update (d019e38): ``tooluse_chains``
+#: 124 s (8 steps in 993 s), ``tooluse_sft48`` 50 s (6 steps in 298 s).
+PRIOR_STEP_SECONDS = 120.0
 TRAIN = "train"
 
 
