@@ -90,8 +90,10 @@ class Executor:
         self._base: Any = None
 
     def setup(self) -> dict[str, Any]:
-        """The settings every piece of the folder shares (``compare_run.check_setup`` refuses to mix)."""
-        return {"experiment": self.exp.name, "pipeline": dataclasses.asdict(self.cfg), "overrides": self.overrides,
+        """The settings every piece of the folder shares (``compare_run.check_setup`` refuses to mix); where the
+        work folder is may change between sessions."""
+        pipeline = {k: v for k, v in dataclasses.asdict(self.cfg).items() if k not in ("out", "progress")}
+        return {"experiment": self.exp.name, "pipeline": pipeline, "overrides": self.overrides,
                 "minutes": self.minutes if self.minutes is not None else self.exp.minutes, "steps": self.exp.steps,
                 "tasks": self.tasks}
 

@@ -142,3 +142,6 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert {k: (data / k / "meta.json").stat().st_mtime_ns for k in done} == stamps
     with pytest.raises(SystemExit, match="holds runs made with other settings"):
         main([*args, "max_turns=3"])
+    moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
+    work.rename(moved)
+    assert main([*args[:6], str(moved), *args[7:]]) == 0
