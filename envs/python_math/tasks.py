@@ -24,6 +24,7 @@ SALT])`` draws the family and then its parameters):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,7 +88,14 @@ def _fam_square_sum(r):
 def _fam_odd_squares(r):
     n = int(r.integers(1_000, 20_000))
     q = f"What is the sum of the squares of the odd numbers below {n}?"
-    return q, str(sum(k * k for k in range(1, n, 2))), f"print(sum(k * k for k in range(1, {n}, 2)))"
+    return q, str(_odd_squares_below(n)), f"print(sum(k * k for k in range(1, {n}, 2)))"
+
+
+def _odd_squares_below(n: int) -> int:
+    """1² + 3² + … over the odd numbers below ``n``: m(2m - 1)(2m + 1) / 3 for their count m (exact; what the
+    solution code's loop sums, without the loop: the train-split scans generate hundreds of thousands)."""
+    m = n // 2
+    return m * (2 * m - 1) * (2 * m + 1) // 3
 
 
 @_tier(2)
@@ -149,12 +157,23 @@ def _fam_collatz_steps(r):
 # The env's original families: their draws must not change (task i of a family list is fixed).
 
 
+def _divisible_by_a_or_b_not_c(n: int, a: int, b: int, c: int) -> int:
+    """How many of 1..n are divisible by ``a`` or ``b`` but not by ``c``, by inclusion-exclusion over least
+    common multiples (exact; what the solution code's loop counts, without the loop)."""
+    def multiples(*ks: int) -> int:
+        return n // math.lcm(*ks)
+
+    a_or_b = multiples(a) + multiples(b) - multiples(a, b)
+    a_or_b_and_c = multiples(a, c) + multiples(b, c) - multiples(a, b, c)
+    return a_or_b - a_or_b_and_c
+
+
 @_tier(3)
 def _fam_count_divisible(r):
     n = int(r.integers(500, 20000))
     a, b = (int(x) for x in r.choice([3, 4, 5, 6, 7, 9, 11, 13], size=2, replace=False))
     c = int(r.choice([2, 8, 10, 12, 15]))
-    ans = sum(1 for k in range(1, n + 1) if (k % a == 0 or k % b == 0) and k % c != 0)
+    ans = _divisible_by_a_or_b_not_c(n, a, b, c)
     q = f"How many integers from 1 to {n} inclusive are divisible by {a} or by {b}, but not by {c}?"
     code = f"print(sum(1 for k in range(1, {n} + 1) if (k % {a} == 0 or k % {b} == 0) and k % {c} != 0))"
     return q, str(ans), code
@@ -194,11 +213,19 @@ def _fam_no_consecutive_subsets(r):
     return q, str(ans), code
 
 
+@functools.cache
+def _digit_sum_count(digits: int, total: int) -> int:
+    """How many ``digits``-digit integers have digits that sum to ``total``, counted one by one as the solution
+    code counts them; cached: the family draws from 60 ``(digits, total)`` pairs, and each count scans up to
+    90,000 integers (it was most of the time a scan of the train split took)."""
+    return sum(1 for x in range(10 ** (digits - 1), 10**digits) if sum(map(int, str(x))) == total)
+
+
 @_tier(3)
 def _fam_digit_count(r):
     digits, s = int(r.integers(3, 6)), int(r.integers(5, 25))
     lo, hi = 10 ** (digits - 1), 10**digits
-    ans = sum(1 for x in range(lo, hi) if sum(map(int, str(x))) == s)
+    ans = _digit_sum_count(digits, s)
     q = f"How many {digits}-digit positive integers have digits that sum to {s}?"
     code = f"print(sum(1 for x in range({lo}, {hi}) if sum(map(int, str(x))) == {s}))"
     return q, str(ans), code

@@ -262,6 +262,34 @@ def test_every_family_generates_valid_deterministic_tasks_on_both_splits(family)
     assert len(questions) >= (38 if TIERS[family] < 3 else 10), len(questions)
 
 
+def test_answers_computed_without_the_loop_equal_what_the_solution_code_counts():
+    """odd_squares and count_divisible answer by a closed form, digit_count from a cache, not by running the
+    solution code's loop per task (a held-out set's train scan generates 400,000 tasks): each equals the loop
+    over the family's whole parameter range (count_divisible: every (a, b, c) at 40 values of n)."""
+    import collections
+    import itertools
+    import random
+
+    import numpy as np
+
+    from agentrl.envs.python_math import tasks as generator
+
+    odd_squares, total = {}, 0
+    for k in range(1, 20_000):
+        odd_squares[k + 1] = total = total + (k * k if k % 2 else 0)  # the odd squares below k + 1
+    assert all(generator._odd_squares_below(n) == odd_squares[n] for n in range(1_000, 20_000))
+    k = np.arange(1, 20_001)
+    rng = random.Random(0)
+    for a, b in itertools.permutations([3, 4, 5, 6, 7, 9, 11, 13], 2):
+        for c in [2, 8, 10, 12, 15]:
+            counted = np.cumsum(((k % a == 0) | (k % b == 0)) & (k % c != 0))  # counted[n - 1]: up to n
+            for n in [500, 19_999, *rng.sample(range(500, 20_000), 38)]:
+                assert generator._divisible_by_a_or_b_not_c(n, a, b, c) == counted[n - 1], (n, a, b, c)
+    by_digits_and_sum = collections.Counter((len(str(x)), sum(map(int, str(x)))) for x in range(100, 100_000))
+    for digits, s in itertools.product(range(3, 6), range(5, 25)):
+        assert generator._digit_sum_count(digits, s) == by_digits_and_sum[digits, s]
+
+
 def test_easy_tier_answers_are_not_guessable():
     """Tiers 1 and 2 are sized so mental arithmetic fails: the answers are large and spread out."""
     tasks = make_tasks(200, "train", tiers=[1, 2])
