@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else ROOT / "runs" / exp.name
     executor = Executor(exp, data, work, list(args.overrides), args.model, Path(args.ledger), args.tasks, args.minutes)
     data.mkdir(parents=True, exist_ok=True)
-    check_setup(data, executor.setup())
+    check_setup(data, executor.setup(), "--data")
     budget = None if args.budget_minutes is None else 60 * args.budget_minutes
     out = schedule(pieces, data, executor, exp, budget, args.minutes)
     print(f"ran {len(out.ran)}, already there {len(out.skipped)}, waiting on an unfinished piece {len(out.blocked)}")

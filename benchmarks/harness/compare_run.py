@@ -84,7 +84,7 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def check_setup(out: Path, setup: dict[str, Any]) -> None:
+def check_setup(out: Path, setup: dict[str, Any], flag: str = "--out") -> None:
     """Record the settings every run of ``out`` shares in ``<out>/setup.json``; refuse to mix runs made with
     other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be
     added."""
@@ -95,7 +95,7 @@ def check_setup(out: Path, setup: dict[str, Any]) -> None:
         changed = sorted(k for k in set(old) | set(setup) if old.get(k) != setup.get(k))
         if changed:
             raise SystemExit(f"{out} holds runs made with other settings ({', '.join(changed)} differ); "
-                             "use another --out, or the same settings")
+                             f"use another {flag}, or the same settings")
     else:
         path.write_text(json.dumps(setup, indent=1) + "\n")
 

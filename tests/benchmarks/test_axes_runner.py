@@ -140,7 +140,7 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert main(args) == 0
     assert "ran 0, already there" in capsys.readouterr().out
     assert {k: (data / k / "meta.json").stat().st_mtime_ns for k in done} == stamps
-    with pytest.raises(SystemExit, match="holds runs made with other settings"):
+    with pytest.raises(SystemExit, match=r"other settings \(overrides, pipeline differ\); use another --data"):
         main([*args, "max_turns=3"])
     moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
     work.rename(moved)
