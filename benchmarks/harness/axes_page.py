@@ -142,6 +142,40 @@ def cells_table(ax: Axes) -> list[str]:
     return lines
 
 
+def signal_lines(ax: Axes) -> list[str]:
+    """Where each arm's learning signal was: per family, the share of its sampled groups whose rewards were all
+    equal (no group-relative signal), summed over the finished cells' steps; and the training reward of the first
+    and last quarter of the steps (the cells' ``metrics.jsonl``)."""
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    rows = []
+    for arm in ax.exp.arms:
+        groups: dict[str, list[float]] = {}
+        first, last = [], []
+        for _, model in ax.models(arm):
+            path = ax.folder / "cells" / model / "metrics.jsonl"
+            if f"cells/{model}" not in ax.pieces:
+                continue
+            for r in read_metrics(path) if path.is_file() else []:
+                for key, v in r.items():
+                    if key.startswith(("family/groups@", "family/signal_groups@")):
+                        family = key.split("@", 1)[1]
+                        g = groups.setdefault(family, [0.0, 0.0])
+                        g[0 if key.startswith("family/groups@") else 1] += float(v)
+            d = ax.pieces[f"cells/{model}"].get("diagnostics", {})
+            if "reward_first_quarter" in d:
+                first.append(d["reward_first_quarter"])
+                last.append(d["reward_last_quarter"])
+        if groups or first:
+            shares = ", ".join(f"{f} {100 * (1 - sig / n):.0f}%" for f, (n, sig) in sorted(groups.items()) if n)
+            reward = (f"{statistics.fmean(first):.2f} -> {statistics.fmean(last):.2f}" if first else "–")
+            rows.append(f"| {label(arm)} | {reward} | {shares or '–'} |")
+    if not rows:
+        return []
+    return ["| Arm | training reward, first -> last quarter (mean over seeds) | groups with equal rewards, per "
+            "family |", "|---|---|---|", *rows, ""]
+
+
 def header(ax: Axes, command: str) -> list[str]:
     exp = ax.exp
     budget = f"{exp.steps} steps" if exp.steps else f"{exp.minutes:g} minutes of training"
@@ -168,7 +202,8 @@ def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
     if not ax.pieces:
         return lines
     rows: list[str | None] = [None, *exp.arms]
-    lines += [*cells_table(ax), "", f"Verdicts: {TIE_RULE}. The seed SD beside each interval is the noise floor: "
+    lines += [*cells_table(ax), "", *signal_lines(ax),
+              f"Verdicts: {TIE_RULE}. The seed SD beside each interval is the noise floor: "
               "a difference within the seeds' spread is not read as a difference. A row's per-task scores are "
               "averaged over its finished seeds.", ""]
     for target in exp.sets:

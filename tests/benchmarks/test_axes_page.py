@@ -32,7 +32,12 @@ def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_p
     piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
     piece(data, "evals/cold_start/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.0125})
     for cell, score in (("grpo-s0", 1.0), ("grpo-s1", 1.0), ("sft-s0", 0.0)):
-        piece(data, f"cells/{cell}", steps=3, train_seconds=900.0)
+        piece(data, f"cells/{cell}", steps=3, train_seconds=900.0,
+              diagnostics={"reward_first_quarter": 0.25, "reward_last_quarter": 0.5 + score / 4})
+        if cell.startswith("grpo"):  # two steps: add 2 groups (1 with a signal), then power 4 groups (none)
+            (data / f"cells/{cell}/metrics.jsonl").write_text(
+                json.dumps({"step": 1, "family/groups@add": 2, "family/signal_groups@add": 1}) + "\n"
+                + json.dumps({"step": 2, "family/groups@power": 4, "family/signal_groups@power": 0}) + "\n")
         piece(data, f"evals/{cell}/tooluse_v5-greedy", [score] * (n // 2) + [0.0] * (n // 2))
         piece(data, f"evals/{cell}/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.5})
     piece(data, "evals/grpo-s0/tooluse_v5-sampled", [0.5] * n,
@@ -50,6 +55,8 @@ def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_p
     # a set nobody evaluated: every row not run, no comparison
     depth = text.split("#### `tooluse_axis_depth`")[1].split("####")[0]
     assert depth.count("not run") >= 4 and "A vs B" not in depth
+    assert "| GRPO (Dr. GRPO) | 0.25 -> 0.75 | add 50%, power 100% |" in text
+    assert "| SFT-continued | 0.25 -> 0.50 | – |" in text
     assert "| cold start | not run | 100.0 | 0.0125 |" in text
     assert "| GRPO (Dr. GRPO) | not run | 100.0 (2 seeds) | 0.5000 (0.5000 / 0.5000) |" in text
 
