@@ -7,13 +7,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
-import hashlib
 import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from agentrl.algos.evaluation.ledger import adapter_sha256
 from harness.axes_run import TRAIN, Piece
 from harness.compare_run import summarize_metrics, takes_step
 from harness.experiments import AxesExperiment
@@ -68,15 +68,6 @@ def train_sample(exp: AxesExperiment, data: Path, limit: int | None = None) -> l
         path.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in tasks), encoding="utf-8")
     tasks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return tasks[:limit]
-
-
-def sha256_of(folder: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(folder.rglob("*")):
-        if f.is_file():
-            h.update(f.relative_to(folder).as_posix().encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 class Executor:
@@ -146,7 +137,7 @@ class Executor:
             shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
         gc.collect()
         return {**self.common_meta(self.cfg), "train_seconds": seconds, "steps": self.cfg.sft_steps,
-                "adapter_sha256": sha256_of(run_dir / "adapter")}
+                "adapter_sha256": adapter_sha256(run_dir / "adapter")}
 
     def cell(self, arm: str, seed: int, folder: Path) -> dict[str, Any]:
         from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
@@ -188,7 +179,7 @@ class Executor:
         return {**self.common_meta(cfg), "arm": arm, "algo": algo, "seed": seed, "steps": steps,
                 "train_seconds": clock, "settings": dict(self.exp.arms[arm]),
                 "diagnostics": summarize_metrics(read_metrics(run_dir)),
-                "adapter_sha256": sha256_of(run_dir / "adapter")}
+                "adapter_sha256": adapter_sha256(run_dir / "adapter")}
 
     def tasks_of(self, target: str) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
         """The tasks, env kwargs and set file of a set name (or the train-split sample)."""
@@ -223,7 +214,8 @@ class Executor:
                                               temperature=c.eval_temperature),
                               env_kwargs=env_kwargs, out=episodes, progress=False,
                               ledger=self.ledger if set_file and self.tasks is None else None,
-                              ledger_fields={"stage": f"{self.exp.name}:{model_name}", "adapter": model_name})
+                              ledger_fields={"stage": f"{self.exp.name}:{model_name}",
+                                             "adapter": adapter_sha256(self.adapter(model_name))})
         finally:
             policy.close()
         trajectories = load_trajectories(episodes)
