@@ -54,7 +54,7 @@ CURRENT = {"tooluse": "tooluse_v3"}
 
 
 @pytest.mark.parametrize("name", [*V1, "tooluse_v2", "tooluse_v3", "tooluse_v4", "tooluse_v5", "search_v2",
-                                  # their generator scans 400,000 train tasks (~3.5 min): see the fast check below
+                                  # their generator scans 400,000 train tasks (~20 s): see the fast check below
                                   pytest.param("pythonmath_v2", marks=pytest.mark.slow),
                                   pytest.param("pythonmath_v3", marks=pytest.mark.slow),
                                   pytest.param("pythonmath_v4", marks=pytest.mark.slow),
@@ -115,7 +115,7 @@ def _train_scan_texts(env, full=True):
         return {t["query"] for t in tool_use.make_tasks(n, "train")}
     tasks = python_math.make_tasks(n, "train", tiers=[1, 2])  # the learning preset's mixture
     tasks += python_math.make_tasks(32, "train", start=1_000_000, tiers=[1, 2])  # the tier probe
-    if full:  # the default mixture (all tiers): ~3 min, its digit_count family is slow
+    if full:  # the default mixture (all tiers): 200,000 more tasks
         tasks += python_math.make_tasks(n, "train")
     return {t["question"] for t in tasks}
 
