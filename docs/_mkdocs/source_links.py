@@ -50,3 +50,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         last = fence.end()
     out.append(LINK.sub(lambda m: _rewrite(m, page_dir, root, repo_url), markdown[last:]))
     return "".join(out)
+
+
+def on_config(config: Any) -> Any:
+    """Without a code host (no ``repo_url``: mkdocs.yml reads it from ``AGENTRL_REPO_URL``) pages get no edit
+    button: ``edit_uri`` is relative to the host and means nothing alone."""
+    if not config.repo_url:
+        config.edit_uri = None
+    return config

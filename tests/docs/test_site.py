@@ -34,7 +34,9 @@ DOCS = ROOT / "docs"
 def site(tmp_path_factory) -> Path:
     """The site built by ``mkdocs build --strict`` into a temporary folder (the build's output checked here)."""
     out = tmp_path_factory.mktemp("site") / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's banner about MkDocs 2 (not a build warning)
+    # Material's banner about MkDocs 2 is not a build warning; the code host's URL is a stand-in (the project names
+    # no public repository yet: mkdocs.yml)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "AGENTRL_REPO_URL": "https://example.invalid/agentrl-gym"}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
                            "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = done.stdout + done.stderr
@@ -181,6 +183,20 @@ def test_links_to_files_outside_docs_go_to_the_code_host(site):
             assert url in hrefs, f"{rel}: {match.group(0)} is not a link to {url}"
             expected += 1
     assert expected >= 50, expected  # the pages link to code, tests and benchmarks throughout
+
+
+def test_without_a_code_host_links_outside_docs_stay_text_and_pages_have_no_edit_button():
+    """mkdocs.yml names no repository unless ``AGENTRL_REPO_URL`` is set (the project has no public one yet): then a
+    link to ``../algos/...`` is its text (never a made-up URL) and ``edit_uri`` is dropped (it needs a host)."""
+    import types
+
+    links = _hook("source_links")
+    config = types.SimpleNamespace(repo_url=None, edit_uri="edit/main/docs/", config_file_path=str(ROOT / "mkdocs.yml"))
+    assert links.on_config(config).edit_uri is None
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="collector.md"))
+    out = links.on_page_markdown("see [the collector](../algos/rollout/collector.py) and [x](quickstart.md)", page,
+                                 config, None)
+    assert out == "see the collector and [x](quickstart.md)", out
 
 
 def _nav_links(site: Path) -> set[str]:
