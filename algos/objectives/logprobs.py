@@ -105,36 +105,74 @@ def _checked_transform(base, decoder, head, input_ids: torch.Tensor) -> tuple[fl
     return mult, cap
 
 
+def _chunk_stats(hidden, weight, targets, temperature, want_entropy, want_grad):
+    """One chunk of rows through the head: ``(logp, lse, entropy, grad_h)`` of ``log_softmax(h @ W.T / T)``.
+
+    One pass over the ``[rows, V]`` logits (fp32): shifted by their row maximum in place, one ``exp``; the
+    entropy and, with ``want_grad``, ``d logp / d h = (onehot(target) - softmax) @ W / T`` come from the same
+    exponentials (``grad_h`` ``[rows, H]`` in the hidden dtype, else None)."""
+    logits = (hidden @ weight.t()).float()
+    if temperature != 1.0:
+        logits.div_(temperature)
+    top = logits.amax(dim=-1, keepdim=True)
+    logits.sub_(top)  # shifted: every logit <= 0
+    p = torch.exp(logits)
+    log_sum = torch.log(p.sum(-1))
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - log_sum
+    entropy = None
+    if want_entropy:  # H = log S - sum(e^l * l) / S over the shifted logits l
+        entropy = log_sum - torch.bmm(p[:, None, :], logits[:, :, None]).view(-1) / torch.exp(log_sum)
+    grad_h = None
+    if want_grad:
+        p.div_(torch.exp(log_sum)[:, None]).neg_()  # -softmax
+        p.scatter_add_(-1, targets[:, None], torch.ones_like(logp)[:, None])
+        if temperature != 1.0:
+            p.div_(temperature)
+        grad_h = p.to(hidden.dtype) @ weight
+    return logp, top.squeeze(-1) + log_sum, entropy, grad_h
+
+
 class _LinearHeadLogprobs(torch.autograd.Function):
     """``log_softmax(h @ W.T / T)[target]`` over rows of ``h`` in chunks, with a hand-written backward.
 
-    Forward keeps only the per-row log-normaliser; backward recomputes each chunk's logits once and forms
+    The head's weight frozen (LoRA, the usual case): the forward pass, which already has each chunk's
+    exponentials, also forms ``d logp / d h`` (one ``[rows, H]`` tensor, :func:`_chunk_stats`), and the backward
+    pass only scales it by the incoming gradient: no logits are recomputed. A trainable head (its gradient needs
+    the whole ``[rows, V]`` softmax against the incoming gradient): the forward pass keeps only the per-row
+    log-normaliser, and the backward pass recomputes each chunk's logits once and forms
     ``d logp / d logits = onehot(target) - softmax`` directly.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk, want_entropy):
+    def forward(ctx, hidden, weight, targets, temperature, chunk, want_entropy, grad_in_forward):
         n = hidden.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
         lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.zeros(n if want_entropy else 0, dtype=torch.float32, device=hidden.device)
+        dh = torch.empty_like(hidden) if grad_in_forward else None
         for s in range(0, n, chunk):
-            logits = (hidden[s:s + chunk] @ weight.t()).float()
-            if temperature != 1.0:
-                logits.div_(temperature)
-            z = torch.logsumexp(logits, dim=-1)
-            lse[s:s + chunk] = z
-            logp[s:s + chunk] = logits.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - z
+            lp, z, ent, g = _chunk_stats(hidden[s:s + chunk], weight, targets[s:s + chunk], temperature,
+                                         want_entropy, grad_in_forward)
+            logp[s:s + chunk], lse[s:s + chunk] = lp, z
             if want_entropy:
-                p = torch.exp(logits - z[:, None])
-                entropy[s:s + chunk] = z - (p * logits).sum(-1)
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature, ctx.chunk = temperature, chunk
+                entropy[s:s + chunk] = ent
+            if grad_in_forward:
+                dh[s:s + chunk] = g
+        if grad_in_forward:
+            ctx.save_for_backward(dh)
+        else:
+            ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature, ctx.chunk, ctx.grad_in_forward = temperature, chunk, grad_in_forward
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
+        if ctx.grad_in_forward:
+            (dh,) = ctx.saved_tensors
+            if ctx.needs_input_grad[1]:
+                raise RuntimeError("the LM head's weight needs a gradient that was not prepared in the forward pass")
+            return (dh * grad_logp[:, None]).to(dh.dtype), None, None, None, None, None, None
         hidden, weight, targets, lse = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -156,7 +194,7 @@ class _LinearHeadLogprobs(torch.autograd.Function):
                 grad_h[s:s + chunk] = g @ weight
             if need_w:
                 grad_w += (g.t() @ h).float()
-        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None
+        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None, None
 
 
 def _generic_head_logprobs(head, hidden, targets, temperature, chunk, want_entropy, mult=1.0, softcap=None):
@@ -399,7 +437,10 @@ def token_logprobs(
     plain_linear = (type(head) is torch.nn.Linear and head.bias is None and softcap is None)
     if plain_linear:
         # logits * mult / T: a scale folds into the temperature
-        lp, ent = _LinearHeadLogprobs.apply(h, head.weight, y, float(temperature) / mult, chunk_size, return_entropy)
+        # the head frozen (LoRA): d logp / d h is formed in the forward pass, from the same exponentials
+        grad_in_forward = torch.is_grad_enabled() and h.requires_grad and not head.weight.requires_grad
+        lp, ent = _LinearHeadLogprobs.apply(h, head.weight, y, float(temperature) / mult, chunk_size, return_entropy,
+                                            grad_in_forward)
     else:
         lp, ent = _generic_head_logprobs(head, h, y, temperature, chunk_size, return_entropy, mult, softcap)
     logprobs = lp.new_zeros(bsz, seq_len)

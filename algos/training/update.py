@@ -20,6 +20,7 @@ token's policy-gradient term (``train/is_weight_mean``, ``train/is_clipped_frac`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, prefix_pass, to
 from agentrl.algos.objectives.ppo import RolloutCorrection, importance_weights
 from agentrl.algos.rollout.trajectory import shared_prefix_len
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
+from agentrl.algos.training.fused_lora import fused_lora
 from agentrl.algos.training.memory_plan import (
     DEFAULT_BUDGET_GB,
     checkpointed_layers,
@@ -254,6 +256,8 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
             batch = collate(rows, pad_id, device)
             refs.append(reference.logprobs(batch["input_ids"], batch["attention_mask"], temperature=temperature,
                                            chunk_size=logprob_chunk, positions=batch["loss_mask"]))
+    passes = contextlib.ExitStack()  # the policy's forward and backward passes run PEFT's LoRA layers fused
+    passes.enter_context(fused_lora(model))
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
@@ -301,6 +305,7 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                 after_step()
             stats.optimizer_step(epoch_loss, float(grad_norm))
     finally:
+        passes.close()
         model.eval()
     if ranks.distributed:
         everyone = gather_objects(stats, ranks)
