@@ -16,6 +16,7 @@ from typing import Any
 from agentrl.algos.evaluation.ledger import adapter_sha256
 from harness.axes_run import TRAIN, Piece
 from harness.compare_run import summarize_metrics, takes_step
+from harness.data import load_json
 from harness.experiments import AxesExperiment
 from harness.layout import ROOT
 
@@ -114,11 +115,19 @@ class Executor:
         return self.evaluate(model, target, mode, folder)
 
     def adapter(self, model: str) -> Path:
-        path = self.work / ("cold_start" if model == "cold_start" else f"cells/{model}") / "adapter"
+        """The adapter of ``model`` in the work folder: the one its finished piece recorded (SystemExit, one line,
+        when it is missing or another: a cell is never trained or evaluated from another run's adapter)."""
+        key = "cold_start" if model == "cold_start" else f"cells/{model}"
+        path = self.work / key / "adapter"
+        also = " and every cell trained from it" if model == "cold_start" else ""
         if not (path / "adapter_config.json").is_file():
             raise SystemExit(f"{path}: the adapter of {model} is not in the work folder (adapters are not committed); "
-                             f"delete {self.data / ('cold_start' if model == 'cold_start' else 'cells/' + model)} to "
-                             "train it again, or point --work at the folder that holds it")
+                             f"delete {self.data / key}{also} to train it again, or point --work at the folder that "
+                             "holds it")
+        recorded = (load_json(self.data / key / "meta.json") or {}).get("adapter_sha256")
+        if recorded is not None and recorded != adapter_sha256(path):
+            raise SystemExit(f"{path} is not the adapter the finished piece {self.data / key} recorded (sha256 "
+                             f"{recorded}): --work holds another run's; point --work at the right folder")
         return path
 
     def cold_start(self, folder: Path) -> dict[str, Any]:

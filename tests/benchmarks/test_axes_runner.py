@@ -117,7 +117,7 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
 
     data, work = tmp_path / "data", tmp_path / "work"
     args = ["run", "--model", stopping_model_dir, "--data", str(data), "--work", str(work), "--tasks", "2",
-            "--minutes", "0.001", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth",
+            "--minutes", "0", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth",
             "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]
     assert main(args) == 0
     done = finished(data)
@@ -145,3 +145,9 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
     work.rename(moved)
     assert main([*args[:6], str(moved), *args[7:]]) == 0
+    # another run's adapter in the work folder: refused before anything is evaluated from it
+    (data / "evals/grpo-s0/train-greedy/meta.json").unlink()
+    weights = next((moved / "cells/grpo-s0/adapter").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes() + b" ")
+    with pytest.raises(SystemExit, match=r"grpo-s0/adapter is not the adapter the finished piece .*grpo-s0 recorded"):
+        main([*args[:6], str(moved), *args[7:]])
