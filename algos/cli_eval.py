@@ -58,6 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             model = load_adapter(model, args.adapter)
         policy = HFPolicy(model, tokenizer, max_batch_tokens=args.max_batch_tokens or None)
     cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+                          max_total_tokens=args.max_total_tokens,
                           temperature=args.temperature, seed=args.seed)
     try:
         report = evaluate(args.env, policy, tasks, args.n, cfg, env_kwargs=env_kwargs, out=args.out,
@@ -109,6 +110,9 @@ def add_eval_command(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=rollout.temperature, help="sampling temperature (0 = greedy)")
     p.add_argument("--max-new-tokens", type=int, default=rollout.max_new_tokens, help="tokens per assistant reply")
     p.add_argument("--max-turns", type=int, default=rollout.max_turns, help="assistant turns per episode")
+    p.add_argument("--max-total-tokens", type=int, default=rollout.max_total_tokens,
+                   help="tokens per episode: prompt, replies and observations (BFCL's multi-turn prompts alone take "
+                        "3,000-5,000)")
     p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                    help="decode at most this many tokens of context per batch (prompts beyond their shared prefix "
                         f"plus reply budgets; default {DEFAULT_MAX_BATCH_TOKENS}; 0: no bound)")

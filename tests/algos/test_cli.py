@@ -289,3 +289,19 @@ def test_eval_records_a_ledger_row_only_where_ledger_names_a_file(tiny_dir, tmp_
     assert cli.main([*common, "--out", str(tmp_path / "b.jsonl"), "--ledger", str(sets / "ledger.jsonl")]) == 0
     [row] = ledger.read(sets / "ledger.jsonl")
     assert row["set"] == "tooluse"
+
+
+def test_eval_max_total_tokens_caps_the_episode(tiny_dir, tmp_path):
+    """``--max-total-tokens`` reaches the collector: an episode whose prompt alone is longer ends truncated before
+    any reply, a longer cap lets the model write (BFCL's multi-turn prompts need more than the default 2048)."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "0", "query": "Say nothing."}) + "\n")
+    common = ["eval", "--env", "Test/Echo-v0", "--model", str(tiny_dir), "--tasks-file", str(tasks),
+              "--max-new-tokens", "1", "--dtype", "fp32", "--device", "cpu"]
+    rows = {}
+    for cap in (8, 4096):
+        out = tmp_path / f"cap{cap}.jsonl"
+        assert cli.main([*common, "--max-total-tokens", str(cap), "--out", str(out)]) == 0
+        [rows[cap]] = [json.loads(line) for line in out.read_text().splitlines()]
+    replied = {cap: sum(row["loss_mask"]) for cap, row in rows.items()}  # tokens the model wrote
+    assert rows[8]["termination"] == "truncated" and replied[8] == 0 and replied[4096] >= 1, replied
