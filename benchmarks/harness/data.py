@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation import ledger
-from harness.experiments import COMPARE, RL, TEXT_LABELS, Comparison, Experiment, experiment
+from harness.experiments import COMPARE, RL, RUNNABLE, TEXT_LABELS, Comparison, Experiment, experiment
 from harness.heldout import SPECS
 from harness.layout import ROOT
 
@@ -123,11 +123,12 @@ def comparison_dirs(data: Path, quick: bool) -> list[Path]:
 def selections(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Ledger row id -> K for each row that is the best of K >= 2 configurations judged on the same whole set
     with the same N and temperature (a configuration: the weights, else the adapter, plus the eval
-    settings)."""
+    settings). Rows of the pre-declared experiments ``benchmarks/axes.py`` runs (stage ``<experiment>:<model>``)
+    take no part: every arm of them is reported."""
     groups: dict[tuple, dict[tuple, dict[str, Any]]] = {}
     for r in rows:
-        if r.get("tasks") != r.get("set_tasks"):
-            continue
+        if r.get("tasks") != r.get("set_tasks") or str(r.get("stage", "")).split(":")[0] in RUNNABLE:
+            continue  # a pre-declared experiment's rows are all reported: none was chosen by looking at the set
         value = (r.get("scores") or {}).get(r.get("primary_metric", "average_at_n"))
         if value is None:
             continue

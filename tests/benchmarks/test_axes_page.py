@@ -89,3 +89,15 @@ def test_the_lr_choice_applies_its_declared_rule_once_every_cell_is_in(tmp_path)
     every = {a: [(True, 0.5)] * 3 for a in LR_CHOICE.arms}
     assert "none passed" in decision(LR_CHOICE, every) and "grpo_lr2e-5" in decision(LR_CHOICE, every)
     assert AXES.judge == ""  # the axes experiment is judged by its comparisons, not a rule of its own
+
+
+def test_the_axes_rows_of_the_ledger_are_not_selections():
+    from harness.data import selections
+
+    def row(i, stage, value, adapter):
+        return {"id": i, "set": "tooluse_v5", "set_sha256": "x", "n": 1, "temperature": 0.0, "tasks": 128,
+                "set_tasks": 128, "stage": stage, "adapter": adapter, "scores": {"average_at_n": value}}
+
+    others = [row(1, "rl", 0.5, "a"), row(2, "sft_control", 0.6, "b")]
+    axes = [row(3, "axes:grpo-s0", 0.9, "c"), row(4, "axes:cold_start", 0.1, "d")]
+    assert selections(others + axes) == {2: 2}  # without the axes rows: best of the two others
