@@ -45,7 +45,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from agentrl.algos.policy.engine import adapter_rank
 
         rank = adapter_rank(args.adapter)
-    policy = policy_for(args, args.model, run_dir=Path(args.out).parent if args.out else None, lora_rank=rank)
+    policy = policy_for(args, args.model, run_dir=Path(args.out).parent if args.out else None, lora_rank=rank,
+                        trainer_on_gpu=False)  # nothing trains beside the engine: vLLM's own memory share
     if policy is not None:
         if args.adapter:
             policy.use_adapter(args.adapter)

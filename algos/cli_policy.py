@@ -38,13 +38,14 @@ def preflight(envs: list[tuple[str, dict[str, Any]]], model: str, adapter: str |
 
 
 def policy_for(args: argparse.Namespace, model: str, *, run_dir: Any = None, lora_rank: int = 16,
-               record_dir: Any = None, placement: Any = None) -> Any:
+               record_dir: Any = None, placement: Any = None, trainer_on_gpu: bool | None = None) -> Any:
     """The policy backend ``--policy`` names (``POLICIES``; default ``openai`` with ``--policy-url``, else
     ``hf``).
 
     ``--engine vllm``: a vLLM server this process starts (:func:`agentrl.algos.policy.engine.start_engine_policy`,
     its log in ``run_dir``, adapters up to rank ``lora_rank``, placed by ``placement``: a run's ``engine.*``
-    keys); closing the policy stops it.
+    keys; ``trainer_on_gpu``: whether this process trains on CUDA devices beside it — False for ``eval``, None:
+    CUDA is available); closing the policy stops it.
     ``hf``: None (the trainer or ``eval`` samples in process). Any other backend is a server reached at
     ``--policy-url`` through its class's ``connect(url, tokenizer, *, model, **server_options)`` with ``model``'s
     tokenizer: a running vLLM, SGLang or ``serve_policy`` server samples the episodes, and a trainer hot-swaps its
@@ -59,7 +60,7 @@ def policy_for(args: argparse.Namespace, model: str, *, run_dir: Any = None, lor
         return start_engine_policy(model, engine=args.engine, run_dir=run_dir, lora_rank=lora_rank,
                                    dtype=args.dtype, python=args.engine_python, adapter_dir=args.adapter_dir,
                                    extra_args=shlex.split(args.engine_args or ""), record_dir=record_dir,
-                                   placement=placement)
+                                   placement=placement, trainer_on_gpu=trainer_on_gpu)
     name = args.policy or ("openai" if args.policy_url else "hf")
     if name == "hf":
         if args.policy_url:

@@ -85,7 +85,8 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
     print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
           f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
-    policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out)
+    policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
+                        trainer_on_gpu=_trains_on_gpu(cfg.device))
     try:
         result = run_main_job(cfg, resume=args.resume, policy=policy)
     finally:
@@ -120,7 +121,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
     lock_run(cfg.out)  # a second trainer on this --out is refused before it starts an engine
     policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
-                        placement=cfg.engine)
+                        placement=cfg.engine, trainer_on_gpu=_trains_on_gpu(cfg.device))
     where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""
     env_label = "+".join(c.name for c in cfg.env_mixture()) or cfg.env
     print(f"agentrl train: {cfg.algo} on {env_label} with {cfg.model}, {cfg.steps} steps{mode}{where} -> {cfg.out}")
@@ -137,6 +138,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- flags
+
+
+def _trains_on_gpu(device: str) -> bool | None:
+    """Whether a run on ``device`` trains on CUDA devices (None for ``auto``: the engine asks torch)."""
+    return None if device == "auto" else device.startswith("cuda")
 
 
 def _report_to(text: str) -> list[str]:

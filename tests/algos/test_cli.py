@@ -305,3 +305,23 @@ def test_eval_max_total_tokens_caps_the_episode(tiny_dir, tmp_path):
         [rows[cap]] = [json.loads(line) for line in out.read_text().splitlines()]
     replied = {cap: sum(row["loss_mask"]) for cap, row in rows.items()}  # tokens the model wrote
     assert rows[8]["termination"] == "truncated" and replied[8] == 0 and replied[4096] >= 1, replied
+
+
+def test_the_engine_memory_share_knows_whether_a_trainer_shares_the_gpu(monkeypatch, tiny_dir, tmp_path):
+    """``eval --engine vllm`` trains nothing beside the engine (vLLM keeps its own memory share); ``train`` tells
+    the engine whether it trains on CUDA (``device=cpu``: no, ``cuda:1``: yes, ``auto``: ask torch)."""
+    from agentrl.algos import cli_eval
+
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append(kwargs.get("trainer_on_gpu", "not passed"))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli_eval, "policy_for", record)
+    monkeypatch.setattr(cli_train, "policy_for", record)
+    assert cli.main(["eval", "--env", "AgentRL/ToolUse-v0", "--model", str(tiny_dir), "--engine", "vllm"]) != 0
+    for device in ("cpu", "cuda:1", "auto"):
+        assert cli.main(["train", "--env", "Test/Echo-v0", "--algo", "grpo", "--model", str(tiny_dir), "--engine",
+                         "vllm", "--out", str(tmp_path / device), f"device={device}"]) != 0
+    assert seen == [False, False, True, None], seen
