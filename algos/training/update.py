@@ -7,7 +7,9 @@ accumulated gradient is the full-batch gradient whatever the packing. The rows' 
 and tools) runs through the decoder once per epoch, not once per micro-batch (:func:`update_prefix`; the
 micro-batches' gradients reach it through :class:`~agentrl.algos.objectives.logprobs.PrefixPass`); the
 reference policy's logprobs are computed once, before the first epoch. :class:`StepStats` gathers what the
-micro-batches report into the step's ``train/*`` metrics.
+micro-batches report into the step's ``train/*`` metrics. The policy's passes run PEFT's plain LoRA layers as one
+autograd function each (:func:`~agentrl.algos.training.fused_lora.fused_lora`: no float32 copies of the
+activations on a bf16 model).
 
 Rollout correction (:func:`resolve_correction`, the ``correction`` keys of GRPO and PPO): the first epoch's
 forward pass gives the trainer's own logprobs of the sampled tokens under the weights that sampled them
