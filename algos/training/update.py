@@ -329,12 +329,13 @@ def rows_logprobs(model, rows: Sequence[TrainRow], *, temperature: float, pad_id
     shared = forward_shared_prefix_len(rows)
     bins = pack_microbatches([len(r) for r in rows], micro_batch_tokens, shared=shared)
     prefix_len, prefix = update_prefix([[rows[i] for i in b] for b in bins]), None
-    for b in bins:
-        batch = collate([rows[i] for i in b], pad_id, device)
-        if prefix is None and prefix_len:
-            prefix = prefix_pass(model, batch["input_ids"][0, :prefix_len])
-        lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
-                            chunk_size=logprob_chunk, positions=batch["loss_mask"], prefix=prefix)
-        for r, i in enumerate(b):
-            out[i] = lp[r, : len(rows[i])].float().tolist()
+    with fused_lora(model):
+        for b in bins:
+            batch = collate([rows[i] for i in b], pad_id, device)
+            if prefix is None and prefix_len:
+                prefix = prefix_pass(model, batch["input_ids"][0, :prefix_len])
+            lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=temperature,
+                                chunk_size=logprob_chunk, positions=batch["loss_mask"], prefix=prefix)
+            for r, i in enumerate(b):
+                out[i] = lp[r, : len(rows[i])].float().tolist()
     return out  # type: ignore[return-value]
