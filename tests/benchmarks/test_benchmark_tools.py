@@ -183,11 +183,13 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     experiments = [ln[3:] for ln in committed.splitlines() if ln.startswith("## ")
                    and not ln.startswith(("## Summary", "## Held-out sets", "## Diagnostics and failed",
                                           "## Every configuration", "## Pages without"))]
-    # three envs and the algorithm comparison, plus one section per variant run and per earlier comparison kept
-    # with committed data
+    # three envs and the algorithm comparison, the two pre-declared experiments (run or not), plus one section per
+    # variant run and per earlier comparison kept with committed data
     variants = [e for e in experiments if ", variant `" in e]
     earlier = [e for e in experiments if e.startswith("An earlier algorithms comparison")]
-    assert len(experiments) - len(variants) - len(earlier) == 4
+    declared = [e for e in experiments if e.endswith("(pre-declared)")]  # harness.experiments: AXES, LR_CHOICE
+    assert len(declared) == 2, declared
+    assert len(experiments) - len(variants) - len(earlier) - len(declared) == 4
     committed_variants = [d for d in (ROOT / "docs" / "results" / "data").glob("*/learning.json")
                           if json.loads(d.read_text(encoding="utf-8")).get("variant")]
     from harness.experiments import DIAGNOSTIC_RUNS  # their sections are in the diagnostics part of the page
@@ -196,7 +198,9 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     committed_earlier = [d for d in (ROOT / "docs" / "results" / "data").glob("compare_algorithms_*/compare.json")
                          if not d.parent.name.endswith("_quick") and d.parent.name not in DIAGNOSTIC_RUNS]
     assert len(earlier) == len(committed_earlier)
-    assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == experiments
+    # the pre-declared experiments' sections (their pieces, pass@k, decisions) stay on learning.md only
+    assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == [e for e in experiments
+                                                                              if e not in declared]
     assert "[results/archive/](results/archive/README.md): history, not results" in learned
     (results / "learning.md").unlink()
     assert run_all.main(["--learning-only", "--out", str(page)]) == 0

@@ -99,7 +99,8 @@ def test_plot_eval_with_sources(tmp_path):
 
 
 #: The evaluation modules, lowest first (algos/evaluation/__init__.py): each imports only modules before it.
-ORDER = ["process_memory", "trackers", "run_log", "metrics", "report", "intervals", "ledger", "evaluate", "plot"]
+ORDER = ["process_memory", "trackers", "run_log", "metrics", "report", "intervals", "ledger", "evaluate", "plot",
+         "kl"]
 
 
 def test_evaluation_modules_import_only_lower_ones():
