@@ -263,9 +263,7 @@ class Trainer:
             bar.close()
             if self._logger is not None:
                 self._logger.close()
-            if self._collector is not None:
-                self._collector.close()
-                self._collector = None
+            self.close_collector()
             pools = self.rollout_env.values() if isinstance(self.rollout_env, dict) else [self.rollout_env]
             for pool in pools:
                 if hasattr(pool, "close"):
@@ -315,6 +313,14 @@ class Trainer:
     def env_kwargs(self) -> dict[str, Any]:
         """What ``collect`` gets as ``env_kwargs``: the run's, or a mixture's ``name -> kwargs``."""
         return {c.name: c.env_kwargs for c in self.mixture} if self.mixture else self.config.env_kwargs
+
+    def close_collector(self) -> None:
+        """Close the collector :meth:`step` keeps for the whole run (its envs and env threads); the next
+        :meth:`step` makes a new one. :meth:`train` calls it when it ends; a loop that calls :meth:`step` itself
+        calls it when done."""
+        if self._collector is not None:
+            self._collector.close()
+            self._collector = None
 
     def step(self) -> dict[str, Any]:
         """One logical step: data -> (rollout) -> update -> policy refresh. Returns the step's metrics."""

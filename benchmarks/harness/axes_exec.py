@@ -177,9 +177,7 @@ class Executor:
                     log.log(trainer.global_step, metrics)
             finally:
                 log.close()
-                collector = getattr(trainer, "_collector", None)
-                if collector is not None:
-                    collector.close()
+                trainer.close_collector()
             save_adapter(trainer.model, run_dir / "adapter")
         shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
         steps = trainer.global_step

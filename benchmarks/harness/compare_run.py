@@ -229,9 +229,7 @@ class Runner:
                                "average_at_n": report.average_at_n, "pass_at_n": report.pass_at_n})
         finally:
             log.close()
-            collector = getattr(trainer, "_collector", None)
-            if collector is not None:
-                collector.close()
+            trainer.close_collector()
         save_adapter(trainer.model, run_dir / "adapter")
         result = {"algo": algo, "seed": seed, **git_state(ROOT), "steps": trainer.global_step, "train_seconds": clock,
                   "points": points,
