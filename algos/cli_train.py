@@ -131,6 +131,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         if policy is not None:
             policy.close()
+    from agentrl.algos.training import distributed
+
+    distributed.finish(trainer.ranks)  # every rank has closed its policy; leave the process group together
     last = trainer.history[-1] if trainer.history else {}
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
     print(f"done at step {trainer.global_step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")

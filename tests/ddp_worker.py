@@ -21,6 +21,7 @@ from helpers import kill_in_step, tiny_train_config, tiny_train_model
 
 from agentrl.algos import Trainer
 from agentrl.algos.models import load_tokenizer
+from agentrl.algos.training import distributed
 
 
 def ddp_config(out: Path, steps: int):
@@ -54,6 +55,7 @@ def main() -> None:
 
         trainer.algo.prepare, trainer.optimizer.step = recording_prepare, recording_step
     trainer.train()
+    distributed.finish(trainer.ranks)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ is one process and nothing here does anything. One step with N ranks::
                                                             was fixed on the whole batch before it was shared out
     every rank steps its optimizer identically; rank 0 logs, checkpoints and saves the adapter
 
+A script that builds a :class:`~agentrl.algos.training.trainer.Trainer` itself ends with :func:`finish` (as
+``agentrl train`` does) so that no rank exits while another still holds the process group.
+
 Only the LoRA parameters have gradients, so the all-reduce moves megabytes, not the model. Every rank clips and
 steps the same summed gradient, so every rank holds the same adapter after each step: ranks that sample through
 one server (``--policy-url``, or the node's ``--engine``) publish each version there once (:func:`share_servers`).
@@ -149,6 +152,19 @@ def barrier(ranks: Ranks) -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+def finish(ranks: Ranks) -> None:
+    """Leave the process group at the end of a run: wait for every rank, then destroy the group (no-op in one
+    process). A rank that exits while another still holds the group can die in gloo's destructor at interpreter
+    exit (``terminate called without an active exception``, SIGABRT), which fails the whole launch."""
+    if not ranks.distributed:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 class RanksDisagree(ValueError):
