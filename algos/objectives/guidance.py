@@ -110,6 +110,45 @@ def shaped_demo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, gamma: fl
     return -advantages * p / (p + gamma)
 
 
+#: The most a ReLIFT demonstration token may pull against a GRPO token (weight times advantage) before a run is
+#: refused: at the main job's settings (groups of 8, guidance_coef 1) it is 16x, and the committed ``relift``
+#: runs measured SFT on a few demonstrations per step rather than RL (docs/algorithms/grpo.md).
+RELIFT_MAX_RATIO = 10.0
+#: The mean |advantage| of a group of 0/1 rewards is 2p(1-p) <= 0.5 (Dr. GRPO: rewards minus the group mean).
+MAX_MEAN_ADVANTAGE = 0.5
+
+
+def relift_weight_ratio(grpo: Any, group_size: int, reply_tokens: int) -> float:
+    """The least ratio of a ReLIFT demonstration token's pull to a GRPO token's in one step, in the case most
+    favourable to GRPO: every group unsolved (one demonstration per task, as long as a sample) and the largest mean
+    advantage of 0/1 rewards (:data:`MAX_MEAN_ADVANTAGE`). A GRPO token weighs ``|A| / (S L)`` (``token_mean``,
+    ``S`` samples of ``L`` tokens; ``seq_mean`` the same for equal lengths) or ``|A| / (S norm_tokens)``
+    (``seq_mean_token_sum_norm``); a demonstration token ``c / (T L)`` with ``T = S / group_size`` demonstrations
+    (:func:`relift_demo_rows`). The ratio does not depend on the learning rate: both terms are scaled by it, and
+    Adam normalises their sum, so the larger term sets the direction at any rate. With fewer unsolved groups it is
+    larger (``group_size`` times at one unsolved group of ``tasks_per_step``)."""
+    ratio = grpo.guidance_coef * group_size / MAX_MEAN_ADVANTAGE
+    if grpo.aggregation == "seq_mean_token_sum_norm":
+        ratio *= grpo.norm_tokens / max(1, reply_tokens)
+    return ratio
+
+
+def check_relift_balance(grpo: Any, group_size: int, reply_tokens: int) -> None:
+    """Refuse ``grpo.guidance='relift'`` whose demonstration term would outweigh the GRPO term by more than
+    :data:`RELIFT_MAX_RATIO` (ValueError, one line naming the ``guidance_coef`` that keeps it within);
+    ``reply_tokens``: the most action tokens an episode samples (``max_new_tokens`` x ``max_turns``)."""
+    if grpo.guidance != "relift":
+        return
+    ratio = relift_weight_ratio(grpo, group_size, reply_tokens)
+    if ratio > RELIFT_MAX_RATIO:
+        coef = grpo.guidance_coef * RELIFT_MAX_RATIO / ratio
+        raise ValueError(
+            f"grpo.guidance=relift: each demonstration token would pull at least {ratio:.0f}x as hard as a GRPO token "
+            f"(guidance_coef {grpo.guidance_coef:g}, groups of {group_size}, {grpo.aggregation}; more when fewer "
+            f"groups are unsolved), at any learning rate: set grpo.guidance_coef <= {coef:.2g} or use "
+            "grpo.guidance=luffy")
+
+
 def relift_demo_rows(demonstrations: Sequence[Trajectory], first_index: int, coef: float) -> list[TrainRow]:
     """``guidance='relift'``'s rows: each demonstration as an off-policy
     :class:`~agentrl.algos.objectives.batching. TrainRow` whose action tokens weigh ``coef / N_d`` (``N_d``:
@@ -136,5 +175,6 @@ def demo_stats(logprobs: torch.Tensor, off_mask: torch.Tensor) -> dict[str, Any]
     return {"demo_tokens": n, "demo_prob_mean": float(torch.exp(logprobs.detach()[off_mask]).mean())}
 
 
-__all__ = ["GUIDANCE", "add_demonstrations", "check_guidance", "demo_loss", "demo_stats", "relift_demo_rows",
+__all__ = ["GUIDANCE", "MAX_MEAN_ADVANTAGE", "RELIFT_MAX_RATIO", "add_demonstrations", "check_guidance",
+           "check_relift_balance", "demo_loss", "demo_stats", "relift_demo_rows", "relift_weight_ratio",
            "shaped_demo_loss"]

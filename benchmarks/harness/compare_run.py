@@ -175,7 +175,7 @@ class Runner:
             return sft_train_config(self.cfg, run_dir, **common)
         ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
         dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
-        from harness.controls import check_relift
+        from agentrl.algos.objectives.guidance import check_relift_balance
 
         grpo, changes, algo_name = self.cfg.grpo, {}, algo
         option = COMPARE.option(algo)
@@ -184,7 +184,7 @@ class Runner:
             grpo = dataclasses.replace(grpo, **{k[5:]: v for k, v in settings.items() if k.startswith("grpo.")})
             changes = {k: v for k, v in settings.items() if not k.startswith("grpo.")}
         try:
-            check_relift(grpo, self.cfg.rl_group_size, self.cfg.max_new_tokens * self.cfg.max_turns)
+            check_relift_balance(grpo, self.cfg.rl_group_size, self.cfg.max_new_tokens * self.cfg.max_turns)
         except ValueError as e:
             raise SystemExit(f"--algos {algo_name}: {e}") from None
         return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **{**common, **changes})

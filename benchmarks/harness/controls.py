@@ -88,44 +88,6 @@ def rejection_sampling_registered() -> Iterator[None]:
         objectives.ALGORITHMS = saved
 
 
-#: The most a ReLIFT demonstration token may weigh against a GRPO token (weight times advantage) before a run is
-#: refused (issue 45: at the main job's settings it was 2-3 orders of magnitude, and the committed relift row
-#: measured SFT on a few demonstrations per step).
-RELIFT_MAX_RATIO = 10.0
-#: The mean |advantage| of a group of 0/1 rewards is 2p(1-p) <= 0.5 (Dr. GRPO: rewards minus the group mean).
-MAX_MEAN_ADVANTAGE = 0.5
-
-
-def relift_weight_ratio(grpo, group_size: int, reply_tokens: int) -> float:
-    """The least ratio of a ReLIFT demonstration token's pull to a GRPO token's in one step, in the case most
-    favourable to GRPO: every group unsolved (one demonstration per task, as long as a sample) and the largest mean
-    advantage of 0/1 rewards (:data:`MAX_MEAN_ADVANTAGE`). A GRPO token weighs ``|A| / (S L)`` (``token_mean``,
-    ``S`` samples of ``L`` tokens; ``seq_mean`` the same for equal lengths) or ``|A| / (S norm_tokens)``
-    (``seq_mean_token_sum_norm``); a demonstration token ``c / (T L)`` with ``T = S / group_size`` demonstrations
-    (``guidance.relift_demo_rows``). The ratio does not depend on the learning rate: both terms are scaled by it,
-    and Adam normalises their sum, so the larger term sets the direction at any rate. With fewer unsolved groups
-    it is larger (``group_size`` times at one unsolved group of ``tasks_per_step``)."""
-    ratio = grpo.guidance_coef * group_size / MAX_MEAN_ADVANTAGE
-    if grpo.aggregation == "seq_mean_token_sum_norm":
-        ratio *= grpo.norm_tokens / max(1, reply_tokens)
-    return ratio
-
-
-def check_relift(grpo, group_size: int, reply_tokens: int) -> None:
-    """Refuse ``grpo.guidance=relift`` whose demonstration term would outweigh the GRPO term by more than
-    :data:`RELIFT_MAX_RATIO` (ValueError, one line saying which ``guidance_coef`` keeps it within)."""
-    if grpo.guidance != "relift":
-        return
-    ratio = relift_weight_ratio(grpo, group_size, reply_tokens)
-    if ratio > RELIFT_MAX_RATIO:
-        coef = grpo.guidance_coef * RELIFT_MAX_RATIO / ratio
-        raise ValueError(
-            f"grpo.guidance=relift: each demonstration token would pull at least {ratio:.0f}x as hard as a GRPO token "
-            f"(guidance_coef {grpo.guidance_coef:g}, groups of {group_size}, {grpo.aggregation}; more when fewer "
-            f"groups are unsolved), at any learning rate: set grpo.guidance_coef <= {coef:.2g} or use "
-            "grpo.guidance=luffy")
-
-
 def eval_config(cfg):
     from agentrl.algos.rollout.collector import CollectorConfig
 

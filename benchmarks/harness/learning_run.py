@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import dumps, git_state
+from agentrl.algos.objectives.guidance import check_relift_balance
 from harness.controls import (
-    check_relift,
     reuse_cold_start,
     run_sft_control,
     run_text_only,
@@ -192,7 +192,7 @@ def configure(args) -> Setup:
     preset.update(env=args.env, out=str(out))
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
     try:
-        check_relift(cfg.grpo, cfg.rl_group_size, cfg.max_new_tokens * cfg.max_turns)
+        check_relift_balance(cfg.grpo, cfg.rl_group_size, cfg.max_new_tokens * cfg.max_turns)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     return Setup(exp, name, out, cfg, overrides, Path(args.ledger))

@@ -1,4 +1,4 @@
-"""ReLIFT's imitation term against GRPO's per-token term (harness.controls.relift_weight_ratio / check_relift): the
+"""ReLIFT's imitation term against GRPO's per-token term (guidance.relift_weight_ratio / check_relift_balance): the
 ratio of one demonstration token's pull to one GRPO token's, checked against a step's actual loss weights, and the
 one-line refusal beyond RELIFT_MAX_RATIO."""
 
@@ -7,11 +7,15 @@ from __future__ import annotations
 import types
 
 import pytest
-from harness.controls import RELIFT_MAX_RATIO, check_relift, relift_weight_ratio
 
 from agentrl.algos.objectives.batching import token_weights
 from agentrl.algos.objectives.grpo import GRPOConfig, group_advantages
-from agentrl.algos.objectives.guidance import relift_demo_rows
+from agentrl.algos.objectives.guidance import (
+    RELIFT_MAX_RATIO,
+    check_relift_balance,
+    relift_demo_rows,
+    relift_weight_ratio,
+)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum_norm"])
@@ -34,8 +38,18 @@ def test_relift_beyond_the_limit_is_refused_in_one_line_naming_the_coefficient_t
     grpo = GRPOConfig(scale_std=False, guidance="relift")
     with pytest.raises(ValueError, match=r"^grpo.guidance=relift: .* at least 16x .* grpo.guidance_coef <= 0.62 or use "
                                          r"grpo.guidance=luffy$"):
-        check_relift(grpo, 8, 384)
+        check_relift_balance(grpo, 8, 384)
     scaled = GRPOConfig(scale_std=False, guidance="relift", guidance_coef=0.62)
     assert relift_weight_ratio(scaled, 8, 384) <= RELIFT_MAX_RATIO
-    check_relift(scaled, 8, 384)
-    check_relift(GRPOConfig(scale_std=False, guidance="luffy"), 8, 384)  # only relift is checked
+    check_relift_balance(scaled, 8, 384)
+    check_relift_balance(GRPOConfig(scale_std=False, guidance="luffy"), 8, 384)  # only relift is checked
+
+
+def test_a_training_config_with_an_unbalanced_relift_term_is_refused_before_anything_loads():
+    from agentrl.algos.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"grpo.guidance=relift: .* at least 16x .* guidance_coef <= 0.62"):
+        TrainConfig.from_dict({"algo": "grpo", "group_size": 8, "grpo": {"guidance": "relift"}}).validate()
+    TrainConfig.from_dict({"algo": "grpo", "group_size": 8,
+                           "grpo": {"guidance": "relift", "guidance_coef": 0.5}}).validate()
+    TrainConfig.from_dict({"algo": "grpo", "group_size": 8, "grpo": {"guidance": "luffy"}}).validate()
