@@ -77,6 +77,10 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     from agentrl.algos.recipes.main_job import run_main_job
 
     cfg = build_main_job_config(args)
+    if not args.resume:  # a second run in the same --out would train over the first one's adapters
+        from agentrl.algos.training.checkpoint import refuse_fresh_start
+
+        refuse_fresh_start([Path(cfg.out) / "sft", Path(cfg.out) / "grpo"], cfg.out)
     preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
     from agentrl.algos.rollout.demonstrations import check_demonstrations
 
@@ -106,10 +110,12 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"or --resume --out RUN_DIR; the main job (base eval -> SFT cold start -> GRPO -> eval) is "
               f"`agentrl main-job`", file=sys.stderr)
         return 2
-    from agentrl.algos.training.checkpoint import lock_run
+    from agentrl.algos.training.checkpoint import lock_run, refuse_fresh_start
     from agentrl.algos.training.launch import train
 
     cfg = build_train_config(args)
+    if not args.resume:
+        refuse_fresh_start([cfg.out], cfg.out)
     preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
     if cfg.algo == "sft" and not cfg.sft.data and not cfg.env_mixture():
         from agentrl.algos.rollout.demonstrations import check_demonstrations

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,33 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             return path
     done = [p for p in _finished(ckdir) if (p / "state.pt").is_file()]
     return done[-1] if done else None
+
+
+def trained_here(run_dir: str | Path) -> str | None:
+    """What a run folder holds that a fresh start would overwrite, in words (``checkpoint step-000016``,
+    ``adapter/``), or None when it holds neither a finished checkpoint nor a saved adapter."""
+    run_dir = Path(run_dir)
+    held = []
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        held.append(f"checkpoint {latest.name}")
+    if (run_dir / "adapter" / "adapter_config.json").is_file():
+        held.append("adapter/")
+    return ", ".join(held) or None
+
+
+class RunExists(ValueError):
+    """A fresh start was asked for in a run folder that already holds a trained run."""
+
+
+def refuse_fresh_start(run_dirs: Sequence[str | Path], out: str | Path) -> None:
+    """Raise :class:`RunExists` (one line) when any of ``run_dirs`` holds a trained run (:func:`trained_here`):
+    a command without ``--resume`` would train over it. ``out`` is the folder the user named."""
+    for run_dir in run_dirs:
+        held = trained_here(run_dir)
+        if held is not None:
+            raise RunExists(f"{out} already holds a run ({Path(run_dir).as_posix()}: {held}): continue it with "
+                            f"--resume, pass another --out, or delete the folder to start over")
 
 
 @dataclass

@@ -84,6 +84,26 @@ def test_a_flag_the_command_does_not_take_is_refused_never_read_as_a_longer_one(
     assert hint is None or hint in err
 
 
+def test_a_fresh_start_over_a_trained_run_is_refused_naming_what_it_holds(capsys, no_loading, tmp_path):
+    """A second `agentrl main-job` / `agentrl train` in the same --out would train over the first run's adapters;
+    without --resume it is refused in one line before anything loads."""
+    run = tmp_path / "main"
+    (run / "sft" / "adapter").mkdir(parents=True)
+    (run / "sft" / "adapter" / "adapter_config.json").write_text("{}")
+    line = _one_line_error(capsys, ["main-job", "--out", str(run)])
+    assert line.endswith(f"{run} already holds a run ({(run / 'sft').as_posix()}: adapter/): continue it with "
+                         "--resume, pass another --out, or delete the folder to start over"), line
+    ckpt = tmp_path / "grpo" / "checkpoints" / "step-000004"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.pt").write_bytes(b"")
+    line = _one_line_error(capsys, ["train", "--algo", "grpo", "--out", str(tmp_path / "grpo")])
+    assert "already holds a run" in line and "checkpoint step-000004" in line
+    # a folder with neither (a run killed before its first checkpoint, or an empty one) starts fresh
+    from agentrl.algos.training.checkpoint import trained_here
+
+    assert trained_here(tmp_path / "main" / "grpo") is None and trained_here(tmp_path / "empty") is None
+
+
 def test_a_missing_adapter_folder_is_refused_before_the_model_loads(capsys, no_loading, tmp_path):
     line = _one_line_error(capsys, ["eval", "--adapter", str(tmp_path / "nowhere")])
     assert line.endswith(f"adapter {tmp_path / 'nowhere'}: no such folder")  # was "not a PEFT adapter folder"
