@@ -77,11 +77,11 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     from agentrl.algos.recipes.main_job import run_main_job
 
     cfg = build_main_job_config(args)
+    preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
     if not args.resume:  # a second run in the same --out would train over the first one's adapters
         from agentrl.algos.training.checkpoint import refuse_fresh_start
 
         refuse_fresh_start([Path(cfg.out) / "sft", Path(cfg.out) / "grpo"], cfg.out)
-    preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
     from agentrl.algos.rollout.demonstrations import check_demonstrations
 
     check_demonstrations(cfg.env, cfg.env_kwargs, "a cold start trained with agentrl train --algo sft "
@@ -114,9 +114,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentrl.algos.training.launch import train
 
     cfg = build_train_config(args)
+    preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
     if not args.resume:
         refuse_fresh_start([cfg.out], cfg.out)
-    preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
     if cfg.algo == "sft" and not cfg.sft.data and not cfg.env_mixture():
         from agentrl.algos.rollout.demonstrations import check_demonstrations
 

@@ -138,12 +138,24 @@ _PROCEDURAL_RUN = (f"agentrl main-job --out runs/procedural --env-kwargs '{{\"fa
                    f"'sft_families={_FAMILIES_JSON}'")
 _NEEDS_PROCEDURAL = "its training run, not made yet"
 
+_RUN1_SFT_GONE = ("; measured on the five single-turn BFCL sets only: a second main-job run in the same folder "
+                  "overwrote this adapter (trained at 1c33ca8); run 2 measures the sets this one did not reach")
+_RUN1_GRPO_KEPT = ("; its adapter was saved (runs/run1/grpo/adapter, the sha256 its records name) before a second "
+                   "main-job run in the same folder would have overwritten it")
+
 ARMS: tuple[Arm, ...] = (
     Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct"),
     Arm("main_sft", "main job: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
-        about="the cold start of one default main-job run (no overrides), at the commit it ran from"),
+        about="the cold start of one default main-job run (no overrides), at the commit it ran from" + _RUN1_SFT_GONE),
     Arm("main_grpo", "main job: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",
-        about="the GRPO adapter of that same run"),
+        about="the GRPO adapter of that same run" + _RUN1_GRPO_KEPT),
+    # added before either of its adapters was evaluated: the same command again, at a later commit (seed 0 as
+    # before; its weights differ from run 1's, as CPU runs of one seed do at another commit)
+    Arm("main2_sft", "main job, run 2: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
+        about="the cold start of a second default main-job run (no overrides): every set, the first run's BFCL "
+              "sets again (a replication) and the sets run 1 did not reach"),
+    Arm("main2_grpo", "main job, run 2: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",
+        about="the GRPO adapter of run 2"),
     Arm("procedural_sft", "procedural tools: SFT cold start", "runs/procedural/sft/adapter",
         _PROCEDURAL_RUN, settings=_PROCEDURAL, requires=_NEEDS_PROCEDURAL,
         about="the main job's recipe and budgets (its defaults) on the procedural-tools families only: "
@@ -156,6 +168,7 @@ ARMS: tuple[Arm, ...] = (
 #: The judged comparisons (row ``a`` above row ``b``; a tie by the learning pages' rule), by arm name.
 COMPARISONS: tuple[Comparison, ...] = (
     Comparison("main_grpo", "main_sft", 0.0, strict=True),
+    Comparison("main2_grpo", "main2_sft", 0.0, strict=True),
     Comparison("procedural", "main_sft", 0.0, strict=True),
     Comparison("procedural", "procedural_sft", 0.0, strict=True),
 )

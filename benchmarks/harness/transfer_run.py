@@ -194,6 +194,25 @@ def check_options(o: Options) -> tuple[Arm, list[TransferSet]]:
     return a, sets
 
 
+def check_same_weights(folder: Path, adapter_hash: str) -> None:
+    """An arm is one set of weights: ValueError in one line when ``folder`` (the arm's records) already holds a
+    measurement made with other weights than ``adapter_hash`` (``"base"`` for none), naming its sets and the
+    commit that trained them. A new training run is a new arm, declared in ``benchmarks/harness/transfer.py``."""
+    other: dict[tuple[str, str], list[str]] = {}
+    for meta_path in sorted(folder.glob("*.meta.json")):
+        if not meta_path.with_name(meta_path.name.replace(".meta.json", ".jsonl")).exists():
+            continue  # a killed evaluation's meta: not a measurement
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        seen = meta.get("adapter_sha256")
+        if seen is not None and seen != adapter_hash:
+            other.setdefault((seen, str(meta.get("trained_at"))), []).append(meta.get("set", meta_path.name))
+    if other:
+        (seen, trained_at), names = next(iter(other.items()))
+        raise ValueError(f"{shown(folder)} holds measurements of other weights (adapter sha256 {seen}, trained at "
+                         f"{trained_at}: {', '.join(names)}) than these ({adapter_hash}); an arm is one set of "
+                         "weights: declare this training run as a new arm in benchmarks/harness/transfer.py")
+
+
 def run(o: Options) -> dict[str, Any]:
     """Evaluate ``o.arm`` on each asked set; returns ``{set: "written <path>" | "skipped: ..." | "not run: ..."}``."""
     from agentrl.algos.evaluation.evaluate import evaluate
@@ -218,6 +237,8 @@ def run(o: Options) -> dict[str, Any]:
         todo.append((s, paths))
     if not todo:
         return outcome
+    adapter_hash = adapter_sha256(o.adapter) if o.adapter else "base"
+    check_same_weights(folder, adapter_hash)
     model_name = o.model or DEFAULT_MODEL
     model, tokenizer = load_model(model_name, dtype=o.dtype, device=o.device)
     if o.adapter:
@@ -225,7 +246,6 @@ def run(o: Options) -> dict[str, Any]:
 
         model = load_adapter(model, o.adapter)
     policy = HFPolicy(model, tokenizer)
-    adapter_hash = adapter_sha256(o.adapter) if o.adapter else "base"
     ledger_path = o.ledger if (o.ledger is not None or o.limit is not None) else LEDGER
     try:
         for s, (rec_path, meta_path) in todo:

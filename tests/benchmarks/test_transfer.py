@@ -223,6 +223,22 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     assert "| `bfcl_irrelevance` | `base` | `base` | 2 | **4** | " in page  # the ledger has all four
 
 
+def test_an_arm_is_one_set_of_weights(tiny, short_budgets, tmp_path):
+    model, adapters = tiny
+    transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
+                             sets=("bfcl_irrelevance",)))
+    # other weights under the same arm: refused before anything loads, naming what the arm already holds
+    with pytest.raises(ValueError, match=r"holds measurements of other weights \(adapter sha256 [0-9a-f]{16}, "
+                                         r"trained at None: bfcl_irrelevance\).*declare this training run"):
+        transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_grpo"],
+                                 sets=("bfcl_multiple",)))
+    assert not (tmp_path / "data" / "main_sft" / "bfcl_multiple.meta.json").exists()
+    # the same weights go on with the arm's other sets
+    done = transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
+                                    sets=("bfcl_multiple",)))
+    assert done["bfcl_multiple"].startswith("written")
+
+
 def test_bad_requests_fail_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="--arm main_grpo needs --adapter"):
         transfer_run.check_options(transfer_run.Options(arm="main_grpo"))

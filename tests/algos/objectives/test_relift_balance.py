@@ -48,7 +48,7 @@ def test_relift_beyond_the_limit_is_refused_in_one_line_naming_the_coefficient_t
 def test_a_training_config_with_an_unbalanced_relift_term_is_refused_before_anything_loads():
     from agentrl.algos.training.config import TrainConfig
 
-    with pytest.raises(ValueError, match=r"grpo.guidance=relift: .* at least 16x .* guidance_coef <= 0.62"):
+    with pytest.raises(ValueError, match=r"grpo.guidance=relift: .* at least 16x .*guidance_coef <= 0.62"):
         TrainConfig.from_dict({"algo": "grpo", "group_size": 8, "grpo": {"guidance": "relift"}}).validate()
     TrainConfig.from_dict({"algo": "grpo", "group_size": 8,
                            "grpo": {"guidance": "relift", "guidance_coef": 0.5}}).validate()
