@@ -113,8 +113,10 @@ def test_the_configuration_reference_is_markdown_without_sphinx_roles():
     assert to_markdown("(:mod:`~agentrl.algos. objectives.turn_credit`)") == "(`turn_credit`)"  # wrapped there
 
 
-def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatch, capsys):
+def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatch, capsys, tmp_path):
     import agentrl.algos.recipes.main_job as main_job
+
+    monkeypatch.chdir(tmp_path)  # the default --out (runs/main) must not be a run of the checkout's
 
     seen = {}
 

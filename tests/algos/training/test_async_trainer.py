@@ -247,7 +247,8 @@ def test_tis_mode_with_demonstration_guidance_corrects_only_the_samples(tokenize
     """Demonstration rows come after the samples (their index is past the batch) and have no sampler: the stale
     correction skips them instead of indexing the batch with them."""
     cfg = _acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis")
-    cfg.grpo = dataclasses.replace(cfg.grpo, guidance=guidance)
+    # (relift's term at a coefficient the balance check accepts: check_relift_balance)
+    cfg.grpo = dataclasses.replace(cfg.grpo, guidance=guidance, guidance_coef=0.1)
     trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     trainer.algo.demos = _OneDemo(tokenizer)
     seen = _record_versions(trainer)
