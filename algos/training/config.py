@@ -230,11 +230,11 @@ class TrainConfig:
         if self.group_size < algo.min_group_size:
             raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= "
                              f"{algo.min_group_size}")
-        if getattr(self.algorithm_config(), "guidance", None) == "relift":  # GRPO's ReLIFT term against its own
+        algo_config = self.algorithm_config()
+        if getattr(algo_config, "guidance", None) == "relift":  # GRPO's ReLIFT term against its own
             from agentrl.algos.objectives.guidance import check_relift_balance
 
-            check_relift_balance(self.algorithm_config(), self.group_size,
-                                 self.collector.max_new_tokens * self.collector.max_turns)
+            check_relift_balance(algo_config, self.group_size, self.collector.max_new_tokens * self.collector.max_turns)
         if self.env_mixture() and self.tasks_file:
             raise ValueError("tasks_file= is for one env; a mixture (envs=) draws each env's own tasks")
         a = self.asynchronous
