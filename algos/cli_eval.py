@@ -17,6 +17,31 @@ from agentrl.envs.cli import json_object
 DEFAULT_EVAL_TASKS = 32
 """Test tasks ``agentrl eval`` draws when neither ``--tasks`` nor ``--tasks-file`` says otherwise."""
 
+POLICY_USER = "policy"
+"""The ``user_url`` env kwarg that has the policy's own server play the user (τ²-bench's user simulator)."""
+
+
+def check_policy_user(env_kwargs: dict[str, Any], args: argparse.Namespace) -> None:
+    """Refuse ``user_url="policy"`` without a policy server, before any model loads (``ValueError``)."""
+    if env_kwargs.get("user_url") == POLICY_USER and not (getattr(args, "engine", None) or args.policy_url):
+        raise ValueError(f'--env-kwargs user_url="{POLICY_USER}" has the policy\'s own server play the user: pass '
+                         "--engine vllm (or --policy-url of a chat server); the in-process policy serves no chat API")
+
+
+def with_policy_user(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``env_kwargs`` with ``user_url="policy"`` replaced by the URL of ``policy``'s server, and ``user_model`` by
+    its base model unless given: the model under evaluation, without its adapter, plays the user."""
+    if env_kwargs.get("user_url") != POLICY_USER:
+        return env_kwargs
+    url, base = getattr(policy, "base_url", None), getattr(policy, "base_model_name", None)
+    if url is None or base is None:
+        raise ValueError(f'--env-kwargs user_url="{POLICY_USER}": the policy ({type(policy).__name__}) has no '
+                         "OpenAI-compatible server to play the user")
+    resolved = {**env_kwargs, "user_url": url, "user_model": env_kwargs.get("user_model", base)}
+    if getattr(policy, "api_key", None) and "user_api_key" not in env_kwargs:
+        resolved["user_api_key"] = policy.api_key
+    return resolved
+
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrl.algos.evaluation.evaluate import evaluate
@@ -30,6 +55,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_kwargs = args.env_kwargs or {}
     if args.ledger:
         git_state(Path(args.ledger).parent)  # the commit its row names: the one this command starts from
+    check_policy_user(env_kwargs, args)
     preflight([(args.env, env_kwargs)], args.model, args.adapter)
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
@@ -58,6 +84,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
             model = load_adapter(model, args.adapter)
         policy = HFPolicy(model, tokenizer, max_batch_tokens=args.max_batch_tokens or None)
+    env_kwargs = with_policy_user(env_kwargs, policy)
     cfg = CollectorConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                           max_total_tokens=args.max_total_tokens,
                           temperature=args.temperature, seed=args.seed)

@@ -42,7 +42,8 @@ class TauBenchEnv(TextEnv):
     Args:
         domain: the τ²-bench domain.
         user_url: an OpenAI-compatible server (``http://host:port`` or ``.../v1``) that plays τ²'s user
-            simulator; ``None`` runs solo mode, which only telecom and mock have.
+            simulator; ``None`` runs solo mode, which only telecom and mock have. ``agentrl eval`` reads
+            ``"policy"`` as the server that samples the policy (``--engine vllm`` or ``--policy-url``).
         user_model: the model name sent to that server.
         user_api_key: its API key (default: ``$OPENAI_API_KEY``, else ``"EMPTY"``).
         user_temperature: the user simulator's sampling temperature (τ²'s default 0).
@@ -234,12 +235,34 @@ class TauBenchEnv(TextEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
-        first = self.orchestrator.trajectory[0] if self.orchestrator.trajectory else None
-        if not self.solo and first is not None and not first.is_tool_call() and first.role == "assistant":
-            # τ²'s conversation opens with the agent's greeting (or the task's own history)
-            self.messages.insert(1, {"role": "assistant", "content": self.orchestrator.trajectory[0].content})
+        if not self.solo:  # before the customer's message: τ²'s greeting, or the task's own history
+            self.messages[1:1] = self._history_messages(self.orchestrator.trajectory[:-1])
             info["messages"] = list(self.messages)
         return obs, info
+
+    def _history_messages(self, trajectory: list[Any]) -> list[dict[str, Any]]:
+        """The messages of ``trajectory`` τ²'s agent sees (``is_valid_agent_history_message``: not the customer's
+        own tool calls), as this env writes its messages: a call in the env's call format with its
+        ``tool_calls``, a result as a ``tool`` message naming its call."""
+        out: list[dict[str, Any]] = []
+        names: dict[str, str] = {}
+        for m in trajectory:
+            if not self.t2.is_valid_agent_history_message(m):
+                continue
+            if isinstance(m, self.t2.ToolMessage):
+                out.append({"role": "tool", "name": names.get(m.id, ""), "tool_call_id": m.id,
+                            "content": clip_head(str(m.content or ""), self.budgets.max_obs_chars)})
+            elif isinstance(m, self.t2.AssistantMessage) and m.tool_calls:
+                calls = [(c.name, dict(c.arguments)) for c in m.tool_calls]
+                names.update({c.id: c.name for c in m.tool_calls})
+                text = "\n".join(p for p in (m.content, self.parser.render_calls(calls)) if p)
+                out.append({"role": "assistant", "content": text, "tool_calls": [
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                    for c in m.tool_calls]})
+            else:
+                out.append({"role": m.role, "content": str(m.content or "")})
+        return out
 
     def system_prompt(self, task: dict[str, Any]) -> str:
         parts = [self._agent.system_prompt, self.parser.calls.instructions()]

@@ -40,6 +40,7 @@ def tau2_modules() -> SimpleNamespace:
 
 #: What :func:`tau2_modules` holds: module -> names.
 _NAMES: dict[str, tuple[str, ...]] = {
+    "tau2.agent.base": ("is_valid_agent_history_message",),
     "tau2.agent.llm_agent": ("LLMAgent", "LLMSoloAgent"),
     "tau2.config": ("DEFAULT_LLM_ARGS_USER", "DEFAULT_MAX_ERRORS", "DEFAULT_MAX_STEPS"),
     "tau2.data_model.message": ("AssistantMessage", "ToolCall", "ToolMessage", "UserMessage"),

@@ -328,3 +328,24 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch):
     monkeypatch.setattr(cli_train, "cmd_train", broken)
     with pytest.raises(BrokenPipeError):
         cli.main(["train", "--algo", "grpo"])
+
+
+def test_the_policy_as_user_without_a_policy_server_is_refused_before_loading(capsys, no_loading):
+    line = _one_line_error(capsys, ["eval", "--env", "AgentRL/TauBench-v0",
+                                    "--env-kwargs", '{"domain": "mock", "user_url": "policy"}'])
+    assert "--engine vllm" in line and "user_url" in line
+
+
+def test_the_policy_as_user_is_the_policys_server_and_base_model():
+    from agentrl.algos.cli_eval import with_policy_user
+    from agentrl.algos.policy.openai import OpenAIPolicy
+
+    server = OpenAIPolicy("http://127.0.0.1:9/", "base", tokenizer=None, api_key="k")
+    server.adapter_name = "run-v3"  # the adapter under evaluation never plays the user: the base model does
+    kwargs = {"domain": "airline", "user_url": "policy"}
+    assert with_policy_user(kwargs, server) == {"domain": "airline", "user_url": "http://127.0.0.1:9/v1",
+                                                "user_model": "base", "user_api_key": "k"}
+    assert with_policy_user({**kwargs, "user_model": "other"}, server)["user_model"] == "other"
+    assert with_policy_user({"domain": "mock"}, server) == {"domain": "mock"}
+    with pytest.raises(ValueError, match="no OpenAI-compatible server"):
+        with_policy_user(kwargs, object())

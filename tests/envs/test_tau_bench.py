@@ -214,6 +214,28 @@ def test_telecom_with_a_user_runs_and_scores_tau2s_reward(t2, user_server):
     env.close()
 
 
+def test_a_task_with_its_own_history_opens_with_what_tau2s_agent_sees(t2, user_server):
+    """τ² mock's tasks that start from a message history: the agent's opening messages are that history as τ²'s
+    agent sees it (the customer's words, the agent's call in the env's call format with its result), then the
+    customer's next message, written by the simulator; no greeting."""
+    user_server.replies = ["(not asked: the history holds the first customer message)", "Please mark it completed."]
+    env = TauBenchEnv("mock", user_url=user_server.url, user_model="scripted-user")
+    try:
+        task = env.all_tasks["update_task_with_message_history"]
+        history = task.initial_state.message_history
+        obs, info = env.reset(options={"task": {"id": task.id}})
+        messages = info["messages"]
+        assert obs == "Please mark it completed." and messages[-1] == {"role": "user", "content": obs}
+        assert [m["role"] for m in messages] == ["system"] + [m.role for m in history] + ["user"]
+        assert messages[1]["content"] == history[0].content and messages[4]["content"] == history[3].content
+        gold = history[1].tool_calls[0]
+        assert env.parser.parse(messages[2]["content"]).calls == [{"name": gold.name, "arguments": gold.arguments}]
+        assert messages[2]["tool_calls"][0]["id"] == messages[3]["tool_call_id"] == gold.id
+        assert messages[3]["name"] == gold.name and messages[3]["content"] == history[2].content
+    finally:
+        env.close()
+
+
 def test_user_simulator_talks_through_an_openai_compatible_server(t2, user_server):
     user_server.replies = ["Please create a task called 'Important Meeting' for user_1.", "Thank you! ###STOP###"]
     before = len(user_server.requests)
