@@ -24,7 +24,7 @@ import requests
 from helpers import TESTS, adapter_loads, free_port, record_adapter_swaps, save_model_dir, served_models
 
 from agentrl.algos import cli
-from agentrl.algos.models import tiny_model
+from agentrl.algos.models import load_tokenizer, tiny_model
 from agentrl.algos.policy.engine import VLLMEngine
 from agentrl.algos.policy.engine_node import SMALL_MACHINE_CPUS, cpu_thread_binding
 from agentrl.algos.training.checkpoint import latest_checkpoint
@@ -234,6 +234,26 @@ def test_two_ranks_with_engine_share_one_server_per_node(model_dir, tmp_path):
     port = log.split("--port ", 1)[1].split()[0]
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_tau2_with_the_policys_own_engine_playing_the_user(tmp_path, capsys):
+    """``user_url="policy"``: ``agentrl eval --engine vllm`` on τ²-bench mock with a user, the engine that serves the
+    policy (the embedded 135M model) also plays τ²'s user simulator through its chat API (the base model, never the
+    adapter): the customer's first message is the engine's chat answer to τ²'s user prompt."""
+    out = tmp_path / "tau" / "episodes.jsonl"
+    task = tmp_path / "task.jsonl"
+    task.write_text('{"id": "create_task_1"}\n')  # opens with τ²'s greeting (two mock tasks open with a history)
+    rc = cli.main(["eval", "--engine", "vllm", "--model", "smollm2-135m", "--dtype", "fp32",
+                   "--env", "AgentRL/TauBench-v0", "--env-kwargs", '{"domain": "mock", "user_url": "policy"}',
+                   "--tasks-file", str(task), "--max-turns", "2", "--max-new-tokens", "48", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    episode = _episodes(out)[0]
+    log = (out.parent / "vllm.log").read_text()
+    assert "POST /v1/chat/completions" in log and "POST /v1/completions" in log, log[-2000:]
+    prompt = load_tokenizer("smollm2-135m").decode(episode["token_ids"][: episode["prompt_len"]])
+    greeting = "Hi! How can I help you today?<|im_end|>\n<|im_start|>user\n"  # τ²'s agent opens, the customer answers
+    assert greeting in prompt, prompt[-1500:]
+    assert prompt.split(greeting, 1)[1].split("<|im_end|>")[0].strip(), prompt[-1500:]
 
 
 def test_the_server_samples_on_every_core_of_a_small_machine(server):
