@@ -377,10 +377,7 @@ class TextEnv(gym.Env[str, str]):
         calls = (parsed.calls or []) if parsed.kind == "tool_call" else []
         ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
         if calls:
-            self.messages[-1]["tool_calls"] = [
-                {"id": i, "type": "function",
-                 "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-                for i, c in zip(ids, calls, strict=True)]
+            self.messages[-1]["tool_calls"] = openai_tool_calls(calls, ids)
         assert self.task is not None, "step() before reset()"
         graded = self.grade_reply(parsed, self.task)
         if isinstance(graded, str):  # the agent's turn ends; the episode goes on with the next user message
@@ -487,6 +484,14 @@ class TextEnv(gym.Env[str, str]):
         return {"messages": info["messages"], "tools": info["tools"], "tools_in_prompt": self.tools_in_prompt,
                 "reward": reward,
                 "correct": bool(info.get("correct", False))}
+
+
+def openai_tool_calls(calls: list[dict[str, Any]], ids: list[str]) -> list[dict[str, Any]]:
+    """The ``tool_calls`` field of an assistant message (OpenAI's shape) for ``calls`` (``name``, ``arguments``)
+    under ``ids``."""
+    return [{"id": i, "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for i, c in zip(ids, calls, strict=True)]
 
 
 def clip_head(text: str, max_chars: int) -> str:

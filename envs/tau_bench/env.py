@@ -13,7 +13,6 @@ counts.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
+from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head, openai_tool_calls
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_modules
 from agentrl.envs.tools import Tool, ToolSet
@@ -253,13 +252,11 @@ class TauBenchEnv(TextEnv):
                 out.append({"role": "tool", "name": names.get(m.id, ""), "tool_call_id": m.id,
                             "content": clip_head(str(m.content or ""), self.budgets.max_obs_chars)})
             elif isinstance(m, self.t2.AssistantMessage) and m.tool_calls:
-                calls = [(c.name, dict(c.arguments)) for c in m.tool_calls]
+                calls = [{"name": c.name, "arguments": dict(c.arguments)} for c in m.tool_calls]
                 names.update({c.id: c.name for c in m.tool_calls})
-                text = "\n".join(p for p in (m.content, self.parser.render_calls(calls)) if p)
-                out.append({"role": "assistant", "content": text, "tool_calls": [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-                    for c in m.tool_calls]})
+                rendered = self.parser.render_calls([(c["name"], c["arguments"]) for c in calls])
+                out.append({"role": "assistant", "content": "\n".join(p for p in (m.content, rendered) if p),
+                            "tool_calls": openai_tool_calls(calls, [c.id for c in m.tool_calls])})
             else:
                 out.append({"role": m.role, "content": str(m.content or "")})
         return out
@@ -317,10 +314,7 @@ class TauBenchEnv(TextEnv):
             return self._after(parsed, parsed.answer, [])
         calls = parsed.calls or []
         ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
-        self.messages[-1]["tool_calls"] = [
-            {"id": i, "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-            for i, c in zip(ids, calls, strict=True)]
+        self.messages[-1]["tool_calls"] = openai_tool_calls(calls, ids)
         if self.solo and any(c["name"] == "done" for c in calls):  # τ²'s solo agent turns `done` into its stop
             self._send(t2.AssistantMessage(role="assistant", content=t2.LLMSoloAgent.STOP_TOKEN))
             return self._end("", parsed, None)
