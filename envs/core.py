@@ -38,7 +38,6 @@ unexpected bug inside an environment is logged with its traceback and ends the e
 
 from __future__ import annotations
 
-import json
 import logging
 import string
 import time
@@ -50,7 +49,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agentrl.envs.parsing import CALL_FORMATS, ActionParser, ParsedAction
-from agentrl.envs.tools import INVALID_CALL_KINDS, ToolResult, ToolSet
+from agentrl.envs.tools import INVALID_CALL_KINDS, ToolResult, ToolSet, openai_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -484,14 +483,6 @@ class TextEnv(gym.Env[str, str]):
         return {"messages": info["messages"], "tools": info["tools"], "tools_in_prompt": self.tools_in_prompt,
                 "reward": reward,
                 "correct": bool(info.get("correct", False))}
-
-
-def openai_tool_calls(calls: list[dict[str, Any]], ids: list[str]) -> list[dict[str, Any]]:
-    """The ``tool_calls`` field of an assistant message (OpenAI's shape) for ``calls`` (``name``, ``arguments``)
-    under ``ids``."""
-    return [{"id": i, "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-            for i, c in zip(ids, calls, strict=True)]
 
 
 def clip_head(text: str, max_chars: int) -> str:

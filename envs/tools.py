@@ -448,3 +448,11 @@ def load_tools(spec: ToolSet | str | Iterable[Tool | Callable | str]) -> ToolSet
         if not (isinstance(t, Tool) or callable(t)):
             raise ValueError(f"tools=: {t!r} is not a tool (a typed, documented function or a Tool)")
     return ToolSet(flat)
+
+
+def openai_tool_calls(calls: list[dict[str, Any]], ids: list[str]) -> list[dict[str, Any]]:
+    """The ``tool_calls`` field of an assistant message (OpenAI's shape) for ``calls`` (``name``, ``arguments``)
+    under ``ids``."""
+    return [{"id": i, "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for i, c in zip(ids, calls, strict=True)]

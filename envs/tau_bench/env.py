@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head, openai_tool_calls
+from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_modules
-from agentrl.envs.tools import Tool, ToolSet
+from agentrl.envs.tools import Tool, ToolSet, openai_tool_calls
 
 __all__ = ["TauBenchEnv"]
 
