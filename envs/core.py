@@ -170,6 +170,9 @@ class TextEnv(gym.Env[str, str]):
 
     supports_text_only: ClassVar[bool] = False
     """Whether the constructor accepts ``tools_enabled=False``: the text-only baseline, with no tool offered."""
+    grades_cut_replies: ClassVar[bool] = False
+    """Whether a reply cut by the sampler's token budget still goes to :meth:`step` to be graded (a benchmark that
+    grades whatever the model wrote: BFCL); otherwise a trainer ends that episode truncated, no-answer reward."""
 
     def __init__(
         self,

@@ -22,7 +22,8 @@ re-tokenised.
 
 Termination (``Trajectory.termination``): the env's own (``answered``, ``invalid``, ``budget``, ``error``), or the
 collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an end-of-turn token or the trajectory
-reaches ``max_total_tokens`` (the reply is not sent to the env), ``budget`` after ``max_turns`` replies, and
+reaches ``max_total_tokens`` (the reply is not sent to the env, unless the env's ``grades_cut_replies`` says it
+grades cut replies, as BFCL does: then the env steps with it as with any reply), ``budget`` after ``max_turns`` replies, and
 ``error`` when ``env.step`` raises. Collector-ended episodes get the env's no-answer reward
 (``env.unwrapped.rewards.invalid`` when it has one, else 0) with ``correct = format_ok = 0``.
 
@@ -295,7 +296,8 @@ class Collector:
         text = self.policy.tokenizer.decode(body, skip_special_tokens=False)
         ep.turns.append(Turn(prompt_len=start, completion_len=len(res.token_ids), completion=text, parsed={},
                              finish_reason=res.finish_reason))
-        if res.finish_reason != "stop":
+        if res.finish_reason != "stop" and not getattr(getattr(ep.env, "unwrapped", ep.env), "grades_cut_replies",
+                                                       False):
             self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
             return None
         return text

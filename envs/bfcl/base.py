@@ -27,6 +27,9 @@ class BFCLBase(TextEnv):
     CATEGORIES: ClassVar[tuple[str, ...]] = ()
     #: What the error says about the categories this env does not play.
     NOT_HERE: ClassVar[str] = ""
+    #: BFCL grades whatever the model wrote within its token budget: a cut reply is graded like any other (on the
+    #: irrelevance categories a cut reply that made no complete call is correct).
+    grades_cut_replies: ClassVar[bool] = True
 
     def __init__(self, category: str, *, call_format: str = "hermes", tools_in_prompt: bool = True,
                  render_mode: str | None = None, budgets: Budgets | None = None):

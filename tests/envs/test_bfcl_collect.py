@@ -19,9 +19,10 @@ def names(task):
     return [f["name"] for f in task["tools"]]
 
 
-def scripted(tokenizer, env, tasks):
-    """A policy that replies with each task's BFCL ground truth in the template's call format."""
-    policy = ScriptedPolicy(tokenizer, [])
+def scripted(tokenizer, env, tasks, *, end_token=True):
+    """A policy that replies with each task's BFCL ground truth in the template's call format (``end_token=False``:
+    each reply stops at the token budget, ``finish_reason == "length"``)."""
+    policy = ScriptedPolicy(tokenizer, [], end_token=end_token)
     env.use_call_format(policy.fmt.call_format)
     policy.actions = {t["question"][0][-1]["content"]: env.demo_actions(t) for t in tasks}
     return policy
@@ -42,6 +43,19 @@ def test_the_collector_renders_each_tasks_tools_and_bfcl_grades_the_calls(templa
         assert all(prompt.count(f'"{n}"') == 1 for n in own), (kind, own)  # by the template or the env, not both
         others = {n for t in tasks for n in names(t)} - set(own)
         assert not [n for n in others if f'"{n}"' in prompt]
+
+
+@pytest.mark.parametrize("category", ["simple_python", "irrelevance"])
+def test_a_reply_cut_by_the_token_budget_is_graded_by_bfcls_checker(tokenizer, category):
+    # BFCL grades whatever the model wrote: complete calls before the cut count, and an irrelevance reply that
+    # made no call is right. The same cut reply on a ToolUse-v0 task is not stepped (tests/algos/rollout).
+    env = BFCLEnv(category=category)
+    tasks = env.test_tasks(2, seed=0)
+    trajs = collect("AgentRL/BFCL-v0", scripted(tokenizer, env, tasks, end_token=False), tasks, group_size=1,
+                    env_kwargs={"category": category}, config=CollectorConfig(max_total_tokens=8192))
+    for tr in trajs:
+        assert tr.turns[0].finish_reason == "length" and tr.turns[0].parsed["kind"] != ""
+        assert (tr.reward, tr.termination, tr.metrics["correct"]) == (1.0, "answered", 1.0), tr.task["id"]
 
 
 def test_agentrl_eval_on_bfcl_and_on_rows_with_their_own_tools(tiny_dir, tokenizer, tmp_path, capsys):

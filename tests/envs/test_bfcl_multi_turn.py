@@ -270,6 +270,23 @@ def test_the_collector_plays_every_turn_in_native_templates(template_tokenizers)
         assert held and all(f'"{n}"' not in prompt and f'"{n}"' in text for n in held)  # shown at their turn only
 
 
+def test_a_cut_reply_is_stepped_and_the_entry_plays_to_its_end(template_tokenizers):
+    # Every reply stops at the token budget without its end-of-turn token: BFCL still runs its calls and the
+    # collector closes the turn itself (its glue adds the end token; the token stream is checked at each turn).
+    from agentrl.algos.rollout.collector import CollectorConfig, collect
+
+    tok = template_tokenizers["qwen"]
+    env = BFCLEnv(category="multi_turn_base")
+    tasks = env.test_tasks(1, seed=2)
+    policy = ScriptedPolicy(tok, [], end_token=False)
+    env.use_call_format(policy.fmt.call_format)
+    policy.actions = {t["question"][0][0]["content"]: env.demo_actions(t) for t in tasks}
+    [tr] = collect("AgentRL/BFCL-v0", policy, tasks, group_size=1, env_kwargs={"category": "multi_turn_base"},
+                   config=CollectorConfig(max_turns=60, max_new_tokens=512, max_total_tokens=32768))
+    assert {t.finish_reason for t in tr.turns} == {"length"}
+    assert (tr.reward, tr.termination) == (1.0, "answered") and len(tr.turns) == len(env.demo_actions(tasks[0]))
+
+
 def test_the_collector_runs_a_tiny_random_model_to_the_end_of_each_entry(tokenizer):
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy.hf import HFPolicy
