@@ -8,6 +8,7 @@ benchmark sets, or write the page ``docs/results/transfer.md`` from the committe
     python benchmarks/transfer.py --arm base --limit 2 --data /tmp/t          # a smoke test (not a result)
     python benchmarks/transfer.py --page                                      # docs/results/transfer.md
     python benchmarks/transfer.py --commands                                  # what to run for every arm
+    python benchmarks/transfer.py --regrade-cut   # grade stored cut BFCL replies by today's rule (no sampling)
 
 A set already measured for the arm is skipped; ``--redo`` measures it again beside the first (never over it).
 Each evaluation is also a row of the ledger ``benchmarks/heldout/ledger.jsonl``.
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", action="store_true", help="write docs/results/transfer.md from the records in --data")
     ap.add_argument("--page-out", default=str(TRANSFER_PAGE), help="where --page writes (docs/results/transfer.md)")
     ap.add_argument("--commands", action="store_true", help="print the commands that run every arm")
+    ap.add_argument("--regrade-cut", action="store_true",
+                    help="grade the BFCL replies cut by the token budget in --data again, from the episodes in --out "
+                         "(harness/transfer_regrade.py; nothing is sampled)")
     args = ap.parse_args(argv)
     if args.commands:
         print("\n".join(commands()))
@@ -62,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
 
         ledger = Path(args.ledger) if args.ledger else LEDGER
         print(f"written: {shown(write_page(Path(args.data), Path(args.page_out), ledger))}")
+        return 0
+    if args.regrade_cut:
+        from harness.transfer_regrade import regrade_cut
+
+        command = shlex.join(["python", "benchmarks/transfer.py", *(sys.argv[1:] if argv is None else argv)])
+        for name, what in regrade_cut(Path(args.data), Path(args.out), command, args.model).items():
+            print(f"{name}: {what}")
         return 0
     if not args.arm:
         ap.error("--arm is required (or --page / --commands)")

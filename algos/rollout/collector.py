@@ -23,8 +23,8 @@ re-tokenised.
 Termination (``Trajectory.termination``): the env's own (``answered``, ``invalid``, ``budget``, ``error``), or the
 collector's — ``truncated`` when a reply hits ``max_new_tokens`` without an end-of-turn token or the trajectory
 reaches ``max_total_tokens`` (the reply is not sent to the env, unless the env's ``grades_cut_replies`` says it
-grades cut replies, as BFCL does: then the env steps with it as with any reply), ``budget`` after ``max_turns`` replies, and
-``error`` when ``env.step`` raises. Collector-ended episodes get the env's no-answer reward
+grades cut replies, as BFCL does: then the env steps with it as with any reply), ``budget`` after ``max_turns``
+replies, and ``error`` when ``env.step`` raises. Collector-ended episodes get the env's no-answer reward
 (``env.unwrapped.rewards.invalid`` when it has one, else 0) with ``correct = format_ok = 0``.
 
 Several envs in one call: pass ``env`` as a mapping ``name -> env id or factory`` (and ``env_kwargs`` as

@@ -88,6 +88,20 @@ def why_zero(a: Arm, rows: list[dict[str, Any]]) -> str:
             f"({100 * parsed:.0f}% of final replies parsed)")
 
 
+def regraded_note(a: Arm, meta: dict[str, Any]) -> str:
+    """What ``benchmarks/transfer.py --regrade-cut`` (:mod:`harness.transfer_regrade`) did to a measurement."""
+    r = meta.get("regraded")
+    if not r:
+        return ""
+    before = 100 * float((r.get("scores_before") or {}).get("score", 0.0))
+    if not r.get("regraded"):
+        return (f"{a.label}: {r['cut']} episode(s) ended at a reply cut by the token budget, scored 0 without "
+                f"grading (the rule before 070684b); not re-graded ({r.get('why')}).")
+    return (f"{a.label}: {r['regraded']} replies cut by the token budget, scored 0 ungraded when measured, were "
+            f"re-graded from the stored replies by BFCL's checker at {str(r.get('commit'))[:7]} (`{r.get('command')}`;"
+            f" nothing sampled again): {r.get('changed')} changed, score {before:.1f}% before.")
+
+
 def arms_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     lines = ["## Arms", "", "| Arm | Weights | Made by | Measured sets |", "|---|---|---|---|"]
     for a in ARMS:
@@ -129,6 +143,8 @@ def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> li
                      f"{100 * share(rows, 'format_ok'):.1f}% | {len(rows)}{limit} | {commit_text(meta)} |")
         if note := why_zero(a, rows):
             notes.append(f"- {note}.")
+        if note := regraded_note(a, meta):
+            notes.append(f"- {note}")
     return lines + [""] + (notes + [""] if notes else [])
 
 
@@ -221,7 +237,8 @@ def ledger_section(ledger: Path) -> list[str]:
     rows = [r for r in read_ledger(ledger) if str(r.get("set", "")).startswith("transfer/")]
     lines = ["## The ledger", "",
              f"Every evaluation of these sets recorded in `{shown(ledger)}` (smoke tests are not recorded), in the "
-             "order they ran:", ""]
+             "order they ran, with the scores as graded when they ran (a re-grade of cut replies, noted under the "
+             "set's scores above, adds no row):", ""]
     if not rows:
         return lines + ["None yet.", ""]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

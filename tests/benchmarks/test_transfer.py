@@ -165,6 +165,51 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     assert "| procedural tools: SFT -> GRPO | not run |" in page
 
 
+def test_regrade_grades_the_stored_cut_replies_and_leaves_the_rest(tokenizer, tmp_path, monkeypatch):
+    import dataclasses
+
+    from harness.transfer_regrade import regrade_cut
+    from helpers import ScriptedPolicy
+
+    from agentrl.algos.rollout.collector import CollectorConfig, collect
+    from agentrl.envs.bfcl.base import BFCLBase
+    from agentrl.envs.bfcl.env import BFCLEnv
+
+    s = transfer_set("bfcl_irrelevance")
+    tasks = transfer_run.select_tasks(s)[:3]
+    env = BFCLEnv(category="irrelevance")
+    config = CollectorConfig(max_new_tokens=64, max_turns=1, temperature=0.0)
+
+    def measured(end_token: bool, task_list):  # the ground-truth refusal, cut (no end token) or not
+        policy = ScriptedPolicy(tokenizer, [], end_token=end_token)
+        policy.actions = {t["question"][0][-1]["content"]: env.demo_actions(t) for t in task_list}
+        return collect(s.env, policy, task_list, 1, config, env_kwargs=dict(s.env_kwargs))
+
+    monkeypatch.setattr(BFCLBase, "grades_cut_replies", False)  # as the collector graded up to 070684b
+    old = measured(False, tasks[:2]) + measured(True, tasks[2:])
+    monkeypatch.undo()
+    assert [t.termination for t in old] == ["truncated", "truncated", "answered"]
+    data, out = tmp_path / "data" / "base", tmp_path / "runs" / "base"
+    data.mkdir(parents=True), out.mkdir(parents=True)
+    rows = transfer_run.records(old)
+    (data / f"{s.name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    meta = {"model": "smollm2-135m", "collector": dataclasses.asdict(config),
+            "scores": {"score": 1 / 3, "called_tool": 0.0, "format_ok": 1 / 3}}
+    (data / f"{s.name}.meta.json").write_text(json.dumps(meta))
+    (out / f"{s.name}.episodes.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in old))
+
+    outcome = regrade_cut(tmp_path / "data", tmp_path / "runs", "the command")
+    assert list(outcome.values()) == ["2 of 2 cut replies re-graded; score 33.3% -> 100.0%"]
+    new = [json.loads(line) for line in (data / f"{s.name}.jsonl").read_text().splitlines()]
+    assert [r["score"] for r in new] == [1.0, 1.0, 1.0] and new[2] == rows[2]  # the uncut one untouched
+    assert [r["reply"] for r in new] == [r["reply"] for r in rows]  # the same replies, graded again
+    meta = json.loads((data / f"{s.name}.meta.json").read_text())
+    assert meta["scores"]["score"] == 1.0 and meta["regraded"]["scores_before"]["score"] == 1 / 3
+    assert (meta["regraded"]["cut"], meta["regraded"]["changed"], meta["regraded"]["command"]) == (2, 2, "the command")
+    assert (out / f"{s.name}.episodes.before-regrade.jsonl").is_file()
+    assert regrade_cut(tmp_path / "data", tmp_path / "runs", "again") == {}  # done once
+
+
 def write_records(folder: Path, arm_name: str, set_name: str, scores: list[float], called: list[bool]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     rows = [{"id": f"t{i}", "score": sc, "reward": sc, "called_tool": c, "format_ok": c, "reply": ""}
