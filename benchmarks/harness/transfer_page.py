@@ -88,18 +88,29 @@ def why_zero(a: Arm, rows: list[dict[str, Any]]) -> str:
             f"({100 * parsed:.0f}% of final replies parsed)")
 
 
-def regraded_note(a: Arm, meta: dict[str, Any]) -> str:
-    """What ``benchmarks/transfer.py --regrade-cut`` (:mod:`harness.transfer_regrade`) did to a measurement."""
+def regraded_text(a: Arm, meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """What ``benchmarks/transfer.py --regrade-cut`` (:mod:`harness.transfer_regrade`) did to one measurement."""
     r = meta.get("regraded")
     if not r:
         return ""
-    before = 100 * float((r.get("scores_before") or {}).get("score", 0.0))
     if not r.get("regraded"):
-        return (f"{a.label}: {r['cut']} episode(s) ended at a reply cut by the token budget, scored 0 without "
-                f"grading (the rule before 070684b); not re-graded ({r.get('why')}).")
-    return (f"{a.label}: {r['regraded']} replies cut by the token budget, scored 0 ungraded when measured, were "
-            f"re-graded from the stored replies by BFCL's checker at {str(r.get('commit'))[:7]} (`{r.get('command')}`;"
-            f" nothing sampled again): {r.get('changed')} changed, score {before:.1f}% before.")
+        return f"{a.label} {r['cut']} not re-graded ({r.get('why')}: they stay at 0)"
+    before, after = 100 * float((r.get("scores_before") or {}).get("score", 0.0)), 100 * share(rows, "score")
+    moved = f", {before:.1f}% -> {after:.1f}%" if r.get("changed") else ""
+    return f"{a.label} {r['regraded']} ({r.get('changed')} changed{moved})"
+
+
+def regrade_sentence(found: dict[tuple[str, str], Measured]) -> str:
+    """The Scores section's one sentence on the re-grade, from the first measurement that records one."""
+    r = next((m["meta"]["regraded"] for m in found.values() if (m["meta"].get("regraded") or {}).get("regraded")),
+             None)
+    if r is None:
+        return ""
+    return (f" BFCL replies cut by the token budget were scored 0 without grading by the collector up to 070684b; "
+            f"at {str(r.get('commit'))[:7]} the stored replies of the single-turn sets were graded again by BFCL's "
+            f"checker (`{r.get('command')}`, `benchmarks/harness/transfer_regrade.py`: the same tokens replayed, "
+            "nothing sampled again); each set says how many and what changed. Later measurements grade them as "
+            "they come.")
 
 
 def arms_section(found: dict[tuple[str, str], Measured]) -> list[str]:
@@ -131,7 +142,8 @@ def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> li
     lines = [f"### {s.label}", "",
              row("Arm", "Score [95% interval]", "Called a tool", "Final reply parsed", "Tasks", "Measured at"),
              "|---|---|---:|---:|---:|---|"]
-    notes = []
+    notes: list[str] = []
+    regraded: list[str] = []
     for a in ARMS:
         m = found.get((a.name, s.name))
         if m is None:
@@ -143,8 +155,11 @@ def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> li
                      f"{100 * share(rows, 'format_ok'):.1f}% | {len(rows)}{limit} | {commit_text(meta)} |")
         if note := why_zero(a, rows):
             notes.append(f"- {note}.")
-        if note := regraded_note(a, meta):
-            notes.append(f"- {note}")
+        if text := regraded_text(a, meta, rows):
+            regraded.append(text)
+    if regraded:
+        notes.append("- Re-graded replies cut by the token budget (scored 0 ungraded when measured; see above): "
+                     + "; ".join(regraded) + ".")
     return lines + [""] + (notes + [""] if notes else [])
 
 
@@ -271,7 +286,7 @@ def render(data: Path = TRANSFER_DATA, ledger: Path = LEDGER) -> str:
     lines += ["## Scores", "",
               "Per set: the score, the share of episodes that called a tool and the share whose final reply parsed "
               "in the expected format (a 0 with no tool call is a model that never called; a 0 with calls is one "
-              "whose calls the checker rejected).", ""]
+              "whose calls the checker rejected)." + regrade_sentence(found), ""]
     for s in SETS:
         lines += scores_section(s, found)
     lines += comparisons_section(found) + redos_section(data, found) + ledger_section(ledger)
