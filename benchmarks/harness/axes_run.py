@@ -109,11 +109,21 @@ def finished(data: Path) -> dict[str, dict[str, Any]]:
 
 def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment, minutes: float | None = None
              ) -> float:
-    """Expected seconds of ``piece``: the mean wall time of the finished pieces of its kind, else the prior."""
+    """Expected seconds of ``piece``: the mean wall time of the finished pieces of its kind; for a cell whose arm
+    has none yet, of the finished cells of arms with the same algorithm (a learning rate does not change a step's
+    time); else the prior."""
     seen = [m["wall_seconds"] for m in done.values() if m.get("kind") == piece.kind and "wall_seconds" in m]
     if seen:
         return statistics.fmean(seen)
     if piece.kind.startswith("cell:"):
+        def algo(kind: Any) -> Any:
+            arm = str(kind).removeprefix("cell:")
+            return (exp.arms.get(arm) or {}).get("algo", arm)
+
+        like = [m["wall_seconds"] for m in done.values() if "wall_seconds" in m
+                and str(m.get("kind")).startswith("cell:") and algo(m["kind"]) == algo(piece.kind)]
+        if like:
+            return statistics.fmean(like)
         budget = exp.steps * PRIOR_STEP_SECONDS if exp.steps else 60 * (exp.minutes if minutes is None else minutes)
         return budget + CELL_OVERHEAD_SECONDS
     return PRIOR_SECONDS[piece.kind]

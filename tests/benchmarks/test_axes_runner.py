@@ -90,6 +90,10 @@ def test_the_budget_stops_before_a_piece_that_would_not_fit_estimated_from_what_
     # what ran now estimates its kind: the evaluations took 10 s each here, the grpo cell 900 s
     assert estimate(Piece("x", "eval:sampled"), done, AXES) == 10.0
     assert estimate(Piece("x", "cell:grpo"), done, AXES) == 900.0
+    # an arm with no finished cell: the finished cells of its algorithm's other arms (LR_CHOICE: other rates)
+    lr_done = {"cells/grpo_lr2e-4-s0": {"kind": "cell:grpo_lr2e-4", "wall_seconds": 630.0}}
+    assert estimate(Piece("x", "cell:grpo_lr6e-5"), lr_done, LR_CHOICE) == 630.0
+    assert estimate(Piece("x", "cell:sft"), {"a": {"kind": "cell:grpo", "wall_seconds": 5.0}}, AXES) == 960.0
     lines = status_lines(AXES, tmp_path)
     assert "  done     cells/grpo-s0 (15.0 min)" in lines and "  not run  cells/sft-s0 (about 16.0 min)" in lines
 
