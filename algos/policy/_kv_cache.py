@@ -150,15 +150,21 @@ def new_cache(layers=None, reserve: int = 64) -> DynamicCache:
 _CACHE_ARG: dict[type, str] = {}
 
 
-def model_forward(model, ids, cache, attention_mask, position_ids):
-    """``model(...)`` with the KV cache passed under the name this transformers version uses."""
+def cache_arg(model) -> str:
+    """The name of the KV-cache argument of ``model``'s forward in this transformers version (``cache`` in newer
+    ones, ``past_key_values`` before)."""
     cls = type(model)
     if cls not in _CACHE_ARG:
         base = model.get_base_model() if is_peft(model) else model
         params = inspect.signature(type(base).forward).parameters
         _CACHE_ARG[cls] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_ARG[cls]
+
+
+def model_forward(model, ids, cache, attention_mask, position_ids):
+    """``model(...)`` with the KV cache passed under the name this transformers version uses."""
     return model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                 logits_to_keep=1, **{_CACHE_ARG[cls]: cache})
+                 logits_to_keep=1, **{cache_arg(model): cache})
 
 
 def out_cache(out):

@@ -46,6 +46,8 @@ BENCHMARKS: dict[str, str] = {
                     "decode speed of a shared-weights sampler vs a merged copy.",
     "vllm_cpu_binding": "vLLM CPU build on a small machine: sampled tokens/s with vLLM's own thread binding vs the "
                         "managed engine's (every CPU).",
+    "kl_speed": "KL(adapter || base) on ToolUse-v0 episodes: the shared prompt prefix cached vs two full forwards "
+                "per episode.",
 }
 
 #: Arguments for ``--quick`` (CI-sized) runs.
@@ -61,6 +63,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "merge_memory": ["--quick"],
     "load_time": ["--repeats", "1"],
     "vllm_cpu_binding": ["--requests", "8", "--tokens", "32", "--repeats", "1"],
+    "kl_speed": ["--episodes", "8"],
 }
 
 #: Arguments for ``--full`` runs (the sizes the issues' targets name).
