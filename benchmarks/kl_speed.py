@@ -35,12 +35,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agentrl.algos.evaluation.kl import kl_to_base, sequence_kl, shared_prefix
+    from agentrl.algos.evaluation.kl import kl_to_base, sequence_kl
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import apply_lora, load_adapter
     from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig, collect
-    from agentrl.algos.rollout.trajectory import load_trajectories
+    from agentrl.algos.rollout.trajectory import load_trajectories, shared_prefix_len
     from agentrl.envs.tool_use import ToolUseEnv
 
     model, tokenizer = load_model(args.model, dtype=args.dtype)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     cached = time.perf_counter() - t0
 
     tokens = sum(len(t.token_ids) for t in episodes)
-    prefix = shared_prefix([t.token_ids for t in episodes])
+    prefix = shared_prefix_len([t.token_ids for t in episodes])
     by_definition = sum(s for s, _ in pairs) / sum(n for _, n in pairs)
     worst = max(abs(a - s / n) for a, (s, n) in zip(report.per_episode, [p for p in pairs if p[1]], strict=True))
     source = args.episodes_file or "ToolUse-v0 test tasks, greedy"

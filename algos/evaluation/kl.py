@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.algos.rollout.trajectory import shared_prefix_len
+
 
 @dataclass
 class KLReport:
@@ -57,20 +59,6 @@ def sequence_kl(model, token_ids: Sequence[int], loss_mask: Sequence[int]) -> tu
             base = torch.log_softmax(model(input_ids=ids).logits[0, index].float(), dim=-1)
         kl = (policy.exp() * (policy - base)).sum(dim=-1).clamp_min(0.0)
     return float(kl.sum()), len(positions)
-
-
-def shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
-    """The number of leading tokens every sequence shares."""
-    if not sequences:
-        return 0
-    n = min(len(s) for s in sequences)
-    first = sequences[0]
-    for s in sequences[1:]:
-        k = 0
-        while k < n and s[k] == first[k]:
-            k += 1
-        n = k
-    return n
 
 
 class _PrefixCache:
@@ -118,15 +106,16 @@ def kl_to_base(model, trajectories: Iterable[Any]) -> KLReport:
                 for t in trajectories]
     episodes = [(ids, positions) for ids, positions in episodes if positions]
     # the prefix stops before the first position any episode is scored at, so each keeps a token of its own
-    length = min([shared_prefix([ids for ids, _ in episodes]), *(positions[0] for _, positions in episodes)],
-                 default=0)
+    length = min(shared_prefix_len([ids for ids, _ in episodes]), *(positions[0] for _, positions in episodes)) \
+        if episodes else 0
+    prefix = episodes[0][0][:length] if episodes else []
     was_training = model.training
     model.eval()
     total, tokens, per_episode = 0.0, 0, []
     try:
-        policy = _PrefixCache(model, episodes[0][0][:length] if episodes else [])
+        policy = _PrefixCache(model, prefix)
         with model.disable_adapter():
-            base = _PrefixCache(model, episodes[0][0][:length] if episodes else [])
+            base = _PrefixCache(model, prefix)
         for ids, positions in episodes:
             p = policy.logprobs(ids, positions)
             with model.disable_adapter():
@@ -143,4 +132,4 @@ def kl_to_base(model, trajectories: Iterable[Any]) -> KLReport:
                     episodes=len(per_episode), per_episode=per_episode)
 
 
-__all__ = ["KLReport", "kl_to_base", "sequence_kl", "shared_prefix"]
+__all__ = ["KLReport", "kl_to_base", "sequence_kl"]

@@ -26,7 +26,7 @@ from agentrl.algos.policy.base import GenerationResult, Policy
 from harness.data import load_json, read_rows
 from harness.layout import ROOT, shown
 from harness.transfer import ARMS, SETS, TRANSFER_DATA
-from harness.transfer_run import records
+from harness.transfer_run import records, scores
 
 RULE = ("a reply cut by the token budget is graded by BFCL's checker (BFCLBase.grades_cut_replies), as BFCL grades "
         "whatever the model wrote; before, the collector scored it 0 without grading")
@@ -104,9 +104,7 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
                                     env_kwargs=dict(s.env_kwargs), config=config, progress=False)
                     new = {r["id"]: r for r in records(again)}
                     rows = [new.get(r["id"], r) for r in read_rows(rec_path)]
-                    n = len(rows)
-                    meta["scores"] = {k: sum(float(r[k]) for r in rows) / n for k in ("score", "called_tool",
-                                                                                       "format_ok")}
+                    meta["scores"] = scores(rows)
                     old = {str((t.task or {}).get("id")): t for t in cut}
                     entry.update(regraded=len(again), changed=sum(
                         1 for t in again if t.reward != old[str(t.task["id"])].reward))
@@ -117,7 +115,7 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
                     episodes.replace(kept)
                     episodes.write_text("".join(
                         json.dumps(by_id.get(str((t.task or {}).get("id")), t).to_dict(), ensure_ascii=False) + "\n"
-                        for t in load_trajectories(kept)), encoding="utf-8")
+                        for t in trajectories), encoding="utf-8")
                 meta["regraded"] = entry
                 meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
                 outcome[shown(rec_path)] = (f"{entry['regraded']} of {len(cut)} cut replies re-graded; score "

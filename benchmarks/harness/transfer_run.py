@@ -105,6 +105,11 @@ def records(trajectories: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def scores(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """A measurement's shares: the score, the episodes that called a tool, the final replies that parsed."""
+    return {key: sum(float(r[key]) for r in rows) / len(rows) for key in ("score", "called_tool", "format_ok")}
+
+
 def package_versions() -> dict[str, str | None]:
     def version(name: str) -> str | None:
         try:
@@ -285,7 +290,7 @@ def run(o: Options) -> dict[str, Any]:
                 "collector": dataclasses.asdict(cfg), "packages": package_versions(), **state,
                 "command": o.command, "started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 1),
                 "ledger": {"path": shown(ledger_path), "id": row_id} if ledger_path is not None else None,
-                "scores": {key: sum(float(r[key]) for r in rows) / n for key in ("score", "called_tool", "format_ok")},
+                "scores": scores(rows),
             }
             # the records last: they mark the measurement done (a meta without them is a killed run's)
             write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")

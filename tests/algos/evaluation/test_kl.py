@@ -62,7 +62,8 @@ def test_one_step_moves_the_policy_away_from_the_base_by_the_kl_computed_by_hand
 def test_episodes_sharing_their_opening_give_the_kl_of_two_full_forwards_each(lora_model):
     # The shared prefix runs once into a KV cache (adapter on and off); each episode's own tokens run on top of
     # it. The result must be what two full forwards per episode give (sequence_kl, the definition).
-    from agentrl.algos.evaluation.kl import kl_to_base, sequence_kl, shared_prefix
+    from agentrl.algos.evaluation.kl import kl_to_base, sequence_kl
+    from agentrl.algos.rollout.trajectory import shared_prefix_len
 
     torch.manual_seed(0)
     for p in lora_model.parameters():
@@ -72,7 +73,7 @@ def test_episodes_sharing_their_opening_give_the_kl_of_two_full_forwards_each(lo
     episodes = [episode(opening + [7, 8, 9, 10, 11, 12], [0] * 31 + [1] * 5),
                 episode(opening + [7, 8, 20, 21], [0] * 32 + [1] * 2),
                 episode(opening + [50] + list(range(60, 70)), [0] * 31 + [1] * 3 + [0] * 3 + [1] * 4)]
-    assert shared_prefix([e.token_ids for e in episodes]) == 30
+    assert shared_prefix_len([e.token_ids for e in episodes]) == 30
     report = kl_to_base(lora_model, episodes)
     by_definition = [sequence_kl(lora_model, e.token_ids, e.loss_mask) for e in episodes]
     assert report.tokens == sum(n for _, n in by_definition) == 14 and report.token_mean > 1e-2
