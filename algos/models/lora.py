@@ -22,6 +22,7 @@ agentrl::
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Iterator
@@ -99,12 +100,24 @@ def load_trainable_state_dict(model, state: dict) -> None:
             params[n].copy_(t)
 
 
+#: Keys of ``adapter_config.json`` that PEFT keeps as sets and writes in set order, which changes with Python's
+#: string hashing from one process to the next.
+_SET_KEYS = ("target_modules", "exclude_modules")
+
+
 def save_adapter(model, path: str | Path) -> Path:
     """Save the active (trained) adapter in PEFT format at ``path``, atomically (written beside it, then renamed
-    into place); a frozen reference adapter is not saved."""
+    into place); a frozen reference adapter is not saved. The same weights give the same bytes in every process
+    (PEFT's set-valued keys are written sorted), so a retrained adapter can be checked against a recorded hash."""
     path = Path(path)
     with atomic_dir(path) as tmp:
         model.save_pretrained(str(tmp), selected_adapters=[model.active_adapter])
+        config = tmp / "adapter_config.json"
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        for key in _SET_KEYS:
+            if isinstance(settings.get(key), list):
+                settings[key] = sorted(settings[key], key=str)
+        config.write_text(json.dumps(settings, indent=2, sort_keys=True), encoding="utf-8")
     return path
 
 

@@ -8,7 +8,9 @@ import copy
 import dataclasses
 import gc
 import json
+import logging
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from harness.layout import ROOT
 
 #: Arm settings that are notes, not ``MainJobConfig`` fields.
 NOTES = ("about", "algo")
+logger = logging.getLogger("axes")
 
 
 def arm_algo(exp: AxesExperiment, arm: str) -> str:
@@ -120,6 +123,8 @@ class Executor:
         key = "cold_start" if model == "cold_start" else f"cells/{model}"
         path = self.work / key / "adapter"
         also = " and every cell trained from it" if model == "cold_start" else ""
+        if model == "cold_start" and not (path / "adapter_config.json").is_file():
+            self.rebuild_cold_start()
         if not (path / "adapter_config.json").is_file():
             raise SystemExit(f"{path}: the adapter of {model} is not in the work folder (adapters are not committed); "
                              f"delete {self.data / key}{also} to train it again, or point --work at the folder that "
@@ -129,6 +134,25 @@ class Executor:
             raise SystemExit(f"{path} is not the adapter the finished piece {self.data / key} recorded (sha256 "
                              f"{recorded}): --work holds another run's; point --work at the right folder")
         return path
+
+    def rebuild_cold_start(self) -> None:
+        """The finished cold start's adapter is not in the work folder (a new checkout, another machine): train it
+        again, as its piece did, and keep it only if its bytes hash to what the piece recorded (training and saving
+        are deterministic on one machine kind); otherwise leave nothing, and :meth:`adapter` says what to do."""
+        recorded = (load_json(self.data / "cold_start" / "meta.json") or {}).get("adapter_sha256")
+        if recorded is None:
+            return
+        logger.info("the cold start's adapter is not in %s: training it again to check it against the recorded "
+                    "one (sha256 %s)", self.work, recorded)
+        with tempfile.TemporaryDirectory() as scratch:
+            got = self.cold_start(Path(scratch))["adapter_sha256"]
+        if got != recorded:
+            shutil.rmtree(self.work / "cold_start")
+            raise SystemExit(f"the cold start trained again here is not the recorded one (sha256 {got}, recorded "
+                             f"{recorded}: another machine kind or code that changed its numbers); delete "
+                             f"{self.data / 'cold_start'} and every cell trained from it to start over, or point "
+                             "--work at the folder that holds the adapter")
+        logger.info("the cold start trained again is the recorded one (sha256 %s)", got)
 
     def cold_start(self, folder: Path) -> dict[str, Any]:
         from agentrl.algos.recipes.main_job import sft_train_config
@@ -212,7 +236,8 @@ class Executor:
         c = dataclasses.replace(self.cfg, **dict(settings))
         tasks, env_kwargs, set_file = self.tasks_of(target)
         base, tokenizer = self.base()
-        model = load_adapter(copy.deepcopy(base), self.adapter(model_name))
+        adapter = self.adapter(model_name)
+        model, sha = load_adapter(copy.deepcopy(base), adapter), adapter_sha256(adapter)
         episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
         policy = HFPolicy(model, tokenizer, max_batch_tokens=c.policy_max_batch_tokens)
         try:
@@ -222,15 +247,15 @@ class Executor:
                               env_kwargs=env_kwargs, out=episodes, progress=False,
                               ledger=self.ledger if set_file and self.tasks is None else None,
                               ledger_fields={"stage": f"{self.exp.name}:{model_name}",
-                                             "adapter": adapter_sha256(self.adapter(model_name))})
+                                             "adapter": sha})
         finally:
             policy.close()
         trajectories = load_trajectories(episodes)
         rows = task_scores(trajectories)
         (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows),
                                             encoding="utf-8")
-        meta = {**self.common_meta(c), "model": model_name, "set": target, "mode": mode, "set_file": set_file,
-                "eval_n": c.eval_n, "temperature": c.eval_temperature, "tasks": len(tasks),
+        meta = {**self.common_meta(c), "model": model_name, "adapter_sha256": sha, "set": target, "mode": mode,
+                "set_file": set_file, "eval_n": c.eval_n, "temperature": c.eval_temperature, "tasks": len(tasks),
                 "report": report.to_dict()}
         if target == TRAIN:
             meta["kl_to_base"] = kl_to_base(model, trajectories).to_dict()

@@ -14,7 +14,8 @@ beside its per-task records (``tasks.jsonl``) or training metrics (``metrics.jso
 skipped, a folder without ``meta.json`` (a killed piece) is redone whole, and with a budget the runner stops
 before a piece whose estimated time (the mean of finished pieces of its kind, else :data:`PRIOR_SECONDS`) does
 not fit in what is left. Adapters (about 20 MB each) stay in the work folder (``runs/<experiment>/``, not
-committed); a cell's evaluations need its adapter there."""
+committed); a cell's evaluations need its adapter there. A finished cold start whose adapter is missing (a new
+checkout) is trained again and used only if it hashes to the recorded adapter."""
 
 from __future__ import annotations
 

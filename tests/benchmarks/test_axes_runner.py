@@ -149,6 +149,24 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
     work.rename(moved)
     assert main([*args[:6], str(moved), *args[7:]]) == 0
+    # a new checkout without the work folder's cold start: trained again, kept because its bytes are the recorded ones
+    import shutil
+
+    shutil.rmtree(moved / "cold_start")
+    (data / "evals/cold_start/train-greedy/meta.json").unlink()
+    capsys.readouterr()
+    assert main([*args[:6], str(moved), *args[7:]]) == 0
+    assert "ran 1," in capsys.readouterr().out
+    assert finished(data)["evals/cold_start/train-greedy"]["adapter_sha256"] == done["cold_start"]["adapter_sha256"]
+    # ... and refused when it comes out another (here: the recorded hash changed), leaving no adapter behind
+    shutil.rmtree(moved / "cold_start")
+    (data / "evals/cold_start/train-greedy/meta.json").unlink()
+    meta = json.loads((data / "cold_start/meta.json").read_text())
+    (data / "cold_start/meta.json").write_text(json.dumps({**meta, "adapter_sha256": "0" * 16}))
+    with pytest.raises(SystemExit, match=r"trained again here is not the recorded one .*recorded 0{16}"):
+        main([*args[:6], str(moved), *args[7:]])
+    assert not (moved / "cold_start").exists()
+    (data / "cold_start/meta.json").write_text(json.dumps(meta))
     # another run's adapter in the work folder: refused before anything is evaluated from it
     (data / "evals/grpo-s0/train-greedy/meta.json").unlink()
     weights = next((moved / "cells/grpo-s0/adapter").glob("*.safetensors"))

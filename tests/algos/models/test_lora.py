@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 from helpers import tiny_llama
 
@@ -74,3 +76,42 @@ def test_adapter_saves_in_peft_format_and_loads_with_plain_peft(tmp_path):
     load_trainable_state_dict(fresh, state)
     with torch.no_grad():
         torch.testing.assert_close(token_logprobs(fresh, ids), want)
+
+
+SAVE_IN_A_NEW_PROCESS = """
+import sys
+import json
+
+import torch
+from helpers import tiny_llama
+from agentrl.algos.models.lora import LoRAConfig, apply_lora, save_adapter
+model = apply_lora(tiny_llama(), LoRAConfig(r=4, alpha=8))
+with torch.no_grad():
+    for p in (p for p in model.parameters() if p.requires_grad):
+        p.fill_(0.01)
+save_adapter(model, sys.argv[1])
+"""
+
+
+def test_the_same_adapter_saves_to_the_same_bytes_in_every_process(tmp_path):
+    """PEFT keeps ``target_modules`` as a set and writes it in set order, which follows the process's string
+    hashing: two processes with other hash seeds must still write byte-identical adapters (a retrained adapter is
+    checked against a recorded hash)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agentrl.algos.evaluation.ledger import adapter_sha256
+
+    tests = Path(__file__).resolve().parents[2]
+    hashes, orders = set(), set()
+    for seed in ("1", "2", "3", "4"):
+        out = tmp_path / f"adapter-{seed}"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(tests)}
+        subprocess.run([sys.executable, "-c", SAVE_IN_A_NEW_PROCESS, str(out)], env=env, check=True, timeout=300)
+        hashes.add(adapter_sha256(out))
+        orders.add(tuple(json.loads((out / "adapter_config.json").read_text())["target_modules"]))
+    assert len(hashes) == 1 and len(orders) == 1
+    (order,) = orders
+    assert list(order) == sorted(order) and len(order) == 2 * 7  # two layers' seven projections
