@@ -330,7 +330,7 @@ AXES = AxesExperiment(
     train_families=("multiply", "add", "power", "stock", "stock_value", "add_multiply"),
     arms=MappingProxyType({
         # lr 6e-5: the GRPO rate of every pre-declared ToolUse run since the collapse at 2e-4 (docs/algorithms/
-        # grpo.md); if issue 45's train-split lr choice lands first, amend this declaration before running.
+        # grpo.md), and the one LR_CHOICE (below) picked on the train split before any AXES piece ran.
         "grpo": MappingProxyType({"rl_lr": 6e-5, "rl_tasks_per_step": 4, "rl_group_size": 4}),
         "sft": MappingProxyType({"sft_lr": 5e-4, "about": "SFT-continued on the same families' demonstrations"}),
         "rft": MappingProxyType({"rl_lr": 6e-5, "rl_tasks_per_step": 4, "rl_group_size": 4,

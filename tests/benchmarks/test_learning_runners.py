@@ -365,7 +365,7 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     low = runner.train_config("grpo_lr2e-5", 0, tmp_path / "adapter", tmp_path / "low")
     turns = runner.train_config("grpo_turns", 0, tmp_path / "adapter", tmp_path / "turns")
-    assert plain.lr == MainJobConfig().rl_lr == 2e-4 and low.lr == 2e-5 and turns.lr == plain.lr
+    assert plain.lr == MainJobConfig().rl_lr == 6e-5 and low.lr == 2e-5 and turns.lr == plain.lr
     assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
     assert turns.grpo.turn_weight == 1.0 and plain.grpo.turn_weight == 0
     guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
