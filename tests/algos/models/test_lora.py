@@ -80,8 +80,6 @@ def test_adapter_saves_in_peft_format_and_loads_with_plain_peft(tmp_path):
 
 SAVE_IN_A_NEW_PROCESS = """
 import sys
-import json
-
 import torch
 from helpers import tiny_llama
 from agentrl.algos.models.lora import LoRAConfig, apply_lora, save_adapter
