@@ -115,6 +115,8 @@ class Executor:
             return self.cell(arm, int(seed), folder)
         _, model, name = piece.key.split("/")
         target, _, mode = name.rpartition("-")
+        if piece.kind == "eval:transfer":
+            return self.evaluate_transfer(model, target, folder)
         return self.evaluate(model, target, mode, folder)
 
     def adapter(self, model: str) -> Path:
@@ -262,3 +264,49 @@ class Executor:
         del model, policy
         gc.collect()
         return meta
+
+    def evaluate_transfer(self, model_name: str, target: str, folder: Path) -> dict[str, Any]:
+        """One greedy episode per task of a declared public benchmark set, with the tasks, decoding and budgets the
+        transfer declaration fixes (:mod:`harness.transfer`), graded by the benchmark's own checker; a ledger row
+        (set ``transfer/<name>``) like the transfer runner's."""
+        from agentrl.algos.evaluation.evaluate import evaluate
+        from agentrl.algos.evaluation.ledger import task_scores
+        from agentrl.algos.models.lora import load_adapter
+        from agentrl.algos.policy.hf import HFPolicy
+        from agentrl.algos.rollout.trajectory import load_trajectories
+        from harness.transfer import DECODING, transfer_set
+        from harness.transfer_run import (
+            collector_config,
+            package_versions,
+            record_in_ledger,
+            records,
+            scores,
+            select_tasks,
+        )
+
+        s = transfer_set(target)
+        tasks = select_tasks(s)[: self.tasks]
+        base, tokenizer = self.base()
+        adapter = self.adapter(model_name)
+        model, sha = load_adapter(copy.deepcopy(base), adapter), adapter_sha256(adapter)
+        episodes = self.work / "evals" / model_name / f"{target}-greedy.jsonl"
+        cfg = collector_config(s)
+        policy = HFPolicy(model, tokenizer, max_batch_tokens=self.cfg.policy_max_batch_tokens)
+        try:
+            report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs), out=episodes,
+                              progress=False)
+            ledger_id = None if self.ledger is None or self.tasks is not None else record_in_ledger(
+                s, tasks, episodes, report, policy, self.ledger,
+                {"model": self.cfg.model, "adapter": sha, "stage": f"{self.exp.name}:{model_name}"})
+        finally:
+            policy.close()
+        trajectories = load_trajectories(episodes)
+        (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"
+                                                    for r in task_scores(trajectories)), encoding="utf-8")
+        del model, policy
+        gc.collect()
+        return {**self.common_meta(self.cfg), "model": model_name, "adapter_sha256": sha, "set": target,
+                "mode": "greedy", "benchmark": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
+                "subset": s.subset, "tasks": len(tasks), "collector": dataclasses.asdict(cfg),
+                "packages": package_versions(), "ledger_id": ledger_id, "scores": scores(records(trajectories)),
+                "report": report.to_dict()}

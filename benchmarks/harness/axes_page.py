@@ -84,13 +84,28 @@ def sampled_cells(ax: Axes, arm: str | None, target: str) -> tuple[str, str]:
     return " / ".join(avg("pass_at_k", k) for k in KS), " / ".join(avg("pass_hat_k", k) for k in KS[1:])
 
 
+def set_name(exp: AxesExperiment, target: str) -> str:
+    """A set's name in a table: the train-split sample, a public benchmark set's label, else the set file's stem."""
+    if target == TRAIN:
+        return "train-split sample"
+    if target in exp.transfer:
+        from harness.transfer import transfer_set
+
+        return transfer_set(target).label
+    return f"`{target}`"
+
+
 def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
     """One set's table (greedy pass@1 per seed, its mean, pass@k and pass^k over 8 tries) and its comparisons."""
     title = "the fixed train-split sample" if target == TRAIN else f"`{target}`"
+    if target in ax.exp.transfer:
+        title = (f"{set_name(ax.exp, target)} (`{target}`: greedy only, graded by the benchmark's own checker; "
+                 "[the transfer declaration](transfer.md) fixes its tasks and decoding)")
     lines = [f"#### {title}", "", "| Row | greedy pass@1, per seed (%) | mean | pass@1 / 2 / 4 / 8 (8 tries) "
              "| pass^2 / 4 / 8 |", "|---|---|---:|---|---|"]
+    sampled = ax.exp.sampled and target != TRAIN and target not in ax.exp.transfer
     for arm in rows:
-        at_k, hat_k = sampled_cells(ax, arm, target) if ax.exp.sampled and target != TRAIN else ("–", "–")
+        at_k, hat_k = sampled_cells(ax, arm, target) if sampled else ("–", "–")
         lines.append(f"| {COLD if arm is None else label(arm)} | {per_seed_cell(ax, arm, target)} | "
                      f"{mean_cell(ax.row(arm, target))} | {at_k} | {hat_k} |")
     judgements = comparisons(ax, target, rows)
@@ -98,10 +113,14 @@ def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
         lines += ["", "| A vs B | A | B | A - B [95% interval] | seed SD (points) | verdict |",
                   "|---|---:|---:|---|---|---|"]
         for cmp, j in judgements:
-            sd = " / ".join(f"{100 * statistics.stdev(s):.1f}" if len(s) >= 2 else "1 seed" for s in j.spread)
             lines.append(f"| {cmp.a} vs {cmp.b} | {j.a:.1f} | {j.b:.1f} | {j.difference:+.1f} [{j.low:+.1f}, "
-                         f"{j.high:+.1f}] | {sd} | {verdict(j)} |")
+                         f"{j.high:+.1f}] | {seed_sd(j)} | {verdict(j)} |")
     return [*lines, ""]
+
+
+def seed_sd(j: Any) -> str:
+    """Each side's standard deviation over its seeds (points): the noise floor beside an interval."""
+    return " / ".join(f"{100 * statistics.stdev(s):.1f}" if len(s) >= 2 else "1 seed" for s in j.spread)
 
 
 def comparisons(ax: Axes, target: str, rows: list[str | None]) -> list[tuple[Comparison, Any]]:
@@ -206,7 +225,7 @@ def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
               f"Verdicts: {TIE_RULE}. The seed SD beside each interval is the noise floor: "
               "a difference within the seeds' spread is not read as a difference. A row's per-task scores are "
               "averaged over its finished seeds.", ""]
-    for target in exp.sets:
+    for target in (*exp.sets, *exp.transfer):
         lines += set_lines(ax, target, rows)
     lines += ["#### Forgetting", "", "The forgetting set holds skills the arms never train on; beside it, the "
               "fixed train-split sample and the mean per-token KL(adapter || base model) on the adapter's own "
@@ -218,6 +237,51 @@ def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
         lines.append(f"| {COLD if arm is None else label(arm)} | {mean_cell(ax.row(arm, FORGETTING))} | "
                      f"{mean_cell(ax.row(arm, TRAIN))} | {kl_cell(ax, arm)} |")
     return [*lines, ""]
+
+
+def readme_sets(exp: AxesExperiment) -> tuple[str, ...]:
+    """The README's rows, at most 8 (issue 45): every declared held-out set, then the public benchmark sets while
+    there is room (AXES: BFCL simple_python and multiple); the train-split sample and the rest are on the page."""
+    return (*exp.sets, *exp.transfer)[:8]
+
+
+def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
+    """The README's results rows: one per set of :func:`readme_sets`, with the greedy pass@1 of the cold start and
+    of each arm (the mean over its finished seeds) and the first arm against each other arm: its interval, each
+    side's seed SD (the noise floor) and verdict; then a line saying how many cells are in, their steps, and which
+    sets only the page shows. Empty when nothing of the experiment is committed."""
+    ax = Axes(exp, folder)
+    if not ax.pieces:
+        return []
+    rows: list[str | None] = [None, *exp.arms]
+    first, others = label(next(iter(exp.arms))), [label(a) for a in list(exp.arms)[1:]]
+
+    def short(name: str) -> str:  # "GRPO (Dr. GRPO)" -> "GRPO": the page's table names each arm in full
+        return name.split(" (")[0]
+
+    lines = ["| Set: greedy pass@1 (%) | " + " | ".join([COLD, *(short(label(a)) for a in exp.arms)]) + " | "
+             + " | ".join(f"{short(first)} - {short(o)}: 95% interval; seed SD (points); verdict" for o in others)
+             + " |",
+             "|---|" + "---:|" * (len(rows)) + "---|" * len(others)]
+    for target in readme_sets(exp):
+        judged = {(c.a, c.b): j for c, j in comparisons(ax, target, rows)}
+        versus = []
+        for other in others:
+            j = judged.get((first, other))
+            versus.append("not run" if j is None else
+                          f"{j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}]; {seed_sd(j)}; {verdict(j)}")
+        means = [mean_cell(ax.row(arm, target)) for arm in rows]
+        lines.append(f"| {set_name(exp, target)} | " + " | ".join([*means, *versus]) + " |")
+
+    def trained(arm: str) -> str:
+        steps = [str(m.get("steps", "?")) for _, model in ax.models(arm) if (m := ax.pieces.get(f"cells/{model}"))]
+        return f"{short(label(arm))} {len(steps)} of {len(exp.seeds)}" + (f" ({' / '.join(steps)} steps)" if steps
+                                                                            else "")
+
+    budget = f"{exp.steps} steps" if exp.steps else f"{exp.minutes:g} minutes"
+    left = [set_name(exp, t) for t in (TRAIN, *exp.sets, *exp.transfer) if t not in readme_sets(exp)]
+    return [*lines, "", f"Cells trained ({budget} each, from one shared cold start): "
+            + ", ".join(trained(a) for a in exp.arms) + f". On the learning page also: {', '.join(left)}."]
 
 
 def lr_choice_section(folder: Path, exp: AxesExperiment = LR_CHOICE) -> list[str]:

@@ -7,7 +7,9 @@ A *piece* is one unit of work with its own folder under ``docs/results/data/<exp
 * ``cells/<arm>-s<seed>`` — one (arm, seed): the cold start trained further for the declared wall time (or steps);
 * ``evals/<model>/<set>-<mode>`` — one evaluation of the cold start or a cell's adapter on one declared set,
   ``greedy`` (pass@1) or ``sampled`` (N tries: pass@k and pass^k); ``evals/<model>/train-greedy`` is the fixed
-  train-split sample, with the mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``).
+  train-split sample, with the mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``);
+  ``evals/<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``AxesExperiment.transfer``),
+  with the transfer declaration's tasks and decoding (:mod:`harness.transfer`).
 
 A piece is finished when its ``meta.json`` exists (written last: commit, config, machine, wall time, summary),
 beside its per-task records (``tasks.jsonl``) or training metrics (``metrics.jsonl``). Finished pieces are
@@ -39,7 +41,9 @@ logger = logging.getLogger("axes")
 #: timings on the 2-core AMD EPYC without bf16 (fp32): the 48-step cold start of ``tooluse_sft48`` 1150 s; an
 #: evaluation of 128 tasks about 80 s greedy (``tooluse_sft48``: 2085 s in all, 1766 s of it training, for 4
 #: evaluations); 8 tries at temperature 0.7 about 8 times that; a cell its budget plus loading and saving.
-PRIOR_SECONDS = {"cold_start": 1150.0, "eval:greedy": 80.0, "eval:sampled": 640.0, "eval:train": 60.0}
+PRIOR_SECONDS = {"cold_start": 1150.0, "eval:greedy": 80.0, "eval:sampled": 640.0, "eval:train": 60.0,
+                 # a public benchmark set: the transfer runs' BFCL simple_python, 400 tasks in 197 s (bf16)
+                 "eval:transfer": 200.0}
 CELL_OVERHEAD_SECONDS = 60.0
 #: A GRPO step of 8 tasks x 8 samples on that machine since the shared-prefix update (d019e38): ``tooluse_chains``
 #: 124 s (8 steps in 993 s), ``tooluse_sft48`` 50 s (6 steps in 298 s).
@@ -82,19 +86,24 @@ def modes(exp: AxesExperiment) -> list[str]:
 
 
 def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
+    """The train-split sample, then each set in each mode; a public benchmark set (``exp.transfer``) greedy only."""
     pieces = [Piece(f"evals/{model}/{TRAIN}-greedy", "eval:train", needs)]
-    return pieces + [Piece(f"evals/{model}/{s}-{m}", f"eval:{m}", needs) for s in sets for m in modes(exp)]
+    for s in sets:
+        pieces += ([Piece(f"evals/{model}/{s}-greedy", "eval:transfer", needs)] if s in exp.transfer else
+                   [Piece(f"evals/{model}/{s}-{m}", f"eval:{m}", needs) for m in modes(exp)])
+    return pieces
 
 
 def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: list[str] | None = None
          ) -> list[Piece]:
     """Every piece of ``exp`` in running order: the cold start and its evaluations, then each cell followed by
     its evaluations (``cells`` / ``sets``: a selection of the declared ones)."""
-    chosen = list(exp.sets) if sets is None else sets
-    unknown = sorted(set(chosen) - set(exp.sets))
+    declared = [*exp.sets, *exp.transfer]
+    chosen = declared if sets is None else sets
+    unknown = sorted(set(chosen) - set(declared))
     if unknown:
         raise ValueError(f"--sets: {', '.join(unknown)} not declared for {exp.name} (declared: "
-                         f"{', '.join(exp.sets) or 'none: the train-split sample only'})")
+                         f"{', '.join(declared) or 'none: the train-split sample only'})")
     pieces = [Piece("cold_start", "cold_start"), *eval_pieces(exp, "cold_start", ("cold_start",), chosen)]
     for arm, seed in parse_cells(None, exp) if cells is None else cells:
         key = f"cells/{cell_name(arm, seed)}"

@@ -320,6 +320,10 @@ class AxesExperiment:
     train_sample_seed: int = 12345
     judge: str = ""
     """How the experiment decides (stated before it runs), where it decides more than :attr:`primary` says."""
+    transfer: tuple[str, ...] = ()
+    """Public benchmark sets (:data:`harness.transfer.SETS` names) the cold start and every adapter are also
+    evaluated on, with the transfer declaration's tasks and decoding (one greedy episode per task: pass@1 only),
+    graded by the benchmark's own checker."""
 
 
 AXES = AxesExperiment(
@@ -343,6 +347,11 @@ AXES = AxesExperiment(
     sampled=MappingProxyType({"eval_n": 8, "eval_temperature": 0.7}),
     primary="GRPO vs SFT-continued and GRPO vs rejection sampling, per set: pass@1 (greedy) with its interval, "
             "verdict (met / missed / tie) and seed spread; pass@k and pass^k (k = 1 ... 8) beside it",
+    # Added on 2026-12-06, before any AXES adapter was evaluated on a public benchmark (issue 45, item 5: "and on
+    # BFCL's categories"): the single-call categories where the main job's adapters moved (simple_python, multiple)
+    # and where GRPO lost abstention (irrelevance). Greedy only: 8 tries of their 840 tasks would cost about 50
+    # minutes per adapter on a 2-core CPU, against about 7 for one.
+    transfer=("bfcl_simple_python", "bfcl_multiple", "bfcl_irrelevance"),
 )
 
 

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.axes_page import axes_section, lr_choice_section
+from harness.axes_page import axes_section, lr_choice_section, readme_rows
 from harness.compare_page import compare_section
 from harness.data import (
     TIE_RULE,
@@ -98,9 +98,9 @@ def run_marks(name: str) -> list[str]:
 
 
 def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
-    """The page's opening summary, computed from the committed data: every RL-vs-same-time-control comparison
-    outside the diagnostics, by verdict (the tie rule), declared runs first; and whether the axis sets have been
-    evaluated yet."""
+    """The page's opening summary, computed from the committed data: the axes experiment's rows (the README's),
+    then every earlier RL-vs-same-time-control comparison outside the diagnostics, by verdict (the tie rule),
+    declared runs first, whether the axis sets have been evaluated, and the declared runs' table."""
     declared, undeclared = [], []
     for exp in EXPERIMENTS:
         (exp_dir, plain), others = runs_of(data, exp, False)
@@ -113,7 +113,8 @@ def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
                     note = " (see its note)" if run_dir.name in RUN_NOTES else ""
                     item = (f"`{run_dir.name}` {c.difference:+.1f} [{c.low:+.1f}, {c.high:+.1f}]{note}", c)
                     (undeclared if run_dir.name in UNDECLARED else declared).append(item)
-    if not declared and not undeclared:
+    axes_rows = readme_rows(data / AXES.name)
+    if not declared and not undeclared and not axes_rows:
         return []
 
     def counts(items) -> str:
@@ -125,19 +126,26 @@ def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
 
     evaluated = {r.get("set") for r in ledger_rows}
     axes = [n for n in AXIS_SETS if n in evaluated]
-    return ["## Summary", "",
-            "Computed from the committed data on this page (RL (GRPO) against the SFT control trained for the same "
-            "wall time, on each run's fixed held-out set; points, 95% interval; runs in *Diagnostics and failed "
-            "configurations* left out):", "",
+    lines = ["## Summary", ""]
+    if axes_rows:
+        lines += [f"**The pre-declared experiment on the generalisation axes** (`{AXES.name}`: its section below has "
+                  "every seed, pass@k and pass^k, the learning signal per family and the KL to the base). Verdicts: "
+                  f"{TIE_RULE}; the seed SD beside each interval is the noise floor.", "", *axes_rows, ""]
+    earlier = declared_runs_table(data)
+    return [*lines,
+            "Before it, computed from the committed data on this page (RL (GRPO) against the SFT control trained for "
+            "the same wall time, on each run's fixed held-out set; points, 95% interval; runs in *Diagnostics and "
+            "failed configurations* left out):", "",
             f"- **In-distribution, at 135M on a CPU, GRPO against a same-time SFT control**, runs declared before "
             f"they ran: {counts(declared)}.",
             f"- Runs not declared before they ran: {counts(undeclared)}.",
-            "- Every set on this page holds the training's own families at the training's chain lengths; the "
+            "- Every set of these runs holds the training's own families at the training's chain lengths; the "
             "generalisation axes where RL is expected to differ (deeper chains, unseen pairings, rule variants, "
             "tool failures, forgetting) have their own sets, "
             + (f"evaluated on: {', '.join(f'`{n}`' for n in axes)}." if axes else
                f"not evaluated yet: the pre-declared experiment `{AXES.name}` (benchmarks/harness/experiments.py, "
-               f"{' vs '.join(AXES.arms)}, {len(AXES.seeds)} seeds) has not run."), ""]
+               f"{' vs '.join(AXES.arms)}, {len(AXES.seeds)} seeds) has not run."), "",
+            *([] if not earlier else ["The runs declared before they ran:", "", *earlier, ""])]
 
 
 def heldout_table() -> str:
@@ -309,11 +317,24 @@ def lr_text(lr: float | None) -> str:
 
 
 def summary_table(data: Path = DATA) -> str:
-    """The README's results block, from the committed data: one row per run whose settings were declared in a
-    commit before it ran (not :data:`~harness.experiments.UNDECLARED`, not a diagnostic): its set, GRPO steps and
-    learning rate, seeds, RL against its own cold start and against the same-time SFT control (each with its paired
-    95% interval), and the verdict on the latter; then one line counting the verdicts. Every other comparison is on
-    the learning page."""
+    """The README's results block, from the committed data: the pre-declared axes experiment's rows
+    (:func:`harness.axes_page.readme_rows`: per set, every arm's pass@1 over its seeds and GRPO against each
+    control with interval, noise floor and verdict), then one line counting the verdicts of the earlier declared
+    runs, whose table is on the learning page (:func:`declared_runs_table`)."""
+    axes = readme_rows(data / AXES.name) or [f"The pre-declared experiment `{AXES.name}` has not run yet."]
+    earlier = declared_runs_table(data)
+    if not earlier:
+        return "\n".join(axes)
+    return "\n".join([*axes, "", f"Before it: {earlier[-1][0].lower()}{earlier[-1][1:-1]} (one seed each, on sets "
+                               "of the training's own families; their table: [docs/results/learning.md]"
+                               "(docs/results/learning.md#summary))."])
+
+
+def declared_runs_table(data: Path = DATA) -> list[str]:
+    """One row per run whose settings were declared in a commit before it ran (not
+    :data:`~harness.experiments.UNDECLARED`, not a diagnostic): its set, GRPO steps and learning rate, seeds, RL
+    against its own cold start and against the same-time SFT control (each with its paired 95% interval), and the
+    verdict on the latter; then one line counting the verdicts. Empty when there is none."""
     lines = ["| Run (held-out set) | GRPO steps, lr | Seeds | RL - cold start, 95% interval "
              "| RL - same-time SFT control, 95% interval | Verdict vs control |",
              "|---|---|---:|---|---|---|"]
@@ -339,10 +360,9 @@ def summary_table(data: Path = DATA) -> str:
                          f"{lr_text(cfg.get('rl_lr'))} | {len(run.get('seeds', [run.get('seed', 0)]))} "
                          f"| {interval(cold)} | {interval(control)} | {verdict(control)} |")
     if len(lines) == 2:
-        return "No declared learning run has committed data yet."
+        return []
     counts = ", ".join(f"{n} {k}" for k, n in sorted(verdicts.items(), key=lambda kv: -kv[1]))
-    return "\n".join([*lines, "", f"{len(lines) - 2} runs declared before they ran, against the same-time SFT "
-                                   f"control: {counts}."])
+    return [*lines, "", f"{len(lines) - 2} runs declared before they ran, against the same-time SFT control: {counts}."]
 
 
 def update_readme(readme: Path, data: Path = DATA) -> bool:

@@ -218,6 +218,20 @@ def check_same_weights(folder: Path, adapter_hash: str) -> None:
                          "weights: declare this training run as a new arm in benchmarks/harness/transfer.py")
 
 
+def record_in_ledger(s: TransferSet, tasks: list[dict[str, Any]], episodes: Path, report: Any, policy: Any,
+                     ledger_path: Path, extra: dict[str, Any]) -> str:
+    """Append the ledger row of one evaluation on ``s`` (set ``transfer/<name>``, the tasks' hash as its sidecar);
+    its id."""
+    from agentrl.algos.rollout.trajectory import load_trajectories
+
+    sidecar = {"sha256": ledger_module.tasks_sha256(tasks), "tasks": len(tasks), "primary_metric": "average_at_n"}
+    row = ledger_module.make_row(tasks, load_trajectories(episodes), report, set_name=f"transfer/{s.name}",
+                                 sidecar=sidecar, where=ledger_path.parent, policy=policy, out=episodes,
+                                 extra={**extra, "benchmark": s.label})
+    ledger_module.append(row, ledger_path)
+    return str(row["id"])
+
+
 def run(o: Options) -> dict[str, Any]:
     """Evaluate ``o.arm`` on each asked set; returns ``{set: "written <path>" | "skipped: ..." | "not run: ..."}``."""
     from agentrl.algos.evaluation.evaluate import evaluate
@@ -269,16 +283,9 @@ def run(o: Options) -> dict[str, Any]:
             from agentrl.algos.rollout.trajectory import load_trajectories
 
             rows = records(load_trajectories(episodes))
-            row_id = None
-            if ledger_path is not None:
-                sidecar = {"sha256": ledger_module.tasks_sha256(tasks), "tasks": len(tasks),
-                           "primary_metric": "average_at_n"}
-                ledger_row = ledger_module.make_row(
-                    tasks, load_trajectories(episodes), report, set_name=f"transfer/{s.name}", sidecar=sidecar,
-                    where=ledger_path.parent, policy=policy, out=episodes,
-                    extra={"model": model_name, "adapter": adapter_hash, "arm": a.name, "benchmark": s.label})
-                ledger_module.append(ledger_row, ledger_path)
-                row_id = ledger_row["id"]
+            row_id = None if ledger_path is None else record_in_ledger(
+                s, tasks, episodes, report, policy, ledger_path,
+                {"model": model_name, "adapter": adapter_hash, "arm": a.name})
             n = len(rows)
             meta = {
                 "arm": a.name, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.axes_page import axes_section, decision, lr_choice_section
+from harness.axes_page import axes_section, decision, lr_choice_section, readme_rows
 from harness.experiments import AXES, LR_CHOICE
 
 
@@ -25,9 +25,8 @@ def test_nothing_committed_says_not_run(tmp_path):
     assert "**Not run yet**" in "\n".join(lr_choice_section(tmp_path / "lr_choice"))
 
 
-def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_path):
-    data = tmp_path / "axes"
-    n = 40
+def partial(data: Path, n: int = 40) -> None:
+    """The cold start, GRPO seeds 0 and 1 at 50% on tooluse_v5 and SFT-continued seed 0 at 0%; nothing else."""
     piece(data, "cold_start", steps=48, train_seconds=600.0)
     piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
     piece(data, "evals/cold_start/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.0125})
@@ -43,6 +42,11 @@ def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_p
     piece(data, "evals/grpo-s0/tooluse_v5-sampled", [0.5] * n,
           report={"pass_at_k": {"1": 0.5, "2": 0.75, "4": 0.9, "8": 1.0},
                   "pass_hat_k": {"2": 0.25, "4": 0.1, "8": 0.0}})
+
+
+def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_path):
+    data = tmp_path / "axes"
+    partial(data)
     text = "\n".join(axes_section(data))
     assert "**Not run yet**" not in text
     assert "| GRPO (Dr. GRPO) | 3 steps, 15.0 min | 3 steps, 15.0 min | not run |" in text
@@ -59,6 +63,33 @@ def test_partial_data_shows_what_ran_with_verdicts_and_the_rest_as_not_run(tmp_p
     assert "| SFT-continued | 0.25 -> 0.50 | – |" in text
     assert "| cold start | not run | 100.0 | 0.0125 |" in text
     assert "| GRPO (Dr. GRPO) | not run | 100.0 (2 seeds) | 0.5000 (0.5000 / 0.5000) |" in text
+
+
+def test_the_readme_rows_are_at_most_8_sets_with_every_arm_and_grpo_against_each_control(tmp_path):
+    assert readme_rows(tmp_path / "axes") == []  # nothing committed: the README says so instead
+    data = tmp_path / "axes"
+    partial(data)
+    piece(data, "evals/grpo-s0/bfcl_multiple-greedy", [1.0] * 10 + [0.0] * 30)
+    lines = readme_rows(data)
+    table = [line for line in lines if line.startswith("| ")]
+    assert table[0].startswith("| Set: greedy pass@1 (%) | cold start | GRPO | SFT-continued | rejection sampling | "
+                               "GRPO - SFT-continued: 95% interval; seed SD (points); verdict | GRPO - rejection")
+    names = [line.split("|")[1].strip() for line in table[1:]]
+    assert names == [*(f"`{s}`" for s in AXES.sets), "BFCL simple_python", "BFCL multiple"]  # 8: the README's most
+    v5 = next(line for line in table if line.startswith("| `tooluse_v5` |"))
+    cells = [c.strip() for c in v5.split("|")[2:-1]]
+    assert cells[:4] == ["0.0", "50.0 (2 seeds)", "0.0 (1 seed)", "not run"]
+    assert cells[4].startswith("+50.0 [") and "; 0.0 / 1 seed; **met** (decided)" in cells[4]
+    assert cells[5] == "not run"  # no rejection-sampling seed yet
+    assert "| BFCL multiple | not run | 25.0 (1 seed) | not run | not run | not run | not run |" in table
+    depth = next(line for line in table if line.startswith("| `tooluse_axis_depth` |"))
+    assert depth.count("not run") == 6
+    assert lines[-1] == ("Cells trained (15 minutes each, from one shared cold start): GRPO 2 of 3 (3 / 3 steps), "
+                         "SFT-continued 1 of 3 (3 steps), rejection sampling 0 of 3. On the learning page also: "
+                         "train-split sample, BFCL irrelevance.")
+    page = "\n".join(axes_section(data))  # the page: greedy only on a public benchmark set, no pass@k
+    bfcl = page.split("#### BFCL multiple (`bfcl_multiple`: greedy only")[1].split("####")[0]
+    assert "| GRPO (Dr. GRPO) | 25.0 / not run / not run | 25.0 (1 seed) | – | – |" in bfcl
 
 
 def test_a_one_task_difference_is_a_tie(tmp_path):

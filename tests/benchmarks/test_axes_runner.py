@@ -36,8 +36,11 @@ def test_the_plan_is_the_declaration_in_running_order():
     pieces = plan(AXES)
     keys = [p.key for p in pieces]
     assert keys[0] == "cold_start" and keys[1] == "evals/cold_start/train-greedy"
-    per_model = 1 + 2 * len(AXES.sets)  # the train sample, then each set greedy and sampled
+    # the train sample, then each set greedy and sampled, then each public benchmark set greedy only
+    per_model = 1 + 2 * len(AXES.sets) + len(AXES.transfer)
     assert len(pieces) == (1 + len(AXES.arms) * len(AXES.seeds)) * (1 + per_model)
+    assert Piece("evals/sft-s1/bfcl_multiple-greedy", "eval:transfer", ("cold_start", "cells/sft-s1")) in pieces
+    assert not any(k.endswith("bfcl_multiple-sampled") for k in keys)
     assert keys.index("cells/grpo-s0") < keys.index("cells/sft-s0") < keys.index("cells/grpo-s1")
     assert Piece("evals/rft-s2/tooluse_axis_depth-sampled", "eval:sampled", ("cold_start", "cells/rft-s2")) in pieces
     lr = plan(LR_CHOICE)  # the train-split sample only, greedy
@@ -121,11 +124,17 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
 
     data, work = tmp_path / "data", tmp_path / "work"
     args = ["run", "--model", stopping_model_dir, "--data", str(data), "--work", str(work), "--tasks", "2",
-            "--minutes", "0", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth",
+            "--minutes", "0", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth,bfcl_multiple",
             "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]
     assert main(args) == 0
     done = finished(data)
-    assert set(done) == {p.key for p in plan(AXES, [("grpo", 0), ("rft", 0)], ["tooluse_axis_depth"])}
+    assert set(done) == {p.key for p in plan(AXES, [("grpo", 0), ("rft", 0)], ["tooluse_axis_depth", "bfcl_multiple"])}
+    bfcl = done["evals/rft-s0/bfcl_multiple-greedy"]  # a public benchmark set: its declared decoding, its checker
+    assert bfcl["benchmark"] == "BFCL multiple" and bfcl["tasks"] == 2 and bfcl["collector"]["temperature"] == 0.0
+    assert bfcl["collector"]["max_new_tokens"] == 256 and bfcl["packages"]["bfcl-eval"] and bfcl["ledger_id"] is None
+    assert bfcl["adapter_sha256"] == done["cells/rft-s0"]["adapter_sha256"]
+    rows = [json.loads(x) for x in (data / "evals/rft-s0/bfcl_multiple-greedy/tasks.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["multiple_0", "multiple_1"] and all(r["n"] == 1 for r in rows)
     cell = done["cells/grpo-s0"]
     assert cell["steps"] == 1 and cell["algo"] == "grpo" and cell["commit"] and cell["machine"]
     assert cell["config"]["env_kwargs"]["families"] == list(AXES.train_families) and cell["config"]["rl_lr"] == 6e-5

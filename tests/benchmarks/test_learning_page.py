@@ -33,11 +33,24 @@ def test_the_readme_summary_is_the_one_the_committed_data_gives():
         "--page and commit README.md with the data")
 
 
-def test_the_readme_summary_lists_only_runs_declared_before_they_ran_one_row_each():
-    from harness.experiments import DIAGNOSTIC_RUNS, UNDECLARED
+def test_the_readme_summary_is_the_axes_experiment_in_at_most_8_rows_then_a_count_of_the_earlier_runs():
+    from harness.axes_page import readme_sets, set_name
+    from harness.experiments import AXES
 
     table = page.summary_table()
-    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Run ")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Set: ")]
+    assert [r.split("|")[1].strip() for r in rows] == [set_name(AXES, s) for s in readme_sets(AXES)]
+    assert len(rows) <= 8 and "`tooluse_axis_depth`" in table and "BFCL simple_python" in table
+    counted = page.declared_runs_table()[-1]
+    assert table.rsplit("\n", 1)[1].startswith("Before it: " + counted[0].lower() + counted[1:-1] + " (one seed")
+
+
+def test_the_declared_runs_table_lists_only_runs_declared_before_they_ran_one_row_each():
+    from harness.experiments import DIAGNOSTIC_RUNS, UNDECLARED
+
+    lines = page.declared_runs_table()
+    table = "\n".join(lines)
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| Run ")]
     assert 0 < len(rows) <= 8
     names = {line.split("|")[1].strip() for line in rows}
     assert len(names) == len(rows)  # one row per run
@@ -46,8 +59,7 @@ def test_the_readme_summary_lists_only_runs_declared_before_they_ran_one_row_eac
         if variant is not None and not folder.startswith("compare_"):
             assert f"`{variant}`" not in table, folder
     assert not any(n.startswith(("ToolUse-v0 (", "Search-v0 (", "PythonMath-v0 (")) for n in names)  # undeclared
-    counted = table.rsplit("\n", 1)[1]
-    assert counted.startswith(f"{len(rows)} runs declared before they ran")
+    assert lines[-1].startswith(f"{len(rows)} runs declared before they ran")
 
 
 def test_the_results_page_embeds_the_committed_learning_page():
@@ -134,8 +146,10 @@ def test_a_page_from_crafted_data(tmp_path):
     page.write_page(data, results, ledger=ledger, readme=readme)
     summary = readme.read_text()
     assert "stale-block" not in summary and summary.endswith(f"{end}\nafter\n")
-    # the README lists only runs declared before they ran; a plain "tooluse" folder is one of the undeclared ones
-    assert "No declared learning run has committed data yet." in summary
+    # the README's rows are the axes experiment's (none here), and its count of earlier runs lists only runs
+    # declared before they ran: a plain "tooluse" folder is one of the undeclared ones, so there is no count
+    block = summary.split(start, 1)[1].split(end, 1)[0].strip()
+    assert block == "The pre-declared experiment `axes` has not run yet."
 
 
 def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
