@@ -297,7 +297,7 @@ class Executor:
                               progress=False)
             ledger_id = None if self.ledger is None or self.tasks is not None else record_in_ledger(
                 s, tasks, episodes, report, policy, self.ledger,
-                {"model": self.cfg.model, "adapter": sha, "stage": f"{self.exp.name}:{model_name}"})
+                {"model": self.cfg.model, "adapter": sha, "arm": f"{self.exp.name}:{model_name}"})
         finally:
             policy.close()
         trajectories = load_trajectories(episodes)
