@@ -253,7 +253,8 @@ def ledger_section(ledger: Path) -> list[str]:
     lines = ["## The ledger", "",
              f"Every evaluation of these sets recorded in `{shown(ledger)}` (smoke tests are not recorded), in the "
              "order they ran, with the scores as graded when they ran (a re-grade of cut replies, noted under the "
-             "set's scores above, adds no row):", ""]
+             "set's scores above, adds no row). An arm `axes:<model>` is an adapter of the generalisation-axes "
+             "experiment, whose scores are on [the learning page](learning.md) beside its other sets:", ""]
     if not rows:
         return lines + ["None yet.", ""]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
