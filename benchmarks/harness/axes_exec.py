@@ -74,6 +74,14 @@ def train_sample(exp: AxesExperiment, data: Path, limit: int | None = None) -> l
     return tasks[:limit]
 
 
+def write_task_scores(folder: Path, trajectories: list[Any]) -> None:
+    """A piece's ``tasks.jsonl``: one row per task (id, family, score, episodes; ``ledger.task_scores``)."""
+    from agentrl.algos.evaluation.ledger import task_scores
+
+    rows = task_scores(trajectories)
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
 class Executor:
     """Runs pieces of one experiment; ``work`` holds adapters and episodes (not committed)."""
 
@@ -136,6 +144,14 @@ class Executor:
             raise SystemExit(f"{path} is not the adapter the finished piece {self.data / key} recorded (sha256 "
                              f"{recorded}): --work holds another run's; point --work at the right folder")
         return path
+
+    def adapted(self, model_name: str) -> tuple[Any, Any, str]:
+        """``(model, tokenizer, adapter sha256)``: a copy of the base model with ``model_name``'s adapter loaded."""
+        from agentrl.algos.models.lora import load_adapter
+
+        base, tokenizer = self.base()
+        adapter = self.adapter(model_name)
+        return load_adapter(copy.deepcopy(base), adapter), tokenizer, adapter_sha256(adapter)
 
     def rebuild_cold_start(self) -> None:
         """The finished cold start's adapter is not in the work folder (a new checkout, another machine): train it
@@ -228,8 +244,6 @@ class Executor:
     def evaluate(self, model_name: str, target: str, mode: str, folder: Path) -> dict[str, Any]:
         from agentrl.algos.evaluation.evaluate import evaluate
         from agentrl.algos.evaluation.kl import kl_to_base
-        from agentrl.algos.evaluation.ledger import task_scores
-        from agentrl.algos.models.lora import load_adapter
         from agentrl.algos.policy.hf import HFPolicy
         from agentrl.algos.rollout.collector import CollectorConfig
         from agentrl.algos.rollout.trajectory import load_trajectories
@@ -237,9 +251,7 @@ class Executor:
         settings = self.exp.sampled if mode == "sampled" else self.exp.greedy
         c = dataclasses.replace(self.cfg, **dict(settings))
         tasks, env_kwargs, set_file = self.tasks_of(target)
-        base, tokenizer = self.base()
-        adapter = self.adapter(model_name)
-        model, sha = load_adapter(copy.deepcopy(base), adapter), adapter_sha256(adapter)
+        model, tokenizer, sha = self.adapted(model_name)
         episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
         policy = HFPolicy(model, tokenizer, max_batch_tokens=c.policy_max_batch_tokens)
         try:
@@ -253,9 +265,7 @@ class Executor:
         finally:
             policy.close()
         trajectories = load_trajectories(episodes)
-        rows = task_scores(trajectories)
-        (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows),
-                                            encoding="utf-8")
+        write_task_scores(folder, trajectories)
         meta = {**self.common_meta(c), "model": model_name, "adapter_sha256": sha, "set": target, "mode": mode,
                 "set_file": set_file, "eval_n": c.eval_n, "temperature": c.eval_temperature, "tasks": len(tasks),
                 "report": report.to_dict()}
@@ -270,8 +280,6 @@ class Executor:
         transfer declaration fixes (:mod:`harness.transfer`), graded by the benchmark's own checker; a ledger row
         (set ``transfer/<name>``) like the transfer runner's."""
         from agentrl.algos.evaluation.evaluate import evaluate
-        from agentrl.algos.evaluation.ledger import task_scores
-        from agentrl.algos.models.lora import load_adapter
         from agentrl.algos.policy.hf import HFPolicy
         from agentrl.algos.rollout.trajectory import load_trajectories
         from harness.transfer import DECODING, transfer_set
@@ -286,23 +294,20 @@ class Executor:
 
         s = transfer_set(target)
         tasks = select_tasks(s)[: self.tasks]
-        base, tokenizer = self.base()
-        adapter = self.adapter(model_name)
-        model, sha = load_adapter(copy.deepcopy(base), adapter), adapter_sha256(adapter)
+        model, tokenizer, sha = self.adapted(model_name)
         episodes = self.work / "evals" / model_name / f"{target}-greedy.jsonl"
         cfg = collector_config(s)
         policy = HFPolicy(model, tokenizer, max_batch_tokens=self.cfg.policy_max_batch_tokens)
         try:
             report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs), out=episodes,
                               progress=False)
+            trajectories = load_trajectories(episodes)
             ledger_id = None if self.ledger is None or self.tasks is not None else record_in_ledger(
-                s, tasks, episodes, report, policy, self.ledger,
+                s, tasks, trajectories, episodes, report, policy, self.ledger,
                 {"model": self.cfg.model, "adapter": sha, "arm": f"{self.exp.name}:{model_name}"})
         finally:
             policy.close()
-        trajectories = load_trajectories(episodes)
-        (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"
-                                                    for r in task_scores(trajectories)), encoding="utf-8")
+        write_task_scores(folder, trajectories)
         del model, policy
         gc.collect()
         return {**self.common_meta(self.cfg), "model": model_name, "adapter_sha256": sha, "set": target,

@@ -32,6 +32,7 @@ class Axes:
         self.exp, self.folder = exp, folder
         self.pieces = read_pieces(folder) if folder.is_dir() else {}
         self.setup = load_json(folder / "setup.json") or {}
+        self._scores: dict[str, dict[str, float]] = {}  # read once: the tables, means and comparisons share them
 
     def models(self, arm: str | None) -> list[tuple[int | None, str]]:
         """``(seed, model)`` of a row: the cold start (``arm`` None) or each declared seed of an arm."""
@@ -41,7 +42,9 @@ class Axes:
         key = f"evals/{model}/{target}-{mode}"
         if key not in self.pieces:
             return None
-        return read_scores(self.folder / key / "tasks.jsonl")[0]
+        if key not in self._scores:
+            self._scores[key] = read_scores(self.folder / key / "tasks.jsonl")[0]
+        return self._scores[key]
 
     def row(self, arm: str | None, target: str, mode: str = "greedy") -> list[tuple[int | None, dict[str, float]]]:
         """The finished evaluations of a row: ``(seed, per-task scores)``."""
@@ -97,10 +100,11 @@ def set_name(exp: AxesExperiment, target: str) -> str:
 
 def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
     """One set's table (greedy pass@1 per seed, its mean, pass@k and pass^k over 8 tries) and its comparisons."""
-    title = "the fixed train-split sample" if target == TRAIN else f"`{target}`"
     if target in ax.exp.transfer:
         title = (f"{set_name(ax.exp, target)} (`{target}`: greedy only, graded by the benchmark's own checker; "
                  "[the transfer declaration](transfer.md) fixes its tasks and decoding)")
+    else:
+        title = "the fixed train-split sample" if target == TRAIN else f"`{target}`"
     lines = [f"#### {title}", "", "| Row | greedy pass@1, per seed (%) | mean | pass@1 / 2 / 4 / 8 (8 tries) "
              "| pass^2 / 4 / 8 |", "|---|---|---:|---|---|"]
     sampled = ax.exp.sampled and target != TRAIN and target not in ax.exp.transfer
@@ -254,6 +258,7 @@ def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
     if not ax.pieces:
         return []
     rows: list[str | None] = [None, *exp.arms]
+    shown_sets = readme_sets(exp)
     first, others = label(next(iter(exp.arms))), [label(a) for a in list(exp.arms)[1:]]
 
     def short(name: str) -> str:  # "GRPO (Dr. GRPO)" -> "GRPO": the page's table names each arm in full
@@ -263,7 +268,7 @@ def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
              + " | ".join(f"{short(first)} - {short(o)}: 95% interval; seed SD (points); verdict" for o in others)
              + " |",
              "|---|" + "---:|" * (len(rows)) + "---|" * len(others)]
-    for target in readme_sets(exp):
+    for target in shown_sets:
         judged = {(c.a, c.b): j for c, j in comparisons(ax, target, rows)}
         versus = []
         for other in others:
@@ -279,7 +284,7 @@ def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
                                                                             else "")
 
     budget = f"{exp.steps} steps" if exp.steps else f"{exp.minutes:g} minutes"
-    left = [set_name(exp, t) for t in (TRAIN, *exp.sets, *exp.transfer) if t not in readme_sets(exp)]
+    left = [set_name(exp, t) for t in (TRAIN, *exp.sets, *exp.transfer) if t not in shown_sets]
     return [*lines, "", f"Cells trained ({budget} each, from one shared cold start): "
             + ", ".join(trained(a) for a in exp.arms) + f". On the learning page also: {', '.join(left)}."]
 

@@ -218,14 +218,12 @@ def check_same_weights(folder: Path, adapter_hash: str) -> None:
                          "weights: declare this training run as a new arm in benchmarks/harness/transfer.py")
 
 
-def record_in_ledger(s: TransferSet, tasks: list[dict[str, Any]], episodes: Path, report: Any, policy: Any,
-                     ledger_path: Path, extra: dict[str, Any]) -> str:
-    """Append the ledger row of one evaluation on ``s`` (set ``transfer/<name>``, the tasks' hash as its sidecar);
-    its id."""
-    from agentrl.algos.rollout.trajectory import load_trajectories
-
+def record_in_ledger(s: TransferSet, tasks: list[dict[str, Any]], trajectories: Sequence[Any], episodes: Path,
+                     report: Any, policy: Any, ledger_path: Path, extra: dict[str, Any]) -> str:
+    """Append the ledger row of one evaluation on ``s`` (set ``transfer/<name>``, the tasks' hash as its sidecar;
+    ``episodes``: where its episodes were written); its id."""
     sidecar = {"sha256": ledger_module.tasks_sha256(tasks), "tasks": len(tasks), "primary_metric": "average_at_n"}
-    row = ledger_module.make_row(tasks, load_trajectories(episodes), report, set_name=f"transfer/{s.name}",
+    row = ledger_module.make_row(tasks, list(trajectories), report, set_name=f"transfer/{s.name}",
                                  sidecar=sidecar, where=ledger_path.parent, policy=policy, out=episodes,
                                  extra={**extra, "benchmark": s.label})
     ledger_module.append(row, ledger_path)
@@ -282,9 +280,10 @@ def run(o: Options) -> dict[str, Any]:
             seconds = time.perf_counter() - t0
             from agentrl.algos.rollout.trajectory import load_trajectories
 
-            rows = records(load_trajectories(episodes))
+            trajectories = load_trajectories(episodes)
+            rows = records(trajectories)
             row_id = None if ledger_path is None else record_in_ledger(
-                s, tasks, episodes, report, policy, ledger_path,
+                s, tasks, trajectories, episodes, report, policy, ledger_path,
                 {"model": model_name, "adapter": adapter_hash, "arm": a.name})
             n = len(rows)
             meta = {
