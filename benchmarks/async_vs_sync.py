@@ -80,7 +80,7 @@ def main() -> None:
         import json
 
         from agentrl.algos.models import load_tokenizer, tiny_model
-        from agentrl.envs.tool_use import INVENTORY, stock
+        from agentrl.envs.tool_use.env import INVENTORY, stock
 
         tokenizer = load_tokenizer()
         base = tiny_model(tokenizer, hidden_size=64, seed=0)

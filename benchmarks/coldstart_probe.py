@@ -32,7 +32,7 @@ def demo_batch(tokenizer, tasks_per_family: int, start: int):
     from agentrl.algos.objectives.batching import TrainRow, collate
     from agentrl.algos.rollout.chat import ChatFormat
     from agentrl.algos.rollout.demonstrations import demonstration, render_conversation
-    from agentrl.envs.tool_use import FAMILIES, make_tasks
+    from agentrl.envs.tool_use.env import FAMILIES, make_tasks
 
     env = gym.make("AgentRL/ToolUse-v0").unwrapped
     fmt = ChatFormat(tokenizer)
@@ -66,7 +66,7 @@ def family_logp(model, batch, families) -> dict[str, float]:
 
 
 def main(argv=None):
-    from agentrl.envs.tool_use import FAMILIES
+    from agentrl.envs.tool_use.env import FAMILIES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", nargs="+", default=["multiply", "add_multiply", "stock_value", "stock_total"],

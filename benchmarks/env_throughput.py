@@ -15,7 +15,7 @@ import time
 import gymnasium as gym
 
 import agentrl.envs
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
 gym.register_envs(agentrl.envs)
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig, collect
     from agentrl.algos.rollout.trajectory import load_trajectories, shared_prefix_len
-    from agentrl.envs.tool_use import ToolUseEnv
+    from agentrl.envs.tool_use.env import ToolUseEnv
 
     model, tokenizer = load_model(args.model, dtype=args.dtype)
     if args.episodes_file:

@@ -20,7 +20,7 @@ import gymnasium as gym
 
 import agentrl.envs  # noqa: F401
 from agentrl.algos.integrations.ray_envs import RayEnvPool, RemoteEnv
-from agentrl.envs.tool_use import make_tasks
+from agentrl.envs.tool_use.env import make_tasks
 from agentrl.envs.tools import tool
 
 ENV = "AgentRL/ToolUse-v0"

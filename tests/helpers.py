@@ -25,7 +25,7 @@ from agentrl.algos.rollout.chat import ChatFormat
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.envs.core import AnyText, TextEnv
 from agentrl.envs.parsing import ParsedAction
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 from agentrl.envs.tools import ToolSet
 
 #: tests/ (on ``sys.path`` for every test: pyproject's ``pythonpath``) and the repository root
@@ -377,7 +377,7 @@ class StockTask:
         import json
 
         from agentrl.algos.models import tiny_model
-        from agentrl.envs.tool_use import INVENTORY, stock
+        from agentrl.envs.tool_use.env import INVENTORY, stock
 
         self.tokenizer = tokenizer
         self.row = {"id": "t7", "query": "How many units of item t7 are in stock?", "answer": str(INVENTORY["t7"]),

@@ -10,7 +10,7 @@ functions::
 
     from trl import GRPOConfig, GRPOTrainer
     from agentrl.algos.integrations.trl import env_reward_func, make_rollout_func, tasks_dataset
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer,

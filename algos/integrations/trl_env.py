@@ -9,7 +9,7 @@ env::
 
     from trl import GRPOConfig, GRPOTrainer
     from agentrl.algos.integrations.trl_env import tasks_dataset, environment_factory, env_reward_func
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer,            # a chat template that supports tool calling

@@ -6,7 +6,7 @@
     from agentrl.algos.rollout.collector import collect
     from agentrl.algos.models import load_model
     from agentrl.algos import HFPolicy
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     model, tokenizer = load_model()                       # SmolLM2-135M-Instruct, bf16 where supported
     trajectories = collect("AgentRL/ToolUse-v0", HFPolicy(model, tokenizer), make_tasks(8, "train"), group_size=4)

@@ -51,7 +51,7 @@ for a cold start chosen after ``pythonmath_v3``'s run (demonstrations of tier 1 
 **Axes (issue 45)** — ``tooluse_axis_depth``, ``tooluse_axis_recombination``, ``tooluse_axis_rules``,
 ``tooluse_axis_failures``: what every earlier set could not show, since they are all in-distribution (the
 training's families at the training's chain lengths). Each holds 128 test-split tasks of one generalisation axis of
-ToolUse-v0 (``agentrl.envs.tool_use_axes``: 3-4-call chains; known tools in unseen orders; tools renamed or a stock
+ToolUse-v0 (``agentrl.envs.tool_use.axes``: 3-4-call chains; known tools in unseen orders; tools renamed or a stock
 counted in boxes, the rule stated in the question; a first call that fails and needs a retry), ``items=999``,
 skipping any question of the default mixture's train scan or of ``tooluse_v2``-``v5``. ``tooluse_axis_forgetting``
 holds ``days`` and ``convert`` tasks from test position 6,000,000 on: the families the axes experiment's continued

@@ -62,7 +62,7 @@ def _generated(module) -> list[dict[str, Any]]:
 
 
 def make_tooluse() -> list[dict[str, Any]]:
-    from agentrl.envs import tool_use
+    from agentrl.envs.tool_use import env as tool_use
 
     return _generated(tool_use)
 
@@ -113,7 +113,7 @@ def make_generated(env: str, n: int, split: str, start: int = 0, tiers: tuple[in
     """``n`` generated tasks of ``env`` (ToolUse-v0 or PythonMath-v0) from ``split`` position ``start``
     (ToolUse-v0: of ``items`` stock items, default the env's)."""
     if env == TOOLUSE:
-        from agentrl.envs import tool_use
+        from agentrl.envs.tool_use import env as tool_use
 
         return tool_use.make_tasks(n, split, start=start, items=items or tool_use.ITEMS)
     from agentrl.envs.python_math import tasks
@@ -303,7 +303,7 @@ def read_set(name: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- axes (issue 45)
 
 #: The generalisation-axis sets (issue 45): ToolUse-v0 tasks of each axis generator
-#: (``agentrl.envs.tool_use_axes``), in the world of TOOLUSE_V3_ITEMS stock items (what the learning preset trains
+#: (``agentrl.envs.tool_use.axes``), in the world of TOOLUSE_V3_ITEMS stock items (what the learning preset trains
 #: with), from the axis generator's test position 0 on: no run has drawn from these generators before.
 START_AXES = 0
 #: The forgetting set: the families the axes experiment's continued training leaves out (``days``, ``convert``),
@@ -317,7 +317,7 @@ def generated_axis(axis: str | None) -> tuple[tuple[dict[str, Any], ...], dict[s
     """SIZE test-split tasks of ``axis`` (None: the forgetting set), skipping a task whose question text occurs
     in the train scan of the default mixture (items=TOOLUSE_V3_ITEMS; not for the forgetting set, whose point is
     skills training has taught before), in an earlier ToolUse-v0 set or earlier in this set."""
-    from agentrl.envs import tool_use
+    from agentrl.envs.tool_use import env as tool_use
 
     earlier = ("tooluse_v2", "tooluse_v3", "tooluse_v4", "tooluse_v5")
     train = train_texts(TOOLUSE, TOOLUSE_V3_ITEMS) if axis is not None else frozenset()

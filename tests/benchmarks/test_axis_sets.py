@@ -12,7 +12,7 @@ import harness.heldout_draw as draw
 import pytest
 
 import agentrl.envs  # noqa: F401  (registers the envs)
-from agentrl.envs.tool_use_axes import AXIS_FAMILIES
+from agentrl.envs.tool_use.axes import AXIS_FAMILIES
 
 
 @pytest.mark.parametrize("name", sorted(heldout.AXIS_SETS))
@@ -50,7 +50,7 @@ def test_depth_set_holds_3_and_4_call_chains_only():
 def test_the_axes_experiment_is_declared_on_committed_sets_with_three_seeds_and_runnable_arms():
     from harness.experiments import AXES, COMPARE
 
-    from agentrl.envs import tool_use
+    from agentrl.envs.tool_use import env as tool_use
 
     assert all(heldout.SPECS[s].path.is_file() for s in AXES.sets) and len(AXES.seeds) >= 3
     assert set(AXES.arms) <= {*COMPARE.algos, *(o.name for o in COMPARE.options)}  # compare_algorithms.py --algos

@@ -89,9 +89,9 @@ def test_v1_sets_are_marked_burnt_and_every_env_evaluates_on_its_v2_set(heldout)
 
 @pytest.mark.parametrize("name", ["tooluse", "pythonmath"])
 def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, name):
-    from agentrl.envs import tool_use
     from agentrl.envs.datasets import split_index
     from agentrl.envs.python_math import tasks as python_math
+    from agentrl.envs.tool_use import env as tool_use
 
     module = tool_use if name == "tooluse" else python_math
     tasks = heldout.SPECS[name].make()  # what the file holds (checked equal above)
@@ -107,8 +107,8 @@ def test_generated_heldout_sets_avoid_train_and_evaluated_positions(heldout, nam
 def _train_scan_texts(env, full=True):
     """The train-split question texts a v2 set must not share, scanned here with the env's generator directly
     (once per process: the four PythonMath sets share it)."""
-    from agentrl.envs import tool_use
     from agentrl.envs.python_math import tasks as python_math
+    from agentrl.envs.tool_use import env as tool_use
 
     n = draw.TRAIN_SCAN
     if env == "tooluse":
@@ -126,9 +126,9 @@ def test_v2_generated_set_shares_no_text_with_train_evaluated_positions_or_v1(he
     """Issue 28: fresh test positions, no question text in the train split's scan, at a test position evaluated
     before, in the v1 set or (pythonmath_v3-v5, issue 30) in the earlier sets; the left-out (memorisable) families are
     absent."""
-    from agentrl.envs import tool_use
     from agentrl.envs.datasets import split_index
     from agentrl.envs.python_math import tasks as python_math
+    from agentrl.envs.tool_use import env as tool_use
 
     full = name.endswith("_full_scan")
     name = name.removesuffix("_full_scan")
@@ -189,7 +189,7 @@ def test_search_v2_set_shares_no_question_with_train_evaluated_draws_or_v1(heldo
 def _tooluse_train_queries(items):
     """The queries of ToolUse-v0's first TRAIN_SCAN train tasks with ``items`` stock items (once per process: the
     three sets of that world share them)."""
-    from agentrl.envs import tool_use
+    from agentrl.envs.tool_use import env as tool_use
 
     return frozenset(t["query"] for t in tool_use.make_tasks(draw.TRAIN_SCAN, "train", items=items))
 
@@ -202,7 +202,7 @@ def test_v3_and_v4_hold_the_chains_in_a_question_space_training_does_not_cover(h
     """Issue 30: tooluse_v3, tooluse_v4 and tooluse_v5 are drawn from ToolUse-v0 with items=999, hold the multi-call
     stock families, share no question text with that world's train scan, the earlier sets or the evaluated positions,
     and say their world."""
-    from agentrl.envs import tool_use
+    from agentrl.envs.tool_use import env as tool_use
 
     meta = json.loads(heldout.SPECS[name].meta_path.read_text())
     tasks = heldout.read(name)

@@ -106,7 +106,7 @@ def test_cb_policy_drives_the_collector_and_restores_attention(bench, model, tok
     """Multi-turn episodes through the collector (which checks token-exactness each turn) with paged eager
     attention; closing gives the model back its attention implementation."""
     from agentrl.algos.rollout.collector import CollectorConfig, collect
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     before = model.config._attn_implementation
     policy = bench.ContinuousBatchingPolicy(model, tokenizer, page_size=32, num_blocks=200, max_batch_tokens=512,

@@ -55,7 +55,7 @@ def test_the_tau2_set_is_a_solo_domain_with_the_declared_tasks():
 
 
 def test_humaneval_is_every_problem_in_the_package_order():
-    from agentrl.envs.coding.humaneval import load_problems
+    from agentrl.envs.humaneval.env import load_problems
 
     s = transfer_set("humaneval")
     assert s.size == len(load_problems()) == 164
@@ -79,7 +79,7 @@ def test_the_procedural_arms_train_on_every_procedural_family_with_the_main_jobs
     from agentrl.algos.cli import build_parser
     from agentrl.algos.cli_train import build_main_job_config
     from agentrl.algos.recipes.main_job import MainJobConfig
-    from agentrl.envs.tool_use_procedural import FAMILIES
+    from agentrl.envs.tool_use.procedural import FAMILIES
 
     assert set(PROCEDURAL_FAMILIES) == set(FAMILIES)
     for name in ("procedural_sft", "procedural"):

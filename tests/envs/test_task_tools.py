@@ -7,7 +7,7 @@ import pytest
 
 from agentrl.envs.core import TextEnv
 from agentrl.envs.parsing import ActionParser
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 from agentrl.envs.tools import ToolResult, ToolSet, function_schema, tool
 
 

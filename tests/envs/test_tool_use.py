@@ -10,7 +10,7 @@ import pytest
 import agentrl.envs
 from agentrl.envs import AnyText
 from agentrl.envs.datasets import DatasetError
-from agentrl.envs.tool_use import FAMILIES, INVENTORY, ToolUseEnv, make_task, make_tasks, multiply
+from agentrl.envs.tool_use.env import FAMILIES, INVENTORY, ToolUseEnv, make_task, make_tasks, multiply
 from agentrl.envs.tools import ToolSet
 
 gym.register_envs(agentrl.envs)
@@ -275,21 +275,21 @@ def test_your_own_dataset_is_evaluated_on_your_test_rows_never_on_the_mock_tasks
 
 def test_tools_by_import_path_are_the_same_tools_as_the_functions():
     """What a JSON config or the command line can carry: "module:function" refs, and a ref to a list of tools."""
-    from agentrl.envs.tool_use import MOCK_TOOLS
+    from agentrl.envs.tool_use.env import MOCK_TOOLS
 
     rows = [{"query": "6 times 7?", "answer": "42", "calls": [["multiply", {"a": 6, "b": 7}]]}]
-    by_ref = gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use:multiply"], dataset=rows).unwrapped
+    by_ref = gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use.env:multiply"], dataset=rows).unwrapped
     by_fn = gym.make("AgentRL/ToolUse-v0", tools=[multiply], dataset=rows).unwrapped
     assert by_ref.tools.schemas() == by_fn.tools.schemas()
     by_ref.reset(options={"task": rows[0]})
     *_, reward = [by_ref.step(a)[1] for a in by_ref.demo_actions(rows[0])]
     assert reward == 1.0
-    every = gym.make("AgentRL/ToolUse-v0", tools="agentrl.envs.tool_use:MOCK_TOOLS", dataset=rows).unwrapped
+    every = gym.make("AgentRL/ToolUse-v0", tools="agentrl.envs.tool_use.env:MOCK_TOOLS", dataset=rows).unwrapped
     assert every.tools.names == ToolSet(MOCK_TOOLS).names
     with pytest.raises(ValueError, match="has no attribute 'nope'"):
-        gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use:nope"], dataset=rows)
+        gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use.env:nope"], dataset=rows)
     with pytest.raises(ValueError, match="is not a tool"):
-        gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use:INVENTORY"], dataset=rows)
+        gym.make("AgentRL/ToolUse-v0", tools=["agentrl.envs.tool_use.env:INVENTORY"], dataset=rows)
 
 
 def test_parallel_calls_each_run_in_order_and_count_against_the_budgets():

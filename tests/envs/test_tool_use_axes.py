@@ -1,11 +1,11 @@
-"""ToolUse-v0's generalisation axes (agentrl.envs.tool_use_axes): families, demonstrations, rules played at reset."""
+"""ToolUse-v0's generalisation axes (agentrl.envs.tool_use.axes): families, demonstrations, rules played at reset."""
 
 import gymnasium as gym
 import pytest
 
 import agentrl.envs  # noqa: F401  (registers the envs)
-from agentrl.envs import tool_use
-from agentrl.envs.tool_use_axes import AXES, AXIS_FAMILIES
+from agentrl.envs.tool_use import env as tool_use
+from agentrl.envs.tool_use.axes import AXES, AXIS_FAMILIES
 
 
 def make(**kwargs):
@@ -63,8 +63,7 @@ def test_renamed_tools_are_offered_and_the_old_names_fail_as_an_observation():
     new_names = {new for new, _ in task["renames"].values()}
     assert new_names <= names and not set(task["renames"]) & names
     old = task["calls"][0]
-    obs, reward, term, trunc, info = env.step(tool_use.ActionParser().render_call(next(iter(task["renames"])),
-                                                                                 {"a": 1, "b": 2}))
+    obs, reward, term, trunc, info = env.step(env.parser.render_call(next(iter(task["renames"])), {"a": 1, "b": 2}))
     assert obs.startswith("Error: unknown tool") and not term and info["metrics"]["invalid_calls"] == 1
     obs, *_ = env.step(env.parser.render_call(*old))
     assert not obs.startswith("Error")

@@ -16,9 +16,9 @@ import agentrl.envs
 from agentrl.algos import cli
 from agentrl.algos.rollout.collector import CollectorConfig, collect
 from agentrl.algos.rollout.trajectory import Trajectory
-from agentrl.envs.tool_use import FAMILIES, ToolUseEnv, make_task, make_tasks
-from agentrl.envs.tool_use_procedural import FAMILIES as PROCEDURAL
-from agentrl.envs.tool_use_procedural import function_names, run_call
+from agentrl.envs.tool_use.env import FAMILIES, ToolUseEnv, make_task, make_tasks
+from agentrl.envs.tool_use.procedural import FAMILIES as PROCEDURAL
+from agentrl.envs.tool_use.procedural import function_names, run_call
 
 gym.register_envs(agentrl.envs)
 SHAPES = list(PROCEDURAL)

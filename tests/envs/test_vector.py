@@ -14,7 +14,7 @@ from gymnasium.vector.utils.shared_memory import (
 
 import agentrl.envs
 from agentrl.envs import AnyText
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 gym.register_envs(agentrl.envs)
 

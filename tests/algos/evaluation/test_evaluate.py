@@ -153,7 +153,7 @@ def test_text_only_kwargs_refused_for_env_without_the_mode():
 def test_text_only_kwargs_for_env_with_the_mode():
     import gymnasium as gym
 
-    from agentrl.envs.tool_use import ToolUseEnv
+    from agentrl.envs.tool_use.env import ToolUseEnv
 
     class NoToolsCapable(ToolUseEnv):
         supports_text_only = True
@@ -248,7 +248,7 @@ def test_evaluate_tiny_model_on_tool_use(tokenizer, tmp_path):
     collector = pytest.importorskip("agentrl.algos.rollout.collector")
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     tasks = make_tasks(3, split="test")
     policy = HFPolicy(tiny_model(tokenizer), tokenizer)

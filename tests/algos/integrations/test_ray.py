@@ -14,7 +14,7 @@ import agentrl.envs  # noqa: E402,F401
 from agentrl.algos.integrations.ray_envs import RayEnvPool, RemoteEnv  # noqa: E402
 from agentrl.algos.rollout.collector import CollectorConfig, collect  # noqa: E402
 from agentrl.algos.rollout.env_factory import rollout_env  # noqa: E402
-from agentrl.envs.tool_use import make_tasks  # noqa: E402
+from agentrl.envs.tool_use.env import make_tasks  # noqa: E402
 
 ENV = "AgentRL/ToolUse-v0"
 

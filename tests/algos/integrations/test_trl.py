@@ -26,7 +26,7 @@ from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.rollout.chat import ChatFormat  # noqa: E402
 from agentrl.algos.rollout.collector import CollectorConfig  # noqa: E402
 from agentrl.algos.rollout.trajectory import Trajectory  # noqa: E402
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks  # noqa: E402
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks  # noqa: E402
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -25,7 +25,7 @@ from agentrl.algos.integrations.trl_env import (  # noqa: E402
     tasks_dataset,
 )
 from agentrl.algos.models import tiny_model  # noqa: E402
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks  # noqa: E402
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks  # noqa: E402
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -82,7 +82,7 @@ def test_the_collector_records_each_turns_reward_and_they_sum_to_the_episodes(to
     from helpers import ScriptedPolicy
 
     from agentrl.algos.rollout.collector import CollectorConfig, collect
-    from agentrl.envs.tool_use import make_tasks
+    from agentrl.envs.tool_use.env import make_tasks
 
     task = next(t for t in make_tasks(64, split="train") if len(t.get("calls", [])) >= 2)  # a chain of calls
     [t] = collect("AgentRL/ToolUse-v0", ScriptedPolicy(tokenizer, [task]), [task], 1,

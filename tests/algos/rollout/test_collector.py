@@ -22,7 +22,7 @@ from agentrl.algos.rollout.chat import ChatFormat, prompt_tools
 from agentrl.algos.rollout.collector import Collector, CollectorConfig, collect
 from agentrl.algos.rollout.demonstrations import demonstration
 from agentrl.algos.rollout.env_factory import env_class, make_chat_env
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
 
 @pytest.fixture(scope="module")

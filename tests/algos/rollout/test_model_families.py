@@ -16,7 +16,7 @@ from agentrl.algos.policy.base import GenerationResult, Policy
 from agentrl.algos.rollout.chat import PLACEHOLDER, ChatFormat, Conversation, TemplateError, prompt_tools
 from agentrl.algos.rollout.collector import CollectorConfig, collect
 from agentrl.algos.rollout.demonstrations import demonstration, render_conversation
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
 CONFIG = CollectorConfig(max_total_tokens=4096)
 NATIVE = {"qwen2_5": "hermes", "qwen3": "hermes", "llama3_1": "llama3_json", "mistral": "mistral"}

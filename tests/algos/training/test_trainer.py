@@ -131,7 +131,7 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tokenizer, tmp_pat
 def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
     from agentrl.algos.rollout.chat import ChatFormat
     from agentrl.algos.rollout.demonstrations import render_conversation
-    from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+    from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
     env = ToolUseEnv()
     for task in make_tasks(3, split="train", families=["stock_value"]):

@@ -36,7 +36,7 @@ from agentrl.envs.bridges.openenv_client import OpenEnvTextEnv
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.core import Budgets
 from agentrl.envs.parsing import ActionParser
-from agentrl.envs.tool_use import ToolUseEnv, make_tasks
+from agentrl.envs.tool_use.env import ToolUseEnv, make_tasks
 
 gym.register_envs(agentrl.envs)
 

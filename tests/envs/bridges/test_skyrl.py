@@ -16,7 +16,7 @@ import agentrl.envs
 from agentrl.envs import ENVS, register_env
 from agentrl.envs.bridges.skyrl import AgentRLSkyRLEnv, register_skyrl_envs, skyrl_rows
 from agentrl.envs.code_tool import CodeToolEnv
-from agentrl.envs.tool_use import ToolUseEnv
+from agentrl.envs.tool_use.env import ToolUseEnv
 
 gym.register_envs(agentrl.envs)
 

@@ -5,7 +5,7 @@ Built-in tasks come from a seeded generator over mock tools a small model cannot
 calls. Task ``i`` is a pure function of ``i`` (:func:`make_task`), so the set is unbounded and reproducible;
 the ``train`` split uses even indices, ``test`` odd ones, so test tasks never appear in training. The opt-in
 procedural families (``families=["procedural_single", ...]``, never drawn by default) give each task its own
-generated functions and grade its calls (:mod:`agentrl.envs.tool_use_procedural`).
+generated functions and grade its calls (:mod:`agentrl.envs.tool_use.procedural`).
 
 Users bring their own tools and data::
 
@@ -35,10 +35,10 @@ from agentrl.envs.answers import answers_match
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
 from agentrl.envs.parsing import ActionParser, ParsedAction
-from agentrl.envs.tool_use_axes import AXES, axis_generator, renamed_tools, transient_failure
-from agentrl.envs.tool_use_procedural import FAMILIES as PROCEDURAL_FAMILIES
-from agentrl.envs.tool_use_procedural import INSTRUCTIONS as PROCEDURAL_INSTRUCTIONS
-from agentrl.envs.tool_use_procedural import calls_match, is_procedural, run_call
+from agentrl.envs.tool_use.axes import AXES, axis_generator, renamed_tools, transient_failure
+from agentrl.envs.tool_use.procedural import FAMILIES as PROCEDURAL_FAMILIES
+from agentrl.envs.tool_use.procedural import INSTRUCTIONS as PROCEDURAL_INSTRUCTIONS
+from agentrl.envs.tool_use.procedural import calls_match, is_procedural, run_call
 from agentrl.envs.tools import Tool, ToolSet, format_value, load_tools, tool
 
 # ---------------------------------------------------------------------------------------------- mock tools
@@ -237,7 +237,7 @@ ITEM_FAMILIES = ("stock", "stock_value", "stock_total")
 @functools.cache
 def generator(items: int = ITEMS, axis: str | None = None) -> TaskGenerator:
     """The task generator whose stock families draw items t1 … t<items> (:data:`GENERATOR` for the default),
-    or that of a generalisation ``axis`` (:mod:`agentrl.envs.tool_use_axes`). Only the stock families' tasks
+    or that of a generalisation ``axis`` (:mod:`agentrl.envs.tool_use.axes`). Only the stock families' tasks
     depend on ``items``: task ``i`` of any other family is the same."""
     if not 2 <= items <= MAX_ITEMS:
         raise ValueError(f"items must be between 2 and {MAX_ITEMS}, got {items!r}")
@@ -256,7 +256,7 @@ def _with_procedural(items: int) -> TaskGenerator:
 
 def _generator_for(items: int, axis: str | None, families: Sequence[str] | None) -> TaskGenerator:
     """The generator that draws ``families``: the procedural ones (opt-in, never drawn by default; see
-    :mod:`agentrl.envs.tool_use_procedural`) join the default families only when ``families`` names others."""
+    :mod:`agentrl.envs.tool_use.procedural`) join the default families only when ``families`` names others."""
     if axis is None and families and not set(families) <= set(FAMILIES):
         return _with_procedural(items)
     return generator(items, axis)
@@ -349,7 +349,7 @@ class ToolUseEnv(TextEnv):
                 evaluate on the mock tasks.
             families: restrict the built-in generator to these task families (see ``FAMILIES``), or name the
                 opt-in procedural-tools families (each task brings its own generated functions and is graded on
-                its calls; :mod:`agentrl.envs.tool_use_procedural`).
+                its calls; :mod:`agentrl.envs.tool_use.procedural`).
             items: the built-in stock families ask about items t1 … t<items> (2 to 999; default 99). 999 makes
                 their question space large enough for test questions that training never sees
                 (``benchmarks/heldout.py``'s ``tooluse_v3``).
@@ -367,7 +367,7 @@ class ToolUseEnv(TextEnv):
                 reward; a credit the episode abandons (a wrong answer, a budget end) is lost, so stopping a chain
                 early earns nothing that finishing it would not.
             axis: draw the built-in tasks of a generalisation axis instead of the default mixture (one of
-                :data:`~agentrl.envs.tool_use_axes.AXES`: ``depth``, ``recombination``, ``rule_variants``,
+                :data:`~agentrl.envs.tool_use.axes.AXES`: ``depth``, ``recombination``, ``rule_variants``,
                 ``tool_failures``; ``families`` then names that axis's families). Whatever the axis, a task that
                 carries ``renames`` or ``failures`` is played by its rule (a fixed set's rows, pinned at reset).
         """
