@@ -128,7 +128,7 @@ class Arm:
 
 
 #: ToolUse-v0's procedural-tools families (generated tool names, parameters, types and questions; never BFCL's;
-#: envs/tool_use_procedural.py): every one of them, for demonstrations and GRPO alike. Named here once they existed
+#: envs/tool_use/procedural.py): every one of them, for demonstrations and GRPO alike. Named here once they existed
 #: (amended before the arms ran: the first declaration said "every procedural* family").
 PROCEDURAL_FAMILIES = ("procedural_single", "procedural_choose", "procedural_parallel", "procedural_none")
 _PROCEDURAL = MappingProxyType({"env_kwargs": MappingProxyType({"families": list(PROCEDURAL_FAMILIES)}),
