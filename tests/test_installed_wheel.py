@@ -140,6 +140,29 @@ def test_the_sdist_and_the_wheel_hold_every_package_file(installed):
     assert (installed.venv / "bin" / "agentrl").is_file() and (installed.venv / "bin" / "agentrl-env").is_file()
 
 
+def test_the_wheels_metadata_is_valid_and_bounds_torch_to_the_one_ci_runs(installed):
+    """The wheel's METADATA parses under `packaging`'s strict validation (the parser pip and twine use), carries
+    the classifiers, any project URL is absolute, and its `[train]` extra accepts the torch CI installs and no
+    other minor release (what tests/test_packaging.py checks of pyproject.toml, here of the built artefact)."""
+    from packaging.metadata import Metadata
+    from packaging.version import Version
+    from test_packaging import HEAVY, ci_torch
+
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        [name] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = Metadata.from_email(wheel.read(name), validate=True)  # raises on an invalid field
+    assert meta.name == "agentrl-gym" and meta.requires_python and "Typing :: Typed" in (meta.classifiers or [])
+    assert meta.description and meta.description_content_type == "text/markdown"
+    assert all(url.startswith("https://") for url in (meta.project_urls or {}).values()), meta.project_urls
+    requires = meta.requires_dist or []
+    train = {r.name: r.specifier for r in requires if r.marker and r.marker.evaluate({"extra": "train"})}
+    assert set(HEAVY) <= set(train), sorted(train)
+    torch = Version(ci_torch())
+    assert train["torch"].contains(torch) and not train["torch"].contains(f"{torch.major}.{torch.minor + 1}.0")
+    base = {r.name for r in requires if r.marker is None}
+    assert "torch" not in base and "transformers" not in base  # a plain install is the envs only
+
+
 ENVS_SCRIPT = """
 import json, sys
 import gymnasium as gym
