@@ -12,18 +12,22 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = ["DATASETS_SUFFIXES", "DatasetError", "TaskGenerator", "TaskRows", "check_split",
            "default_cache_dir", "draw_row", "hash_split", "load_jsonl", "load_rows", "located_rows", "seeded_draws",
-           "split_index"]
+           "seeded_subset", "split_index"]
+
+logger = logging.getLogger(__name__)
+_Row = TypeVar("_Row")
 
 
 class DatasetError(ValueError):
@@ -234,6 +238,14 @@ def draw_row(rows: Sequence[dict[str, Any]], rng: np.random.Generator) -> dict[s
 def seeded_draws(rows: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` rows, row ``k`` drawn with ``np.random.default_rng([seed, k])``: a pure function of ``(seed, k)``."""
     return [draw_row(rows, np.random.default_rng([seed, k])) for k in range(n)]
+
+
+def seeded_subset(rows: Sequence[_Row], n: int, seed: int, *, name: str = "the set") -> list[_Row]:
+    """``n`` distinct rows in the order of ``np.random.default_rng(seed).permutation(len(rows))``: the test tasks of
+    a benchmark env (a fixed set with no training split); all of them, each once, when ``n`` is larger (logged)."""
+    if n > len(rows):
+        logger.warning("%s has %d tasks; returning all of them (asked for %d)", name, len(rows), n)
+    return [rows[int(i)] for i in np.random.default_rng(seed).permutation(len(rows))[:n]]
 
 
 # ---------------------------------------------------------------------------------------------- generators

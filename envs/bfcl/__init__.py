@@ -1,6 +1,6 @@
 """``AgentRL/BFCL-v0``: the Berkeley Function Calling Leaderboard (BFCL v4) as an environment, with BFCL's own data,
-executable classes and checkers from the installed ``bfcl-eval`` package (``pip install --no-deps
-bfcl-eval==2026.3.23``).
+executable classes and checkers from the installed ``bfcl-eval`` package (its pin and pip command:
+:data:`~agentrl.envs.benchmark_packages.PACKAGES`).
 
 * :mod:`agentrl.envs.bfcl.env` — :class:`~agentrl.envs.bfcl.env.BFCLEnv` (``category=``; the single-turn
   categories, graded by BFCL's AST checker) and :func:`~agentrl.envs.bfcl.env.ground_truth_calls` (a task's

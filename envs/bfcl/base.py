@@ -4,17 +4,15 @@ BFCL's verdict in ``info``. :class:`~agentrl.envs.bfcl.env.BFCLEnv` (single-turn
 
 from __future__ import annotations
 
-import logging
 from typing import Any, ClassVar
 
 import numpy as np
 
 from agentrl.envs.bfcl.loading import load_category, require_bfcl
 from agentrl.envs.core import Budgets, Rewards, TextEnv
+from agentrl.envs.datasets import seeded_subset
 from agentrl.envs.parsing import ActionParser
 from agentrl.envs.tools import ToolSet
-
-logger = logging.getLogger(__name__)
 
 
 class BFCLBase(TextEnv):
@@ -52,11 +50,7 @@ class BFCLBase(TextEnv):
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` tasks of the category drawn without replacement by ``seed`` (all of them, in a seeded order, when
         the category has fewer; BFCL has no training split: never train on these)."""
-        if n > len(self.rows):
-            logger.warning("BFCL %s has %d tasks; returning all of them (asked for %d)", self.category,
-                           len(self.rows), n)
-        order = np.random.default_rng(seed).permutation(len(self.rows))[:n]
-        return [self.rows[int(i)] for i in order]
+        return seeded_subset(self.rows, n, seed, name=f"BFCL {self.category}")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """As :meth:`TextEnv.reset`; a pinned task may be just ``{"id": "simple_python_3"}`` (a row of this

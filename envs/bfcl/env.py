@@ -15,7 +15,7 @@ calls nothing. Reward 1.0 when BFCL counts the task correct, else 0.0. Nothing i
     reply = '<tool_call>\\n{"name": "...", "arguments": {...}}\\n</tool_call>'
     obs, reward, terminated, truncated, info = env.step(reply)
 
-Needs ``pip install --no-deps bfcl-eval==2026.3.23`` (see :mod:`agentrl.envs.bfcl.loading`).
+Needs the ``bfcl-eval`` package (its pinned pip command: :data:`~agentrl.envs.benchmark_packages.PACKAGES`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """BFCL's own data and checker, imported from the installed ``bfcl-eval`` package (never a copy).
 
-``pip install --no-deps bfcl-eval==2026.3.23`` installs the package without the API SDKs it pins (its model
-registry imports every one of them); what this module uses needs the standard library plus ``filelock``:
+``pip install --no-deps bfcl-eval`` (the pinned version: :data:`~agentrl.envs.benchmark_packages.PACKAGES`)
+installs the package without the API SDKs it pins (its model registry imports every one of them); what this
+module uses needs the standard library plus ``filelock``:
 
 * the data: ``bfcl_eval.utils.load_dataset_entry`` (the questions and function docs, with the "Python 3 syntax"
   hint BFCL's own harness adds) and ``load_ground_truth_entry`` (``possible_answer``);
@@ -33,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The pip command that installs what this env needs.
-INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
+from agentrl.envs.benchmark_packages import PACKAGES
+
+#: The package this env grades with (its pin and its pip command: ``BFCL.install``).
+BFCL = PACKAGES["bfcl"]
 
 #: The single-turn Python categories (graded by BFCL's AST checker; ``*irrelevance``: graded on not calling).
 SINGLE_TURN = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance", "live_simple",
@@ -51,26 +54,15 @@ CHECKER_MODEL = "agentrl-gym"
 _MODEL_CONFIG = "bfcl_eval.constants.model_config"
 
 
-class BFCLMissing(ImportError):
-    """``bfcl-eval`` is not installed."""
-
-
 def require_bfcl() -> None:
     """Import ``bfcl_eval.utils`` (pointing BFCL's output folders at a cache when ``BFCL_PROJECT_ROOT`` is unset).
 
     Raises:
-        BFCLMissing: the package, or a module it imports (``filelock``), is not installed (the message gives the
-            pip command).
+        PackageMissing: the package, or a module it imports (``filelock``), is not installed (the message gives
+            the pip command).
     """
     os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path.home() / ".cache" / "agentrl" / "bfcl"))
-    try:
-        importlib.import_module("bfcl_eval.utils")
-    except ImportError as e:
-        missing = (e.name or "").split(".")[0]
-        if missing in ("", "bfcl_eval"):
-            raise BFCLMissing(f"AgentRL/BFCL-v0 needs the bfcl-eval package: {INSTALL}") from None
-        raise BFCLMissing(f"AgentRL/BFCL-v0: bfcl-eval needs {missing}, which --no-deps skipped: "
-                          f"pip install {missing}") from None
+    BFCL.require("bfcl_eval.utils")
 
 
 @dataclass(frozen=True)
@@ -170,7 +162,7 @@ def load_category(category: str) -> list[dict[str, Any]]:
 
     Raises:
         ValueError: a category outside :data:`SINGLE_TURN` and :data:`MULTI_TURN`.
-        BFCLMissing: the package is not installed.
+        PackageMissing: the package is not installed.
     """
     if category not in SINGLE_TURN + MULTI_TURN:
         raise ValueError(f"BFCL category must be one of {', '.join(SINGLE_TURN + MULTI_TURN)}; got {category!r}")
@@ -196,7 +188,7 @@ def call_string_converter() -> Any:
     tree = ast.parse(path.read_text(encoding="utf-8")) if path else ast.Module(body=[], type_ignores=[])
     node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if node is None:
-        raise RuntimeError(f"bfcl_eval.model_handler.utils ({path}) defines no {name}; {INSTALL}")
+        raise RuntimeError(f"bfcl_eval.model_handler.utils ({path}) defines no {name}; {BFCL.install}")
     namespace: dict[str, Any] = {"json": json}
     exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
     return namespace[name]

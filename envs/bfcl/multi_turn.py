@@ -38,7 +38,7 @@ import uuid
 from typing import Any
 
 from agentrl.envs.bfcl.base import BFCLBase
-from agentrl.envs.bfcl.loading import MULTI_TURN, BFCLMissing, call_string_converter, require_bfcl
+from agentrl.envs.bfcl.loading import BFCL, MULTI_TURN, call_string_converter, require_bfcl
 from agentrl.envs.core import MAX_TEXT_LENGTH, Budgets
 from agentrl.envs.parsing import ParsedAction
 from agentrl.envs.tools import function_schema
@@ -70,16 +70,14 @@ def require_classes(rows: list[dict[str, Any]]) -> None:
     """Import BFCL's classes that ``rows`` involve.
 
     Raises:
-        BFCLMissing: a module a class imports is not installed (``--no-deps`` skipped it); the message names it.
+        PackageMissing: a module a class imports is not installed (``--no-deps`` skipped it); the message names it.
     """
     mapping = _utils().CLASS_FILE_PATH_MAPPING
     for name in sorted({c for row in rows for c in row["involved_classes"]}):
         try:
             importlib.import_module(mapping[name])
         except ImportError as e:
-            missing = (e.name or "").split(".")[0]
-            raise BFCLMissing(f"AgentRL/BFCL-v0: BFCL's {name} needs {missing}, which --no-deps skipped: "
-                              f"pip install {missing}") from None
+            raise BFCL.missing(e, needed_by=f"BFCL's {name}") from None
 
 
 def _long_context(task: dict[str, Any]) -> bool:

