@@ -44,19 +44,30 @@ def with_policy_user(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentrl.algos.evaluation.evaluate import evaluate
-    from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
-    from agentrl.algos.evaluation.report import results_table, sampling_table
-    from agentrl.algos.models import load_model
-    from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.algos.rollout.collector import CollectorConfig
-    from agentrl.algos.training.tasks import test_tasks
+    from agentrl.algos.evaluation.ledger import git_state
 
     env_kwargs = args.env_kwargs or {}
     if args.ledger:
         git_state(Path(args.ledger).parent)  # the commit its row names: the one this command starts from
     check_policy_user(env_kwargs, args)
     preflight([(args.env, env_kwargs)], args.model, args.adapter)
+    if not args.out:
+        return _eval(args, env_kwargs)
+    from agentrl.algos.run_folder import claim_run
+
+    with claim_run(Path(args.out).parent, writes=Path(args.out).name):  # a second eval writing --out is refused
+        return _eval(args, env_kwargs)
+
+
+def _eval(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
+    from agentrl.algos.evaluation.evaluate import evaluate
+    from agentrl.algos.evaluation.ledger import adapter_sha256
+    from agentrl.algos.evaluation.report import results_table, sampling_table
+    from agentrl.algos.models import load_model
+    from agentrl.algos.policy.hf import HFPolicy
+    from agentrl.algos.rollout.collector import CollectorConfig
+    from agentrl.algos.training.tasks import test_tasks
+
     if args.tasks_file:
         from agentrl.envs.datasets import load_rows
 

@@ -16,6 +16,7 @@ from agentrl.algos.config import apply_overrides, config_from_dict, deep_merge, 
 from agentrl.algos.config_reference import config_keys_help
 from agentrl.algos.objectives import algorithm_names
 from agentrl.algos.rollout.env_factory import EXECUTORS
+from agentrl.algos.run_folder import claim_run
 from agentrl.envs.cli import json_object
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
@@ -78,10 +79,16 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 
     cfg = build_main_job_config(args)
     preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
-    if not args.resume:  # a second run in the same --out would train over the first one's adapters
-        from agentrl.algos.training.checkpoint import refuse_fresh_start
+    from agentrl.algos.training.checkpoint import refuse_fresh_start
 
-        refuse_fresh_start([Path(cfg.out) / "sft", Path(cfg.out) / "grpo"], cfg.out)
+    # one writer for the whole job: a second main-job (or train) on this --out is refused in one line; a fresh
+    # start is refused over a finished run, checked under the lock so no other job can change it until this ends
+    with claim_run(cfg.out, check=None if args.resume else lambda: refuse_fresh_start(
+            [Path(cfg.out) / "sft", Path(cfg.out) / "grpo"], cfg.out)):
+        return _main_job(args, cfg, run_main_job)
+
+
+def _main_job(args: argparse.Namespace, cfg: Any, run_main_job: Any) -> int:
     from agentrl.algos.rollout.demonstrations import check_demonstrations
 
     check_demonstrations(cfg.env, cfg.env_kwargs, "a cold start trained with agentrl train --algo sft "
@@ -110,13 +117,18 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"or --resume --out RUN_DIR; the main job (base eval -> SFT cold start -> GRPO -> eval) is "
               f"`agentrl main-job`", file=sys.stderr)
         return 2
-    from agentrl.algos.training.checkpoint import lock_run, refuse_fresh_start
-    from agentrl.algos.training.launch import train
-
     cfg = build_train_config(args)
     preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
-    if not args.resume:
-        refuse_fresh_start([cfg.out], cfg.out)
+    from agentrl.algos.training.checkpoint import refuse_fresh_start
+
+    # a second trainer on this --out is refused before it starts an engine; the fresh-start check runs under the lock
+    with claim_run(cfg.out, check=None if args.resume else lambda: refuse_fresh_start([cfg.out], cfg.out)):
+        return _train(args, cfg)
+
+
+def _train(args: argparse.Namespace, cfg: Any) -> int:
+    from agentrl.algos.training.launch import train
+
     if cfg.algo == "sft" and not cfg.sft.data and not cfg.env_mixture():
         from agentrl.algos.rollout.demonstrations import check_demonstrations
 
@@ -125,7 +137,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
         mode = f" (async: queue {a.queue_size}, max_staleness {a.max_staleness}, {a.staleness})"
-    lock_run(cfg.out)  # a second trainer on this --out is refused before it starts an engine
     policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
                         placement=cfg.engine, trainer_on_gpu=_trains_on_gpu(cfg.device))
     where = f", rollouts on {getattr(policy, 'base_url', args.policy_url)}" if policy is not None else ""

@@ -87,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                       progress=not args.no_progress,
                       command=shlex.join(["python", "benchmarks/transfer.py", *(sys.argv[1:] if argv is None
                                                                                   else argv)]))
+    from agentrl.algos.run_folder import claim_run
+
     try:
-        outcome = run(options)
+        with claim_run(options.out):  # one writer per run folder: a second transfer run on this --out is refused
+            outcome = run(options)
     except ValueError as e:
         print(f"transfer.py: {e}", file=sys.stderr)
         return 2

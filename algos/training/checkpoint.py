@@ -42,19 +42,20 @@ class RunInUse(ValueError):
 _locks: dict[str, list[int]] = {}  # lock file -> [fd, holders in this process]
 
 
-def lock_run(run_dir: str | Path) -> None:
-    """Hold ``run_dir/trainer.lock`` until :func:`unlock_run` or this process ends (an ``fcntl.flock``, which the
-    system releases whatever way the process dies, so the lock of a dead trainer is no lock). Holding it twice in
-    one process is fine (the CLI takes it before it starts an engine, the trainer again). In a data-parallel run
-    only rank 0 (``$RANK``, the launcher's) takes it; the others share its folder or have their own.
+def lock_run(run_dir: str | Path, name: str = LOCK_FILE) -> None:
+    """Hold ``run_dir/trainer.lock`` (or ``run_dir/name``) until :func:`unlock_run` or this process ends (an
+    ``fcntl.flock``, which the system releases whatever way the process dies, so the lock of a dead trainer is no
+    lock). The file holds the holder's pid and command line. Holding it twice in one process is fine (the CLI
+    takes it before it starts an engine, the trainer again). In a data-parallel run only rank 0 (``$RANK``, the
+    launcher's) takes it; the others share its folder or have their own.
 
     Raises:
-        RunInUse: another live process holds it (the message names its pid).
+        RunInUse: another live process holds it (the message names its pid and command).
     """
     if int(os.environ.get("RANK", "0") or 0) != 0:
         return
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = str((Path(run_dir) / LOCK_FILE).resolve())
+    path = str((Path(run_dir) / name).resolve())
     if path in _locks:
         _locks[path][1] += 1
         return
@@ -62,18 +63,21 @@ def lock_run(run_dir: str | Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        pid, _, command = os.read(fd, 4096).decode(errors="replace").strip().partition(" ")
         os.close(fd)
-        raise RunInUse(f"{run_dir} is in use: a trainer (pid {owner}) still runs there; wait for it to end or stop "
-                       f"it (kill {owner}), or pass another --out") from None
+        holder = f"`{command}` (pid {pid})" if command else f"a trainer (pid {pid or 'unknown'})"
+        raise RunInUse(f"{run_dir} is in use: {holder} still runs there; wait for it to end or stop it "
+                       f"(kill {pid or 'its process'}), or pass another --out") from None
+    from agentrl.algos.evaluation.ledger import command_line
+
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.write(fd, f"{os.getpid()} {command_line()}\n".encode())
     _locks[path] = [fd, 1]
 
 
-def unlock_run(run_dir: str | Path) -> None:
+def unlock_run(run_dir: str | Path, name: str = LOCK_FILE) -> None:
     """Give back one hold of :func:`lock_run` (the lock goes with the last one)."""
-    path = str((Path(run_dir) / LOCK_FILE).resolve())
+    path = str((Path(run_dir) / name).resolve())
     entry = _locks.get(path)
     if entry is None:
         return

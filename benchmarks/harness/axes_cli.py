@@ -49,13 +49,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"written: {write_page(data.parent, Path(args.results), readme=readme)}")
         return 0
     from agentrl.algos.evaluation.ledger import git_state
-    from harness.axes_exec import Executor
-    from harness.compare_run import check_setup
+    from agentrl.algos.run_folder import claim_run
+    from agentrl.algos.training.checkpoint import RunInUse
     from harness.machine import machine
 
     git_state(ROOT)  # the commit this run starts from: what every piece it writes records
     machine()
     work = Path(args.work) if args.work else ROOT / "runs" / exp.name
+    try:
+        with claim_run(work):  # one writer per run folder: a second run of this experiment's pieces is refused
+            return _run_pieces(args, exp, pieces, data, work)
+    except RunInUse as e:
+        raise SystemExit(f"axes.py: {e}") from None
+
+
+def _run_pieces(args, exp, pieces, data, work) -> int:
+    from harness.axes_exec import Executor
+    from harness.compare_run import check_setup
+
     executor = Executor(exp, data, work, list(args.overrides), args.model, Path(args.ledger), args.tasks, args.minutes)
     data.mkdir(parents=True, exist_ok=True)
     check_setup(data, executor.setup(), "--data")

@@ -111,6 +111,21 @@ def learning_main(argv: list[str] | None = None) -> int:
     git_state(ROOT)  # the commit this run starts from: what its ledger rows and learning.json name
     machine()  # the machine and the load it starts under (cached: the page shows these, not the end's)
     setup = configure(args)
+    from agentrl.algos.run_folder import claim_run
+    from agentrl.algos.training.checkpoint import RunInUse
+
+    try:
+        with claim_run(setup.out):  # one writer per run folder: a second learning run on this --out is refused
+            data = _run_learning(args, argv, setup)
+    except RunInUse as e:
+        raise SystemExit(f"learning.py: {e}") from None
+    path = write_run_page(data, Path(args.results))
+    print(path.read_text(encoding="utf-8"))
+    print(f"written: {path}")
+    return 0
+
+
+def _run_learning(args, argv, setup):
     policy = None
     if args.engine:
         from agentrl.algos.policy.engine import start_engine_policy
@@ -119,14 +134,10 @@ def learning_main(argv: list[str] | None = None) -> int:
         policy = start_engine_policy(cfg.model, engine=args.engine, run_dir=setup.out, lora_rank=cfg.lora.r,
                                      dtype=cfg.dtype, python=args.engine_python, record_dir=setup.out)
     try:
-        data = run(args, argv, setup, policy)
+        return run(args, argv, setup, policy)
     finally:
         if policy is not None:
             policy.close()  # also stops the server
-    path = write_run_page(data, Path(args.results))
-    print(path.read_text(encoding="utf-8"))
-    print(f"written: {path}")
-    return 0
 
 
 def compare_main(argv: list[str] | None = None) -> int:

@@ -292,10 +292,20 @@ def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     """The comparison ``args`` (``benchmarks/compare_algorithms.py``'s command line) asks for; returns its
     summary (``<out>/compare.json``) and the folder its committed data was copied to
     (``<results>/data/<name>``). The rejection-sampling control (algo ``rft``) is registered for the run only."""
+    from agentrl.algos.run_folder import claim_run
+    from agentrl.algos.training.checkpoint import RunInUse
     from harness.controls import rejection_sampling_registered
 
-    with rejection_sampling_registered():
-        return _run_compare(args, argv)
+    try:  # one writer per run folder: a second comparison on this --out is refused in one line
+        with claim_run(compare_out(args)), rejection_sampling_registered():
+            return _run_compare(args, argv)
+    except RunInUse as e:
+        raise SystemExit(f"compare_algorithms.py: {e}") from None
+
+
+def compare_out(args) -> Path:
+    """The comparison's run folder: ``--out``, else ``runs/compare-algorithms[-quick]``."""
+    return Path(args.out or f"runs/compare-algorithms{'-quick' if args.quick else ''}")
 
 
 def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
@@ -317,7 +327,7 @@ def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     fractions = parse_fractions(args.eval_points)
     minutes = args.minutes if args.minutes is not None else (0.03 if args.quick else 10.0)
     suffix = "_quick" if args.quick else ""
-    out = Path(args.out or f"runs/compare-algorithms{suffix.replace('_', '-')}")
+    out = compare_out(args)
     out.mkdir(parents=True, exist_ok=True)
     heldout_file = Path(args.heldout) if args.heldout else path_for_env(COMPARE.env, COMPARE.heldout)
     tasks = read(heldout_file)[: COMPARE.quick_tasks if args.quick else None]

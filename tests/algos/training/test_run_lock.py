@@ -15,7 +15,8 @@ from agentrl.algos import Trainer, cli
 from agentrl.algos.training.checkpoint import LOCK_FILE, RunInUse, lock_run, unlock_run
 
 #: Another trainer: takes the run folder's lock, says so, then runs until it is killed.
-HOLDER = ("import sys, time\nfrom agentrl.algos.training.checkpoint import lock_run\nlock_run(sys.argv[1])\n"
+HOLDER = ("import sys, time\nfrom agentrl.algos.training.checkpoint import lock_run\n"
+          "sys.argv = ['agentrl', 'train', '--out', sys.argv[1]]\nlock_run(sys.argv[-1])\n"
           "print('held', flush=True)\ntime.sleep(600)\n")
 #: Tries the lock once: exit 0 when it got it, else prints the refusal and exits 1.
 TRY = ("import sys\nfrom agentrl.algos.training.checkpoint import RunInUse, lock_run\ntry:\n    lock_run(sys.argv[1])\n"
@@ -45,8 +46,8 @@ def holder(tmp_path):
 
 
 def _refusal(run, pid) -> str:
-    return (f"{run} is in use: a trainer (pid {pid}) still runs there; wait for it to end or stop it (kill {pid}), "
-            "or pass another --out")
+    return (f"{run} is in use: `agentrl train --out {run}` (pid {pid}) still runs there; wait for it to end or stop "
+            f"it (kill {pid}), or pass another --out")
 
 
 def test_a_second_train_on_a_live_run_folder_is_refused_in_one_line(holder, tiny_dir, tokenizer, capsys,
@@ -68,7 +69,7 @@ def test_the_lock_of_a_dead_trainer_is_no_lock(holder):
     assert _try_lock(run).stderr.strip() == _refusal(run, proc.pid)
     proc.kill()
     proc.wait()
-    assert (run / LOCK_FILE).read_text().strip() == str(proc.pid)  # it left its file behind, not its lock
+    assert (run / LOCK_FILE).read_text().split()[0] == str(proc.pid)  # it left its file behind, not its lock
     assert _try_lock(run).returncode == 0
 
 
