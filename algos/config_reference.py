@@ -41,6 +41,7 @@ def config_sections() -> list[tuple[type, str, str]]:
     from agentrl.algos.recipes.main_job import MainJobConfig
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import AsyncConfig, TrainConfig
+    from agentrl.algos.training.sampler import SamplerConfig
 
     sections = [
         (TrainConfig, "", "`agentrl train --algo ...`: top-level keys (`steps=50`, or in a `--config` file)."),
@@ -56,6 +57,8 @@ def config_sections() -> list[tuple[type, str, str]]:
     sections += [
         (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
                                        "see [integration.md](integration.md#asynchronous-training)."),
+        (SamplerConfig, "sampler.", "The task sampler: learnability weights, skips and refill (`sampler.enabled=true`), "
+                                    "see [sampler.md](sampler.md)."),
         (EngineConfig, "engine.", "The managed engine of each node (`--engine vllm`): its GPUs and memory share, "
                                   "see [engines.md](engines.md#data-parallel-runs)."),
         (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`)."),

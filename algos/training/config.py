@@ -20,6 +20,7 @@ from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
 from agentrl.algos.policy.engine_node import EngineConfig
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.rollout.env_factory import EXECUTORS
+from agentrl.algos.training.sampler import SamplerConfig
 from agentrl.algos.training.tasks import EnvComponent, parse_mixture
 
 if TYPE_CHECKING:
@@ -174,6 +175,7 @@ class TrainConfig:
         dpo: DPOConfig = field(default_factory=DPOConfig)
         sft: SFTConfig = field(default_factory=SFTConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
@@ -237,6 +239,16 @@ class TrainConfig:
             check_relift_balance(algo_config, self.group_size, self.collector.max_new_tokens * self.collector.max_turns)
         if self.env_mixture() and self.tasks_file:
             raise ValueError("tasks_file= is for one env; a mixture (envs=) draws each env's own tasks")
+        self.sampler.validate()
+        if self.sampler.enabled:  # docs/sampler.md
+            if not algo.needs_rollouts:
+                raise ValueError(f"sampler.enabled chooses rollout tasks; {self.algo} has no rollouts")
+            if self.asynchronous.enabled:
+                raise ValueError("sampler.enabled runs in the synchronous trainer only; drop --async "
+                                 "(asynchronous.enabled) or set sampler.enabled=false")
+            if getattr(algo_config, "guidance", "none") != "none":
+                raise ValueError(f"sampler.enabled trains only on groups with unequal rewards, but "
+                                 f"{self.algo}.guidance acts on groups that no sample solved; set one of them off")
         a = self.asynchronous
         if a.enabled:
             if not algo.needs_rollouts:
