@@ -30,21 +30,50 @@ model share: preflight checks, ``--device``/``--policy-url``/``--engine``; expor
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib.util
 import logging
 import os
 import select
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
-from agentrl.algos.cli_eval import add_eval_command, add_plot_command
-from agentrl.algos.cli_policy import add_export_command
-from agentrl.algos.cli_train import add_training_commands
-from agentrl.algos.config_reference import config_docs
 from agentrl.envs.plugins import ContractError
+
+#: What the ``[train]`` extra installs, by import name: every ``agentrl`` command needs them, so without one the
+#: command stops with :data:`INSTALL_TRAIN` before it imports anything of the trainers (the commands' own modules
+#: are imported inside :func:`build_parser`, after that check).
+TRAIN_MODULES = ("torch", "transformers", "peft", "gguf", "accelerate", "tqdm", "matplotlib", "yaml")
+INSTALL_TRAIN = ("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu, then in an agentrl-gym "
+                 "checkout pip install -e '.[train]' (the environments alone need neither: agentrl-env, import "
+                 "agentrl.envs)")
+
+
+def missing_train_module() -> str | None:
+    """The first module of the ``[train]`` extra this interpreter cannot find (looked up, not imported), or None."""
+    for name in TRAIN_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):  # a parent that fails to import; a module set to None in sys.modules
+            return name
+    return None
+
+
+def _missing_module_line(e: ImportError) -> str | None:
+    """One line for an import that failed for want of a package: a module of the ``[train]`` extra, or a guard
+    of ours whose message already says what to install (``--report-to wandb``: ``pip install wandb``); None for
+    any other ImportError (a bug: its traceback is shown)."""
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in TRAIN_MODULES:
+        return f"agentrl needs the [train] extra (no module named {e.name!r}): {INSTALL_TRAIN}"
+    return str(e).splitlines()[0] if "pip install" in str(e) else None
 
 
 def cmd_config_docs(args: argparse.Namespace) -> int:
+    from agentrl.algos.config_reference import config_docs
+
     print(config_docs())
     return 0
 
@@ -60,6 +89,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """``agentrl`` and its commands, in the order ``agentrl --help`` lists them."""
+    from agentrl.algos.cli_eval import add_eval_command, add_plot_command
+    from agentrl.algos.cli_policy import add_export_command
+    from agentrl.algos.cli_train import add_training_commands
+
     parser = _Parser(prog="agentrl", description="Train and evaluate LLM agents on agentrl envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -84,9 +117,20 @@ def _other_commands_flags(parser: argparse.ArgumentParser, args, extra: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    missing = missing_train_module()
+    if missing is not None:
+        print(f"agentrl: error: agentrl needs the [train] extra (no module named {missing!r}): {INSTALL_TRAIN}",
+              file=sys.stderr)
+        return 2
     try:
         try:
             return _run(argv)
+        except ImportError as e:
+            line = _missing_module_line(e)
+            if line is None:
+                raise
+            print(f"agentrl: error: {line}", file=sys.stderr)
+            return 2
         finally:
             sys.stdout.flush()  # a reader that stopped early (`agentrl config-docs | head`) shows here, not at exit
     except BrokenPipeError:
@@ -125,10 +169,44 @@ def _run(argv: list[str] | None) -> int:
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))  # as under `python -m`: "my_tools:lookup" refs import from here
     try:
+        if getattr(args, "out", None):
+            check_out(args.out, file=args.command == "eval")
         return args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError, ContractError) as e:
-        print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
+        print(f"agentrl {args.command}: error: {_errno_text(e)}", file=sys.stderr)
         return 2
+
+
+def _errno_text(e: Exception) -> str:
+    """An OSError of a path as ``path: what went wrong`` (not ``[Errno 2] ...: 'path'``); anything else as it says."""
+    if isinstance(e, OSError) and e.errno is not None and e.filename is not None:
+        return f"{e.filename}: {(e.strerror or '').lower()}"
+    return str(e)
+
+
+def check_out(out: str, *, file: bool = False) -> None:
+    """Refuse an ``--out`` that cannot be written, before anything loads (``ValueError``, one line naming the path
+    and why): a folder where a file is needed or the reverse, a file where a folder must be made, a place this
+    user may not write to. ``file``: ``--out`` names a file (``agentrl eval``), else a run folder. Missing folders
+    are fine (the run makes them)."""
+    path = Path(out)
+    if file and path.is_dir():
+        raise ValueError(f"--out {out}: is a folder; agentrl eval writes episodes to a file ({out}/eval.jsonl?)")
+    folder = path.parent if file else path
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {out}: {folder} is a file, not a folder")
+    existing = folder
+    while not existing.exists():  # the deepest folder that exists: the run creates the ones below it
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out {out}: {existing} is a file, not a folder")
+    try:  # try it: os.access says yes to root on read-only mounts and on /proc
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        why = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+               errno.EROFS: "a read-only file system"}.get(e.errno, (e.strerror or str(e)).lower())
+        raise ValueError(f"--out {out}: cannot write in {existing} ({why}); pass a folder you can write to") from None
 
 
 if __name__ == "__main__":
