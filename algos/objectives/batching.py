@@ -30,10 +30,15 @@ if TYPE_CHECKING:
 else:
     torch = LazyModule("torch")  # the config class is read without torch (TrainConfig's section)
 
-__all__ = ["AGGREGATIONS", "TrainRow", "advantages_without_errors", "collate", "env_errors",
+__all__ = ["AGGREGATIONS", "LOSS_DENOMINATORS", "TrainRow", "advantages_without_errors", "collate", "env_errors",
            "pack_microbatches", "policy_gradient_rows", "token_weights"]
 
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum_norm")
+#: What the loss normaliser counts (:func:`policy_gradient_rows`): ``sampled``, every sampled trajectory (or
+#: its tokens) of the batch, the groups dropped for a zero advantage included, as TRL's ``dapo``/``dr_grpo`` and
+#: verl's ``token-mean`` do; ``kept``, only the rows that train (this project's behaviour before issue 60: the
+#: step grows with the share of groups whose rewards are all equal).
+LOSS_DENOMINATORS = ("sampled", "kept")
 
 
 def token_weights(masks: Sequence[Sequence[int]], mode: str = "token_mean",
@@ -185,26 +190,36 @@ def advantages_without_errors(trajectories: Sequence[Any], advantage_fn) -> tupl
 
 def policy_gradient_rows(trajectories: Sequence[Any], advantages: Sequence[float | None],
                           aggregation: str = "token_mean", *, keep_zero_groups: bool = False,
-                          norm_tokens: int | None = None) -> tuple[list[TrainRow], dict[str, float]]:
+                          norm_tokens: int | None = None,
+                          denominator: str = "sampled") -> tuple[list[TrainRow], dict[str, float]]:
     """Training rows for GRPO/PPO: one per trajectory, its advantage broadcast over its action tokens.
 
     A trajectory whose advantage is ``None`` (an env error, see :func:`advantages_without_errors`) is left out,
     and so are trajectories without action tokens. Groups (``group_id``) whose advantages are all zero carry no
     policy-gradient signal and are left out too, unless ``keep_zero_groups`` (a loss with a per-token term
     besides the advantage, GRPO's KL, needs their tokens). Token weights (:func:`token_weights`) are computed
-    over the rows kept, so the aggregation is a mean over what actually trains. Returns ``(rows, stats)``
-    with ``skipped_groups`` (groups with nothing kept) and ``groups``.
+    over ``denominator`` (:data:`LOSS_DENOMINATORS`): ``sampled`` (default) counts every trajectory with action
+    tokens, those of dropped groups included (env errors aside), so a token weighs the same whatever share of
+    the groups had equal rewards, as in TRL and verl, and dropping a zero-advantage group changes nothing but
+    the work; ``kept`` counts only the rows kept, a mean over what trains. Returns ``(rows, stats)`` with
+    ``skipped_groups`` (groups with nothing kept) and ``groups``.
     """
+    if denominator not in LOSS_DENOMINATORS:
+        raise ValueError(f"loss_denominator must be one of {LOSS_DENOMINATORS}, got {denominator!r}")
     groups = group_indices(int(t.group_id) for t in trajectories)
-    keep, skipped = [], 0
+    keep, sampled, skipped = [], [], 0
     for members in groups:
         usable = [i for i in members if advantages[i] is not None and sum(trajectories[i].loss_mask) > 0]
+        sampled.extend(usable)
         if not usable or (not keep_zero_groups and all(advantages[i] == 0 for i in usable)):
             skipped += 1
             continue
         keep.extend(usable)
     keep.sort()
-    weights = token_weights([trajectories[i].loss_mask for i in keep], aggregation, norm_tokens) if keep else []
+    basis = sorted(sampled) if denominator == "sampled" else keep
+    by_index = dict(zip(basis, token_weights([trajectories[i].loss_mask for i in basis], aggregation, norm_tokens),
+                        strict=True)) if keep else {}
+    weights = [by_index[i] for i in keep]
     rows = [TrainRow(list(trajectories[i].token_ids), list(trajectories[i].loss_mask),
                     list(trajectories[i].logprobs), w, float(advantages[i]), meta={"index": i})
             for i, w in zip(keep, weights, strict=True)]

@@ -13,6 +13,8 @@ For a group of ``G`` trajectories sampled for one task, with outcome rewards ``R
     loss  = sum_t w_t * L_t       w_t: 1/N over all N action tokens of the batch ('token_mean'), or
                                        1/(S * n_i) per token of sequence i ('seq_mean', S sequences), or
                                        1/(S * norm_tokens) ('seq_mean_token_sum_norm', Dr. GRPO)
+                                  N and S count every sampled trajectory, dropped groups' too
+                                  (loss_denominator='sampled', as TRL and verl; 'kept': the kept rows only)
 
 ``pi_ref`` is the policy as it was when the training stage started (:mod:`agentrl.algos.training.reference`).
 
@@ -25,11 +27,13 @@ gradient of the *forward* KL, not of the reverse KL it estimates (the two agree 
 
 Groups whose rewards are all equal have ``A_i = 0`` for every member. With ``beta = 0`` they carry no signal at
 all and are dropped before the update (``train/skipped_groups``); a batch of only such groups makes no
-optimizer step. With ``beta > 0`` their tokens stay in the batch (advantage 0, KL term only), as TRL and verl
-keep them, so every sampled token is pulled toward the reference and the token-mean normaliser (hence the
-effective ``beta``) does not depend on how many groups happened to be degenerate. Trajectories that ended with
-an env error (``termination == "error"``) are left out of the group statistics and of training
-(``train/env_error_trajectories``).
+optimizer step. Their tokens still count in the loss normaliser (``loss_denominator='sampled'``, the default),
+so a kept token weighs what it would in TRL or verl, where those groups stay in the batch with advantage 0: the
+step does not grow as more groups saturate. With ``beta > 0`` their tokens stay in the batch (advantage 0, KL
+term only), as TRL and verl keep them, so every sampled token is pulled toward the reference and the token-mean
+normaliser (hence the effective ``beta``) does not depend on how many groups happened to be degenerate.
+Trajectories that ended with an env error (``termination == "error"``) are left out of the group statistics,
+of training and of the normaliser (``train/env_error_trajectories``).
 
 Two options extend the advantage: ``guidance='luffy'`` adds the env's demonstration to groups no sample solved
 (``'relift'`` trains it with an NLL term instead: :mod:`~agentrl.algos.objectives.guidance`), and
@@ -58,7 +62,7 @@ from agentrl.algos.objectives.guidance import (
     demo_stats,
     relift_demo_rows,
 )
-from agentrl.algos.objectives.ppo import clipped_surrogate, correction_of, surrogate_stats
+from agentrl.algos.objectives.ppo import check_denominator, clipped_surrogate, correction_of, surrogate_stats
 from agentrl.algos.objectives.turn_credit import check_turn_credit, token_advantages, turn_advantages
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
@@ -89,6 +93,10 @@ class GRPOConfig:
     'seq_mean_token_sum_norm' (Dr. GRPO: mean over sequences of their token sum / norm_tokens)."""
     norm_tokens: int = 1024
     """The constant length of 'seq_mean_token_sum_norm' (TRL's dr_grpo: max_completion_length)."""
+    loss_denominator: str = "sampled"
+    """What the aggregation divides by: 'sampled', every sampled trajectory's action tokens (or sequences) of the
+    batch, those of the equal-reward groups dropped at beta=0 included (TRL's dapo/dr_grpo, verl's token-mean);
+    'kept', only the rows that train (before issue 60: the step then grows with the share of dropped groups)."""
     clip_ratio_c: float = 3.0
     """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
@@ -195,6 +203,7 @@ class GRPO(Algorithm):
     def __init__(self, config: GRPOConfig | None = None):
         super().__init__(config)
         correction_of(self.config)
+        check_denominator(self.config)
         check_guidance(self.config.guidance, self.config.guidance_gamma, self.config.guidance_coef)
         check_turn_credit(self.config.turn_weight, self.config.turn_gamma)
         self.needs_reference = self.config.beta > 0  # the reference pass only pays for the KL term
@@ -228,7 +237,8 @@ class GRPO(Algorithm):
             grouped, lambda rewards, groups: group_advantages(rewards, groups, self.config.scale_std))
         rows, stats = policy_gradient_rows(grouped, adv, self.config.aggregation,
                                              keep_zero_groups=self.config.beta > 0,
-                                             norm_tokens=self.config.norm_tokens)
+                                             norm_tokens=self.config.norm_tokens,
+                                             denominator=self.config.loss_denominator)
         if mode == "relift":
             rows += relift_demo_rows(trajectories[n:], n, self.config.guidance_coef)
         extra = {} if guided is None else {"guided_groups": guided}

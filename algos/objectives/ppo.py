@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentrl.algos.objectives.base import Algorithm, LazyModule, RowGroup
-from agentrl.algos.objectives.batching import advantages_without_errors, policy_gradient_rows
+from agentrl.algos.objectives.batching import LOSS_DENOMINATORS, advantages_without_errors, policy_gradient_rows
 from agentrl.algos.rollout.trajectory import all_equal, group_indices
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ class PPOConfig:
     """Optimizer steps on each rollout batch (pi_old stays the rollout policy); 1 = strictly on-policy."""
     aggregation: str = "token_mean"
     """'token_mean' (every action token of the batch weighs the same) or 'seq_mean' (every trajectory does)."""
+    loss_denominator: str = "sampled"
+    """What the aggregation divides by: 'sampled', every sampled trajectory's action tokens (or sequences), the
+    dropped equal-reward groups' included (TRL, verl); 'kept', only the rows that train (as grpo.loss_denominator)."""
     clip_ratio_c: float = 3.0
     """Dual clip: for negative advantages the loss term is capped at clip_ratio_c * abs(A) (verl); 0 = off."""
     log_ratio_clamp: float = 20.0
@@ -243,6 +246,13 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     return loss, surrogate_stats(info, weights)
 
 
+def check_denominator(config) -> None:
+    """Refuse an unknown ``loss_denominator`` before any model loads (ValueError naming the key)."""
+    if config.loss_denominator not in LOSS_DENOMINATORS:
+        raise ValueError(f"loss_denominator must be one of {', '.join(LOSS_DENOMINATORS)}, got "
+                         f"{config.loss_denominator!r}")
+
+
 def correction_of(config) -> str:
     """Check an algorithm config's correction keys (``correction``, ``correction_level``, ``correction_cap``)
     and return its ``correction``."""
@@ -260,13 +270,15 @@ class PPO(Algorithm):
     def __init__(self, config: PPOConfig | None = None):
         super().__init__(config)
         correction_of(self.config)
+        check_denominator(self.config)
 
     def prepare(self, trajectories) -> tuple[list[RowGroup], dict[str, float]]:
         """Group-baselined trajectory advantages (env errors left out), zero-advantage groups dropped; one unit
         per trajectory."""
         adv, errors = advantages_without_errors(
             trajectories, lambda rewards, groups: baselined_advantages(rewards, groups, self.config.baseline))
-        rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation)
+        rows, stats = policy_gradient_rows(trajectories, adv, self.config.aggregation,
+                                           denominator=self.config.loss_denominator)
         return [[row] for row in rows], {**stats, "env_error_trajectories": errors}
 
     def loss(self, logprobs, ref_logprobs, batch) -> tuple[torch.Tensor, dict[str, float]]:

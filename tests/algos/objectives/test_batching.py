@@ -170,3 +170,40 @@ def test_dpo_statistics_are_averaged_over_pairs_not_tokens():
     assert out["train/dpo_accuracy"] == pytest.approx(0.25)
     assert out["train/dpo_margin"] == pytest.approx((2.0 - 3.0) / 4)
     assert out["train/pairs"] == 4 and out["train/loss_tokens"] == 112
+
+
+# ---------------------------------------------------------------------------------------------- the normaliser
+
+
+def _saturating_batch(equal_groups: int, groups: int = 8, size: int = 8, n_action: int = 10):
+    """``groups`` groups of ``size``; the first ``equal_groups`` all scored 1, the others half 1, half 0."""
+    return [_traj(1.0 if g < equal_groups or i % 2 == 0 else 0.0, g, n_action)
+            for g in range(groups) for i in range(size)]
+
+
+@pytest.mark.parametrize(("algo", "aggregation"), [("grpo", "token_mean"), ("grpo", "seq_mean"),
+                                                    ("grpo", "seq_mean_token_sum_norm"), ("ppo", "token_mean"),
+                                                    ("ppo", "seq_mean")])
+def test_every_sampled_token_counts_in_the_normaliser_dropped_groups_included(algo, aggregation):
+    # issue 60 (N5): TRL's dapo/dr_grpo and verl's token-mean divide by every sampled token (or sequence) of the
+    # batch; dividing by the kept groups' only made a token weigh 4x as much once 6 of 8 groups had equal rewards
+    from agentrl.algos.objectives.grpo import GRPO
+    from agentrl.algos.objectives.ppo import PPO, PPOConfig
+
+    make = (lambda **kw: GRPO(GRPOConfig(scale_std=False, aggregation=aggregation, norm_tokens=10, **kw))) \
+        if algo == "grpo" else (lambda **kw: PPO(PPOConfig(aggregation=aggregation, **kw)))
+    reference = 1 / (64 * 10)  # 64 sampled sequences of 10 action tokens (norm_tokens 10)
+    for equal in (0, 2, 6):
+        rows, stats = make().prepare(_saturating_batch(equal))
+        assert stats["skipped_groups"] == equal and len(rows) == 8 * (8 - equal)  # still dropped from the work
+        assert [w for r in rows for w in r[0].weights if w] == pytest.approx([reference] * len(rows) * 10)
+        rows, _ = make(loss_denominator="kept").prepare(_saturating_batch(equal))  # the documented old way
+        assert [w for r in rows for w in r[0].weights if w] == pytest.approx([reference * 8 / (8 - equal)] * len(rows)
+                                                                              * 10)
+
+
+def test_an_unknown_loss_denominator_is_refused_naming_the_key():
+    from agentrl.algos.objectives.grpo import GRPO
+
+    with pytest.raises(ValueError, match="loss_denominator must be one of sampled, kept, got 'all'"):
+        GRPO(GRPOConfig(loss_denominator="all"))
