@@ -24,6 +24,7 @@ import gymnasium as gym
 
 import agentrl.envs
 from agentrl.envs import ENVS
+from agentrl.envs.plugins import env_kwargs_problem
 
 gym.register_envs(agentrl.envs)
 
@@ -61,9 +62,29 @@ def _env_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
     if (text.partition(":")[2] if ":" in text else text) in gym.registry:
         return text
+    close = closest_id(text, list(gym.registry))
+    hint = f"did you mean {close!r}? " if close else ""
     raise argparse.ArgumentTypeError(
-        f"unknown environment {text!r}; registered: {', '.join(_env_table())} (your own: 'package.module:Env-v0' "
-        "registered on import, or 'package.module:factory', an env class or a function returning an env)")
+        f"unknown environment {text!r}; {hint}registered: {', '.join(_env_table())} (your own: "
+        "'package.module:Env-v0' registered on import, or 'package.module:factory', an env class or a function "
+        "returning an env)")
+
+
+def closest_id(text: str, ids: list[str]) -> str | None:
+    """The registered id ``text`` most likely meant: the closest by spelling, else ignoring case (``Tooluse-v0``,
+    ``agentrl/tooluse-v0`` -> ``AgentRL/ToolUse-v0``), else one that differs only in its namespace
+    (``ToolUse-v0``); None when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(text, ids, n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    lower = {i.lower(): i for i in ids}
+    close = difflib.get_close_matches(text.lower(), list(lower), n=1, cutoff=0.6)
+    if close:
+        return lower[close[0]]
+    named = [i for i in ids if i.rpartition("/")[2].lower() == text.rpartition("/")[2].lower()]
+    return named[0] if named else None
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -102,6 +123,9 @@ def json_object(text: str) -> dict[str, Any]:
 def _make(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
     """``gym.make(env_id, **kwargs)`` (a module:factory id was registered by :func:`_env_id`); a keyword or value
     the env refuses is a :class:`UsageError` naming the keywords."""
+    problem = env_kwargs_problem(env_id, kwargs)  # a key the env does not take: named alone, with the accepted
+    if problem is not None:
+        raise UsageError(f"{env_id} refused --env-kwargs: {problem}")
     try:
         return gym.make(env_id, **kwargs)
     except (TypeError, ValueError, FileNotFoundError, KeyError) as e:

@@ -25,10 +25,12 @@ and its contract.
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
@@ -44,7 +46,8 @@ class ContractError(TypeError):
     lacks). A ``TypeError``, so code that caught those before still does; the CLIs print it as one line."""
 
 
-__all__ = ["Contract", "ContractError", "Registry", "class_or_factory", "contract_violation", "load_object"]
+__all__ = ["Contract", "ContractError", "Registry", "class_or_factory", "contract_violation", "env_kwargs_problem",
+           "load_object", "unknown_keywords"]
 
 
 def load_object(path: str) -> Any:
@@ -260,3 +263,42 @@ def _path(entry: Any) -> str:
     qualname = getattr(entry, "__qualname__", None) or type(entry).__qualname__
     module = getattr(entry, "__module__", None) or type(entry).__module__
     return f"{module}:{qualname}"
+
+
+def unknown_keywords(target: Callable[..., Any], kwargs: Mapping[str, Any], *, also: Iterable[str] = ()) -> str | None:
+    """What is wrong with calling ``target`` (a class or a function) with ``kwargs``, read from its signature: one
+    line naming only the keys it does not take, each with the nearest one it does (``did you mean``), then every
+    key it accepts (with ``also``, keys a caller in between takes). None when all are accepted, or when the
+    signature takes ``**kwargs`` (then only the call can tell)."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    accepted = sorted({p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+                      | set(also))
+    bad = [key for key in kwargs if key not in accepted]
+    if not bad:
+        return None
+    named = []
+    for key in bad:
+        close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+        named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"unknown keyword{'s' * (len(bad) > 1)} {', '.join(named)}; it accepts {', '.join(accepted)}"
+
+
+def env_kwargs_problem(env_id: str, kwargs: Mapping[str, Any]) -> str | None:
+    """:func:`unknown_keywords` of ``gymnasium.make(env_id, **kwargs)``: the registered env's class or factory
+    (``package.module:Id`` read as ``Id``), plus ``make``'s own keywords (``max_episode_steps``, ...). None for an
+    unknown id (``make`` says so itself) or an entry point that takes ``**kwargs``."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    name = env_id.partition(":")[2] if ":" in env_id else env_id
+    spec = gym.registry.get(name)
+    if spec is None or spec.entry_point is None:
+        return None
+    entry = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    make_keys = [k for k in inspect.signature(gym.make).parameters if k not in ("id", "kwargs")]
+    return unknown_keywords(entry, kwargs, also=make_keys)

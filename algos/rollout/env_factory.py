@@ -141,15 +141,20 @@ def preflight_env(env: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """
     import gymnasium as gym
 
+    from agentrl.envs.plugins import env_kwargs_problem
     from agentrl.envs.sandbox.config import SandboxUnavailable
 
     check_env_id(env)
+    problem = env_kwargs_problem(env, env_kwargs or {})  # names only the bad key, a did-you-mean, the accepted keys
+    if problem is not None:
+        raise ValueError(f"{env}: env_kwargs: {problem}")
     try:
         made = gym.make(env, **dict(env_kwargs or {}))
     except SandboxUnavailable as e:
         raise ValueError(f"{env}: {e}") from None
-    except TypeError as e:
-        raise ValueError(f"{env}: bad env kwargs {sorted(env_kwargs or {})}: {e}") from None
+    except TypeError as e:  # a value the env refuses (its keys passed the check above)
+        msg = str(e).split(" was raised from the environment creator")[0]  # gymnasium's addition repeats the kwargs
+        raise ValueError(f"{env}: env_kwargs {sorted(env_kwargs or {})} refused: {msg}") from None
     made.close()
 
 

@@ -235,6 +235,16 @@ def test_env_kwargs_that_are_not_a_json_object_are_a_usage_error_naming_the_flag
         assert "argument --env-kwargs" in err and says in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", [["train", "--algo", "grpo"], ["main-job"], ["eval"]])
+def test_an_env_kwarg_typo_names_only_that_key_a_guess_and_the_accepted_keys(command, capsys, no_loading):
+    kw = json.dumps({"tools": ["my_tools:lookup"], "datset": [{"question": "q", "answer": "a"}]})
+    line = _one_line_error(capsys, [*command, "--env-kwargs", kw])
+    assert line.endswith("AgentRL/ToolUse-v0: env_kwargs: unknown keyword 'datset' (did you mean 'dataset'?); it "
+                         "accepts axis, call_credit, call_credit_rule, dataset, disable_env_checker, families, items, "
+                         "max_episode_steps, max_obs_chars, max_tool_calls, max_turns, parser, render_mode, split, "
+                         "test_dataset, tools, tools_in_prompt"), line
+
+
 def test_tools_the_env_cannot_import_are_one_line_before_any_model_loads(capsys, no_loading):
     kw = json.dumps({"tools": ["no_such_module_xyz:lookup"], "dataset": [{"query": "q", "answer": "a"}]})
     line = _one_line_error(capsys, ["train", "--algo", "grpo", "--env-kwargs", kw])

@@ -78,12 +78,36 @@ def _one_line(out, command: str) -> str:
 @pytest.mark.parametrize("command", ["play", "serve"])
 @pytest.mark.parametrize("kwargs,says", [("{bad", "argument --env-kwargs: not JSON"),
                                          ("[1, 2]", "a JSON object is needed"),
-                                         ('{"famlies": ["multiply"]}', "unexpected keyword argument 'famlies'"),
+                                         ('{"famlies": ["multiply"]}', "unknown keyword 'famlies' (did you mean "
+                                                                       "'families'?); it accepts axis, call_credit"),
                                          ('{"families": ["nope"]}', "unknown task families ['nope']")])
 def test_bad_env_kwargs_are_one_line(command, kwargs, says):
     extra = ["--openenv"] if command == "serve" else []
     line = _one_line(run_cli(command, "AgentRL/ToolUse-v0", *extra, "--env-kwargs", kwargs), command)
     assert says in line
+
+
+def test_an_env_kwarg_typo_names_only_the_bad_key_and_the_accepted_ones(capsys):
+    """The good key beside it is not blamed; the accepted keys come from the env's signature (and make's own)."""
+    assert cli.main(["play", "AgentRL/ToolUse-v0", "--env-kwargs", '{"tools": [], "datset": [], "zzz": 1}']) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("agentrl-env play: error: AgentRL/ToolUse-v0 refused --env-kwargs: unknown keywords "
+                           "'datset' (did you mean 'dataset'?), 'zzz'; it accepts axis, ")
+    accepted = line.split("; it accepts ", 1)[1].split(", ")
+    assert "'tools'" not in line.split(";")[0] and "tools" in accepted and "max_episode_steps" in accepted
+    assert accepted == sorted(accepted) and "\n" not in line
+
+
+@pytest.mark.parametrize("typed", ["AgentRL/Tooluse-v0", "agentrl/tooluse-v0", "ToolUse-v0", "AgentRL/ToolUsee-v0"])
+def test_a_mistyped_id_gets_the_registered_one_suggested(typed, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["play", typed])
+    assert e.value.code == 2
+    assert "did you mean 'AgentRL/ToolUse-v0'?" in capsys.readouterr().err
+
+
+def test_an_id_nothing_resembles_gets_no_guess():
+    assert cli.closest_id("Nonsense", ["AgentRL/ToolUse-v0", "CartPole-v1"]) is None
 
 
 @pytest.mark.parametrize("argv", [["play", "AgentRL/ToolUsee-v0"], ["serve", "AgentRL/ToolUsee-v0", "--openenv"],

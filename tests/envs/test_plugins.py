@@ -154,3 +154,30 @@ def test_a_check_function_is_a_contract():
     assert reg.get("one") == 1
     with pytest.raises(TypeError, match="breaks the number contract: not an int"):
         reg.get("word")
+
+
+def test_unknown_keywords_names_only_the_bad_keys_from_the_signature():
+    from agentrl.envs.plugins import unknown_keywords
+
+    def make(dataset=None, *, families=None, split="train"):
+        return None
+
+    assert unknown_keywords(make, {"dataset": 1, "split": "test"}) is None
+    assert unknown_keywords(make, {"dataset": 1, "datset": 2}) == (
+        "unknown keyword 'datset' (did you mean 'dataset'?); it accepts dataset, families, split")
+    assert unknown_keywords(make, {"qqq": 1}, also=["max_episode_steps"]) == (
+        "unknown keyword 'qqq'; it accepts dataset, families, max_episode_steps, split")
+    assert unknown_keywords(lambda **kwargs: None, {"anything": 1}) is None  # only the call can tell
+
+
+def test_env_kwargs_problem_reads_the_registered_envs_class():
+    import gymnasium as gym
+
+    import agentrl.envs
+    from agentrl.envs.plugins import env_kwargs_problem
+
+    gym.register_envs(agentrl.envs)
+    assert env_kwargs_problem("AgentRL/ToolUse-v0", {"families": ["add"], "max_episode_steps": 3}) is None
+    assert env_kwargs_problem("AgentRL/ToolUse-v0", {"famlies": ["add"]}).startswith(
+        "unknown keyword 'famlies' (did you mean 'families'?); it accepts ")
+    assert env_kwargs_problem("AgentRL/NoSuchEnv-v0", {"x": 1}) is None  # make names the unknown id itself
