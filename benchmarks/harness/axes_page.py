@@ -130,18 +130,39 @@ def seed_sd(j: Any) -> str:
 def comparisons(ax: Axes, target: str, rows: list[str | None]) -> list[tuple[Comparison, Any]]:
     """The first arm against each other arm, then each arm against the cold start, on per-task scores averaged
     over each row's finished seeds; the seed spread rides along (the noise floor)."""
-    scores: dict[str, dict[str, float]] = {}
-    spread: dict[str, list[float]] = {}
+    seeds: dict[str, list[tuple[int | None, dict[str, float]]]] = {}
     for arm in rows:
-        done = ax.row(arm, target)
-        if done:
-            name = COLD if arm is None else label(arm)
-            scores[name] = {t: statistics.fmean(s[t] for _, s in done) for t in done[0][1]}
-            spread[name] = [mean_score(s) for _, s in done]
+        if done := ax.row(arm, target):
+            seeds[COLD if arm is None else label(arm)] = done
+    scores = {name: seed_mean(done) for name, done in seeds.items()}
     arms = [label(a) for a in rows if a is not None]
     pairs = [(arms[0], b) for b in arms[1:]] + [(a, COLD) for a in arms]
     out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
-    return [(c, dataclasses.replace(j, spread=(spread[c.a], spread[c.b]))) for c, j in out]
+    return [(c, dataclasses.replace(j, spread=tuple([mean_score(s) for _, s in seeds[n]] for n in (c.a, c.b)),
+                                    carried_by=carried_by(c, j, seeds)))
+            for c, j in out]
+
+
+def seed_mean(done: list[tuple[int | None, dict[str, float]]]) -> dict[str, float]:
+    """Per-task scores averaged over a row's seeds."""
+    return {t: statistics.fmean(s[t] for _, s in done) for t in done[0][1]}
+
+
+def carried_by(c: Comparison, j: Any, seeds: dict[str, list[tuple[int | None, dict[str, float]]]]) -> str:
+    """The one seed of either row without which a met/missed verdict would be a tie (judged again on the means
+    over the other seeds), or empty: a verdict that one seed carries says so in its cell."""
+    if j.tie:
+        return ""
+    for name in (c.a, c.b):
+        if len(seeds[name]) < 2:
+            continue
+        for k, (seed, _) in enumerate(seeds[name]):
+            rest = {**{n: seed_mean(d) for n, d in seeds.items() if n in (c.a, c.b)},
+                    name: seed_mean(seeds[name][:k] + seeds[name][k + 1:])}
+            [(_, again)] = judged(rest, [c])
+            if again.tie:
+                return f"{name} seed {seed}"
+    return ""
 
 
 def kl_cell(ax: Axes, arm: str | None) -> str:
@@ -228,7 +249,8 @@ def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
     lines += [*cells_table(ax), "", *signal_lines(ax),
               f"Verdicts: {TIE_RULE}. The seed SD beside each interval is the noise floor: "
               "a difference within the seeds' spread is not read as a difference. A row's per-task scores are "
-              "averaged over its finished seeds.", ""]
+              "averaged over its finished seeds. A met or missed verdict that becomes a tie when one seed of either "
+              "row is left out says \"carried by <that seed> alone\".", ""]
     for target in (*exp.sets, *exp.transfer):
         lines += set_lines(ax, target, rows)
     lines += ["#### Forgetting", "", "The forgetting set holds skills the arms never train on; beside it, the "
@@ -322,7 +344,7 @@ def decision(exp: AxesExperiment, outcome: dict[str, list[tuple[bool, float]]]) 
     total = len(exp.arms) * len(exp.seeds)
     if n < total:
         return f"**Not decided yet**: {n} of {total} cells trained and evaluated."
-    rate = {a: float(exp.arms[a].get("rl_lr", 0.0)) for a in exp.arms}
+    rate = {a: float(exp.arms[a].get("stages.rl.lr", 0.0)) for a in exp.arms}
     stable = [a for a in exp.arms if not any(c for c, _ in outcome[a])]
     if not stable:
         lowest = min(exp.arms, key=rate.__getitem__)

@@ -188,6 +188,9 @@ class Judgement:
     """False when the two rows come from runs whose cold starts differ (a cross-run row): no verdict."""
     spread: tuple[list[float], list[float]] | None = None
     """Each row's score per seed (fractions), where the rows are means over seeds: the noise floor."""
+    carried_by: str = ""
+    """Where the rows are means over seeds: the one seed (``"rejection sampling seed 2"``) without which this
+    verdict would be a tie, so that one seed carries it (empty: none does, or it is a tie)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.c, name)

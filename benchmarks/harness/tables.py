@@ -25,12 +25,14 @@ def commit_text(run: dict[str, Any]) -> str:
 
 def verdict(c) -> str:
     """A comparison's verdict cell: *tie* where the tie rule holds (``harness.data.TIE_RULE``), none for rows from
-    runs with other cold starts, else met/missed and whether the interval decides it."""
+    runs with other cold starts, else met/missed, whether the interval decides it and the one seed that carries it
+    (``carried_by``), if one does."""
     if not getattr(c, "comparable", True):
         return "no verdict (the cold starts differ)"
     if getattr(c, "tie", False):
         return f"**tie** ({c.better} vs {c.worse} tasks, p = {c.p:.2g})"
-    return f"**{c.verdict}**{' (decided)' if c.decided else ' (not decided)'}"
+    carried = f", carried by {c.carried_by} alone" if getattr(c, "carried_by", "") else ""
+    return f"**{c.verdict}**{' (decided)' if c.decided else ' (not decided)'}{carried}"
 
 
 def seed_spread(spread: tuple[list[float], list[float]] | None) -> str:

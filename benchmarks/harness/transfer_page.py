@@ -30,6 +30,7 @@ from harness.transfer import (
     TRANSFER_PAGE,
     Arm,
     TransferSet,
+    arm,
 )
 
 Measured = dict[str, Any]
@@ -178,13 +179,36 @@ def judgements(found: dict[tuple[str, str], Measured]) -> list[tuple[Comparison,
             if set(scores[c.a]) != set(scores[c.b]):
                 out.append((c, s, "not comparable (different tasks)"))
                 continue
-            [(_, j)] = judged(scores, [c])
+            [(_, j)] = judged(scores, [c], incomparable=frozenset({c.a}) if cross_run(c) else frozenset())
             out.append((c, s, j))
     return out
 
 
+def cross_run(c: Comparison) -> bool:
+    """Whether the comparison's two arms come from different training runs (other data, another cold start): it is
+    shown with no verdict, as the learning pages show such rows."""
+    a, b = arm(c.a), arm(c.b)
+    return (a.made_by, dict(a.settings)) != (b.made_by, dict(b.settings))
+
+
 def short_verdict(j: Any) -> str:
+    if not j.comparable:
+        return "no verdict"
     return "tie" if j.tie else j.verdict
+
+
+def pair_note(found: dict[tuple[str, str], Measured], c: Comparison) -> str:
+    """What the summary says of a comparison's pair: that it crosses runs (no verdict), or what arm ``c.a`` had
+    beyond arm ``c.b`` when it is ``c.b`` trained further in the same run (its run's algorithm, steps and lr, from
+    the records' ``adapter_run``): such a comparison is not time-matched."""
+    if cross_run(c):
+        return " (from another run, with other training data and another cold start: no verdict)"
+    run = next((m["meta"].get("adapter_run") or {} for (name, _), m in found.items() if name == c.a), {})
+    if not run.get("algo") or not run.get("steps"):
+        return ""
+    lr = f"{run['lr']:.1e}".replace("e-0", "e-")
+    return (f" (A is B trained further in the same run: {run['steps']} {run['algo'].upper()} steps at lr {lr}; "
+            "more training, not the same time)")
 
 
 def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
@@ -204,7 +228,8 @@ def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
         text = "; ".join(judged_) if judged_ else "not measured yet"
         if judged_ and rest:
             text += f"; not judged: {', '.join(rest)}"
-        lines.append(f"- **{labels[a]} vs {labels[b]}**: {text}.")
+        further = pair_note(found, next(c for c in COMPARISONS if (c.a, c.b) == (a, b)))
+        lines.append(f"- **{labels[a]} vs {labels[b]}**{further}: {text}.")
     for arm_ in ARMS:
         mine = [m for (name, _), m in found.items() if name == arm_.name and not m["meta"].get("limit")]
         if mine and all(share(m["rows"], "score") == 0 for m in mine):

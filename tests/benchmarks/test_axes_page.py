@@ -101,6 +101,22 @@ def test_a_one_task_difference_is_a_tie(tmp_path):
     assert "**tie** (1 vs 0 tasks" in row
 
 
+def test_a_verdict_one_seed_carries_says_so_and_one_every_seed_holds_does_not(tmp_path):
+    """GRPO's seed 0 solves 12 of 40 tasks, seeds 1 and 2 none: the mean beats the cold start (met), but without
+    seed 0 it is a tie, so the cell names seed 0. SFT-continued solves the same 12 with every seed: no note."""
+    data = tmp_path / "axes"
+    n = 40
+    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
+    for seed in range(3):
+        piece(data, f"evals/grpo-s{seed}/tooluse_v5-greedy", ([1.0] * 12 if seed == 0 else [0.0] * 12) + [0.0] * 28)
+        piece(data, f"evals/sft-s{seed}/tooluse_v5-greedy", [1.0] * 12 + [0.0] * 28)
+    lines = axes_section(data)
+    grpo = next(line for line in lines if line.startswith("| GRPO (Dr. GRPO) vs cold start |"))
+    sft = next(line for line in lines if line.startswith("| SFT-continued vs cold start |"))
+    assert "**met** (decided), carried by GRPO (Dr. GRPO) seed 0 alone |" in grpo, grpo
+    assert sft.endswith("**met** (decided) |"), sft
+
+
 def test_the_lr_choice_applies_its_declared_rule_once_every_cell_is_in(tmp_path):
     data = tmp_path / "lr_choice"
     piece(data, "evals/cold_start/train-greedy", [1.0] * 8 + [0.0] * 2)  # 80%

@@ -87,10 +87,12 @@ def test_the_procedural_arms_train_on_every_procedural_family_with_the_main_jobs
         assert argv[:2] == ["agentrl", "main-job"]
         cfg = build_main_job_config(build_parser().parse_args(argv[1:]))
         assert cfg.env_kwargs == {"families": list(PROCEDURAL_FAMILIES)}
-        assert cfg.sft_families == list(PROCEDURAL_FAMILIES)
+        assert cfg.stages.sft["env_kwargs"] == {"families": list(PROCEDURAL_FAMILIES)}
         default = MainJobConfig()  # nothing else changed: the main job's recipe and budgets
-        assert {k: v for k, v in vars(cfg).items() if k not in ("env_kwargs", "sft_families", "out")} == \
-            {k: v for k, v in vars(default).items() if k not in ("env_kwargs", "sft_families", "out")}
+        assert cfg.stages.rl == default.stages.rl and {**cfg.stages.sft, "env_kwargs": {}} == \
+            {**default.stages.sft, "env_kwargs": {}}
+        assert {k: v for k, v in vars(cfg).items() if k not in ("env_kwargs", "stages", "out")} == \
+            {k: v for k, v in vars(default).items() if k not in ("env_kwargs", "stages", "out")}
 
 
 # ---------------------------------------------------------------------------------------------- runner and page
@@ -210,12 +212,14 @@ def test_regrade_grades_the_stored_cut_replies_and_leaves_the_rest(tokenizer, tm
     assert regrade_cut(tmp_path / "data", tmp_path / "runs", "again") == {}  # done once
 
 
-def write_records(folder: Path, arm_name: str, set_name: str, scores: list[float], called: list[bool]) -> None:
+def write_records(folder: Path, arm_name: str, set_name: str, scores: list[float], called: list[bool],
+                  adapter_run: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     rows = [{"id": f"t{i}", "score": sc, "reward": sc, "called_tool": c, "format_ok": c, "reply": ""}
             for i, (sc, c) in enumerate(zip(scores, called, strict=True))]
     (folder / f"{set_name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / f"{set_name}.meta.json").write_text(json.dumps({"commit": "0123456789abcdef", "dirty": False}))
+    (folder / f"{set_name}.meta.json").write_text(json.dumps({"commit": "0123456789abcdef", "dirty": False,
+                                                              "adapter_run": adapter_run}))
 
 
 def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
@@ -224,7 +228,8 @@ def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
     data = tmp_path / "data"
     n = 40
     write_records(data / "main_sft", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
-    write_records(data / "main_grpo", "main_grpo", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n)
+    write_records(data / "main_grpo", "main_grpo", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n,
+                  adapter_run={"algo": "grpo", "steps": 16, "lr": 2e-4})
     write_records(data / "main_sft", "main_sft", "bfcl_irrelevance", [1.0] * 5 + [0.0] * 35, [False] * n)
     write_records(data / "main_grpo", "main_grpo", "bfcl_irrelevance", [1.0] * 6 + [0.0] * 34, [False] * n)
     write_records(data / "base", "base", "bfcl_multiple", [0.0] * n, [False] * n)
@@ -235,10 +240,11 @@ def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
     assert line.endswith("| 20 / 0 | **met** (decided) |"), line
     [line] = [x for x in page.splitlines() if x.startswith("| BFCL irrelevance | main job: GRPO |")]
     assert "**tie** (1 vs 0 tasks" in line, line
-    assert re.search(r"^- \*\*main job: GRPO vs main job: SFT cold start\*\*: BFCL multiple \+50\.0 \[[^]]+\] met; "
-                     r"BFCL irrelevance \+2\.5 \[[^]]+\] tie; not judged: BFCL simple_python, BFCL parallel,",
-                     page, re.M)
-    assert "- **procedural tools: SFT -> GRPO vs main job: SFT cold start**: not measured yet." in page
+    assert re.search(r"^- \*\*main job: GRPO vs main job: SFT cold start\*\* \(A is B trained further in the same "
+                     r"run: 16 GRPO steps at lr 2\.0e-4; more training, not the same time\): BFCL multiple "
+                     r"\+50\.0 \[[^]]+\] met; BFCL irrelevance \+2\.5 \[[^]]+\] tie; not judged: BFCL simple_python, "
+                     r"BFCL parallel,", page, re.M)
+    assert ("- **procedural tools: SFT -> GRPO vs procedural tools: SFT cold start**: not measured yet." in page)
     assert "- base (SmolLM2-135M) scores 0: no episode called a tool (0% of final replies parsed)." in page
     assert "- **base (SmolLM2-135M)** scores 0 on every set it was measured on (1)" in page
     assert "| main job: SFT cold start | 25.0% [" in page and "| 100.0% | 100.0% | 40 | commit `0123456789` |" in page
@@ -300,3 +306,20 @@ def test_bad_requests_fail_in_one_line(tmp_path):
 def test_the_committed_page_regenerates_byte_for_byte():
     assert TRANSFER_PAGE.read_text(encoding="utf-8") == render(TRANSFER_DATA, LEDGER), \
         "docs/results/transfer.md is stale: python benchmarks/transfer.py --page"
+
+
+def test_a_comparison_across_runs_is_shown_without_a_verdict(tmp_path):
+    """The procedural run's GRPO against the main job's cold start: other training data and another cold start,
+    so however large the difference, the page gives no verdict (as the learning pages do for such rows)."""
+    data = tmp_path / "data"
+    n = 40
+    write_records(data / "main_sft", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
+    write_records(data / "procedural", "procedural", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n)
+    page = render(data, tmp_path / "no-ledger.jsonl")
+    [line] = [x for x in page.splitlines()
+              if x.startswith("| BFCL multiple | procedural tools: SFT -> GRPO | main job: SFT cold start |")]
+    assert line.endswith("| 20 / 0 | no verdict (the cold starts differ) |"), line
+    assert re.search(r"^- \*\*procedural tools: SFT -> GRPO vs main job: SFT cold start\*\* \(from another run, with "
+                     r"other training data and another cold start: no verdict\): BFCL multiple \+50\.0 \[[^]]+\] "
+                     r"no verdict;", page, re.M)
+    assert " met" not in line
