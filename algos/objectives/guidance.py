@@ -41,6 +41,7 @@ Metrics: ``train/guided_groups`` (groups given a demonstration), ``train/demo_to
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -118,16 +119,26 @@ RELIFT_MAX_RATIO = 10.0
 MAX_MEAN_ADVANTAGE = 0.5
 
 
+def max_mean_advantage(scale_std: bool, group_size: int) -> float:
+    """The largest mean |advantage| of a group of ``group_size`` 0/1 rewards (``p`` of them 1): without std scaling
+    ``2p(1-p) <= 0.5`` (:data:`MAX_MEAN_ADVANTAGE`); divided by the group's sample std (``scale_std``, GRPO's
+    default) ``2 sqrt(p(1-p)) sqrt((G-1)/G) <= sqrt((G-1)/G)``, both at ``p = 1/2`` (0.935 at G = 8)."""
+    if not scale_std:
+        return MAX_MEAN_ADVANTAGE
+    return math.sqrt((group_size - 1) / group_size) if group_size > 1 else MAX_MEAN_ADVANTAGE
+
+
 def relift_weight_ratio(grpo: Any, group_size: int, reply_tokens: int) -> float:
     """The least ratio of a ReLIFT demonstration token's pull to a GRPO token's in one step, in the case most
     favourable to GRPO: every group unsolved (one demonstration per task, as long as a sample) and the largest mean
-    advantage of 0/1 rewards (:data:`MAX_MEAN_ADVANTAGE`). A GRPO token weighs ``|A| / (S L)`` (``token_mean``,
-    ``S`` samples of ``L`` tokens; ``seq_mean`` the same for equal lengths) or ``|A| / (S norm_tokens)``
-    (``seq_mean_token_sum_norm``); a demonstration token ``c / (T L)`` with ``T = S / group_size`` demonstrations
-    (:func:`relift_demo_rows`). The ratio does not depend on the learning rate: both terms are scaled by it, and
-    Adam normalises their sum, so the larger term sets the direction at any rate. With fewer unsolved groups it is
-    larger (``group_size`` times at one unsolved group of ``tasks_per_step``)."""
-    ratio = grpo.guidance_coef * group_size / MAX_MEAN_ADVANTAGE
+    advantage of 0/1 rewards (:func:`max_mean_advantage`: 0.5, or ``sqrt((G-1)/G)`` with ``scale_std``). A GRPO
+    token weighs ``|A| / (S L)`` (``token_mean``, ``S`` samples of ``L`` tokens; ``seq_mean`` the same for equal
+    lengths) or ``|A| / (S norm_tokens)`` (``seq_mean_token_sum_norm``); a demonstration token ``c / (T L)`` with
+    ``T = S / group_size`` demonstrations (:func:`relift_demo_rows`). The ratio does not depend on the learning
+    rate: both terms are scaled by it, and Adam normalises their sum, so the larger term sets the direction at any
+    rate. With fewer unsolved groups it is larger (``group_size`` times at one unsolved group of
+    ``tasks_per_step``)."""
+    ratio = grpo.guidance_coef * group_size / max_mean_advantage(grpo.scale_std, group_size)
     if grpo.aggregation == "seq_mean_token_sum_norm":
         ratio *= grpo.norm_tokens / max(1, reply_tokens)
     return ratio
@@ -142,6 +153,8 @@ def check_relift_balance(grpo: Any, group_size: int, reply_tokens: int) -> None:
     ratio = relift_weight_ratio(grpo, group_size, reply_tokens)
     if ratio > RELIFT_MAX_RATIO:
         coef = grpo.guidance_coef * RELIFT_MAX_RATIO / ratio
+        step = 10 ** (math.floor(math.log10(coef)) - 1)
+        coef = math.floor(coef / step + 1e-9) * step  # two digits, rounded down: the value named must fit
         raise ValueError(
             f"grpo.guidance=relift: each demonstration token would pull at least {ratio:.0f}x as hard as a GRPO token "
             f"(guidance_coef {grpo.guidance_coef:g}, groups of {group_size}, {grpo.aggregation}; more when fewer "
