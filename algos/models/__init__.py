@@ -194,6 +194,12 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
     return tok
 
 
+#: The attribute :func:`load_model` sets on the model it loads: its number of input embedding rows then, which
+#: tells :func:`~agentrl.algos.models.lora.save_adapter` whether the vocabulary was resized since (PEFT cannot
+#: tell for a GGUF base, which has no config.json to compare with).
+LOADED_VOCAB_ATTR = "agentrl_loaded_vocab_rows"
+
+
 def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = "auto",
                attn_implementation: str | None = None):
     """``(model, tokenizer)`` for ``name``, in eval mode on ``device``.
@@ -233,6 +239,7 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: Any = "auto", device: str = 
                 raise
             raise _unavailable(name, e) from None
     model.to(device).eval()
+    setattr(model, LOADED_VOCAB_ATTR, model.get_input_embeddings().num_embeddings)  # save_adapter compares with it
     return model, load_tokenizer(name)
 
 

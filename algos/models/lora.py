@@ -111,7 +111,8 @@ def save_adapter(model, path: str | Path) -> Path:
     (PEFT's set-valued keys are written sorted), so a retrained adapter can be checked against a recorded hash."""
     path = Path(path)
     with atomic_dir(path) as tmp:
-        model.save_pretrained(str(tmp), selected_adapters=[model.active_adapter])
+        model.save_pretrained(str(tmp), selected_adapters=[model.active_adapter],
+                              save_embedding_layers=_embeddings_resized(model))
         config = tmp / "adapter_config.json"
         settings = json.loads(config.read_text(encoding="utf-8"))
         for key in _SET_KEYS:
@@ -119,6 +120,25 @@ def save_adapter(model, path: str | Path) -> Path:
                 settings[key] = sorted(settings[key], key=str)
         config.write_text(json.dumps(settings, indent=2, sort_keys=True), encoding="utf-8")
     return path
+
+
+def _embeddings_resized(model) -> bool | str:
+    """PEFT's ``save_embedding_layers``: whether the full embedding matrices must go into the adapter because the
+    vocabulary was resized after loading. PEFT's ``"auto"`` finds out by reading the base model's ``config.json``
+    at ``base_model_name_or_path``; a GGUF base (the default model: a package folder holding a ``.gguf``) has none,
+    so PEFT warned on every save and assumed "not resized". A model :func:`~agentrl.algos.models.load_model` loaded
+    knows its row count at load time and is compared with that; any other model, or an adapter that targets
+    the embeddings or the LM head itself, is left to PEFT (``"auto"``)."""
+    from agentrl.algos.models import LOADED_VOCAB_ATTR
+
+    base = model.get_base_model() if is_peft(model) else model
+    loaded = getattr(base, LOADED_VOCAB_ATTR, None)
+    if loaded is None or not hasattr(base, "get_input_embeddings"):
+        return "auto"
+    targets = getattr(model.peft_config.get(model.active_adapter), "target_modules", None) if is_peft(model) else None
+    if any(name in str(targets) for name in ("embed_tokens", "lm_head")):
+        return "auto"
+    return base.get_input_embeddings().num_embeddings != loaded
 
 
 def check_adapter_folder(path: str | Path) -> None:
