@@ -154,6 +154,9 @@ def _train(args: argparse.Namespace, cfg: Any) -> int:
     last = trainer.history[-1] if trainer.history else {}
     shown = {k: round(v, 4) for k, v in last.items() if k in ("reward/mean", "reward/correct", "train/loss")}
     print(f"done at step {trainer.global_step}: {shown}; adapter: {Path(cfg.out) / 'adapter'}")
+    summary = trainer.signal_summary()  # the share of updates with a learning signal (docs/sampler.md)
+    if summary:
+        print(summary)
     return 0
 
 

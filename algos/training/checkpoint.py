@@ -1,8 +1,9 @@
 """Checkpoints: ``<run>/checkpoints/step-NNNNNN/{adapter/, state.pt}`` plus a ``latest`` pointer.
 
 ``state.pt`` holds the step, the data position, the exact trainable tensors, the optimizer state, every RNG
-state and the config. A checkpoint is written to ``step-NNNNNN.tmp`` and renamed into place, and ``latest`` is
-rewritten atomically after it, so a kill at any moment leaves the previous checkpoint intact.
+state, the config and the task sampler's state (its estimates and generator). A checkpoint is written to
+``step-NNNNNN.tmp`` and renamed into place, and ``latest`` is rewritten atomically after it, so a kill at any
+moment leaves the previous checkpoint intact.
 
 While a trainer runs, it holds ``<run>/trainer.lock`` (:func:`lock_run`): a second trainer on the same folder (a
 second ``agentrl train --resume``) is refused in one line instead of writing the same checkpoints.
@@ -153,11 +154,15 @@ class TrainingState:
 
     step: int
     data_position: int
+    sampler: dict[str, Any] | None = None
+    """The task sampler's state (:meth:`~agentrl.algos.training.sampler.SignalSampler.state_dict`); None in a
+    checkpoint written before it existed."""
 
 
 def save_checkpoint(run_dir: str | Path, *, model, optimizer, step: int, data_position: int,
-                    config: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``checkpoints/step-NNNNNN`` atomically, point ``latest`` at it, keep the ``keep`` newest."""
+                    config: dict[str, Any], keep: int = 2, sampler: dict[str, Any] | None = None) -> Path:
+    """Write ``checkpoints/step-NNNNNN`` atomically, point ``latest`` at it, keep the ``keep`` newest
+    (``sampler``: the task sampler's state, restored by :func:`load_checkpoint`)."""
     ckdir = Path(run_dir) / CHECKPOINTS
     ckdir.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
@@ -170,6 +175,7 @@ def save_checkpoint(run_dir: str | Path, *, model, optimizer, step: int, data_po
             "optimizer": optimizer.state_dict(),
             "rng": rng_state(),
             "config": json.loads(json.dumps(config, default=str)),
+            "sampler": sampler,
         }, tmp / "state.pt")
     atomic_write_text(ckdir / LATEST, name)
     done = _finished(ckdir)
@@ -191,4 +197,4 @@ def load_checkpoint(path: str | Path, *, model, optimizer) -> TrainingState:
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])
     logger.info("resumed from %s: step %d, data position %d", path, state["step"], state["data_position"])
-    return TrainingState(int(state["step"]), int(state["data_position"]))
+    return TrainingState(int(state["step"]), int(state["data_position"]), state.get("sampler"))

@@ -56,6 +56,7 @@ from agentrl.algos.training.memory_plan import (
     trim_heap,
 )
 from agentrl.algos.training.reference import Reference
+from agentrl.algos.training.sampler import KEY_TABLE, SignalSampler, gather, signal_metrics, signal_summary
 from agentrl.algos.training.tasks import MixtureTaskSource, TaskSource, rollout_seed
 from agentrl.algos.training.update import apply_update, resolve_correction
 
@@ -104,6 +105,8 @@ class Trainer:
         self.global_step = 0
         """Optimizer steps (logical steps) taken, resumed ones included."""
         self.data_pos = 0
+        self.sampler = SignalSampler(config.sampler, config.seed)
+        """Per-key pass rates of the rollouts (docs/sampler.md); it chooses the tasks when sampler.enabled."""
         self._setup_model(model, tokenizer)
         self._setup_optimizer()
         self._setup_tasks()
@@ -270,8 +273,15 @@ class Trainer:
                     pool.close()  # Ray env actors
         if self.ranks.is_main:
             save_adapter(self.model, self.run_dir / "adapter")
+            if self.sampler.keys:
+                self.sampler.write_table(self.run_dir / KEY_TABLE)
         distributed.barrier(self.ranks)
         return self.history
+
+    def signal_summary(self) -> str | None:
+        """The end-of-run line on the learning signal of the steps run here
+        (:func:`~agentrl.algos.training.sampler.signal_summary`); None for a run without rollouts."""
+        return signal_summary(self.history)
 
     def _check_learning_signal(self, metrics: dict[str, Any]) -> None:
         """Raise :class:`NoLearningSignal` after ``stop_without_signal`` consecutive steps with 0% format and every
@@ -288,15 +298,18 @@ class Trainer:
                 "sft.data=your_conversations.jsonl) and pass --adapter; or set stop_without_signal=0 "
                 "(docs/own-tools.md)")
 
-    def _rollout(self, collector, position: int) -> tuple[list, int, float]:
+    def _rollout(self, collector, position: int, tasks: list | None = None) -> tuple[list, int, float]:
         """Collect the rollout batch that starts at data ``position``: ``(trajectories, tasks taken, seconds)``.
 
         Its tasks and sampling seed are functions of ``position`` alone, so a resumed run repeats it exactly.
         In a data-parallel run each rank collects its share of the tasks and every rank returns them all.
+        ``tasks``: the sampler's choice for a round that starts at ``position`` (the round's sampling stream).
         """
         cfg, ranks = self.config, self.ranks
-        tasks = self.tasks.take(position, cfg.tasks_per_step)
-        batch = position // cfg.tasks_per_step
+        if tasks is None:
+            tasks, batch = self.tasks.take(position, cfg.tasks_per_step), position // cfg.tasks_per_step
+        else:
+            batch = position
         collector.config = dataclasses.replace(
             cfg.collector, seed=rollout_seed(cfg.seed, cfg.collector.seed, batch * ranks.world + ranks.rank))
         t0 = time.perf_counter()
@@ -331,15 +344,28 @@ class Trainer:
                 from agentrl.algos.rollout.collector import Collector
 
                 self._collector = Collector(self.policy, self.config.collector)
-            trajs, n_tasks, seconds = self._rollout(self._collector, self.data_pos)
+            if self.config.sampler.enabled:  # rounds of chosen tasks until the update holds groups with signal
+                batch = gather(self.sampler, self.tasks, self.data_pos, self._sampler_rollout,
+                               groups=self.config.tasks_per_step, step=self.global_step)
+                trajs, n_tasks, seconds = batch.train, batch.positions, batch.seconds
+                metrics.update(rollout_metrics(batch.trajectories, seconds))
+                metrics.update(batch.metrics)
+            else:
+                trajs, n_tasks, seconds = self._rollout(self._collector, self.data_pos)
+                metrics.update(rollout_metrics(trajs, seconds))
+                metrics.update(signal_metrics(self.sampler, trajs, self.global_step))
             self.data_pos += n_tasks
-            metrics.update(rollout_metrics(trajs, seconds))
             rows, prep_stats = self.algo.prepare(trajs)
         else:  # offline: the algorithm's own examples, by data position
             n = self.algo.batch_size
             rows, prep_stats = self.algo.prepare([self.examples[k] for k in range(self.data_pos, self.data_pos + n)])
             self.data_pos += n
         return self._optimize(rows, prep_stats, metrics, t_step)
+
+    def _sampler_rollout(self, tasks: list, position: int) -> tuple[list, float]:
+        """One round of the sampler (:func:`~agentrl.algos.training.sampler.gather`): the chosen ``tasks``."""
+        trajs, _, seconds = self._rollout(self._collector, position, tasks)
+        return trajs, seconds
 
     @property
     def rollout_temperature(self) -> float:
@@ -400,7 +426,8 @@ class Trainer:
         if self.ranks.is_main:
             path = checkpoint.save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer,
                                               step=self.global_step, data_position=self.data_pos,
-                                              config=self.config.to_dict(), keep=self.config.keep_checkpoints)
+                                              config=self.config.to_dict(), keep=self.config.keep_checkpoints,
+                                              sampler=self.sampler.state_dict())
         distributed.barrier(self.ranks)
         return path
 
@@ -408,6 +435,8 @@ class Trainer:
         """Restore adapter, optimizer, RNG states, step and data position from a checkpoint folder."""
         state = checkpoint.load_checkpoint(path, model=self.model, optimizer=self.optimizer)
         self.global_step, self.data_pos = state.step, state.data_position
+        if state.sampler is not None:  # a checkpoint from before the sampler has none: estimates start afresh
+            self.sampler.load_state_dict(state.sampler)
 
 
 def rollout_metrics(trajectories, seconds: float) -> dict[str, Any]:
@@ -430,4 +459,6 @@ def _postfix(m: dict[str, Any]) -> dict[str, str]:
                        ("perf/tokens_per_s", "tok/s")):
         if key in m:
             out[label] = f"{m[key]:.3g}"
+    if "signal/share" in m:  # groups with unequal rewards among those sampled (docs/sampler.md)
+        out["signal"] = f"{m['signal/share']:.0%}"
     return out
