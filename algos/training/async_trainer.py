@@ -64,6 +64,7 @@ from agentrl.algos.objectives.batching import TrainRow
 from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams, Session
 from agentrl.algos.rollout.trajectory import Trajectory
 from agentrl.algos.training.config import AsyncConfig
+from agentrl.algos.training.sampler import signal_metrics
 from agentrl.algos.training.trainer import Trainer, rollout_metrics
 from agentrl.algos.training.update import rows_logprobs
 
@@ -303,6 +304,7 @@ class AsyncTrainer(Trainer):
             trajs = batch.trajectories
         publish_wait0 = self.policy.publish_wait_s
         metrics = rollout_metrics(batch.trajectories, batch.seconds)
+        metrics.update(signal_metrics(self.sampler, trajs, self.global_step))  # the groups trained on (sampler.md)
         ages = [current - t.policy_version for t in batch.trajectories]
         metrics.update({"async/staleness_mean": sum(ages) / len(ages) if ages else 0.0,
                         "async/staleness_max": max(ages, default=0), "async/dropped_trajectories": dropped,

@@ -203,3 +203,19 @@ def test_the_end_of_run_line_says_what_to_change_under_30_percent():
     assert "50% of 2 updates" in easy and "12% of 8 groups" in easy and "too easy" in easy
     assert "sampler.enabled=true" in easy and "group_size" in easy
     assert "too hard" in signal_summary([step(4, 0, 0, failed=4)])
+
+
+def test_train_config_checks_its_sampler_section():
+    from agentrl.algos.training.config import TrainConfig
+
+    assert TrainConfig().sampler.enabled is False  # off by default: runs train on the tasks they always did
+    with pytest.raises(ValueError, match="sampler.budget"):
+        TrainConfig(sampler={"budget": 0.5}).validate()
+    with pytest.raises(ValueError, match="sampler.oversample"):
+        TrainConfig.from_dict({"sampler": {"oversample": "many"}})
+    with pytest.raises(ValueError, match="sampler.enabled chooses rollout tasks; sft has no rollouts"):
+        TrainConfig(algo="sft", sampler={"enabled": True}).validate()
+    with pytest.raises(ValueError, match="guidance"):
+        TrainConfig.from_dict({"algo": "grpo", "grpo": {"guidance": "luffy"}, "sampler": {"enabled": True}}).validate()
+    for algo in ("grpo", "ppo", "dpo"):
+        TrainConfig(algo=algo, sampler={"enabled": True}).validate()

@@ -88,6 +88,19 @@ def test_a_resumed_run_with_the_sampler_draws_what_the_killed_one_would_have(tok
     assert resumed.sampler.state_dict() == full.sampler.state_dict()
 
 
+def test_an_asynchronous_run_shows_its_signal_too_and_refuses_the_sampler(tokenizer, tmp_path):
+    from agentrl.algos.training.async_trainer import AsyncTrainer
+
+    cfg = tiny_train_config(tmp_path, envs=MIX, steps=2, tasks_per_step=2, asynchronous={"enabled": True})
+    trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
+    history = trainer.train()
+    assert all(m["signal/groups"] == 2 for m in history) and trainer.signal_summary()
+    assert (tmp_path / "run" / KEY_TABLE).is_file()
+    cfg.sampler.enabled = True
+    with pytest.raises(ValueError, match="sampler.enabled runs in the synchronous trainer only"):
+        cfg.validate()
+
+
 def test_every_rollout_run_shows_its_signal(tokenizer, tmp_path):
     trainer = Trainer(tiny_train_config(tmp_path, envs=MIX, steps=2, tasks_per_step=4),
                       model=tiny_train_model(tokenizer), tokenizer=tokenizer)
