@@ -23,7 +23,7 @@ import numpy as np
 from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
 from agentrl.envs.datasets import seeded_subset
 from agentrl.envs.parsing import ActionParser, ParsedAction
-from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_modules
+from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_llm, tau2_modules
 from agentrl.envs.tools import Tool, ToolSet, openai_tool_calls
 
 __all__ = ["TauBenchEnv"]
@@ -88,6 +88,7 @@ class TauBenchEnv(TextEnv):
         self.user_llm: str | None = None
         self.user_llm_args: dict[str, Any] = {}
         if not solo:
+            tau2_llm()  # the user simulator calls litellm: imported (or refused in one line) now, not at a step
             base = str(user_url).rstrip("/")
             self.user_llm = f"openai/{user_model}"  # litellm's OpenAI-compatible route
             self.user_llm_args = {**t2.DEFAULT_LLM_ARGS_USER, "temperature": float(user_temperature),

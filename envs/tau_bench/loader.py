@@ -34,10 +34,70 @@ def tau2_modules() -> SimpleNamespace:
         from loguru import logger
 
         logger.disable("tau2")  # tau2 logs every message at INFO/DEBUG through loguru
+        _defer_llm_utils()
         return SimpleNamespace(**{name: getattr(importlib.import_module(module), name)
                                   for module, names in _NAMES.items() for name in names})
     except ImportError as e:
         raise TAU2.missing(e) from None
+
+
+#: τ²'s module of LLM calls, which imports litellm (2.6 s of the 3 s a solo env took to make), and the functions
+#: of it other τ² modules import by name; :func:`_defer_llm_utils` stands in for it until one is called.
+LLM_UTILS = "tau2.utils.llm_utils"
+_LLM_FUNCTIONS = ("generate", "get_cost", "get_token_usage", "get_response_cost", "get_response_usage",
+                  "to_litellm_messages", "to_tau2_messages")
+
+
+def tau2_llm() -> Any:
+    """τ²'s real ``tau2.utils.llm_utils`` (and so litellm), imported now: the user simulator and the NL-assertion
+    judge call it. Solo mode never does, so :func:`tau2_modules` leaves it unimported until then.
+
+    Raises:
+        PackageMissing: litellm (or another dependency of it) is missing; one line naming the install command.
+    """
+    import sys
+
+    module = sys.modules.get(LLM_UTILS)
+    if module is not None and not getattr(module, "_agentrl_deferred", False):
+        return module
+    sys.modules.pop(LLM_UTILS, None)
+    try:
+        return importlib.import_module(LLM_UTILS)
+    except ImportError as e:
+        if module is not None:
+            sys.modules[LLM_UTILS] = module  # keep the stand-in: the next call tries again
+        raise TAU2.missing(e) from None
+
+
+def _defer_llm_utils() -> None:
+    """Put a stand-in for ``tau2.utils.llm_utils`` in ``sys.modules`` (unless it is imported already): ``from
+    tau2.utils.llm_utils import generate`` in τ²'s agent, user, orchestrator and evaluator modules then gets a
+    function that imports the real module (:func:`tau2_llm`) on its first call and calls the real one; any other
+    name imports it at once."""
+    import sys
+    import types
+
+    if LLM_UTILS in sys.modules:
+        return
+
+    def forwarder(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(tau2_llm(), name)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def attribute(name: str) -> Any:
+        if name in _LLM_FUNCTIONS:
+            return forwarder(name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(tau2_llm(), name)
+
+    stand_in = types.ModuleType(LLM_UTILS, "τ²'s llm_utils, imported on first use (agentrl.envs.tau_bench.loader)")
+    stand_in.__getattr__ = attribute  # type: ignore[method-assign]  # PEP 562: names looked up on the module
+    stand_in._agentrl_deferred = True  # type: ignore[attr-defined]
+    sys.modules[LLM_UTILS] = stand_in
 
 
 #: What :func:`tau2_modules` holds: module -> names.
