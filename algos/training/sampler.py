@@ -176,7 +176,7 @@ class SampledBatch:
     """One step's rollouts under the sampler (:func:`gather`)."""
 
     trajectories: list[Trajectory]
-    """Everything rolled out this step (every round), for the rollout metrics."""
+    """Everything rolled out this step (every round; group ids distinct across rounds), for the rollout metrics."""
     train: list[Trajectory]
     """What the update gets: up to ``groups`` groups with signal (group ids renumbered 0..), or, when none was
     found within the budget, the first round's groups (which the algorithm then skips)."""
@@ -347,6 +347,7 @@ def gather(sampler: SignalSampler, source, position: int, rollout: Rollout, *, g
         candidates = source.take(pos, window)
         chosen, how = sampler.select(candidates, size)
         trajs, secs = rollout([candidates[i] for i in chosen], pos)
+        trajs = [dataclasses.replace(t, group_id=t.group_id + spent) for t in trajs]  # one id per group of the step
         pos, seconds, spent, rounds = pos + window, seconds + secs, spent + len(chosen), rounds + 1
         seen = sampler.observe(trajs, step)
         for k in totals:

@@ -75,6 +75,7 @@ def test_refill_rolls_out_more_groups_until_the_update_holds_groups_with_signal(
     assert sorted(groups) == [0, 1, 2, 3]  # renumbered, four groups, each with unequal rewards
     assert all(min(r) != max(r) for r in groups.values())
     assert len(batch.trajectories) == batch.metrics["signal/rollouts"] > len(batch.train)
+    assert len({t.group_id for t in batch.trajectories}) == batch.metrics["signal/groups"]  # rounds don't share ids
     assert batch.metrics["signal/rollouts_per_signal_group"] == batch.metrics["signal/rollouts"] / 4
 
 
