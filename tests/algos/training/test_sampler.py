@@ -220,3 +220,15 @@ def test_train_config_checks_its_sampler_section():
         TrainConfig.from_dict({"algo": "grpo", "grpo": {"guidance": "luffy"}, "sampler": {"enabled": True}}).validate()
     for algo in ("grpo", "ppo", "dpo"):
         TrainConfig(algo=algo, sampler={"enabled": True}).validate()
+
+
+def test_the_built_in_envs_rows_give_keys_by_family():
+    """The convention reads what the env rows already carry: ToolUse-v0 rows their family, PythonMath-v0 rows
+    family and tier (so a generator's tasks pool by family instead of each being its own key)."""
+    from agentrl.envs import make_text_env
+
+    rng = np.random.default_rng(0)
+    tool = make_text_env("AgentRL/ToolUse-v0").sample_task(rng)
+    assert task_key(tool) == tool["family"]
+    math_row = make_text_env("AgentRL/PythonMath-v0").sample_task(rng)
+    assert task_key(math_row) == f"{math_row['family']}/{math_row['tier']}"
