@@ -175,7 +175,9 @@ def test_train_resume_eval_plot_end_to_end(tiny_dir, tmp_path, capsys):
     assert cli.main(["train", "--resume", "--out", str(run), "steps=2"]) == 0
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
-    assert "done at step 2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "done at step 2" in printed
+    assert "\nsignal: " in printed and "updates held a group with unequal rewards" in printed  # docs/sampler.md
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(json.dumps({"id": str(i), "query": "Say nothing."}) for i in range(3)) + "\n")
