@@ -18,14 +18,20 @@ best of them: it was chosen by looking at the set, so it is not a held-out figur
 
     python benchmarks/learning_page.py                 # docs/results/learning.md from docs/results/data/
     python benchmarks/learning_page.py --quick         # learning-quick.md from the *_quick experiments
+    python benchmarks/learning_page.py --figures       # every figure the pages show, into docs/results/
+
+No figure is committed: the site's build draws them from the committed data (``docs/_mkdocs/figures.py``);
+``--figures`` draws the same files into ``docs/results/`` (ignored by git) to read the pages in a checkout.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from harness.figures import draw_all
 from harness.layout import DATA, LEDGER, README, RESULTS
 from harness.pages import write_page
+from harness.speed import HISTORY
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ledger", default=str(LEDGER), help="the ledger (benchmarks/heldout/ledger.jsonl)")
     ap.add_argument("--results", default=str(RESULTS), help="where the page goes")
     ap.add_argument("--quick", action="store_true", help="the --quick runs' page (learning-quick.md)")
+    ap.add_argument("--figures", action="store_true",
+                    help="instead of the page, draw every results figure from the committed data into --results")
     args = ap.parse_args(argv)
+    if args.figures:
+        drawn = draw_all(Path(args.data), Path(args.results), HISTORY)
+        print(f"drawn: {len(drawn)} figures into {args.results}/")
+        return 0
     path = write_page(Path(args.data), Path(args.results), quick=args.quick, ledger=Path(args.ledger), readme=README)
     print(f"written: {path}")
     return 0

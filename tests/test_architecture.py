@@ -420,14 +420,18 @@ def test_relative_links_in_readme_and_docs_point_at_files():
     for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", f.read_text(encoding="utf-8")):
             target = m.group(1)
-            if "://" not in target and not target.startswith("mailto:") and not (f.parent / target).exists():
+            # a results figure is drawn from docs/results/data when the site is built, none is committed
+            # (docs/_mkdocs/figures.py; tests/docs/test_figures.py checks that the data draws each one linked)
+            drawn = target.endswith(".png") and ROOT / "docs" / "results" in (f.parent / target).resolve().parents
+            if ("://" not in target and not target.startswith("mailto:") and not (f.parent / target).exists()
+                    and not drawn):
                 broken.append(f"{f.relative_to(ROOT)} -> {target}")
     assert not broken, broken
 
 
 def test_doc_test_paths_exist():
-    """Every `tests/....py` (and `tests/....py::name`) that README.md or docs/ names exists
-    (docs/results/archive/ keeps old figures verbatim and is not checked)."""
+    """Every `tests/....py` (and `tests/....py::name`) that README.md or docs/ names exists (the archive of old
+    figures, docs/results/archive/, is in the history only since issue 58: not checked)."""
     archive = ROOT / "docs" / "results" / "archive"
     broken = []
     for f in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:

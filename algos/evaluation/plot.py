@@ -156,6 +156,14 @@ def plot_run(run_dir: str | Path, *, smoothing: float | None = None, dpi: int = 
     return written
 
 
+def figure_names(records: list[dict[str, Any]]) -> list[str]:
+    """The files :func:`plot_run` writes for these metrics records (one per group, ``<group>_2.png`` … when a group
+    has more than :data:`MAX_PANELS` panels), without drawing them; the eval chart is not among them."""
+    groups = _group_panels(list(_series(records)))
+    return [f"{_safe(group)}{'' if part == 0 else f'_{part + 1}'}.png" for group in _ordered(groups)
+            for part in range(math.ceil(len(groups[group]) / MAX_PANELS))]
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "metrics"
 

@@ -10,7 +10,7 @@ Why a cold start: the 135M model's zero-shot valid tool-call rate is about 0, so
 equal (invalid) rewards and nothing to learn from. Thirty-two demonstrations drawn from all nine task families
 (16 SFT steps of 8, i.e. four passes) teach the call format, every tool and the multi-turn loop; GRPO on the full
 mixture then sharpens what the cold start samples only sometimes. Chosen on the train split with
-``benchmarks/coldstart_probe.py`` before any held-out evaluation (docs/results/archive/tooluse_coldstart.md):
+``benchmarks/coldstart_probe.py`` before any held-out evaluation (docs/results/archive/tooluse_coldstart.md at commit 6e899db):
 after this cold start a temperature-1 sample reproduces a correct solution with log P >= -1.2 in eight of nine
 families (only the three-call ``stock_total`` stays near -6), while 8 steps left the two-call chain
 ``add_multiply`` at -4 (GRPO then traded it away) and a cold start on one family left the other families'
@@ -117,7 +117,7 @@ class MainJobConfig:
     memory_budget_gb: float = 1.5
     """Both stages' TrainConfig.memory_budget_gb: GiB an update may grow the RSS by; sizes the micro-batches (a
     larger budget: fewer, larger micro-batches, less time per step, more memory). 1.5 kept the main job under
-    4 GiB peak RSS on its ~800-token rows in earlier measurements (docs/results/archive/README.md: not results)."""
+    4 GiB peak RSS on its ~800-token rows in earlier measurements (docs/results/archive/README.md at commit 6e899db: not results)."""
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
     """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
     progress: bool = True

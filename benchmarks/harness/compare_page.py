@@ -9,7 +9,6 @@ from typing import Any
 
 from harness.data import TIE_RULE, compare_judged, earlier_name, heldout_status
 from harness.experiments import COMPARE, DIAGNOSTICS
-from harness.figures import compare_plots
 from harness.layout import shown
 from harness.tables import commit_text, seed_spread, signal_table, verdict
 
@@ -136,9 +135,10 @@ def write_page_file(summary: dict[str, Any], results: Path, data_dir: Path, quic
 
 def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path | None = None
                     ) -> list[str]:
-    """An algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its plots
-    (``<results>/<exp_dir name>/``) and its own page (``learning_<exp_dir name>.md``) are (re)written there
-    from that data too. An earlier comparison (:func:`harness.data.earlier_name`) is titled as one."""
+    """An algorithms comparison's section, from its committed data in ``exp_dir``; with ``results``, its own page
+    (``learning_<exp_dir name>.md``) is (re)written there from that data too. Its two figures
+    (``<exp_dir name>/heldout_vs_time.png``, ``reward_vs_step.png``) are drawn from that data when the site is
+    built (:mod:`harness.figures`). An earlier comparison (:func:`harness.data.earlier_name`) is titled as one."""
     plot_dir, earlier = exp_dir.name, earlier_name(exp_dir)
     lines = [f"## An earlier algorithms comparison (ToolUse-v0): `{earlier}`" if earlier else
              "## The algorithms side by side (ToolUse-v0)", ""]
@@ -150,7 +150,6 @@ def compare_section(summary: dict[str, Any] | None, exp_dir: Path, quick: bool, 
         lines += [f"Replaced by the comparison above; kept with its data (`{shown(exp_dir)}/`). Its own page: "
                   f"[learning_{plot_dir}.md](learning_{plot_dir}.md).", ""]
     if results is not None:
-        compare_plots(summary, exp_dir / "metrics", results / plot_dir)
         write_page_file(summary, results, exp_dir, quick)
     status = heldout_status(summary["heldout_file"], summary["heldout_sha256"], summary["tasks"])
     return lines + [f"Held-out set: {status}; "

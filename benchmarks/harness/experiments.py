@@ -150,7 +150,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as
         # "a longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
         # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1
-        # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md).
+        # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md at commit 6e899db).
         full={"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32, "rl_tasks_per_step": 4,
               "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
         quick={"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
@@ -250,7 +250,7 @@ class AlgorithmComparison:
 #: NLL term beside it (ReLIFT), at the main job's settings (docs/algorithms/grpo.md, "Demonstration
 #: guidance"). PPO runs two epochs over each rollout batch: with one, its group-mean surrogate is the main
 #: job's Dr. GRPO objective and the comparison would show one algorithm twice
-#: (docs/results/archive/learning_compare_ppo_epochs2.md).
+#: (docs/results/archive/learning_compare_ppo_epochs2.md at commit 6e899db: the archive is in the history only).
 COMPARE = AlgorithmComparison(
     env=TOOLUSE, heldout="tooluse_v3", algos=("grpo", "ppo", "dpo", "sft"),
     labels=MappingProxyType({"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO",

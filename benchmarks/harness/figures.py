@@ -1,12 +1,34 @@
-"""The plots the pages draw from committed data (matplotlib, headless)."""
+"""The figures of the results pages, drawn from committed data only (matplotlib, headless).
+
+No figure is committed: the pages link ``<experiment>/<name>.png`` beside them (``docs/results/``), and
+:func:`draw_all` draws every one of them from ``docs/results/data/<experiment>/`` (and the speed history from
+``benchmarks/speed_history.jsonl``), byte for byte the figures the runs drew (same code, same data). The site's
+build draws them into the built site (``docs/_mkdocs/figures.py``); ``python benchmarks/learning.py --figures``
+draws them into ``docs/results/`` (ignored by git) to read the pages in a checkout.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.experiments import COMPARE
+from harness.experiments import COMPARE, TEXT_LABELS
+
+#: A learning run's held-out chart (``learning_run``'s copy of ``<out>/plots/eval_comparison.png``).
+EVAL_CHART = "eval_eval_comparison.png"
+#: The text-only pipeline's own chart (PythonMath-v0: ``<out>/text_only/plots/eval_comparison.png``).
+TEXT_CHART = "text_only_eval_comparison.png"
+#: An engine run's GRPO stage beside the in-process run's (:func:`plot_engine_training`).
+ENGINE_CHART = "grpo_engine_vs_in_process.png"
+#: The algorithms comparison's two figures (:func:`compare_plots`).
+COMPARE_CHARTS = ("heldout_vs_time.png", "reward_vs_step.png")
+#: The speed history's figure, relative to ``docs/`` (``harness.suite``'s section of docs/results.md).
+SPEED_CHART = "results/speed_history.png"
 
 
 def pyplot():
@@ -87,3 +109,129 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
     fig.savefig(reward_png, dpi=110)
     plt.close(fig)
     return [heldout_png, reward_png]
+
+
+def stage_figures(metrics: Path, dest: Path) -> list[Path]:
+    """``agentrl plot``'s curves of one training stage (:func:`~agentrl.algos.evaluation.plot.plot_run`) from its
+    committed metrics ``metrics/<stage>.jsonl``, named as the run's copy named them: ``<dest>/<stage>_<group>.png``
+    (``benchmarks/harness/learning_run.py``'s ``copy_plots``)."""
+    from agentrl.algos.evaluation.plot import plot_run
+    from agentrl.algos.evaluation.run_log import METRICS_FILE
+
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / metrics.stem  # plot_run titles each figure with its run folder's name: the stage
+        run_dir.mkdir()
+        shutil.copyfile(metrics, run_dir / METRICS_FILE)
+        for png in plot_run(run_dir):
+            written.append(Path(shutil.move(png, dest / f"{metrics.stem}_{png.name}")))
+    return written
+
+
+def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None) -> list[Path]:
+    """Every figure of a learning run (``exp_dir``: its committed ``learning.json``, ``metrics/``) into ``dest``:
+    each stage's curves (:func:`stage_figures`), the held-out chart of every row (:data:`EVAL_CHART`), the
+    text-only pipeline's chart (:data:`TEXT_CHART`) when the run has its rows, and an engine run's GRPO stage
+    beside the plain recipe's in ``plain_dir`` (:data:`ENGINE_CHART`)."""
+    from agentrl.algos.evaluation.plot import plot_eval
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    run = json.loads((exp_dir / "learning.json").read_text(encoding="utf-8"))
+    written = [p for metrics in sorted(exp_dir.glob("metrics/*.jsonl")) for p in stage_figures(metrics, dest)]
+    written.append(plot_eval(run["rows"], dest / EVAL_CHART, title=f"{run['env']}: held-out results"))
+    stem = {label: stage for stage, label in TEXT_LABELS.items()}
+    text = [(stem[label], report) for label, report in run["rows"] if label in stem]
+    if "rl" in dict(text):  # the text-only main job's own chart, its rows under the main job's stage names (not
+        # Search-v0's lone text-only base row)
+        written.append(plot_eval(text, dest / TEXT_CHART, title=f"{run['env']}: base -> SFT -> RL"))
+    grpo = exp_dir / "metrics" / "grpo.jsonl"
+    if run.get("engine") and grpo.is_file():
+        theirs = plain_dir / "metrics" / "grpo.jsonl" if plain_dir else None
+        theirs_by_step = {m["step"]: m for m in read_metrics(theirs)} if theirs and theirs.is_file() else {}
+        plot_engine_training(run["engine"], read_metrics(grpo), theirs_by_step, dest / ENGINE_CHART)
+        written.append(dest / ENGINE_CHART)
+    return written
+
+
+def figure_names(exp_dir: Path) -> list[str]:
+    """The names of the figures :func:`experiment_figures` draws from ``exp_dir``'s committed data, without drawing
+    them (what a page may show: ``<experiment>/<name>``); none without data."""
+    from agentrl.algos.evaluation.plot import figure_names as stage_names
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    if (exp_dir / "compare.json").is_file():
+        return list(COMPARE_CHARTS)
+    if not (exp_dir / "learning.json").is_file():
+        return []
+    run = json.loads((exp_dir / "learning.json").read_text(encoding="utf-8"))
+    names = [f"{m.stem}_{n}" for m in sorted(exp_dir.glob("metrics/*.jsonl")) for n in stage_names(read_metrics(m))]
+    names.append(EVAL_CHART)
+    if TEXT_LABELS["rl"] in dict(run["rows"]):
+        names.append(TEXT_CHART)
+    if run.get("engine") and (exp_dir / "metrics" / "grpo.jsonl").is_file():
+        names.append(ENGINE_CHART)
+    return names
+
+
+def experiment_dirs(data: Path) -> Iterator[Path]:
+    """The committed data folders that have figures: learning runs (``learning.json``) and algorithms
+    comparisons (``compare.json``), by name."""
+    for path in sorted(data.iterdir()) if data.is_dir() else []:
+        if (path / "learning.json").is_file() or (path / "compare.json").is_file():
+            yield path
+
+
+def experiment_figures(exp_dir: Path, dest: Path) -> list[Path]:
+    """Every figure of one committed experiment folder (:func:`experiment_dirs`) into ``dest``."""
+    if (exp_dir / "compare.json").is_file():
+        summary = json.loads((exp_dir / "compare.json").read_text(encoding="utf-8"))
+        return compare_plots(summary, exp_dir / "metrics", dest)
+    from harness.data import baseline, load_json, runs_of
+    from harness.experiments import experiment
+
+    run = load_json(exp_dir / "learning.json") or {}
+    plain = None
+    if run.get("engine"):  # an engine run is drawn beside the plain recipe's in-process run (pages.env_section)
+        (plain_dir, plain_run), others = runs_of(exp_dir.parent, experiment(run["env"]), bool(run.get("quick")))
+        runs = [(plain_dir, plain_run)] * (plain_run is not None) + others
+        mine = next((r for d, r in others if d == exp_dir), run)
+        plain = baseline(mine, runs)
+    return learning_figures(exp_dir, dest, plain[1] if plain else None)
+
+
+def speed_figure(history: Path, dest: Path) -> Path | None:
+    """The speed history's figure (``harness.speed.plot_history``) from the committed history, at ``dest``."""
+    from harness.speed import plot_history, read_history
+
+    return plot_history(read_history(history), dest)
+
+
+def draw_all(data: Path, results: Path, history: Path | None = None) -> list[Path]:
+    """Every figure the results pages show, from the committed data: ``<results>/<experiment>/<name>.png`` for
+    each folder of ``data`` (:func:`experiment_figures`) and, with ``history``, ``<results>/speed_history.png``."""
+    written = [p for exp_dir in experiment_dirs(data) for p in experiment_figures(exp_dir, results / exp_dir.name)]
+    if history is not None and (figure := speed_figure(history, results / Path(SPEED_CHART).name)):
+        written.append(figure)
+    return written
+
+
+def figure_inputs(exp_dir: Path) -> list[Path]:
+    """The committed files an experiment folder's figures are drawn from (what a cache of them is keyed by): its
+    ``learning.json`` or ``compare.json`` and ``metrics/``; an engine run's also every run's ``learning.json`` and
+    GRPO metrics (the plain recipe's run it is drawn beside)."""
+    own = [exp_dir / "learning.json", exp_dir / "compare.json", *sorted(exp_dir.glob("metrics/*.jsonl"))]
+    run = json.loads(own[0].read_text(encoding="utf-8")) if own[0].is_file() else {}
+    others = ([p for d in sorted(exp_dir.parent.iterdir()) for p in (d / "learning.json", d / "metrics" / "grpo.jsonl")]
+              if run.get("engine") else [])
+    return [p for p in dict.fromkeys(own + others) if p.is_file()]
+
+
+def draw_into(job: tuple[str, str, str]) -> list[str]:
+    """One drawing job for a pool of processes: ``("experiment", data folder, dest)`` or ``("speed", history,
+    dest file)``; the paths written."""
+    kind, source, dest = job
+    if kind == "speed":
+        figure = speed_figure(Path(source), Path(dest))
+        return [str(figure)] if figure else []
+    return [str(p) for p in experiment_figures(Path(source), Path(dest))]

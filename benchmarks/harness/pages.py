@@ -52,26 +52,28 @@ from harness.experiments import (
     UNDECLARED,
     experiment,
 )
+from harness.figures import ENGINE_CHART, EVAL_CHART, figure_names
 from harness.heldout import AXIS_SETS, SPECS, set_status
 from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
-from harness.results_page import refresh_learning
+from harness.results_page import ARCHIVE_COMMIT, archive_text, refresh_learning
 from harness.run_page import write_run_page
 from harness.tables import cell, commit_text, engine_training, signal_table, verdict
 
 CAVEATS = [
     "The held-out sets were fixed before any tuning on them (`benchmarks/heldout.py`; each sidecar records its "
-    "date and positions). Earlier figures, kept for history in [archive/](archive/README.md), were measured on the "
+    "date and positions). Earlier figures, kept for history in the archive (no longer in the tree: "
+    f"{archive_text()}), were measured on the "
     "v1 sets or the first 32 test-split tasks, on which settings were chosen, and their raw data was not "
     "committed: they are not held-out figures (issue 16) and none appears on this page.",
     "The main job's settings (Dr. GRPO, budgets; first a cold start on `add_multiply` alone) were chosen before "
     "these sets existed, on the train split (`benchmarks/coldstart_probe.py`) and on the first 32 test tasks. The "
     "cold start on all nine families with 16 steps (the default since session 7) was chosen on the train split "
     "and adopted by a rule written down before its one evaluation on the ToolUse set "
-    "([archive/tooluse_coldstart.md](archive/tooluse_coldstart.md)). Search-v0: `rl_steps=32` was decided before "
+    f"({archive_text('tooluse_coldstart.md')}). Search-v0: `rl_steps=32` was decided before "
     "running; "
     "`balance_sources` was tried in session 8 after reading dev episodes of that run (fanoutqa answered with the "
     "question's entity) and not kept: it scored below the session-7 run on the same dev questions "
-    "([archive/learning_search_balanced.md](archive/learning_search_balanced.md)). Otherwise nothing on this "
+    f"({archive_text('learning_search_balanced.md')}). Otherwise nothing on this "
     "page was chosen by looking at these held-out sets unless the list of configurations below shows several "
     "configurations judged on the same set, in which case the best of them is a selected, not a held-out, figure.",
     "ToolUse-v0's `stock` and `power` families (and many `convert`, `stock_value`, `stock_total` questions) have "
@@ -194,11 +196,10 @@ def comparisons(env: str, run: dict[str, Any], exp_dir: Path, selected: dict[str
 
 
 def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool, results: Path,
-                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None,
-                draw: bool = False) -> list[str]:
+                selected: dict[str, int], plain: tuple[dict[str, Any], Path] | None = None) -> list[str]:
     """One env's section; a variant's (``run["variant"]``) also compares its RL with ``plain``'s, the plain
-    recipe's run and data dir, when given. ``draw``: (re)draw the plots made from committed data into
-    ``results``."""
+    recipe's run and data dir, when given. Its figures are the ones its committed data draws
+    (:func:`harness.figures.figure_names`; drawn when the site is built, none is committed)."""
     from agentrl.algos.evaluation.report import EvalReport, results_table
 
     exp = experiment(env)
@@ -243,15 +244,14 @@ def env_section(env: str, run: dict[str, Any] | None, exp_dir: Path, quick: bool
         lines += ["Per tier (Average@N):", "", tiers, ""]
     lines += signal_table(grpo_metrics(exp_dir))
     plot_dir = exp_dir.name
-    lines += engine_training(run, exp_dir, plain,
-                             results / plot_dir / "grpo_engine_vs_in_process.png" if draw else None)
-    for text, target in ((f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", f"learning_{plot_dir}.md"),
-                         (f"![{env} held-out results]({plot_dir}/eval_eval_comparison.png)",
-                          f"{plot_dir}/eval_eval_comparison.png"),
-                         (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", f"{plot_dir}/grpo_reward.png"),
-                         (f"![{env} GRPO through the engine and in process]({plot_dir}/grpo_engine_vs_in_process.png)",
-                          f"{plot_dir}/grpo_engine_vs_in_process.png")):
-        if (results / target).is_file():
+    lines += engine_training(run, exp_dir, plain)
+    if (results / f"learning_{plot_dir}.md").is_file():
+        lines += [f"Details: [learning_{plot_dir}.md](learning_{plot_dir}.md).", ""]
+    drawn = set(figure_names(exp_dir))
+    for text, name in ((f"![{env} held-out results]({plot_dir}/{EVAL_CHART})", EVAL_CHART),
+                       (f"![{env} GRPO reward]({plot_dir}/grpo_reward.png)", "grpo_reward.png"),
+                       (f"![{env} GRPO through the engine and in process]({plot_dir}/{ENGINE_CHART})", ENGINE_CHART)):
+        if name in drawn:
             lines += [text, ""]
     return lines + ["Machine: " + "; ".join(m.lstrip("- ") for m in run["machine"]), ""]
 
@@ -288,22 +288,18 @@ def ledger_section(rows: list[dict[str, Any]], ledger: Path, selected: dict[str,
 
 def without_data(results: Path, data: Path, quick: bool) -> list[str]:
     """Learning pages in ``results`` whose experiment has no committed data (their figures cannot be
-    re-derived), and a pointer to ``results/archive/`` (earlier pages kept for history) when it exists."""
+    re-derived), and where the archive of earlier pages lives now (the repository's history)."""
     pages = [p for p in sorted(results.glob("learning_*.md"))
              if (p.stem.endswith("_quick") == quick) and not (data / p.stem.removeprefix("learning_")).is_dir()]
-    archive = results / "archive" / "README.md"
-    if not pages and not archive.is_file():
-        return []
     lines = ["## Pages without committed raw data", ""]
     if pages:
         lines += ["These pages were written by runs whose per-task outputs and metrics were not committed: their "
                   "figures cannot be re-derived or audited from this repository, and none of them appears above.", "",
                   *[f"- [{p.name}]({p.name})" for p in pages], ""]
-    if archive.is_file():
-        lines += ["Pages and plots of earlier runs on the burnt v1 sets, whose raw data was never committed, are kept "
-                  "for history in [archive/](archive/README.md): they are not results, and each of their figures is "
-                  "superseded by this page once the runs on the v2 sets are committed.", ""]
-    return lines
+    return lines + ["Pages and plots of earlier runs on the burnt v1 sets, whose raw data was never committed, are "
+                    f"kept in the repository's history, no longer in its tree (the folder `docs/results/archive/` "
+                    f"at commit {ARCHIVE_COMMIT}: {archive_text()}): they are not results, and each of their "
+                    "figures is superseded by this page.", ""]
 
 
 #: The lines around README's generated summary (``summary_table``), which ``--page`` rewrites.
@@ -406,8 +402,7 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
         lines += env_section(env, plain, exp_dir, quick, results, selected)
         for var_dir, run in others:
             section = env_section(env, run, var_dir, quick, results, selected,
-                                  plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others),
-                                  draw=out is None)
+                                  plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others))
             (diagnostics if var_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
     for cmp_dir in comparison_dirs(data, quick):
         section = compare_section(load_json(cmp_dir / "compare.json"), cmp_dir, quick,

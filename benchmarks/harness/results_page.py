@@ -20,6 +20,16 @@ def tables(text: str) -> list[str]:
     return found
 
 
+#: The last commit that changed ``docs/results/archive/`` (earlier pages and plots whose raw data was never
+#: committed: history, not results); issue 58 took it out of the tree, the history keeps it.
+ARCHIVE_COMMIT = "6e899db"
+
+
+def archive_text(path: str = "README.md") -> str:
+    """Where a file of the removed archive is read now: ``docs/results/archive/<path>`` at :data:`ARCHIVE_COMMIT`."""
+    return f"`git show {ARCHIVE_COMMIT}:docs/results/archive/{path}`"
+
+
 #: The learning page's section of runs that show why something broke (on the full page only).
 DIAGNOSTICS_HEADING = "## Diagnostics and failed configurations"
 #: The learning page generated from committed data only (:mod:`harness.pages`), relative to docs/.
@@ -38,9 +48,8 @@ def learning_sections(doc_dir: Path) -> list[str]:
            "committed data only (per-task outputs in `docs/results/data/` and the ledger "
            "`benchmarks/heldout/ledger.jsonl`); the full page has the settings, the per-family tables, the held-out "
            "sets and every configuration judged on them."
-           + (" Earlier learning pages, whose raw data was never committed, are kept in "
-              "[results/archive/](results/archive/README.md): history, not results."
-              if (doc_dir / "results" / "archive" / "README.md").is_file() else ""), ""]
+           + f" Earlier learning pages, whose raw data was never committed, are in the repository's history, not "
+             f"its tree ({archive_text()}): history, not results.", ""]
     for section in re.split(r"^(?=## )", path.read_text(encoding="utf-8"), flags=re.M):
         if not section.startswith("## "):
             continue

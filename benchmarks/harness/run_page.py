@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.data import family_table, grpo_metrics
 from harness.experiments import COLD_START, CONTROL, RL, TEXT_LABELS, experiment
+from harness.figures import EVAL_CHART, figure_names
 from harness.tables import extra_table, signal_table
 
 
@@ -20,7 +21,8 @@ def can_render(run: dict[str, Any]) -> bool:
 
 
 def run_page(run: dict[str, Any], exp_dir: Path, results: Path) -> str:
-    """The markdown of the run's page; ``results``: where its plots were copied (``<results>/<name>/``)."""
+    """The markdown of the run's page; its plots are the ones the run drew that its committed data in ``exp_dir``
+    draws again (:func:`harness.figures.figure_names`: drawn when the site is built, as ``<name>/<plot>``)."""
     from agentrl.algos.evaluation.report import EvalReport, results_table
 
     page, c, name = run["page"], run["config"], exp_dir.name
@@ -77,8 +79,9 @@ def run_page(run: dict[str, Any], exp_dir: Path, results: Path) -> str:
     if page.get("note"):
         lines += ["", page["note"]]
     timings = ", ".join(f"{k} {v / 60:.1f} min" for k, v in page["timings"].items() if k != "total")
-    plots = [p for p in page["plots"] if (results / name / p).is_file()]
-    chart = "eval_eval_comparison.png"
+    drawn = set(figure_names(exp_dir))
+    plots = [p for p in page["plots"] if p in drawn]
+    chart = EVAL_CHART
     lines += [
         "", f"Goal: {experiment(run['env']).goal}", "",
         f"Stage times of this invocation (stages read back from an earlier run show ~0): "

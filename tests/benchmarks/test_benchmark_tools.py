@@ -166,7 +166,8 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     assert "kept" in text and "stale" not in text and text.count("## Proof of learning") == 1
     assert "Proof X" not in text and "| 1 | 2 |" not in text and "Proof Y" not in text and "| 3 |" not in text
     assert "[results/learning.md](results/learning.md)" in text
-    assert "archive/README.md" not in text  # a pointer to the archive only where it has its README
+    # the archive left the tree (issue 58): the section says where the history keeps it, and links nothing there
+    assert "`git show 6e899db:docs/results/archive/README.md`" in text and "](results/archive/" not in text
     tool_use = text[text.index("### ToolUse-v0: the main job"):text.index("### Search-v0")]
     assert "| RL (GRPO) | 90.0% |" in tool_use and "| RL vs SFT | 90.0% | 60.0% | +30.0 | [+20.0, +40.0]" in tool_use
     assert "| RL | 95% |" not in tool_use  # the per-family table stays on the full page
@@ -201,7 +202,7 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     # the pre-declared experiments' sections (their pieces, pass@k, decisions) stay on learning.md only
     assert [ln[4:] for ln in learned.splitlines() if ln.startswith("### ")] == [e for e in experiments
                                                                               if e not in declared]
-    assert "[results/archive/](results/archive/README.md): history, not results" in learned
+    assert "(`git show 6e899db:docs/results/archive/README.md`): history, not results" in learned
     (results / "learning.md").unlink()
     assert run_all.main(["--learning-only", "--out", str(page)]) == 0
     assert "No results/learning.md yet" in page.read_text(encoding="utf-8")

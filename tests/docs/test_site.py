@@ -57,6 +57,22 @@ def test_the_site_builds_with_no_warning_and_has_every_page(site):
     assert (site / "search" / "search_index.json").is_file()
 
 
+def test_the_site_is_at_most_10_mb_shows_the_figures_drawn_from_committed_data_and_holds_no_raw_data(site):
+    """Issue 61: the built site at most 10 MB. The results' raw data stays in the repository (mkdocs.yml's
+    exclude_docs) and only the figures a page shows are in the site, drawn from that data by the figures hook
+    (docs/_mkdocs/figures.py; none is committed)."""
+    size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    assert size <= 10_000_000, f"the built site is {size / 1e6:.1f} MB"
+    assert not (site / "results" / "data").exists()
+    learning = (site / "results" / "learning" / "index.html").read_text(encoding="utf-8")
+    assert 'src="../tooluse/eval_eval_comparison.png"' in learning
+    assert (site / "results" / "tooluse" / "eval_eval_comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert (site / "results" / "speed_history.png").is_file()
+    assert not (site / "results" / "tooluse" / "grpo_env.png").exists()  # linked from its run page only
+    run_page = (site / "results" / "learning_tooluse" / "index.html").read_text(encoding="utf-8")
+    assert "<code>grpo_env.png</code>" in run_page and "learning_page.py --figures" in run_page
+
+
 class _Links(HTMLParser):
     """The ids of a page and the links (href, src) it holds."""
 
