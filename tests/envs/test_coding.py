@@ -208,3 +208,30 @@ def test_test_tasks_are_what_the_pipeline_used_to_take(kwargs):
     env = gym.make("AgentRL/Coding-v0", **kwargs).unwrapped
     for seed in (0, 3):
         assert env.test_tasks(8, seed=seed + 10_007) == _old_heldout(kwargs, 8, seed)
+
+
+# the right output for ECHO_SUM's first test, then a way out: only a clean exit with the right output passes
+HOSTILE_PROGRAMS = {
+    "sys.exit(0) before any output": "import sys\nsys.exit(0)",
+    "os._exit(0) before any output": "import os\nos._exit(0)",
+    "raises after the right output": "a, b = map(int, input().split())\nprint(a + b, flush=True)\nraise ValueError",
+    "exits non-zero after the right output": "import sys\nprint(sum(map(int, input().split())), flush=True)\n"
+                                             "sys.exit(3)",
+    "prints a verdict": "print('passed')\nprint('correct: true')",
+    "rebinds sys.stdout": "import sys\nclass W:\n    def write(self, s):\n        pass\n    def flush(self):\n"
+                          "        pass\nsys.stdout = W()\nprint('3')",
+    "looks for the expected outputs": "import os\nfound = [os.path.join(d, f) for d, _, fs in os.walk('/tmp') "
+                                      "for f in fs]\nprint(found)",
+    "kills its worker": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+}
+
+
+@pytest.mark.needs_bwrap
+@pytest.mark.parametrize("name", list(HOSTILE_PROGRAMS))
+def test_a_program_cannot_forge_its_grade(sb, name):
+    # issue 60: the verdict is the trainer's comparison of the program's output and exit status with expected
+    # outputs that never enter the sandbox; nothing the program does to its own process passes a test it fails
+    env = CodingEnv(dataset=ECHO_SUM, sandbox=sb)
+    env.reset(seed=0)
+    _, r, term, _, info = env.step(answer(HOSTILE_PROGRAMS[name]))
+    assert term and r == 0.0 and info["metrics"]["tests_passed"] == 0 and not info["correct"], name

@@ -396,3 +396,39 @@ def test_easy_tier_demo_code_is_short_for_the_default_model(tokenizer):
     """A 135M model copies the demonstrations: tier-1/2 solution programs stay within 60 tokens."""
     longest = max(len(tokenizer(t["solution_code"])["input_ids"]) for t in make_tasks(100, "train", tiers=[1, 2]))
     assert 10 < longest <= 60
+
+
+class CountingSandbox:
+    """Counts the programs it is asked to run, and runs none."""
+
+    def __init__(self):
+        from agentrl.envs.sandbox.config import SandboxConfig
+
+        self.config, self.runs = SandboxConfig(), 0
+
+    def run(self, code, timeout=None, *, stdin=None):
+        from agentrl.envs.sandbox.config import ExecResult
+
+        self.runs += 1
+        return ExecResult("24190225\n", "", "ok")
+
+    def stats(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_the_answer_is_graded_as_text_and_never_run(verifier):
+    # issue 60: the grade comes from the verifier on the trainer's side; code in the answer is not executed, so
+    # an answer that would print the right number (or forge a verdict) when run is just wrong text
+    sb = CountingSandbox()
+    env = PythonMathEnv(sandbox=sb, verifier=verifier)
+    task = make_task(0)  # 1068 squared plus 4801 squared = 24190225
+    for forged in ("\\boxed{print(1068**2 + 4801**2)}", "\\boxed{__import__('os')._exit(0)}", "passed \\boxed{True}"):
+        env.reset(options={"task": task})
+        _, r, term, _, info = env.step(forged)
+        assert term and r == env.rewards.wrong and not info["correct"], forged
+    env.reset(options={"task": task})
+    assert env.step("\\boxed{24190225}")[1] == 1.0
+    assert sb.runs == 0
