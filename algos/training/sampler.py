@@ -309,6 +309,15 @@ class SignalSampler:
         return path
 
 
+def key_bands(sampler: SignalSampler, low: float = 0.1, high: float = 0.9) -> dict[str, int]:
+    """How the known keys' pass-rate estimates spread, logged every step (the keys over time in the run's plots):
+    ``signal/keys``, and of them ``signal/keys_unsolved`` (estimate <= ``low``), ``signal/keys_edge`` (between:
+    where the groups with signal come from) and ``signal/keys_solved`` (>= ``high``)."""
+    rates = [s.estimate for s in sampler.keys.values()]
+    return {"signal/keys": len(rates), "signal/keys_unsolved": sum(p <= low for p in rates),
+            "signal/keys_edge": sum(low < p < high for p in rates), "signal/keys_solved": sum(p >= high for p in rates)}
+
+
 def signal_metrics(sampler: SignalSampler, trajectories: Sequence[Trajectory], step: int) -> dict[str, float]:
     """Observe a plain rollout batch (the sampler off) and return its ``signal/*`` metrics."""
     seen = sampler.observe(trajectories, step)
@@ -316,7 +325,7 @@ def signal_metrics(sampler: SignalSampler, trajectories: Sequence[Trajectory], s
     return {"signal/groups": groups, "signal/groups_with_signal": with_signal,
             "signal/share": with_signal / groups if groups else 0.0, "signal/trained_groups_with_signal": with_signal,
             "signal/all_pass_groups": seen["all_pass"], "signal/all_fail_groups": seen["all_fail"],
-            "signal/rollouts": len(trajectories), "signal/keys": len(sampler.keys)}
+            "signal/rollouts": len(trajectories), **key_bands(sampler)}
 
 
 Rollout = Callable[[list[dict[str, Any]], int], tuple[list[Trajectory], float]]
@@ -368,7 +377,7 @@ def gather(sampler: SignalSampler, source, position: int, rollout: Rollout, *, g
                "signal/share": len(kept) / spent if spent else 0.0, "signal/trained_groups_with_signal": n_signal,
                "signal/rollouts": len(everything),
                "signal/refill_rounds": rounds - 1, "signal/budget_spent": float(len(kept) < groups),
-               "signal/surplus_groups": max(0, len(kept) - groups), "signal/keys": len(sampler.keys),
+               "signal/surplus_groups": max(0, len(kept) - groups), **key_bands(sampler),
                **{f"signal/{k}": v for k, v in totals.items() if k not in ("all_pass", "all_fail")},
                "signal/all_pass_groups": totals["all_pass"], "signal/all_fail_groups": totals["all_fail"]}
     if n_signal:

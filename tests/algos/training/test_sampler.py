@@ -190,6 +190,11 @@ def test_env_errors_are_left_out_and_equal_groups_are_split_into_all_pass_and_al
     assert (m["signal/groups"], m["signal/groups_with_signal"], m["signal/all_pass_groups"],
             m["signal/all_fail_groups"]) == (4, 1, 2, 1)
     assert m["signal/share"] == 0.25
+    assert (m["signal/keys"], m["signal/keys_unsolved"], m["signal/keys_edge"], m["signal/keys_solved"]) == (4, 0, 4, 0)
+    sampler = SignalSampler(SamplerConfig(decay=1.0))
+    for _ in range(5):
+        m = signal_metrics(sampler, [traj(1, 0), traj(1, 0), traj(0, 1), traj(0, 1), traj(1, 2), traj(0, 2)], 0)
+    assert (m["signal/keys_unsolved"], m["signal/keys_edge"], m["signal/keys_solved"]) == (1, 1, 1)
 
 
 def test_the_end_of_run_line_says_what_to_change_under_30_percent():
