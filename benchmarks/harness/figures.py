@@ -111,42 +111,66 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
     return [heldout_png, reward_png]
 
 
-def stage_figures(metrics: Path, dest: Path) -> list[Path]:
+def _group(key: str) -> str:
+    """The figure a metric is drawn in (``plot_run``'s group: the name before the first ``/``)."""
+    return key.split("/", 1)[0] if "/" in key else "other"
+
+
+def stage_figures(metrics: Path, dest: Path, only: set[str] | None = None) -> list[Path]:
     """``agentrl plot``'s curves of one training stage (:func:`~agentrl.algos.evaluation.plot.plot_run`) from its
     committed metrics ``metrics/<stage>.jsonl``, named as the run's copy named them: ``<dest>/<stage>_<group>.png``
-    (``benchmarks/harness/learning_run.py``'s ``copy_plots``)."""
+    (``benchmarks/harness/learning_run.py``'s ``copy_plots``). ``only``: just the groups whose files are among
+    these names (a group's figure depends on its own metrics alone: the same bytes)."""
+    from agentrl.algos.evaluation.plot import figure_names as stage_names
     from agentrl.algos.evaluation.plot import plot_run
-    from agentrl.algos.evaluation.run_log import METRICS_FILE
+    from agentrl.algos.evaluation.run_log import METRICS_FILE, read_metrics
 
+    records = read_metrics(metrics)
+    if only is not None:
+        keys = {k for r in records for k in r if k != "step"}
+        keep = {g for g in {_group(k) for k in keys}
+                if {f"{metrics.stem}_{n}" for n in stage_names([{k: v for k, v in r.items() if k == "step"
+                                                                  or _group(k) == g} for r in records])} & only}
+        if not keep:
+            return []
+        records = [{k: v for k, v in r.items() if k == "step" or _group(k) in keep} for r in records]
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / metrics.stem  # plot_run titles each figure with its run folder's name: the stage
         run_dir.mkdir()
-        shutil.copyfile(metrics, run_dir / METRICS_FILE)
+        if only is None:
+            shutil.copyfile(metrics, run_dir / METRICS_FILE)
+        else:
+            (run_dir / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         for png in plot_run(run_dir):
             written.append(Path(shutil.move(png, dest / f"{metrics.stem}_{png.name}")))
     return written
 
 
-def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None) -> list[Path]:
-    """Every figure of a learning run (``exp_dir``: its committed ``learning.json``, ``metrics/``) into ``dest``:
-    each stage's curves (:func:`stage_figures`), the held-out chart of every row (:data:`EVAL_CHART`), the
-    text-only pipeline's chart (:data:`TEXT_CHART`) when the run has its rows, and an engine run's GRPO stage
-    beside the plain recipe's in ``plain_dir`` (:data:`ENGINE_CHART`)."""
+def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None, only: set[str] | None = None
+                     ) -> list[Path]:
+    """Every figure of a learning run (``exp_dir``: its committed ``learning.json``, ``metrics/``) into ``dest``
+    (``only``: just those of these names): each stage's curves (:func:`stage_figures`), the held-out chart of every
+    row (:data:`EVAL_CHART`), the text-only pipeline's chart (:data:`TEXT_CHART`) when the run has its rows, and an
+    engine run's GRPO stage beside the plain recipe's in ``plain_dir`` (:data:`ENGINE_CHART`)."""
     from agentrl.algos.evaluation.plot import plot_eval
     from agentrl.algos.evaluation.run_log import read_metrics
 
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
     run = json.loads((exp_dir / "learning.json").read_text(encoding="utf-8"))
-    written = [p for metrics in sorted(exp_dir.glob("metrics/*.jsonl")) for p in stage_figures(metrics, dest)]
-    written.append(plot_eval(run["rows"], dest / EVAL_CHART, title=f"{run['env']}: held-out results"))
+    written = [p for metrics in sorted(exp_dir.glob("metrics/*.jsonl")) for p in stage_figures(metrics, dest, only)]
+    if wanted(EVAL_CHART):
+        written.append(plot_eval(run["rows"], dest / EVAL_CHART, title=f"{run['env']}: held-out results"))
     stem = {label: stage for stage, label in TEXT_LABELS.items()}
     text = [(stem[label], report) for label, report in run["rows"] if label in stem]
-    if "rl" in dict(text):  # the text-only main job's own chart, its rows under the main job's stage names (not
-        # Search-v0's lone text-only base row)
+    if "rl" in dict(text) and wanted(TEXT_CHART):  # the text-only main job's own chart, its rows under the main
+        # job's stage names (not Search-v0's lone text-only base row)
         written.append(plot_eval(text, dest / TEXT_CHART, title=f"{run['env']}: base -> SFT -> RL"))
     grpo = exp_dir / "metrics" / "grpo.jsonl"
-    if run.get("engine") and grpo.is_file():
+    if run.get("engine") and grpo.is_file() and wanted(ENGINE_CHART):
         theirs = plain_dir / "metrics" / "grpo.jsonl" if plain_dir else None
         theirs_by_step = {m["step"]: m for m in read_metrics(theirs)} if theirs and theirs.is_file() else {}
         plot_engine_training(run["engine"], read_metrics(grpo), theirs_by_step, dest / ENGINE_CHART)
@@ -182,9 +206,12 @@ def experiment_dirs(data: Path) -> Iterator[Path]:
             yield path
 
 
-def experiment_figures(exp_dir: Path, dest: Path) -> list[Path]:
-    """Every figure of one committed experiment folder (:func:`experiment_dirs`) into ``dest``."""
+def experiment_figures(exp_dir: Path, dest: Path, only: set[str] | None = None) -> list[Path]:
+    """Every figure of one committed experiment folder (:func:`experiment_dirs`) into ``dest``; ``only``: just
+    those of these names."""
     if (exp_dir / "compare.json").is_file():
+        if only is not None and not only & set(COMPARE_CHARTS):
+            return []
         summary = json.loads((exp_dir / "compare.json").read_text(encoding="utf-8"))
         return compare_plots(summary, exp_dir / "metrics", dest)
     from harness.data import baseline, load_json, runs_of
@@ -197,7 +224,7 @@ def experiment_figures(exp_dir: Path, dest: Path) -> list[Path]:
         runs = [(plain_dir, plain_run)] * (plain_run is not None) + others
         mine = next((r for d, r in others if d == exp_dir), run)
         plain = baseline(mine, runs)
-    return learning_figures(exp_dir, dest, plain[1] if plain else None)
+    return learning_figures(exp_dir, dest, plain[1] if plain else None, only)
 
 
 def speed_figure(history: Path, dest: Path) -> Path | None:
@@ -227,11 +254,11 @@ def figure_inputs(exp_dir: Path) -> list[Path]:
     return [p for p in dict.fromkeys(own + others) if p.is_file()]
 
 
-def draw_into(job: tuple[str, str, str]) -> list[str]:
-    """One drawing job for a pool of processes: ``("experiment", data folder, dest)`` or ``("speed", history,
-    dest file)``; the paths written."""
-    kind, source, dest = job
+def draw_into(job: tuple[str, str, str, list[str] | None]) -> list[str]:
+    """One drawing job for a pool of processes: ``("experiment", data folder, dest folder, names or None for
+    all)`` or ``("speed", history, dest file, None)``; the paths written."""
+    kind, source, dest, only = job
     if kind == "speed":
         figure = speed_figure(Path(source), Path(dest))
         return [str(figure)] if figure else []
-    return [str(p) for p in experiment_figures(Path(source), Path(dest))]
+    return [str(p) for p in experiment_figures(Path(source), Path(dest), None if only is None else set(only))]

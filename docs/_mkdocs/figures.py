@@ -7,8 +7,9 @@ figures), and ``docs/results/speed_history.png`` from ``benchmarks/speed_history
 and adds them to the site's files, so the strict build checks every link to a figure as if it were committed.
 
 Drawn figures are kept in ``.cache/figures/<experiment>/<digest>/`` (ignored by git), keyed by the digest of the
-files they are drawn from and of the drawing code: a build redraws only what changed (the first build of a
-checkout draws all of them, about a minute per core). Drawing needs matplotlib (the ``[train]`` extra).
+files they are drawn from and of the drawing code: a build draws only what is missing (the first build of a
+checkout draws the ~40 figures the pages show in about 20 s on 2 cores; every figure takes a few minutes).
+Drawing needs matplotlib (the ``[train]`` extra).
 
 The site stays small (issue 61: at most 10 MB): it holds the figures a page shows (``![...](x.png)``), each as a
 64-colour copy of the drawn figure, and not the ~200 training-curve figures the run pages only link in their
@@ -62,37 +63,42 @@ def _digest(root: Path, paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def draw(root: Path, cache: Path | None = None) -> dict[str, Path]:
-    """Every results figure, drawn from the committed data into the cache (only those whose inputs changed):
-    the site path of each (``results/<experiment>/<name>.png``) -> the drawn file."""
+def draw(root: Path, wanted: set[str] | None = None, cache: Path | None = None) -> dict[str, Path]:
+    """The results figures (``wanted``: just these site paths; None: every one), drawn from the committed data into
+    the cache unless already there for the same inputs: the site path of each (``results/<experiment>/<name>.png``)
+    -> the drawn file."""
     data, history = root / "docs" / "results" / "data", root / "benchmarks" / "speed_history.jsonl"
     if not data.is_dir() and not history.is_file():
         return {}  # a site without results (a test's own mkdocs.yml beside a page or two)
     figures = _harness(root)
     cache = cache or root / CACHE
-    folders = {d.name: (("experiment", d), figures.figure_inputs(d)) for d in figures.experiment_dirs(data)}
+    speed = Path(figures.SPEED_CHART)
+    folders = {d.name: ("experiment", d, figures.figure_inputs(d)) for d in figures.experiment_dirs(data)}
     if history.is_file():
-        folders[Path(figures.SPEED_CHART).stem] = (("speed", history), [history])
+        folders[speed.stem] = ("speed", history, [history])
     jobs, drawn = [], {}
-    for name, ((kind, source), inputs) in folders.items():
+    for name, (kind, source, inputs) in folders.items():
         folder = cache / name / _digest(root, inputs)
-        if not (folder / ".done").is_file():
+        if not folder.is_dir():
             shutil.rmtree(cache / name, ignore_errors=True)  # an earlier digest's figures
-            dest = folder / Path(figures.SPEED_CHART).name if kind == "speed" else folder
-            jobs.append(((kind, str(source), str(dest)), folder))
-        drawn[name] = folder
+            folder.mkdir(parents=True)
+        prefix = "results/" if kind == "speed" else f"results/{name}/"
+        need = None if wanted is None else {u.removeprefix(prefix) for u in wanted
+                                            if u.startswith(prefix) and "/" not in u.removeprefix(prefix)}
+        complete = (folder / ".all").is_file() or (need is not None and all((folder / n).is_file() for n in need))
+        if not complete and need != set():
+            dest = folder / speed.name if kind == "speed" else folder
+            jobs.append(((kind, str(source), str(dest), None if need is None else sorted(need)), folder, need))
+        drawn[name] = (folder, prefix)
     if jobs:
         log.info("drawing the figures of %d results folders from docs/results/data", len(jobs))
         workers = max(1, min(len(jobs), os.cpu_count() or 1))
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for (_, folder), _paths in zip(jobs, pool.map(figures.draw_into, [j for j, _ in jobs]), strict=True):
-                (folder / ".done").touch()
-    out = {}
-    for name, folder in drawn.items():
-        for png in sorted(folder.glob("*.png")):
-            site = f"results/{png.name}" if folders[name][0][0] == "speed" else f"results/{name}/{png.name}"
-            out[site] = png
-    return out
+            for (_, folder, need), _paths in zip(jobs, pool.map(figures.draw_into, [j for j, _, _ in jobs]),
+                                                 strict=True):
+                if need is None:
+                    (folder / ".all").touch()
+    return {prefix + png.name: png for folder, prefix in drawn.values() for png in sorted(folder.glob("*.png"))}
 
 
 #: ``![alt](target.png)`` and ``[text](target.png)`` in a page's markdown
@@ -132,7 +138,7 @@ def on_files(files: Any, config: Any) -> Any:
     root = Path(config.config_file_path).parent
     every = os.environ.get(_ALL, "") not in ("", "0")
     shown = _shown(files)
-    for uri, path in draw(root).items():
+    for uri, path in draw(root, None if every else shown).items():
         if (existing := files.get_file_from_path(uri)) is not None:  # drawn by hand (ignored by git)
             files.remove(existing)
         if every or uri in shown:

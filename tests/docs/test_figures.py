@@ -83,6 +83,20 @@ def test_the_figures_of_an_engine_run_are_drawn_from_its_committed_data_with_the
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
+def test_the_hook_draws_just_the_figures_a_page_shows_the_same_bytes_as_all_of_them_and_caches_them(tmp_path):
+    hook = _hook()
+    wanted = {"results/tooluse_vllm/grpo_reward.png", "results/tooluse_vllm/eval_eval_comparison.png",
+              "results/speed_history.png"}
+    drawn = hook.draw(ROOT, wanted, cache=tmp_path / "cache")
+    assert wanted <= set(drawn) and not any(u.startswith("results/tooluse/") for u in drawn)
+    assert {u for u in drawn if u.startswith("results/tooluse_vllm/")} == wanted - {"results/speed_history.png"}
+    every = {p.name: p.read_bytes() for p in experiment_figures(DATA / "tooluse_vllm", tmp_path / "all")}
+    for uri in wanted - {"results/speed_history.png"}:
+        assert drawn[uri].read_bytes() == every[Path(uri).name], uri  # a group alone: the same figure
+    stamp = {u: p.stat().st_mtime_ns for u, p in drawn.items()}
+    assert {u: p.stat().st_mtime_ns for u, p in hook.draw(ROOT, wanted, cache=tmp_path / "cache").items()} == stamp
+
+
 def test_figure_names_are_the_files_plot_run_writes(tmp_path):
     from agentrl.algos.evaluation.plot import figure_names as stage_names
     from agentrl.algos.evaluation.plot import plot_run
@@ -117,7 +131,8 @@ def test_the_hook_adds_the_shown_figures_or_every_one(tmp_path, monkeypatch, eve
     drawn.mkdir()
     for name in ("eval_eval_comparison.png", "grpo_env.png"):
         (drawn / name).write_bytes((RESULTS / "pythonmath" / "text_only_sft_perf.png").read_bytes())
-    monkeypatch.setattr(hook, "draw", lambda root: {f"results/run/{p.name}": p for p in sorted(drawn.glob("*.png"))})
+    monkeypatch.setattr(hook, "draw", lambda root, wanted: {f"results/run/{p.name}": p for p in drawn.glob("*.png")
+                                                           if wanted is None or f"results/run/{p.name}" in wanted})
     monkeypatch.setenv("AGENTRL_ALL_FIGURES", every)
     page = tmp_path / "learning_run.md"
     page.write_text("![chart](run/eval_eval_comparison.png)\n", encoding="utf-8")
