@@ -45,6 +45,18 @@ def test_every_command_without_torch_is_one_line_naming_the_install(argv, tmp_pa
     assert r.stdout == ""
 
 
+def test_agentrl_env_needs_no_train_extra(tmp_path):
+    """The environments' command works where torch is missing: what the line above tells such a user to use."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
+    script = AGENTRL.with_name("agentrl-env")
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl.envs.cli"]
+    r = subprocess.run([*command, "list"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 0 and "AgentRL/ToolUse-v0" in r.stdout, r.stderr
+
+
 @pytest.mark.parametrize("module", ["transformers", "peft"])
 def test_without_another_module_of_the_train_extra_the_line_names_it(module, tmp_path):
     r = _run_without(module, ["train", "--algo", "grpo"], tmp_path)
