@@ -1,6 +1,6 @@
 """``agentrl-env``: list the environments, play one by hand, and (with the search env) serve a retriever.
 
-    agentrl-env list
+    agentrl-env list [--knobs]
     agentrl-env play AgentRL/ToolUse-v0 [--seed 0 | --task-id ID] [--env-kwargs '{"families": ["multiply"]}']
     agentrl-env serve-retriever [--corpus docs.jsonl] [--host 127.0.0.1] [--port 8000] [--cache-dir DIR]
     agentrl-env serve AgentRL/ToolUse-v0 --openenv [--host 127.0.0.1] [--port 8000] [--env-kwargs JSON]
@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import sys
+import textwrap
 from typing import Any
 
 import gymnasium as gym
@@ -87,11 +88,30 @@ def closest_id(text: str, ids: list[str]) -> str | None:
     return named[0] if named else None
 
 
+def env_knobs(entry: Any) -> dict[str, str]:
+    """The difficulty knobs an env declares (``TextEnv.difficulty_knobs``: keyword -> what turning it does); {} for
+    one that declares none or whose module does not import here (a missing extra)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:  # an env whose extra is missing lists no knobs; `list` lists it anyway
+        return {}
+    knobs = getattr(creator, "difficulty_knobs", None)
+    return {str(k): str(v) for k, v in knobs.items()} if isinstance(knobs, dict) else {}
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     table = _env_table()
     width = max(map(len, table))
     for env_id, (entry, description) in table.items():
         print(f"{env_id:<{width}}  {description or entry}")
+        if getattr(args, "knobs", False):
+            knobs = env_knobs(entry)
+            print("    difficulty knobs (env_kwargs):" if knobs else "    difficulty knobs: none declared")
+            kw = max(map(len, knobs), default=0)
+            for key, what in knobs.items():
+                print(textwrap.fill(what, 116, initial_indent=f"      {key:<{kw}}  ", subsequent_indent=" " * (kw + 8)))
     return 0
 
 
@@ -240,7 +260,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="agentrl-env", description="agentrl text environments")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("list", help="list the registered environments").set_defaults(func=cmd_list)
+    listing = sub.add_parser("list", help="list the registered environments")
+    listing.add_argument("--knobs", action="store_true",
+                         help="under each env, its difficulty knobs: the env_kwargs that make its tasks harder")
+    listing.set_defaults(func=cmd_list)
     play = sub.add_parser("play", help="play an environment by hand, as the assistant")
     play.add_argument("env_id", type=_env_id, help="a registered id (agentrl-env list) or package.module:factory")
     replay = play.add_mutually_exclusive_group()

@@ -173,6 +173,8 @@ class TextEnv(gym.Env[str, str]):
     grades_cut_replies: ClassVar[bool] = False
     """Whether a reply cut by the sampler's token budget still goes to :meth:`step` to be graded (a benchmark that
     grades whatever the model wrote: BFCL); otherwise a trainer ends that episode truncated, no-answer reward."""
+    difficulty_knobs: ClassVar[dict[str, str]] = {}
+    """The env's difficulty knobs: constructor keyword -> what turning it does (``agentrl-env list --knobs``)."""
 
     def __init__(
         self,

@@ -151,6 +151,11 @@ class PythonMathEnv(CodeToolEnv):
     """Solve a math problem with a sandboxed Python interpreter; see the module docstring."""
 
     supports_text_only = True
+    difficulty_knobs = {
+        "tiers": "which tiers are drawn (any of 1, 2, 3; default all): 1 one line of Python copies the question, "
+                 "2 a short loop or comprehension, 3 competition-style problems",
+        "families": "restrict the generator to these families (20, each of one tier; see tasks.FAMILIES)",
+    }
 
     def __init__(
         self,

@@ -85,6 +85,15 @@ class SearchEnv(TextEnv):
     """Answer a question with a search tool; see the module docstring."""
 
     supports_text_only = True
+    #: No hop-count knob: every bundled question (wiki_description, fanoutqa) needs one search; harder questions
+    #: come from your own ``dataset``.
+    difficulty_knobs = {
+        "dataset": "the question set: the bundled questions are all single-hop (one search finds the evidence); "
+                   "pass your own rows (e.g. multi-hop Search-R1 sets) for harder ones",
+        "balance_sources": "draw each data_source equally often (the bundled fanoutqa source, 48 of 2048 train "
+                           "questions, then gets half the draws)",
+        "topk": "passages per search (default 3): fewer, less evidence per call",
+    }
 
     def __init__(
         self,

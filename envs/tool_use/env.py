@@ -36,6 +36,7 @@ from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import DatasetError, TaskGenerator, check_split, located_rows
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tool_use.axes import AXES, axis_generator, renamed_tools, transient_failure
+from agentrl.envs.tool_use.dial import KNOBS, Dial, difficulty
 from agentrl.envs.tool_use.procedural import FAMILIES as PROCEDURAL_FAMILIES
 from agentrl.envs.tool_use.procedural import INSTRUCTIONS as PROCEDURAL_INSTRUCTIONS
 from agentrl.envs.tool_use.procedural import calls_match, is_procedural, run_call
@@ -316,6 +317,8 @@ def question_rows(source, name: str) -> list[dict[str, Any]]:
 class ToolUseEnv(TextEnv):
     """Answer a question by calling tools; see the module docstring."""
 
+    difficulty_knobs = KNOBS
+
     def __init__(
         self,
         tools: ToolSet | str | Iterable[Tool | Callable | str] | None = None,
@@ -334,6 +337,8 @@ class ToolUseEnv(TextEnv):
         call_credit: float = 0.0,
         call_credit_rule: str = "each",
         axis: str | None = None,
+        distractors: int = 0,
+        failure_rate: float = 0.0,
     ):
         """
         Args:
@@ -370,6 +375,8 @@ class ToolUseEnv(TextEnv):
                 :data:`~agentrl.envs.tool_use.axes.AXES`: ``depth``, ``recombination``, ``rule_variants``,
                 ``tool_failures``; ``families`` then names that axis's families). Whatever the axis, a task that
                 carries ``renames`` or ``failures`` is played by its rule (a fixed set's rows, pinned at reset).
+            distractors, failure_rate: the difficulty dial (:mod:`agentrl.envs.tool_use.dial`): 0 to 8 decoy tools
+                beside the mock tools; each call fails transiently with this probability (0 to 1, seeded at reset).
         """
         if not call_credit >= 0:
             raise ValueError(f"call_credit must be >= 0, got {call_credit!r}")
@@ -392,8 +399,9 @@ class ToolUseEnv(TextEnv):
         gen = _generator_for(items, axis, families)  # a bad value fails now
         self.families = gen.check(families) if families else None  # unknown names fail now, not at reset
         self._failures: dict[str, int] = {}
+        self.dial = Dial(distractors, failure_rate, own_tools=tools is not None)  # a bad value fails now
         super().__init__(
-            tools=load_tools(tools) if tools is not None else ToolSet(MOCK_TOOLS),
+            tools=load_tools(tools) if tools is not None else self.dial.tool_set(MOCK_TOOLS),
             parser=parser or ActionParser(),
             budgets=Budgets(max_turns=max_turns, max_tool_calls=max_tool_calls, max_obs_chars=max_obs_chars),
             rewards=Rewards(correct=1.0, wrong=0.0, invalid=-0.1),
@@ -440,7 +448,7 @@ class ToolUseEnv(TextEnv):
     def on_reset(self, task: dict[str, Any]) -> None:
         self.tools = renamed_tools(self._base_tools, task["renames"]) if task.get("renames") else self._base_tools
         self._failures = {str(k): int(v) for k, v in (task.get("failures") or {}).items()}
-        if self._failures:
+        if self.dial.start(self.np_random, task) or self._failures:
             self.metrics.extra["injected_failures"] = 0
         self._uncredited = [_call_key(n, a) for n, a in task.get("calls") or []] if self.call_credit else []
         self._pending_credit = 0.0
@@ -451,10 +459,16 @@ class ToolUseEnv(TextEnv):
         name = parsed.name or ""
         if self._failures.get(name, 0) > 0 and name in self.tools:  # a task's injected transient failure
             self._failures[name] -= 1
-            self.metrics.tool_errors += 1
-            self.metrics.extra["injected_failures"] += 1
-            return transient_failure(name).content
-        return super().run_tool(parsed)
+        elif not (name in self.tools and self.dial.fails()):  # else the dial's failure_rate, one draw a call
+            return super().run_tool(parsed)
+        self.metrics.tool_errors += 1
+        self.metrics.extra["injected_failures"] += 1
+        return transient_failure(name).content
+
+    def extra_info(self) -> dict[str, Any]:
+        """``difficulty``: what makes the task hard under the dial (:func:`~agentrl.envs.tool_use.dial.difficulty`)."""
+        return {"difficulty": difficulty(self.task, distractors=self.dial.distractors,
+                                         failure_rate=self.dial.failure_rate)} if self.task is not None else {}
 
     def run_task_tool(self, name: str, arguments: dict[str, Any], task: dict[str, Any]) -> Any:
         return run_call(name, arguments) if is_procedural(task) else super().run_task_tool(name, arguments, task)
