@@ -140,12 +140,18 @@ class TauBenchEnv(TextEnv):
         orch, role = self.orchestrator, self.t2.Role
         while not orch.done and not (orch.to_role == role.AGENT and orch.from_role != role.AGENT):
             orch.step()
-            if orch.to_role == role.ENV:
-                continue
-            if orch.step_count >= orch.max_steps:
-                orch.done, orch.termination_reason = True, self.t2.TerminationReason.MAX_STEPS
-            elif orch.num_errors >= orch.max_errors:
-                orch.done, orch.termination_reason = True, self.t2.TerminationReason.TOO_MANY_ERRORS
+            self._check_limits()
+
+    def _check_limits(self) -> None:
+        """τ²'s check after each step of ``Orchestrator.run`` (not after a message to the environment): the step
+        limit, then the error limit, the later one naming the reason when both are reached."""
+        orch, reasons = self.orchestrator, self.t2.TerminationReason
+        if orch.done or orch.to_role == self.t2.Role.ENV:
+            return
+        if orch.step_count >= orch.max_steps:
+            orch.done, orch.termination_reason = True, reasons.MAX_STEPS
+        if orch.num_errors >= orch.max_errors:
+            orch.done, orch.termination_reason = True, reasons.TOO_MANY_ERRORS
 
     def _send(self, message: Any) -> None:
         """Give the agent's message to the orchestrator and run until the agent's next turn."""
@@ -156,6 +162,7 @@ class TauBenchEnv(TextEnv):
             orch.initialize()
         else:
             orch.step()
+            self._check_limits()  # τ² checks after the agent's step too: at max_steps no further user turn runs
         self._advance()
 
     def evaluate(self, reason: Any = None) -> tuple[float, bool]:

