@@ -22,15 +22,16 @@ range ``phase/<name>`` in the profiler's trace, ``--trace``), and each second go
 
 FLOPs (matmuls only, counted by hooks on the decoder layers as they run): a pass over T tokens costs
 ``2 x P_layers x T`` (P_layers: every decoder layer's parameters, the LoRA factors included; embedding lookups
-and attention's score products QK^T and AV, ~4 x context x hidden per token and layer, are left out, so the
-percentages are upper bounds of the FLOPs and lower bounds of the efficiency), plus the LM head, ``2 x H x V``
-per position it runs on (the update's chunked head forms the hidden-state gradient in its forward pass too:
-``4 x H x V`` per loss token there). Backward: ``2 x P_layers x T`` of the forward's T (the frozen weights get
-no gradient with LoRA: only the activations' gradients, one matmul per weight; full fine-tuning would double
-it). Each phase's FLOPs over its seconds are set against this machine's matmul rate, measured in the same run
-(``torch.matmul`` of [4096, H] x [H, H], H the model's hidden size; bf16 where the CPU has bf16 units
-(avx512_bf16 / amx_bf16) and fp32). "over ideal" is a phase's seconds less its FLOPs at the rate of the model's
-dtype (all of its seconds where it has no FLOPs); the largest is marked as the largest gap.
+and attention's score products QK^T and AV, ~4 x context x hidden per token and layer, are left out: the FLOPs
+and the percentages are lower bounds), plus the LM head, ``2 x H x V`` per position it runs on (the update's
+chunked head forms the hidden-state gradient in its forward pass too: ``4 x H x V`` per loss token there).
+Backward: ``2 x P_layers x T`` of the forward's T (with LoRA the frozen weights get no gradient: one matmul per
+weight, for the activations' gradient; full fine-tuning would double it). Each phase's FLOPs over its seconds
+are set against this machine's matmul rate, measured in the same run (``torch.matmul`` of [4096, H] x [H, H],
+H the model's hidden size; bf16 where the CPU has bf16 units (avx512_bf16 / amx_bf16) and fp32). "over ideal"
+is a phase's seconds less its FLOPs at the rate of the model's dtype (all of its seconds where it has no
+FLOPs); the largest is marked as the largest gap. The profiler's ops with the most self time are listed per
+phase (an op counts in the innermost phase around it).
 
 Every group trains, as with the edge-of-competence sampler: before ``algo.prepare`` each reward gets a
 tie-break of 1e-3 x its sample index, so no group is dropped for equal rewards (``--keep-skips``: not). The
@@ -49,6 +50,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import sys
 import tempfile
 import threading
 import time
@@ -105,8 +107,7 @@ class Counts:
         self.phases = phases
         self.flops: dict[str, float] = defaultdict(float)
         self.tokens: dict[str, int] = defaultdict(int)
-        self.update_head = 0.0
-        """FLOPs of the update's LM head (in the forward's)."""
+        self.update_head = 0.0  # FLOPs of the update's LM head (counted in the forward's too)
 
     def add(self, flops: float, tokens: int = 0, phase: str | None = None) -> None:
         phase = phase or self.phases.current or "other"
@@ -261,45 +262,59 @@ def instrument(trainer, phases: Phases, counts: Counts) -> tuple[contextlib.Exit
     return stack, pool
 
 
-def matmul_rate(hidden: int, dtype, rows: int = 4096, seconds: float = 0.2) -> float:
+def matmul_rate(hidden: int, dtype, rows: int = 4096, repeats: int = 20) -> float:
     """FLOP/s of ``torch.matmul([rows, hidden], [hidden, hidden])`` in ``dtype``: the best of 3 timings of
-    enough repetitions to fill ``seconds``, after a warm-up."""
+    ``repeats`` products, after a warm-up."""
     import torch
 
     a, b = torch.randn(rows, hidden, dtype=dtype), torch.randn(hidden, hidden, dtype=dtype)
     torch.matmul(a, b)
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds / 4 or n < 2:
-        torch.matmul(a, b)
-        n += 1
-    reps = max(2, int(n * 4 * (seconds / 3) / (time.perf_counter() - t0) / 4))
     best = float("inf")
     for _ in range(3):
         t = time.perf_counter()
-        for _ in range(reps):
+        for _ in range(repeats):
             torch.matmul(a, b)
-        best = min(best, (time.perf_counter() - t) / reps)
+        best = min(best, (time.perf_counter() - t) / repeats)
     return 2.0 * rows * hidden * hidden / best
+
+
+def ops_by_phase(events, top: int = 5) -> dict[str, list[dict]]:
+    """Each phase's ``top`` ops by self CPU seconds: an op counts in the innermost ``phase/`` range around it."""
+    found: dict[int, str] = {}
+    totals: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for e in events:
+        if e.name.startswith("phase/"):
+            continue
+        chain, parent, phase = [e], e.cpu_parent, "other"
+        while parent is not None and id(parent) not in found and not parent.name.startswith("phase/"):
+            chain.append(parent)
+            parent = parent.cpu_parent
+        if parent is not None:
+            phase = found[id(parent)] if id(parent) in found else parent.name.removeprefix("phase/")
+        found.update((id(c), phase) for c in chain)
+        total = totals[phase][e.name]
+        total[0] += e.self_cpu_time_total / 1e6
+        total[1] += 1
+    return {phase: [{"op": op, "self_s": t[0], "calls": t[1]}
+                    for op, t in sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]] for phase, ops in totals.items()}
 
 
 def build(args, out: Path):
     """The trainer of the main job's GRPO stage at the shape ``args`` ask for, its model loaded."""
     from agentrl.algos.models import load_model, load_tokenizer, tiny_model
-    from agentrl.algos.recipes.main_job import MainJobConfig, stage_config
+    from agentrl.algos.recipes import main_job
     from agentrl.algos.training.trainer import Trainer
 
-    job = MainJobConfig(out=str(out))
-    rl = job.stages.rl
-    collector = {"max_new_tokens": args.max_new_tokens or rl["collector"]["max_new_tokens"],
-                 "max_turns": args.max_turns or rl["collector"]["max_turns"]}
-    changes = {"steps": 1, "save_every": 0, "progress": False, "report_to": ["none"], "collector": collector,
-               "tasks_per_step": args.tasks or rl["tasks_per_step"], "group_size": args.group_size or rl["group_size"],
-               "sampler": {"enabled": False}, "seed": args.seed}
-    if args.gradient_checkpointing is not None:
-        changes["gradient_checkpointing"] = {"true": True, "false": False}.get(args.gradient_checkpointing, "auto")
-    if args.adapter:
-        changes["adapter"] = args.adapter
-    cfg = stage_config(job, "rl", out / "grpo", **changes)
+    job = main_job.MainJobConfig(out=str(out))  # its RL stage: stage_config (per-stage keys) or rl_train_config
+    rl = (main_job.stage_config(job, "rl", out / "grpo") if hasattr(main_job, "stage_config")
+          else main_job.rl_train_config(job, out / "grpo"))
+    collector = dataclasses.replace(rl.collector, max_new_tokens=args.max_new_tokens or rl.collector.max_new_tokens,
+                                    max_turns=args.max_turns or rl.collector.max_turns, seed=args.seed)
+    ckpt = {"true": True, "false": False, "auto": "auto", None: rl.gradient_checkpointing}[args.gradient_checkpointing]
+    cfg = dataclasses.replace(rl, steps=1, save_every=0, progress=False, report_to=["none"], collector=collector,
+                              tasks_per_step=args.tasks or rl.tasks_per_step, gradient_checkpointing=ckpt,
+                              group_size=args.group_size or rl.group_size, adapter=args.adapter or rl.adapter,
+                              sampler=dataclasses.replace(rl.sampler, enabled=False), seed=args.seed)
     if args.tiny:
         tokenizer = load_tokenizer(cfg.model)
         model = tiny_model(tokenizer, hidden_size=64, seed=args.seed, end_scale=5.0)
@@ -377,20 +392,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", help="write the result as JSON here")
     args = ap.parse_args(argv)
     for key in ("tasks", "group_size", "max_new_tokens", "max_turns"):
-        if getattr(args, key) is not None and getattr(args, key) < 1:
-            ap.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+        if (value := getattr(args, key)) is not None and value < 1:
+            ap.error(f"--{key.replace('_', '-')} must be >= 1, got {value}")
 
     import torch
     from harness.machine import cpu_info, machine
 
+    header = machine()  # the load average and commit the run starts with
     with tempfile.TemporaryDirectory(prefix="step-profile-") as tmp:
         trainer, label = build(args, Path(tmp))
         if not args.keep_skips:
             tie_break(trainer)
         if not args.no_warmup:
             warm_up(trainer)
-        phases = Phases()
-        counts = Counts(phases)
+        counts = Counts(phases := Phases())
         patches, pool = instrument(trainer, phases, counts)
         profiler = (contextlib.nullcontext() if args.no_profiler else
                     torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]))
@@ -419,13 +434,12 @@ def main(argv: list[str] | None = None) -> dict:
         phases_out[name] = {"seconds": s, "share": s / wall if wall else 0.0, "calls": phases.calls.get(name, 0),
                             "tokens": counts.tokens.get(name, 0) if name in FLOP_PHASES else 0, "flops": flops,
                             "over_ideal": s - flops / own_rate}
-    gap = max(PHASES, key=lambda n: phases_out[n]["over_ideal"])
-    update_s = metrics.get("time/train", 0.0)
+    gap, update_s = max(PHASES, key=lambda n: phases_out[n]["over_ideal"]), metrics.get("time/train", 0.0)
     update_flops = sum(counts.flops.get(n, 0.0) for n in ("forward", "recompute", "backward"))
     result = {
-        "command": "python benchmarks/step_profile.py" + ("" if argv is None else " " + " ".join(argv)),
+        "command": " ".join(["python benchmarks/step_profile.py", *(sys.argv[1:] if argv is None else argv)]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(), "cpu": cpu, "bf16_units": bf16_units, "torch_threads": torch.get_num_threads(),
+        "machine": header, "cpu": cpu, "bf16_units": bf16_units, "torch_threads": torch.get_num_threads(),
         "model": label, "dtype": str(dtype).removeprefix("torch."), "hidden_size": hidden,
         "shape": {"env": cfg.env, "tasks": cfg.tasks_per_step, "group_size": cfg.group_size,
                   "max_new_tokens": cfg.collector.max_new_tokens, "max_turns": cfg.collector.max_turns,
@@ -441,14 +455,13 @@ def main(argv: list[str] | None = None) -> dict:
                                          "train/real_tokens", "train/padded_tokens", "train/loss_tokens",
                                          "train/skipped_groups", "train/groups", "reward/mean", "rollout/turns",
                                          "rollout/response_length", "rollout/num_trajectories",
-                                         "rollout/sequence_length", "rollout/truncated_rate") if k in metrics},
-        "prefill_tokens": counts.tokens.get("prefill", 0),
-    }
+                                         "rollout/sequence_length", "rollout/truncated_rate") if k in metrics}}
     if prof is not None:
         ops = [e for e in prof.key_averages() if not e.key.startswith("phase/")]
         ops.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
         result["profiler_top_ops"] = [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "calls": e.count}
                                       for e in ops[:15]]
+        result["ops_by_phase"] = ops_by_phase(prof.events())
         if args.trace:
             prof.export_chrome_trace(args.trace)
     print(f"one GRPO step, {label}, {result['dtype']}, {cfg.env}: {cfg.tasks_per_step} tasks x {cfg.group_size} "
@@ -471,6 +484,10 @@ def main(argv: list[str] | None = None) -> dict:
     if result.get("profiler_top_ops"):
         print("top ops by self CPU time: " + "; ".join(f"{o['op']} {o['self_s']:.2f} s"
                                                         for o in result["profiler_top_ops"][:8]))
+        for phase in PHASES:
+            top = result["ops_by_phase"].get(phase, [])[:4]
+            if top:
+                print(f"  {phase}: " + "; ".join(f"{o['op']} {o['self_s']:.2f} s" for o in top))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
         print(f"written: {args.out}")

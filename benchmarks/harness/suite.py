@@ -48,6 +48,9 @@ BENCHMARKS: dict[str, str] = {
                         "managed engine's (every CPU).",
     "kl_speed": "KL(adapter || base) on ToolUse-v0 episodes: the shared prompt prefix cached vs two full forwards "
                 "per episode.",
+    "step_profile": "One GRPO step of the main job's shape split into phases (decode, prefill, env, the update's "
+                    "forward, recompute, backward, optimizer, LoRA refresh, other): seconds, share, FLOPs against "
+                    "the measured matmul rate, and the largest gap.",
 }
 
 #: Arguments for ``--quick`` (CI-sized) runs.
@@ -64,12 +67,14 @@ QUICK_ARGS: dict[str, list[str]] = {
     "load_time": ["--repeats", "1"],
     "vllm_cpu_binding": ["--requests", "8", "--tokens", "32", "--repeats", "1"],
     "kl_speed": ["--episodes", "8"],
+    "step_profile": ["--tiny", "--tasks", "2", "--group-size", "2", "--max-new-tokens", "16"],
 }
 
 #: Arguments for ``--full`` runs (the sizes the issues' targets name).
 FULL_ARGS: dict[str, list[str]] = {
     "rollout_throughput": ["--sizes", "16,64", "--naive-max", "16"],
     "memory": [],
+    "step_profile": [],  # the main job's GRPO shape: 8 tasks x 8 samples, 96 tokens, 4 turns (minutes on 2 cores)
 }
 
 #: Scripts that are not benchmarks to run here.

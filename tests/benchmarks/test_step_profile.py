@@ -64,6 +64,16 @@ def test_flops_and_tokens_hang_together(profiled):
     assert result["step"]["train/groups"] == 2 and result["step"]["train/skipped_groups"] == 0  # every group trains
 
 
+def test_profiler_ops_are_attributed_to_phases(profiled):
+    result, _ = profiled
+    ops = result["ops_by_phase"]
+    for name in ("decode", "prefill", "forward", "recompute", "backward", "optimizer"):
+        assert ops.get(name) and all(o["self_s"] >= 0 and o["calls"] >= 1 for o in ops[name]), name
+    assert not any(o["op"].startswith("phase/") for found in ops.values() for o in found)
+    # the backward pass's autograd ops are found inside the backward range (the CPU engine runs on this thread)
+    assert any("backward" in o["op"].lower() for o in ops["backward"])
+
+
 def test_json_and_table(profiled, capsys):
     result, written = profiled
     assert written["phases"].keys() == result["phases"].keys()
