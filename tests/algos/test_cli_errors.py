@@ -240,9 +240,9 @@ def test_an_env_kwarg_typo_names_only_that_key_a_guess_and_the_accepted_keys(com
     kw = json.dumps({"tools": ["my_tools:lookup"], "datset": [{"question": "q", "answer": "a"}]})
     line = _one_line_error(capsys, [*command, "--env-kwargs", kw])
     assert line.endswith("AgentRL/ToolUse-v0: env_kwargs: unknown keyword 'datset' (did you mean 'dataset'?); it "
-                         "accepts axis, call_credit, call_credit_rule, dataset, disable_env_checker, families, items, "
-                         "max_episode_steps, max_obs_chars, max_tool_calls, max_turns, parser, render_mode, split, "
-                         "test_dataset, tools, tools_in_prompt"), line
+                         "accepts axis, call_credit, call_credit_rule, dataset, disable_env_checker, distractors, "
+                         "failure_rate, families, items, max_episode_steps, max_obs_chars, max_tool_calls, max_turns, "
+                         "parser, render_mode, split, test_dataset, tools, tools_in_prompt"), line
 
 
 def test_tools_the_env_cannot_import_are_one_line_before_any_model_loads(capsys, no_loading):
