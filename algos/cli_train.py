@@ -94,8 +94,12 @@ def _main_job(args: argparse.Namespace, cfg: Any, run_main_job: Any) -> int:
     check_demonstrations(cfg.env, cfg.env_kwargs, "a cold start trained with agentrl train --algo sft "
                          "sft.data=conversations.jsonl, then agentrl train --algo grpo --adapter RUN/adapter")
     print(f"agentrl main-job: {cfg.env} with {cfg.model} -> {cfg.out}")
-    print("  base eval -> SFT cold start on", cfg.sft_families or "all families",
-          f"({cfg.sft_demos} demos, {cfg.sft_steps} steps) -> GRPO ({cfg.rl_steps} steps) -> eval")
+    from agentrl.algos.recipes.main_job import stage_config
+
+    sft, rl = stage_config(cfg, "sft", Path(cfg.out) / "sft"), stage_config(cfg, "rl", Path(cfg.out) / "grpo")
+    print("  base eval -> SFT cold start on", sft.env_kwargs.get("families") or "all families",
+          f"({getattr(sft.algorithm, 'num_demos', '?')} demos, {sft.steps} steps) -> {rl.algo.upper()} "
+          f"({rl.steps} steps) -> eval")
     policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
                         trainer_on_gpu=_trains_on_gpu(cfg.device))
     try:
@@ -129,7 +133,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg: Any) -> int:
     from agentrl.algos.training.launch import train
 
-    if cfg.algo == "sft" and not cfg.sft.data and not cfg.env_mixture():
+    if cfg.algo == "sft" and not cfg.algorithm.data and not cfg.env_mixture():
         from agentrl.algos.rollout.demonstrations import check_demonstrations
 
         check_demonstrations(cfg.env, cfg.env_kwargs, "sft.data=conversations.jsonl")
@@ -196,7 +200,7 @@ def add_training_commands(sub: Any) -> None:
     p.add_argument("--report-to", type=_report_to, metavar="SINKS",
                    help="experiment trackers, comma-separated (the report_to key; docs/trackers.md)")
     add_engine_args(p, device_default=None, dtype_default=None)
-    p.add_argument("overrides", nargs="*", help="key=value MainJobConfig overrides (rl_steps=20 eval_tasks=64)")
+    p.add_argument("overrides", nargs="*", help="key=value MainJobConfig overrides (stages.rl.steps=20 eval_tasks=64)")
     p.set_defaults(func=cmd_main_job)
 
     p = sub.add_parser("train", help="train a LoRA adapter with one algorithm",

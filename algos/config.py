@@ -23,6 +23,10 @@ A key or value that was renamed or removed (:data:`RENAMED_KEYS`, :data:`REMOVED
 :data:`RENAMED_VALUES`: the one table of old names) is refused with one line naming what replaced it, in a
 dict, a ``key=value`` override or the ``config.json`` of an older run being resumed. There are no aliases:
 the old name is gone.
+
+One field may be a *tagged section* (:func:`tagged_section`): ``TrainConfig.algorithm``, whose config class is
+the one registered for ``algo`` and which is written under the algorithm's name (``algo: ppo`` with
+``ppo: {epochs: 2}``, ``ppo.epochs=2``), so an algorithm registered late gets its section by the same lookup.
 """
 
 from __future__ import annotations
@@ -36,18 +40,31 @@ import math
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 #: Where each name is defined, with the names it replaced.
 GLOSSARY = "docs/architecture.md#glossary"
 
-#: Renamed config keys, dotted as typed: old -> new.
+#: Renamed config keys, dotted as typed: old -> new. ``Class:key``: a top-level key of that config class only.
 RENAMED_KEYS: dict[str, str] = {
     "sampler_shares_weights": "policy_shares_weights",
     "sampler_max_batch_tokens": "policy_max_batch_tokens",
     "grpo.step_weight": "grpo.turn_weight",
     "grpo.step_gamma": "grpo.turn_gamma",
+    # the main job: a base TrainConfig plus each stage's overrides (agentrl.algos.recipes.main_job)
+    "MainJobConfig:sft_families": "stages.sft.env_kwargs.families",
+    "MainJobConfig:sft_demos": "stages.sft.sft.num_demos",
+    "MainJobConfig:sft_steps": "stages.sft.steps",
+    "MainJobConfig:sft_batch_size": "stages.sft.sft.batch_size",
+    "MainJobConfig:sft_lr": "stages.sft.lr",
+    "MainJobConfig:rl_steps": "stages.rl.steps",
+    "MainJobConfig:rl_tasks_per_step": "stages.rl.tasks_per_step",
+    "MainJobConfig:rl_group_size": "stages.rl.group_size",
+    "MainJobConfig:rl_lr": "stages.rl.lr",
+    "MainJobConfig:max_new_tokens": "stages.rl.collector.max_new_tokens",
+    "MainJobConfig:max_turns": "stages.rl.collector.max_turns",
 }
 
 #: Removed config keys, dotted as typed: old -> what to use instead.
@@ -64,9 +81,12 @@ RENAMED_VALUES: dict[tuple[str, str], str] = {
 }
 
 
-def old_name_error(key: str, value: Any = dataclasses.MISSING) -> ValueError | None:
-    """The one-line error for a renamed or removed config key (``key`` dotted, as typed), or for a renamed
-    ``value`` of ``key``; None when neither is an old name."""
+def old_name_error(key: str, value: Any = dataclasses.MISSING, scope: str = "") -> ValueError | None:
+    """The one-line error for a renamed or removed config key (``key`` dotted, as typed; ``scope``: the name of
+    the config class whose top-level key it is), or for a renamed ``value`` of ``key``; None when neither is an
+    old name."""
+    if f"{scope}:{key}" in RENAMED_KEYS:
+        return ValueError(f"{key} was renamed to {RENAMED_KEYS[f'{scope}:{key}']} ({GLOSSARY})")
     if key in RENAMED_KEYS:
         return ValueError(f"{key} was renamed to {RENAMED_KEYS[key]} ({GLOSSARY})")
     if key in REMOVED_KEYS:
@@ -201,11 +221,48 @@ def unknown_key_error(key: str, valid: list[str], prefix: str = "") -> ValueErro
     return ValueError(f"unknown config key {prefix + key!r}; {hint}")
 
 
+@dataclasses.dataclass(frozen=True)
+class TaggedSection:
+    """A field whose config class is chosen by another field, its tag, and which is written under the tag's value
+    (``TrainConfig.algorithm``: tag ``algo``, ``algo: ppo`` with ``ppo: {epochs: 2}`` or ``ppo.epochs=2``).
+
+    ``names()`` lists the tag's valid values and ``config_class(name)`` gives one's config class; both are asked
+    when a config is built, so a name registered late has its section. A section written under another valid
+    name than the tag's is checked against its own class and not kept: a main-job stage that switches the
+    algorithm inherits the base's section of the old one, and an older run's ``config.json`` holds every
+    algorithm's section."""
+
+    tag: str
+    names: Callable[[], list[str]]
+    config_class: Callable[[str], type]
+
+
+def tagged_section(tag: str, names: Callable[[], list[str]], config_class: Callable[[str], type]) -> Any:
+    """A dataclass field that is a :class:`TaggedSection` (None until ``__post_init__`` builds the tag's
+    defaults through :func:`nested_dicts_to_configs`)."""
+    return dataclasses.field(default=None, metadata={"tagged_section": TaggedSection(tag, names, config_class)})
+
+
+def tagged_sections(cls) -> dict[str, TaggedSection]:
+    """``{field name: TaggedSection}`` of a config class (or instance)."""
+    return {f.name: f.metadata["tagged_section"] for f in dataclasses.fields(cls) if "tagged_section" in f.metadata}
+
+
+def _section(cls: type, value: Any, base: Any, key: str) -> Any:
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, dict):
+        return config_from_dict(cls, value, base=cls() if base is None else base, _prefix=f"{key}.")
+    raise ValueError(f"{key}: expected a {cls.__name__} mapping, got {value!r}")
+
+
 def config_from_dict(cls, d: dict[str, Any], base=None, *, _prefix: str = ""):
     """Build dataclass ``cls`` from a (nested) dict, every value checked against its field's type.
 
     Keys not in ``d`` keep their values in ``base`` (default ``cls()``), nested configs included: a partial
-    ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``.
+    ``{"grpo": {"beta": 0.04}}`` changes beta and keeps the rest of the parent's own default ``grpo``. A tagged
+    section (:class:`TaggedSection`) is read from the key named by its tag's value; when ``d`` changes the tag,
+    the section starts from the new tag's defaults.
 
     Raises:
         ValueError: an old key or value (naming what replaced it, :func:`old_name_error`), an unknown key
@@ -214,33 +271,71 @@ def config_from_dict(cls, d: dict[str, Any], base=None, *, _prefix: str = ""):
     """
     if not isinstance(d, dict):
         raise ValueError(f"{_prefix.rstrip('.') or cls.__name__}: expected a mapping of config keys, got {d!r}")
-    names = [f.name for f in dataclasses.fields(cls)]
+    tagged = tagged_sections(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in tagged]
+    sections = [n for t in tagged.values() for n in t.names()]
     for k, v in d.items():
-        old = old_name_error(f"{_prefix}{k}", v)
+        old = old_name_error(f"{_prefix}{k}", v, "" if _prefix else cls.__name__)
         if old is not None:
             raise old
-        if k not in names:
-            raise unknown_key_error(str(k), names, _prefix)
+        if k not in names and k not in sections:
+            raise unknown_key_error(str(k), names + sections, _prefix)
     hints = typing.get_type_hints(cls)
     base = cls() if base is None else base
     kwargs = {}
     for k, v in d.items():
+        if k in sections:
+            continue
         current = getattr(base, k)
         if dataclasses.is_dataclass(current) and isinstance(v, dict):
             kwargs[k] = config_from_dict(type(current), v, base=current, _prefix=f"{_prefix}{k}.")
         else:
             kwargs[k] = check_value(v, hints[k], f"{_prefix}{k}")
+    for name, t in tagged.items():
+        tag = kwargs.get(t.tag, getattr(base, t.tag))
+        section = getattr(base, name) if tag == getattr(base, t.tag) else None  # None: the new tag's defaults
+        for key in (k for k in d if k in t.names()):
+            built = _section(t.config_class(key), d[key], section if key == tag else None, f"{_prefix}{key}")
+            section = built if key == tag else section
+        kwargs[name] = section
     return dataclasses.replace(base, **kwargs)
 
 
 def nested_dicts_to_configs(config) -> None:
-    """In ``__post_init__``: nested sections given as dicts (``TrainConfig(grpo={"beta": 0.04})``) become
-    their dataclasses, built over the field's default."""
+    """In ``__post_init__``: nested sections given as dicts (``TrainConfig(lora={"r": 4})``) become their
+    dataclasses, built over the field's default; a tagged section becomes its tag's config class (its defaults
+    when None: ``TrainConfig(algo="ppo")`` has ``PPOConfig()`` as ``algorithm``)."""
+    tagged = tagged_sections(config)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        if f.name in tagged:
+            t = tagged[f.name]
+            tag = getattr(config, t.tag)
+            if tag not in t.names():
+                continue  # an unknown tag: validation names the valid ones
+            cls = t.config_class(tag)
+            if value is not None and not isinstance(value, (cls, dict)):
+                raise ValueError(f"{f.name}: {t.tag}={tag!r} takes a {cls.__name__}, got a {type(value).__name__} "
+                                 f"(set {t.tag} and {f.name} together, or {f.name}=None for {tag}'s defaults)")
+            setattr(config, f.name, _section(cls, {} if value is None else value, None, tag))
+            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         if isinstance(value, dict) and dataclasses.is_dataclass(default):
             setattr(config, f.name, config_from_dict(type(default), value, base=default, _prefix=f"{f.name}."))
+
+
+def config_to_dict(config) -> dict[str, Any]:
+    """``dataclasses.asdict(config)`` with each tagged section written under its tag's value (``"grpo": {...}``,
+    where :func:`config_from_dict` reads it back)."""
+    tagged = tagged_sections(config)
+    out: dict[str, Any] = {}
+    for k, v in dataclasses.asdict(config).items():
+        if k in tagged:
+            if v is not None:
+                out[getattr(config, tagged[k].tag)] = v
+        else:
+            out[k] = v
+    return out
 
 
 def parse_value(text: str) -> Any:
@@ -251,6 +346,26 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``value`` at the dotted ``key`` of the nested dict ``d`` (creating sub-dicts as needed)."""
+    parts = key.strip().split(".")
+    node = d
+    for p in parts[:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def nested(settings: Any) -> dict[str, Any]:
+    """A mapping of dotted keys as a nested dict, values copied as JSON (tuples become lists):
+    ``{"stages.rl.lr": 2e-5, "eval_n": 1}`` -> ``{"stages": {"rl": {"lr": 2e-5}}, "eval_n": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        set_dotted(out, key, json.loads(json.dumps(value)))
+    return out
+
+
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Set dotted ``key=value`` overrides in a nested dict (creating sub-dicts as needed)."""
     d = json.loads(json.dumps(d))
@@ -258,13 +373,7 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. grpo.beta=0.04)")
         key, value = item.split("=", 1)
-        parts = key.strip().split(".")
-        node = d
-        for p in parts[:-1]:
-            if not isinstance(node.get(p), dict):
-                node[p] = {}
-            node = node[p]
-        node[parts[-1]] = parse_value(value)
+        set_dotted(d, key, parse_value(value))
     return d
 
 
@@ -296,12 +405,13 @@ def load_config_file(path: str | Path, cls: type | None = None) -> dict[str, Any
     return data
 
 
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``extra``, nested sections merged key by key (``env_kwargs`` is replaced whole)."""
+def deep_merge(base: dict[str, Any], extra: dict[str, Any], whole: tuple[str, ...] = ("env_kwargs",)) -> dict[str, Any]:
+    """``base`` updated by ``extra``, nested sections merged key by key (those named in ``whole``, by default
+    ``env_kwargs``, are replaced whole)."""
     out = dict(base)
     for k, v in extra.items():
-        merge = isinstance(v, dict) and isinstance(out.get(k), dict) and k != "env_kwargs"
-        out[k] = deep_merge(out[k], v) if merge else v
+        merge = isinstance(v, dict) and isinstance(out.get(k), dict) and k not in whole
+        out[k] = deep_merge(out[k], v, whole) if merge else v
     return out
 
 

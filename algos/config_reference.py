@@ -14,7 +14,7 @@ import re
 import textwrap
 import typing
 
-from agentrl.algos.config import field_docs, type_name
+from agentrl.algos.config import field_docs, tagged_sections, type_name
 
 #: A Sphinx role of a docstring (``:class:`~agentrl.algos.policy.HFPolicy```), which Markdown would show raw.
 SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const|ref):`(~?)([^`]+)`")
@@ -38,7 +38,7 @@ def config_sections() -> list[tuple[type, str, str]]:
     from agentrl.algos.models.lora import LoRAConfig
     from agentrl.algos.objectives import algorithm_class, algorithm_names
     from agentrl.algos.policy.engine_node import EngineConfig
-    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.algos.recipes.main_job import MainJobConfig, MainJobStages
     from agentrl.algos.rollout.collector import CollectorConfig
     from agentrl.algos.training.config import AsyncConfig, TrainConfig
     from agentrl.algos.training.sampler import SamplerConfig
@@ -61,9 +61,19 @@ def config_sections() -> list[tuple[type, str, str]]:
                                     "see [sampler.md](sampler.md)."),
         (EngineConfig, "engine.", "The managed engine of each node (`--engine vllm`): its GPUs and memory share, "
                                   "see [engines.md](engines.md#data-parallel-runs)."),
-        (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`)."),
+        (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`): a `TrainConfig`, the base both stages "
+                            "start from (every key above: `model=`, `lora.r=`, `seed=`, `grpo.beta=`), with these "
+                            "defaults and keys of its own."),
+        (MainJobStages, "stages.", "Each main-job stage's `TrainConfig` keys over the base, merged key by key "
+                                   "(`stages.rl.lr=2e-5`, `stages.sft.env_kwargs.families=[\"add\"]`)."),
     ]
     return sections
+
+
+def own_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields ``cls`` declares itself (a subclass's new keys and changed defaults, not those it inherits)."""
+    own = cls.__dict__.get("__annotations__", {})
+    return [f for f in dataclasses.fields(cls) if f.name in own]
 
 
 def config_keys_help(width: int = 100) -> str:
@@ -71,7 +81,7 @@ def config_keys_help(width: int = 100) -> str:
     their types, defaults and meanings are in ``agentrl config-docs``."""
     out = []
     for cls, prefix, _ in config_sections():
-        keys = [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(getattr(cls(), f.name))]
+        keys = [f.name for f in own_fields(cls) if not dataclasses.is_dataclass(getattr(cls(), f.name))]
         head = f"{prefix or '(top level)'} [{cls.__name__}]: "
         out.append(textwrap.fill(", ".join(keys), width=width, initial_indent="  " + head,
                                  subsequent_indent="      "))
@@ -89,8 +99,13 @@ def config_docs() -> str:
         hints = typing.get_type_hints(cls)
         defaults = cls()
         lines += [f"## `{cls.__name__}`", "", intro, "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        for f in dataclasses.fields(cls):
+        tagged = tagged_sections(cls)
+        for f in own_fields(cls):
             value = getattr(defaults, f.name)
+            if f.name in tagged:  # written under its tag's value: one section per algorithm, below
+                doc = sphinx_roles_to_markdown(docs.get(f.name, ""))
+                lines.append(f"| `{prefix}<{tagged[f.name].tag}>.` | section | `{type(value).__name__}` | {doc} |")
+                continue
             if dataclasses.is_dataclass(value):
                 doc = f"see `{type(value).__name__}`"
                 shown = "…"

@@ -110,7 +110,7 @@ def main() -> None:
     if adapter is None:
         t0 = time.perf_counter()
         sft = Trainer(TrainConfig(**common, algo="sft", steps=sft_steps, lr=1e-2 if args.quick else 5e-4,
-                                  out=str(out / "sft"), sft=sft_data),
+                                  out=str(out / "sft"), algorithm=sft_data),
                       model=copy.deepcopy(base), tokenizer=tokenizer)
         sft.train()
         adapter = str(out / "sft" / "adapter")

@@ -110,7 +110,7 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = TrainConfig(env="AgentRL/ToolUse-v0", algo="sft", out=tmp, steps=args.steps, lr=args.lr,
                                   save_every=0, progress=False, env_kwargs={"families": candidates[cand]},
-                                  sft=SFTConfig(batch_size=8, num_demos=args.demos))
+                                  algorithm=SFTConfig(batch_size=8, num_demos=args.demos))
                 trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
                 for _ in range(args.steps):
                     trainer.step()

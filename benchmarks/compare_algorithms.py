@@ -17,7 +17,7 @@ it beat the cold start, and shows the metrics that explain a miss: groups with e
 groups, optimizer steps, clip fractions (PPO), KL, DPO pairs and preference accuracy.
 
 Settings shared by all runs are the main job's (``MainJobConfig``; ``key=value`` overrides, e.g.
-``rl_group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
+``stages.rl.group_size=4``; ``ppo.eps_high=0.3`` / ``dpo.beta=0.2`` set those algorithms' sections). GRPO is the main
 job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epochs per rollout batch
 (``COMPARE.sections``; with one it would optimise Dr. GRPO's objective); online DPO pairs the best and worst halves of
 each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed

@@ -55,7 +55,7 @@ records its own peak RSS), copies the comparison's data, then regenerates ``docs
     python benchmarks/learning.py --variant vllm --engine vllm --no-control   # rollouts and evals through vLLM
     python benchmarks/learning.py --variant guided             # a declared variant (LUFFY guidance)
     python benchmarks/learning.py --heldout tooluse            # an old figure, on the first (v1) set
-    python benchmarks/learning.py key=value ...                # any MainJobConfig override (rl_steps=20)
+    python benchmarks/learning.py key=value ...                # any MainJobConfig override (stages.rl.steps=20)
     python benchmarks/learning.py --all [--quick]              # every env + the algorithm comparison + the page
     python benchmarks/learning.py --page                       # the page from docs/results/data and the ledger
 

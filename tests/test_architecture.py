@@ -93,8 +93,8 @@ def test_a_new_algorithm_is_one_file_and_one_registry_line(documented_algorithm_
     from agentrl.algos import TrainConfig
 
     tuned = TrainConfig.from_dict({"algo": name, name: {"scale": 0.5}})
-    assert tuned.algorithm_config().scale == 0.5
-    assert TrainConfig.from_dict(tuned.to_dict()).algorithm_config().scale == 0.5  # what config.json resumes
+    assert tuned.algorithm.scale == 0.5 and tuned.to_dict()[name] == {"scale": 0.5}
+    assert TrainConfig.from_dict(tuned.to_dict()).algorithm.scale == 0.5  # what config.json resumes
     with pytest.raises(ValueError, match=rf"{name}\.scal\b"):
         TrainConfig.from_dict({"algo": name, name: {"scal": 0.5}})
 
@@ -123,7 +123,23 @@ def test_every_builtin_algorithm_declares_the_contract():
     for name in ALGORITHMS:
         cls = algorithm_class(name)
         assert issubclass(cls, Algorithm), name
-        assert isinstance(getattr(TrainConfig(), name), cls.config_class), name  # its config section
+        assert isinstance(TrainConfig(algo=name).algorithm, cls.config_class), name  # its config section
+
+
+def test_an_algorithm_s_keys_have_one_mechanism():
+    """Issue 58: one tagged section (TrainConfig.algorithm, chosen by algo through the registry) is the only way
+    an algorithm's keys reach a config: no field per algorithm, no attribute fallback, no own (de)serialiser."""
+    from agentrl.algos.config import tagged_sections
+    from agentrl.algos.objectives import ALGORITHMS
+    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.algos.training.config import TrainConfig
+
+    for cls in (TrainConfig, MainJobConfig):
+        assert list(tagged_sections(cls)) == ["algorithm"], cls
+        assert not {f.name for f in dataclasses.fields(cls)} & set(ALGORITHMS.names()), cls
+        assert "__getattr__" not in vars(cls), cls
+    source = (ROOT / "algos" / "training" / "config.py").read_text()
+    assert "TYPE_CHECKING" not in source and "late_sections" not in source
 
 
 # ---------------------------------------------------------------------------------------------- import paths

@@ -38,49 +38,65 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.algos.models import DEFAULT_MODEL
-from agentrl.algos.models.lora import LoRAConfig
-from agentrl.algos.objectives.grpo import GRPOConfig
-from agentrl.algos.objectives.sft import SFTConfig
-from agentrl.algos.policy.base import DEFAULT_MAX_BATCH_TOKENS
+from agentrl.algos.config import config_from_dict, config_to_dict, deep_merge
+from agentrl.algos.objectives import algorithm_class, algorithm_names
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
 from agentrl.algos.training.tasks import test_tasks
 from agentrl.algos.training.trainer import Trainer
 
-__all__ = ["MainJobConfig", "eval_task_list", "peak_rss_gib", "rl_train_config", "run_main_job",
-           "sft_train_config"]
+__all__ = ["STAGE_DIRS", "MainJobConfig", "MainJobStages", "eval_collector", "eval_task_list", "peak_rss_gib",
+           "run_main_job", "stage_config"]
 
 logger = logging.getLogger(__name__)
 
+#: Each stage's folder in the run directory.
+STAGE_DIRS = {"sft": "sft", "rl": "grpo"}
+
+
+def _sft_stage() -> dict[str, Any]:
+    return {"algo": "sft", "steps": 16, "lr": 5e-4, "save_every": 0, "sft": {"batch_size": 8, "num_demos": 32}}
+
+
+def _rl_stage() -> dict[str, Any]:
+    return {"algo": "grpo", "steps": 16, "lr": 6e-5, "tasks_per_step": 8, "group_size": 8, "save_every": 4,
+            "collector": {"max_turns": 4, "max_new_tokens": 96}, "grpo": {"scale_std": False}}
+
 
 @dataclass
-class MainJobConfig:
-    """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes)."""
+class MainJobStages:
+    """Each stage's TrainConfig keys over the main job's own (the base); a stage given in a file or as
+    ``stages.rl.lr=2e-5`` is merged key by key over that stage's defaults, ``env_kwargs`` included."""
 
-    env: str = "AgentRL/ToolUse-v0"
-    """Environment id; it must provide demonstrations (env.demo) and test tasks (env.test_tasks)."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the environment in every stage."""
-    model: str = DEFAULT_MODEL
-    """Model alias, hub id or local path."""
-    dtype: str = "auto"
-    """'auto' (bf16 where the hardware has bf16 units, else fp32), 'bf16' or 'fp32'."""
-    device: str = "auto"
-    """Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
-    attn_implementation: str | None = None
-    """transformers' attention kernel ('sdpa', 'eager', 'flash_attention_2'); None lets transformers choose."""
-    policy_shares_weights: bool = False
-    """Sample through the trained model itself (adapter unmerged) instead of a merged copy: one copy of
-    the base weights in memory instead of two, at the cost of the LoRA matmuls in every decode step."""
-    policy_max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
-    """The in-process policy (HFPolicy: rollouts and evaluations) decodes at most this many tokens of context
-    per batch (each prompt beyond the shared prefix plus its reply budget); None: all at once."""
+    sft: dict[str, Any] = field(default_factory=_sft_stage)
+    """The SFT cold start: 16 steps of 8 of 32 demonstrations (sft.num_demos) at lr 5e-4, only the last
+    checkpoint kept; env_kwargs.families: the task families of its demonstrations (default: all)."""
+    rl: dict[str, Any] = field(default_factory=_rl_stage)
+    """GRPO on all of the env's task families, 16 steps of 8 tasks x 8 samples: Dr. GRPO (rewards centred per
+    group, not divided by their std); lr 6e-5 chosen on the train split over three seeds
+    (docs/algorithms/grpo.md#the-learning-rate; 2e-4 undid the cold start in 3 of 3). Its collector (a reply
+    of at most 96 tokens, 4 turns) samples every evaluation too, at eval_temperature."""
+
+    def __post_init__(self):
+        for name, default in (("sft", _sft_stage()), ("rl", _rl_stage())):
+            stage = deep_merge(default, getattr(self, name), whole=())
+            config_from_dict(TrainConfig, stage, _prefix=f"stages.{name}.")  # each key and value checked now
+            setattr(self, name, stage)
+
+
+@dataclass
+class MainJobConfig(TrainConfig):
+    """The main job's settings (defaults: SmolLM2-135M on a 2-core CPU in 20-25 minutes): a TrainConfig, the
+    base of both stages (``model=``, ``env_kwargs=``, ``lora.r=``, ``seed=``: every stage's), the evaluations'
+    keys and each stage's own keys over the base (``stages.rl.lr=2e-5``)."""
+
     out: str = "runs/main"
-    """Run directory."""
-    seed: int = 0
-    """Seed of every stage."""
+    """Run directory: each stage trains in a folder of it (sft/, grpo/); eval/, plots/, results.md."""
+    memory_budget_gb: float = 1.5
+    """Both stages' GiB an update may grow the RSS by; sizes the micro-batches (a larger budget: fewer, larger
+    micro-batches, less time per step, more memory). 1.5 kept the main job under 4 GiB peak RSS on its ~800-token
+    rows in earlier measurements (docs/results/archive/README.md at commit 6e899db: not results)."""
     eval_tasks: int = 32
     """Test-split tasks per evaluation (not used with eval_tasks_file)."""
     eval_tasks_file: str | None = None
@@ -90,41 +106,40 @@ class MainJobConfig:
     """Samples per held-out task (the N of Average@N / Pass@N)."""
     eval_temperature: float = 0.0
     """Sampling temperature of the evaluations (0 = greedy: the table is deterministic)."""
-    sft_families: list[str] = field(default_factory=list)
-    """Task families of the cold-start demonstrations (ToolUse-v0 families; [] = all)."""
-    sft_demos: int = 32
-    """Distinct demonstrations of the cold start."""
-    sft_steps: int = 16
-    """SFT optimizer steps (of sft_batch_size demonstrations each)."""
-    sft_batch_size: int = 8
-    """Demonstrations per SFT step."""
-    sft_lr: float = 5e-4
-    """SFT learning rate."""
-    rl_steps: int = 16
-    """GRPO optimizer steps on all of the env's task families."""
-    rl_tasks_per_step: int = 8
-    """Tasks per GRPO step."""
-    rl_group_size: int = 8
-    """Samples per task (the GRPO group)."""
-    rl_lr: float = 6e-5
-    """GRPO learning rate: chosen on the train split over three seeds (docs/algorithms/grpo.md#the-learning-rate;
-    2e-4 undid the cold start in 3 of 3)."""
-    max_new_tokens: int = 96
-    """Token budget of one assistant reply (rollouts and evaluations)."""
-    max_turns: int = 4
-    """Assistant turns per episode (rollouts and evaluations)."""
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    memory_budget_gb: float = 1.5
-    """Both stages' TrainConfig.memory_budget_gb: GiB an update may grow the RSS by; sizes the micro-batches (a
-    larger budget: fewer, larger micro-batches, less time per step, more memory). 1.5 kept the main job under
-    4 GiB peak RSS on its ~800-token rows in earlier measurements (docs/results/archive/README.md at commit 6e899db: not results)."""
-    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(scale_std=False))
-    """GRPO settings (the main job: Dr. GRPO, rewards centred per group but not divided by their std)."""
-    progress: bool = True
-    """Show progress bars."""
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    """Experiment trackers of the SFT and GRPO stages (one tracker run each, named 'sft' and 'grpo'):
-    'tensorboard', 'wandb', 'mlflow', 'trackio' or 'none' (docs/trackers.md)."""
+    stages: MainJobStages = field(default_factory=MainJobStages)
+
+    def __post_init__(self):
+        super().__post_init__()
+        default = TrainConfig()
+        for key in sorted(set(self.stages.sft) & set(self.stages.rl)):  # a base key no stage would read
+            if key in default.__dataclass_fields__ and getattr(self, key) != getattr(default, key):
+                raise ValueError(f"{key}: both stages set their own (stages.sft.{key}, stages.rl.{key}); "
+                                 f"set it there")
+
+
+def stage_config(cfg: MainJobConfig, stage: str, out: str | Path, **changes) -> TrainConfig:
+    """Stage ``stage``'s ('sft' or 'rl') TrainConfig, training in ``out``: the main job's TrainConfig keys, the
+    stage's keys merged over them key by key (``env_kwargs`` too), then ``changes`` (TrainConfig keys, e.g.
+    ``algo="ppo"``, ``adapter=...``; a dict is merged likewise). A stage whose algorithm samples rollouts does so
+    with ``collector.seed = seed`` unless the stage or ``changes`` set ``collector.seed``."""
+    if stage not in STAGE_DIRS:
+        raise ValueError(f"stage must be one of {tuple(STAGE_DIRS)}, got {stage!r}")
+    own = {f.name for f in dataclasses.fields(MainJobConfig)} - {f.name for f in dataclasses.fields(TrainConfig)}
+    base = {k: v for k, v in config_to_dict(cfg).items() if k not in own}
+    overrides = deep_merge(getattr(cfg.stages, stage), changes, whole=())
+    d = deep_merge(base, overrides, whole=())
+    d["out"] = str(out)
+    collector = overrides.get("collector", {})
+    if (d["algo"] in algorithm_names() and algorithm_class(d["algo"]).needs_rollouts
+            and isinstance(d["collector"], dict) and not (isinstance(collector, dict) and "seed" in collector)):
+        d["collector"] = {**d["collector"], "seed": d["seed"]}
+    return TrainConfig.from_dict(d)
+
+
+def eval_collector(cfg: MainJobConfig) -> CollectorConfig:
+    """The rollout settings of every evaluation: the RL stage's collector at ``eval_temperature``."""
+    rollout = stage_config(cfg, "rl", Path(cfg.out) / STAGE_DIRS["rl"]).collector
+    return dataclasses.replace(rollout, temperature=cfg.eval_temperature)
 
 
 def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
@@ -145,33 +160,6 @@ def peak_rss_gib() -> float | None:
 
     return process_memory().get("perf/peak_rss_gib")
 
-
-def _common(cfg: MainJobConfig) -> dict[str, Any]:
-    return dict(env=cfg.env, model=cfg.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed,
-                progress=cfg.progress, lora=cfg.lora, report_to=list(cfg.report_to),
-                attn_implementation=cfg.attn_implementation, policy_shares_weights=cfg.policy_shares_weights,
-                policy_max_batch_tokens=cfg.policy_max_batch_tokens, memory_budget_gb=cfg.memory_budget_gb)
-
-
-def sft_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
-    """The cold-start stage's TrainConfig (SFT on ``sft_demos`` demonstrations of ``sft_families``); ``changes``
-    replace fields (e.g. ``steps``, ``seed``, ``adapter``)."""
-    tc = TrainConfig(
-        **_common(cfg), algo="sft", out=str(out), steps=cfg.sft_steps, lr=cfg.sft_lr, save_every=0,
-        env_kwargs={**cfg.env_kwargs, **({"families": list(cfg.sft_families)} if cfg.sft_families else {})},
-        sft=SFTConfig(batch_size=cfg.sft_batch_size, num_demos=cfg.sft_demos))
-    return dataclasses.replace(tc, **changes)
-
-
-def rl_train_config(cfg: MainJobConfig, out: str | Path, **changes) -> TrainConfig:
-    """The RL stage's TrainConfig (GRPO on all of the env's task families with the main job's rollout settings);
-    ``changes`` replace fields (e.g. ``algo="ppo"``, ``steps``, ``seed``)."""
-    tc = TrainConfig(
-        **_common(cfg), algo="grpo", out=str(out), steps=cfg.rl_steps, lr=cfg.rl_lr, env_kwargs=cfg.env_kwargs,
-        tasks_per_step=cfg.rl_tasks_per_step, group_size=cfg.rl_group_size, save_every=4,
-        collector=CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed),
-        grpo=cfg.grpo)
-    return dataclasses.replace(tc, **changes)
 
 
 def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None,
@@ -207,8 +195,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
         policy = HFPolicy(model, tokenizer, share_weights=cfg.policy_shares_weights,
                           max_batch_tokens=cfg.policy_max_batch_tokens)
     tasks = eval_task_list(cfg)
-    rollout = CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    eval_cfg = dataclasses.replace(rollout, temperature=cfg.eval_temperature)
+    eval_cfg = eval_collector(cfg)
     timings: dict[str, float] = {}
 
     def run_eval(label: str, adapter: Path | None = None):
@@ -227,7 +214,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
 
     rows = [("base", run_eval("base"))]
 
-    sft_cfg = sft_train_config(cfg, out / "sft")
+    sft_cfg = stage_config(cfg, "sft", out / "sft")
     t0 = time.perf_counter()
     sft = Trainer(sft_cfg, model=model, tokenizer=tokenizer, resume=resume)
     if sft.global_step < sft_cfg.steps:
@@ -236,7 +223,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     policy.update_weights(model)
     rows.append(("sft", run_eval("sft", out / "sft" / "adapter")))
 
-    rl_cfg = rl_train_config(cfg, out / "grpo", collector=rollout)
+    rl_cfg = stage_config(cfg, "rl", out / "grpo")
     t0 = time.perf_counter()
     # The GRPO stage continues the SFT adapter in place; on resume, its own checkpoint (if any) wins.
     rl = Trainer(rl_cfg, model=model, tokenizer=tokenizer, policy=policy,

@@ -329,7 +329,7 @@ class AsyncTrainer(Trainer):
         cfg = self.config
         current = rows_logprobs(self.model, stale, temperature=self.rollout_temperature, pad_id=self.pad_id,
                                 micro_batch_tokens=self.micro_batch_tokens, logprob_chunk=cfg.logprob_chunk)
-        cap = cfg.algorithm_config().correction_cap  # one cap for the truncated importance weight
+        cap = cfg.algorithm.correction_cap  # one cap for the truncated importance weight
         weights: list[float] = []
         for it, lp in zip(stale, current, strict=True):
             w = tis_correct(it, lp, cap)

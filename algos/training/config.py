@@ -1,18 +1,17 @@
 """The settings of a training run: :class:`TrainConfig` (``agentrl train``'s keys) and :class:`AsyncConfig`.
 
-Every registered algorithm (:data:`agentrl.algos.objectives.ALGORITHMS`) gets a section named after it, of its
-own config class (``grpo.beta=0.04``), so an algorithm's keys are declared once, next to its loss. Importing this
-module imports no algorithm (and no torch): a section's config class is looked up when a config is built.
+The algorithm's own keys are one section, ``TrainConfig.algorithm``, of the config class registered for ``algo``
+(:data:`agentrl.algos.objectives.ALGORITHMS`), written under the algorithm's name (``--algo grpo grpo.beta=0.04``),
+so an algorithm's keys are declared once, next to its loss, and one registered late is looked up the same way.
+Importing this module imports no algorithm (and no torch): the section's class is looked up when a config is built.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from agentrl.algos.config import config_from_dict, nested_dicts_to_configs
+from agentrl.algos.config import config_from_dict, config_to_dict, nested_dicts_to_configs, tagged_section
 from agentrl.algos.models import DEFAULT_MODEL
 from agentrl.algos.models.lora import LoRAConfig
 from agentrl.algos.objectives import algorithm_class, algorithm_names
@@ -23,32 +22,10 @@ from agentrl.algos.rollout.env_factory import EXECUTORS
 from agentrl.algos.training.sampler import SamplerConfig
 from agentrl.algos.training.tasks import EnvComponent, parse_mixture
 
-if TYPE_CHECKING:
-    from agentrl.algos.objectives.dpo import DPOConfig
-    from agentrl.algos.objectives.grpo import GRPOConfig
-    from agentrl.algos.objectives.ppo import PPOConfig
-    from agentrl.algos.objectives.sft import SFTConfig
 
-
-def algorithm_section(name: str) -> Any:
-    """The default ``<name>.`` section: the registered algorithm's config class with its defaults (the
-    algorithm's module is imported here, on first use, not when :class:`TrainConfig` is); None when ``name`` is
-    no longer registered (a test's registry copy, undone)."""
-    return algorithm_class(name).config_class() if name in algorithm_names() else None
-
-
-def with_algorithm_sections(cls):
-    """Add one field per registered algorithm (``grpo = <GRPOConfig defaults>``, ...) after ``collector``: typed
-    ``Any`` with a default factory that names the algorithm, so no algorithm module is imported here."""
-    annotations = {}
-    for name, hint in cls.__dict__.get("__annotations__", {}).items():
-        annotations[name] = hint
-        if name == "collector":
-            for algo in algorithm_names():
-                annotations[algo] = Any
-                setattr(cls, algo, field(default_factory=functools.partial(algorithm_section, algo)))
-    cls.__annotations__ = annotations
-    return cls
+def algorithm_config_class(name: str) -> type:
+    """The config class of the algorithm registered as ``name`` (its module is imported here, on first use)."""
+    return algorithm_class(name).config_class
 
 
 @dataclass
@@ -70,7 +47,6 @@ class AsyncConfig:
 
 
 @dataclass
-@with_algorithm_sections
 class TrainConfig:
     """Everything a training run needs; ``agentrl train`` builds it from flags and ``key=value`` overrides."""
 
@@ -85,6 +61,10 @@ class TrainConfig:
     weight; groups never mix envs; metrics are logged per env (docs/mixtures.md)."""
     algo: str = "grpo"
     """A registered algorithm: 'grpo', 'ppo', 'dpo', 'sft' (agentrl.algos.objectives.ALGORITHMS)."""
+    algorithm: Any = tagged_section("algo", algorithm_names, algorithm_config_class)
+    """The section of algo, of its registered config class (GRPOConfig for grpo), written under the algorithm's
+    name: grpo.beta=0.04 on the command line, grpo: {beta: 0.04} in a file (a section of another algorithm is
+    checked and not kept); in Python TrainConfig(algo="ppo", algorithm={"epochs": 2})."""
     model: str = DEFAULT_MODEL
     """Model alias, hub id or local path (the default is the embedded SmolLM2-135M-Instruct)."""
     dtype: str = "auto"
@@ -169,29 +149,12 @@ class TrainConfig:
     ``resources`` such as a custom ``{"envs": 1}`` only some nodes have, ``scheduling_strategy: SPREAD``)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
-    if TYPE_CHECKING:  # the built-in sections, as type checkers see them (with_algorithm_sections adds them here)
-        grpo: GRPOConfig = field(default_factory=GRPOConfig)
-        ppo: PPOConfig = field(default_factory=PPOConfig)
-        dpo: DPOConfig = field(default_factory=DPOConfig)
-        sft: SFTConfig = field(default_factory=SFTConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
         nested_dicts_to_configs(self)
-
-    def __getattr__(self, name: str) -> Any:
-        """``config.<name>`` of an algorithm registered after this class was built (so without a field of its
-        own): its config class's defaults, kept on the instance."""
-        if name.startswith("_") or name not in algorithm_names():
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        section = self.__dict__[name] = algorithm_section(name)
-        return section
-
-    def algorithm_config(self) -> Any:
-        """The config section of ``algo``."""
-        return getattr(self, self.algo)
 
     def env_mixture(self) -> list[EnvComponent]:
         """The components of ``envs`` (:func:`~agentrl.algos.training.tasks.parse_mixture`); empty for a
@@ -232,7 +195,7 @@ class TrainConfig:
         if self.group_size < algo.min_group_size:
             raise ValueError(f"{self.algo} compares samples within a group: group_size must be >= "
                              f"{algo.min_group_size}")
-        algo_config = self.algorithm_config()
+        algo_config = self.algorithm
         if getattr(algo_config, "guidance", None) == "relift":  # GRPO's ReLIFT term against its own
             from agentrl.algos.objectives.guidance import check_relift_balance
 
@@ -259,7 +222,7 @@ class TrainConfig:
                 per_token = ", ".join(n for n in names if algorithm_class(n).token_level)
                 raise ValueError(f"asynchronous.staleness='tis' corrects per-token policy-gradient losses "
                                  f"({per_token}); use 'drop' with {self.algo}")
-            if a.staleness == "tis" and not hasattr(self.algorithm_config(), "correction_cap"):
+            if a.staleness == "tis" and not hasattr(self.algorithm, "correction_cap"):
                 raise ValueError(f"asynchronous.staleness='tis' truncates its weight at the algorithm's "
                                  f"correction_cap, which {self.algo}'s config lacks; use 'drop'")
             if a.queue_size < 1 or a.max_staleness < 0:
@@ -272,25 +235,11 @@ class TrainConfig:
                                  "published after each step) or train synchronously (drop --async / "
                                  "asynchronous.enabled)")
 
-    @classmethod
-    def late_sections(cls) -> list[str]:
-        """Algorithms registered after this class was built: their sections have no field (see ``__getattr__``)."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return [name for name in algorithm_names() if name not in fields]
-
     def to_dict(self) -> dict[str, Any]:
-        """Every key, the sections of late-registered algorithms included (so ``config.json`` resumes them)."""
-        late = {name: dataclasses.asdict(getattr(self, name)) for name in self.late_sections()}
-        return {**dataclasses.asdict(self), **late}
+        """Every key as ``config.json`` holds it (the algorithm's section under its name: ``"grpo": {...}``)."""
+        return config_to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Checked like any config (:func:`~agentrl.algos.config.config_from_dict`); a late-registered algorithm's
-        section (``reinforce.scale=0.5`` after ``register_algorithm("reinforce", ...)``) is checked against its
-        config class too."""
-        late = set(cls.late_sections())
-        config = config_from_dict(cls, {k: v for k, v in d.items() if k not in late})
-        for name in late & d.keys():
-            default = algorithm_section(name)
-            config.__dict__[name] = config_from_dict(type(default), d[name], base=default, _prefix=f"{name}.")
-        return config
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """Checked like any config (:func:`~agentrl.algos.config.config_from_dict`)."""
+        return config_from_dict(cls, d)

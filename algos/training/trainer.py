@@ -73,7 +73,7 @@ class NoLearningSignal(ValueError):
 
 def make_algorithm(config: TrainConfig):
     """The algorithm object of ``config.algo``, with its config section."""
-    return algorithm_class(config.algo)(config.algorithm_config())
+    return algorithm_class(config.algo)(config.algorithm)
 
 
 class Trainer:

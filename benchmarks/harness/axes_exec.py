@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentrl.algos.config import config_to_dict
 from agentrl.algos.evaluation.ledger import adapter_sha256
 from harness.axes_run import TRAIN, Piece
 from harness.compare_run import summarize_metrics, takes_step
@@ -33,26 +34,26 @@ def arm_algo(exp: AxesExperiment, arm: str) -> str:
 
 def base_config(exp: AxesExperiment, overrides: list[str], model: str | None, work: Path):
     """The shared ``MainJobConfig``: the declaration's world and cold-start settings, then ``overrides``."""
-    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.config import apply_overrides, config_from_dict, deep_merge, nested
     from agentrl.algos.recipes.main_job import MainJobConfig
 
     preset = {"env": exp.env, "env_kwargs": dict(exp.env_kwargs), "out": str(work), "progress": False,
-              "report_to": ["none"], **{k: (list(v) if isinstance(v, tuple) else v) for k, v in exp.cold_start.items()},
-              **({"model": model} if model else {})}
-    return config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
+              "report_to": ["none"], **({"model": model} if model else {})}
+    return config_from_dict(MainJobConfig, apply_overrides(deep_merge(preset, nested(exp.cold_start)), overrides))
 
 
 def arm_config(exp: AxesExperiment, cfg, arm: str, overrides: list[str]):
     """One arm's ``MainJobConfig``: the shared one, the arm's declared settings, trained on the declared families
-    (``env_kwargs.families`` for rollouts, ``sft_families`` for SFT), then ``overrides`` again (they win)."""
-    from agentrl.algos.config import apply_overrides, config_from_dict
+    (``env_kwargs.families`` for rollouts, ``stages.sft.env_kwargs.families`` for SFT), then ``overrides`` again
+    (they win)."""
+    from agentrl.algos.config import apply_overrides, config_from_dict, config_to_dict, deep_merge, nested
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    d = dataclasses.asdict(cfg)
-    d.update({k: v for k, v in exp.arms[arm].items() if k not in NOTES})
+    d = deep_merge(config_to_dict(cfg), nested({k: v for k, v in exp.arms[arm].items() if k not in NOTES}), whole=())
     if exp.train_families:
         d["env_kwargs"] = {**d["env_kwargs"], "families": list(exp.train_families)}
-        d["sft_families"] = list(exp.train_families)
+        d["stages"]["sft"]["env_kwargs"] = {**d["stages"]["sft"].get("env_kwargs", {}),
+                                            "families": list(exp.train_families)}
     return config_from_dict(MainJobConfig, apply_overrides(d, overrides))
 
 
@@ -95,7 +96,7 @@ class Executor:
     def setup(self) -> dict[str, Any]:
         """The settings every piece of the folder shares (``compare_run.check_setup`` refuses to mix); where the
         work folder is may change between sessions."""
-        pipeline = {k: v for k, v in dataclasses.asdict(self.cfg).items() if k not in ("out", "progress")}
+        pipeline = {k: v for k, v in config_to_dict(self.cfg).items() if k not in ("out", "progress")}
         return {"experiment": self.exp.name, "pipeline": pipeline, "overrides": self.overrides,
                 "minutes": self.minutes if self.minutes is not None else self.exp.minutes, "steps": self.exp.steps,
                 "tasks": self.tasks}
@@ -112,7 +113,7 @@ class Executor:
         from agentrl.algos.evaluation.ledger import git_state
         from harness.machine import machine
 
-        return {**git_state(ROOT), "machine": machine(), "config": dataclasses.asdict(cfg)}
+        return {**git_state(ROOT), "machine": machine(), "config": config_to_dict(cfg)}
 
     def __call__(self, piece: Piece, folder: Path) -> dict[str, Any]:
         self.base()  # loaded before the piece's clock matters less than a reload per piece
@@ -173,7 +174,7 @@ class Executor:
         logger.info("the cold start trained again is the recorded one (sha256 %s)", got)
 
     def cold_start(self, folder: Path) -> dict[str, Any]:
-        from agentrl.algos.recipes.main_job import sft_train_config
+        from agentrl.algos.recipes.main_job import stage_config
         from agentrl.algos.training.trainer import Trainer
 
         run_dir = self.work / "cold_start"
@@ -181,19 +182,19 @@ class Executor:
             shutil.rmtree(run_dir)
         model, tokenizer = self.base()
         t0 = time.perf_counter()
-        Trainer(sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"]), model=copy.deepcopy(model),
-                tokenizer=tokenizer).train()
+        tc = stage_config(self.cfg, "sft", run_dir, progress=False, report_to=["none"])
+        Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer).train()
         seconds = time.perf_counter() - t0
         if (run_dir / "metrics.jsonl").is_file():
             shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
         gc.collect()
-        return {**self.common_meta(self.cfg), "train_seconds": seconds, "steps": self.cfg.sft_steps,
+        return {**self.common_meta(self.cfg), "train_seconds": seconds, "steps": tc.steps,
                 "adapter_sha256": adapter_sha256(run_dir / "adapter")}
 
     def cell(self, arm: str, seed: int, folder: Path) -> dict[str, Any]:
         from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
         from agentrl.algos.models.lora import save_adapter
-        from agentrl.algos.recipes.main_job import rl_train_config, sft_train_config
+        from agentrl.algos.recipes.main_job import stage_config
         from agentrl.algos.training.trainer import Trainer
         from harness.controls import rejection_sampling_registered
 
@@ -207,8 +208,8 @@ class Executor:
         budget = float("inf") if self.exp.steps else 60 * minutes
         model, tokenizer = self.base()
         with rejection_sampling_registered():
-            tc = (sft_train_config(cfg, run_dir, **common) if algo == "sft"
-                  else rl_train_config(cfg, run_dir, algo=algo, **common))
+            tc = (stage_config(cfg, "sft", run_dir, **common) if algo == "sft"
+                  else stage_config(cfg, "rl", run_dir, algo=algo, **common))
             trainer = Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer)
             log, clock = MetricsLogger(run_dir, report_to=["none"]), 0.0
             try:
@@ -245,7 +246,7 @@ class Executor:
         from agentrl.algos.evaluation.evaluate import evaluate
         from agentrl.algos.evaluation.kl import kl_to_base
         from agentrl.algos.policy.hf import HFPolicy
-        from agentrl.algos.rollout.collector import CollectorConfig
+        from agentrl.algos.recipes.main_job import eval_collector
         from agentrl.algos.rollout.trajectory import load_trajectories
 
         settings = self.exp.sampled if mode == "sampled" else self.exp.greedy
@@ -255,9 +256,7 @@ class Executor:
         episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
         policy = HFPolicy(model, tokenizer, max_batch_tokens=c.policy_max_batch_tokens)
         try:
-            report = evaluate(c.env, policy, tasks, c.eval_n,
-                              CollectorConfig(max_turns=c.max_turns, max_new_tokens=c.max_new_tokens, seed=c.seed,
-                                              temperature=c.eval_temperature),
+            report = evaluate(c.env, policy, tasks, c.eval_n, eval_collector(c),
                               env_kwargs=env_kwargs, out=episodes, progress=False,
                               ledger=self.ledger if set_file and self.tasks is None else None,
                               ledger_fields={"stage": f"{self.exp.name}:{model_name}",

@@ -91,7 +91,7 @@ def learning_main(argv: list[str] | None = None) -> int:
     add("--ledger", default=str(LEDGER),
         help="the ledger every evaluation on a fixed set appends to (benchmarks/heldout/ledger.jsonl; the "
              "sets lie beside it)")
-    ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (rl_steps=20)")
+    ap.add_argument("overrides", nargs="*", help="MainJobConfig key=value overrides (stages.rl.steps=20)")
     args = ap.parse_args(argv)
     _logging()
     if args.all:

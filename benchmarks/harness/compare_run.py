@@ -113,11 +113,9 @@ class Runner:
                                                attn_implementation=cfg.attn_implementation)
 
     def eval_config(self):
-        from agentrl.algos.rollout.collector import CollectorConfig
+        from agentrl.algos.recipes.main_job import eval_collector
 
-        c = self.cfg
-        return CollectorConfig(max_turns=c.max_turns, max_new_tokens=c.max_new_tokens, seed=c.seed,
-                               temperature=c.eval_temperature)
+        return eval_collector(self.cfg)
 
     def evaluate(self, policy, path: Path):
         from agentrl.algos.evaluation.evaluate import evaluate
@@ -131,7 +129,7 @@ class Runner:
     def cold_start(self, given: str | None) -> tuple[Path, dict[str, Any]]:
         """The shared cold-start adapter (made once in ``<out>/cold_start`` unless ``given``) and its
         provenance."""
-        from agentrl.algos.recipes.main_job import sft_train_config
+        from agentrl.algos.recipes.main_job import stage_config
         from agentrl.algos.training.trainer import Trainer
 
         if given:
@@ -141,11 +139,12 @@ class Runner:
         if (run_dir / "adapter" / "adapter_config.json").is_file() and info_path.is_file():
             return run_dir / "adapter", json.loads(info_path.read_text())
         t0 = time.perf_counter()
-        tc = sft_train_config(self.cfg, run_dir, progress=False, report_to=["none"])
+        tc = stage_config(self.cfg, "sft", run_dir, progress=False, report_to=["none"])
         Trainer(tc, model=copy.deepcopy(self.base), tokenizer=self.tokenizer).train()
-        info = {"source": f"made here: the main job's SFT stage ({self.cfg.sft_steps} steps of "
-                          f"{self.cfg.sft_batch_size} on {self.cfg.sft_demos} demos of "
-                          f"{', '.join(self.cfg.sft_families) or 'all families'})",
+        families = self.cfg.stages.sft.get("env_kwargs", {}).get("families", [])
+        info = {"source": f"made here: the main job's SFT stage ({tc.steps} steps of "
+                          f"{tc.algorithm.batch_size} on {tc.algorithm.num_demos} demos of "
+                          f"{', '.join(families) or 'all families'})",
                 "seconds": time.perf_counter() - t0}
         info_path.write_text(json.dumps(info) + "\n")
         return run_dir / "adapter", info
@@ -164,30 +163,25 @@ class Runner:
         return report
 
     def train_config(self, algo: str, seed: int, adapter: Path, run_dir: Path):
-        from agentrl.algos.config import apply_overrides, config_from_dict
-        from agentrl.algos.objectives.dpo import DPOConfig
-        from agentrl.algos.objectives.ppo import PPOConfig
-        from agentrl.algos.recipes.main_job import rl_train_config, sft_train_config
+        from agentrl.algos.config import apply_overrides, deep_merge, nested
+        from agentrl.algos.recipes.main_job import stage_config
 
         common = dict(seed=seed, adapter=str(adapter), steps=10**9, save_every=0, progress=False,
                       report_to=["none"])
         if algo == "sft":
-            return sft_train_config(self.cfg, run_dir, **common)
-        ppo = config_from_dict(PPOConfig, apply_overrides({}, self.sections["ppo"]), _prefix="ppo.")
-        dpo = config_from_dict(DPOConfig, apply_overrides({}, self.sections["dpo"]), _prefix="dpo.")
-        from agentrl.algos.objectives.guidance import check_relift_balance
-
-        grpo, changes, algo_name = self.cfg.grpo, {}, algo
+            return stage_config(self.cfg, "sft", run_dir, **common)
+        # the RL stage with this algorithm: its section settings (ppo.*, dpo.*: only the run's own is kept), then
+        # an option's changes (grpo.turn_weight=1, lr=6e-5) on top of the main job's
+        changes: dict[str, Any] = {name: apply_overrides({}, items) for name, items in self.sections.items()}
         option = COMPARE.option(algo)
-        if option is not None:
-            algo, settings = option.algo, option.settings
-            grpo = dataclasses.replace(grpo, **{k[5:]: v for k, v in settings.items() if k.startswith("grpo.")})
-            changes = {k: v for k, v in settings.items() if not k.startswith("grpo.")}
+        changes = deep_merge(changes, {"algo": option.algo, **nested(option.settings)} if option else {"algo": algo},
+                             whole=())
         try:
-            check_relift_balance(grpo, self.cfg.rl_group_size, self.cfg.max_new_tokens * self.cfg.max_turns)
+            tc = stage_config(self.cfg, "rl", run_dir, **changes, **common)
+            tc.validate()  # e.g. ReLIFT's term against the group (check_relift_balance)
         except ValueError as e:
-            raise SystemExit(f"--algos {algo_name}: {e}") from None
-        return rl_train_config(self.cfg, run_dir, algo=algo, ppo=ppo, dpo=dpo, grpo=grpo, **{**common, **changes})
+            raise SystemExit(f"--algos {algo}: {e}") from None
+        return tc
 
     def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],
             max_steps: int | None) -> dict[str, Any]:
@@ -208,7 +202,10 @@ class Runner:
         trainer = Trainer(self.train_config(algo, seed, adapter, run_dir), model=copy.deepcopy(self.base),
                           tokenizer=self.tokenizer)
         if algo == "sft" and seed == self.cfg.seed:
-            trainer.data_pos = self.cfg.sft_steps * self.cfg.sft_batch_size  # continue the cold start's demos
+            from agentrl.algos.recipes.main_job import stage_config
+
+            cold = stage_config(self.cfg, "sft", run_dir)  # continue the cold start's demos
+            trainer.data_pos = cold.steps * cold.algorithm.batch_size
         policy = trainer.policy or HFPolicy(trainer.model, self.tokenizer)
         log = MetricsLogger(run_dir, report_to=["none"])
         points, clock, pending = [], 0.0, list(fractions)
@@ -309,7 +306,7 @@ def compare_out(args) -> Path:
 
 
 def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
-    from agentrl.algos.config import apply_overrides, config_from_dict
+    from agentrl.algos.config import apply_overrides, config_from_dict, nested
     from agentrl.algos.evaluation.ledger import dumps
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
     from harness.export import export_compare
@@ -332,7 +329,7 @@ def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
     heldout_file = Path(args.heldout) if args.heldout else path_for_env(COMPARE.env, COMPARE.heldout)
     tasks = read(heldout_file)[: COMPARE.quick_tasks if args.quick else None]
     pipeline_overrides, sections = split_overrides(args.overrides)
-    preset = {**(COMPARE.quick if args.quick else {}), "env": COMPARE.env, "out": str(out), "progress": False,
+    preset = {**nested(COMPARE.quick if args.quick else {}), "env": COMPARE.env, "out": str(out), "progress": False,
               "env_kwargs": set_env_kwargs(heldout_file),  # the world the set was drawn from
               **({"model": args.model} if args.model else {})}
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, pipeline_overrides))

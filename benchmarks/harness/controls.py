@@ -89,11 +89,9 @@ def rejection_sampling_registered() -> Iterator[None]:
 
 
 def eval_config(cfg):
-    from agentrl.algos.rollout.collector import CollectorConfig
+    from agentrl.algos.recipes.main_job import eval_collector
 
-    # exactly the pipeline's evaluation settings (pipeline.run_main_job: eval_cfg)
-    return CollectorConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                           temperature=cfg.eval_temperature)
+    return eval_collector(cfg)  # exactly the pipeline's evaluation settings (pipeline.run_main_job: eval_cfg)
 
 
 def stage_seconds(run_dir: Path) -> float:
@@ -118,8 +116,8 @@ def server_client(policy):
 def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=None, ledger: Path | None = None):
     """The cold-start adapter trained further with SFT for ``seconds``; then evaluated, in process or
     (``policy``: the run's server policy, ``--engine``) on a new client of that server. Its TrainConfig is the
-    cold start's (``main_job.sft_train_config``: the same demos, lr, batch, dtype and memory budget as every
-    stage of the run), so that "the same time" buys the control what it would buy the cold start's SFT."""
+    cold start's (``main_job.stage_config(cfg, "sft", ...)``: the same demos, lr, batch, dtype and memory budget
+    as every stage of the run), so that "the same time" buys the control what it would buy the cold start's SFT."""
     from agentrl.algos.evaluation.evaluate import evaluate
     from agentrl.algos.evaluation.ledger import adapter_sha256
     from agentrl.algos.evaluation.plot import plot_run
@@ -128,7 +126,7 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import save_adapter
     from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.algos.recipes.main_job import sft_train_config
+    from agentrl.algos.recipes.main_job import stage_config
     from agentrl.algos.training.trainer import Trainer
 
     eval_path = out / "eval" / "sft_control.jsonl"
@@ -137,17 +135,18 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
     run_dir = out / "sft_control"
     model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
                                   attn_implementation=cfg.attn_implementation)
-    tc = sft_train_config(cfg, run_dir, adapter=str(out / "sft" / "adapter"), steps=10**9, progress=False,
-                          report_to=["none"])
+    cold = stage_config(cfg, "sft", out / "sft")
+    tc = stage_config(cfg, "sft", run_dir, adapter=str(out / "sft" / "adapter"), steps=10**9, progress=False,
+                      report_to=["none"])
     trainer = Trainer(tc, model=model, tokenizer=tokenizer)
-    # The cold start already made sft_steps steps over the same demonstrations: continue the data position.
-    trainer.data_pos = cfg.sft_steps * cfg.sft_batch_size
+    # The cold start already made its steps over the same demonstrations: continue the data position.
+    trainer.data_pos = cold.steps * cold.algorithm.batch_size
     log = MetricsLogger(run_dir, report_to=["none"])
     t0 = time.perf_counter()
     try:
         while time.perf_counter() - t0 < seconds:
             metrics = trainer.step()
-            log.log(cfg.sft_steps + trainer.global_step, metrics)
+            log.log(cold.steps + trainer.global_step, metrics)
             logger.info("sft control step %d (%.0f of %.0f s): loss %.4f", trainer.global_step,
                         time.perf_counter() - t0, seconds, metrics.get("train/loss", float("nan")))
     finally:

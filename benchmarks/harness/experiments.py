@@ -78,7 +78,7 @@ class Experiment:
     title: str
     """The page section's title."""
     full: Mapping[str, Any]
-    """``MainJobConfig`` overrides of the full run."""
+    """``MainJobConfig`` overrides of the full run, keys dotted as on the command line (``stages.rl.steps``)."""
     quick: Mapping[str, Any]
     """``MainJobConfig`` overrides of ``--quick`` (CI-sized budgets: a smoke test, not a result)."""
     comparisons: tuple[Comparison, ...]
@@ -117,8 +117,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         # the full run is the main job as it is; every run also trains in the world its set was drawn from
         # (the set's sidecar env_kwargs: tooluse_v3's {"items": 999}, heldout.set_env_kwargs)
         full={},
-        quick={"eval_tasks": 8, "sft_demos": 16, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 2,
-               "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
+        quick={"eval_tasks": 8, "stages.sft.sft.num_demos": 16, "stages.sft.steps": 2,
+               "stages.sft.sft.batch_size": 4, "stages.rl.steps": 2, "stages.rl.tasks_per_step": 2,
+               "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 64,
+               "stages.rl.collector.max_turns": 3},
         comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL), metric="held-out success on the fixed set",
         also="no family losing more than 10 points, and the three-call chain stock_total above 0% after RL",
         variants=(
@@ -129,19 +131,21 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Variant("relift", ("grpo.guidance=relift",),
                     "ReLIFT: an NLL term on unsolved groups' demonstrations"),
             Variant("credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call"),
-            Variant("lr2e-5", ("rl_lr=2e-5", "rl_steps=4"), "GRPO at a lower learning rate", "tooluse_v4"),
-            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=6"), "a 48-step cold start",
+            Variant("lr2e-5", ("stages.rl.lr=2e-5", "stages.rl.steps=4"), "GRPO at a lower learning rate",
                     "tooluse_v4"),
+            Variant("sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=6"),
+                    "a 48-step cold start", "tooluse_v4"),
             Variant("chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
                                '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
-                               'sft_families=["multiply","add","power","stock","convert","days","stock_value",'
-                               '"stock_total","add_multiply"]', "grpo.guidance=luffy", "rl_lr=6e-5",
-                               "rl_steps=8"),
+                               'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert","days",'
+                               '"stock_value","stock_total","add_multiply"]', "grpo.guidance=luffy",
+                               "stages.rl.lr=6e-5", "stages.rl.steps=8"),
                     "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4"),
-            Variant("multicall", ("sft_steps=48",
+            Variant("multicall", ("stages.sft.steps=48",
                                   'env_kwargs.families=["stock_total","stock_total","stock_value","add_multiply"]',
-                                  'sft_families=["multiply","add","power","stock","convert","days","stock_value",'
-                                  '"stock_total","add_multiply"]', "rl_lr=6e-5", "rl_steps=8"),
+                                  'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert",'
+                                  '"days","stock_value","stock_total","add_multiply"]', "stages.rl.lr=6e-5",
+                                  "stages.rl.steps=8"),
                     "GRPO on the multi-call families only", "tooluse_v5"),
         )),
     Experiment(
@@ -151,10 +155,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         # "a longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
         # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1
         # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md at commit 6e899db).
-        full={"eval_tasks": 32, "sft_demos": 32, "sft_steps": 8, "rl_steps": 32, "rl_tasks_per_step": 4,
-              "rl_group_size": 4, "max_new_tokens": 64, "max_turns": 3},
-        quick={"eval_tasks": 8, "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1,
-               "rl_tasks_per_step": 2, "rl_group_size": 4, "max_new_tokens": 48, "max_turns": 2},
+        full={"eval_tasks": 32, "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8, "stages.rl.steps": 32,
+              "stages.rl.tasks_per_step": 4, "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 64,
+              "stages.rl.collector.max_turns": 3},
+        quick={"eval_tasks": 8, "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2,
+               "stages.sft.sft.batch_size": 4, "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2,
+               "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 48,
+               "stages.rl.collector.max_turns": 2},
         comparisons=(Comparison(RL, COLD_START, 10.0), _CONTROL,
                      Comparison(RL, TEXT_ONLY_BASE, 0.0, strict=True)),
         metric="Macro-EM on the fixed dev questions", text_only_baseline=True,
@@ -166,20 +173,23 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         # train tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out
         # set (128 tasks of all three tiers; tier 3 is reported as what this model does not learn).
         full={"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 128, "eval_n": 4, "eval_temperature": 0.7,
-              "sft_demos": 32, "sft_steps": 8, "sft_batch_size": 8, "rl_steps": 32, "rl_tasks_per_step": 8,
-              "rl_group_size": 4, "max_new_tokens": 128, "max_turns": 3},
+              "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8, "stages.sft.sft.batch_size": 8,
+              "stages.rl.steps": 32, "stages.rl.tasks_per_step": 8, "stages.rl.group_size": 4,
+              "stages.rl.collector.max_new_tokens": 128, "stages.rl.collector.max_turns": 3},
         quick={"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
-               "sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_steps": 1, "rl_tasks_per_step": 2,
-               "rl_group_size": 4, "max_new_tokens": 96, "max_turns": 2},
+               "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2, "stages.sft.sft.batch_size": 4,
+               "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2, "stages.rl.group_size": 4,
+               "stages.rl.collector.max_new_tokens": 96, "stages.rl.collector.max_turns": 2},
         comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL, Comparison(RL, TEXT_LABELS["rl"], 20.0)),
         metric="Average@4", text_only_pipeline=True,
         variants=(
-            Variant("sft48", ("sft_steps=48", "rl_lr=6e-5", "rl_steps=20"), "a 48-step cold start",
-                    "pythonmath_v3"),
-            Variant("tier1demos", ('sft_families=["mul_sub","pow_mod","range_sum","floor_div","square_sum"]',
-                                   "sft_steps=24"), "demonstrations of tier 1 only", "pythonmath_v4"),
-            Variant("tier1count", ('sft_families=["mul_sub","pow_mod","range_sum","floor_div","square_sum",'
-                                   '"count_multiples"]', "sft_steps=24"),
+            Variant("sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=20"),
+                    "a 48-step cold start", "pythonmath_v3"),
+            Variant("tier1demos", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum","floor_div",'
+                                   '"square_sum"]', "stages.sft.steps=24"), "demonstrations of tier 1 only",
+                    "pythonmath_v4"),
+            Variant("tier1count", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum","floor_div",'
+                                   '"square_sum","count_multiples"]', "stages.sft.steps=24"),
                     "tier-1 demonstrations plus count_multiples'", "pythonmath_v5"),
         )),
 )
@@ -265,8 +275,9 @@ COMPARE = AlgorithmComparison(
                     "GRPO + SFT on unsolved groups (ReLIFT)"),
              # not an option of another algorithm: its own (harness.controls.RejectionSampling)
              Option("rft", "rft", {}, "rejection sampling (SFT on own correct samples)")),
-    quick=MappingProxyType({"sft_demos": 8, "sft_steps": 2, "sft_batch_size": 4, "rl_tasks_per_step": 2,
-                            "rl_group_size": 4, "max_new_tokens": 32, "max_turns": 2}),
+    quick=MappingProxyType({"stages.sft.sft.num_demos": 8, "stages.sft.steps": 2, "stages.sft.sft.batch_size": 4,
+                            "stages.rl.tasks_per_step": 2, "stages.rl.group_size": 4,
+                            "stages.rl.collector.max_new_tokens": 32, "stages.rl.collector.max_turns": 2}),
     quick_tasks=4, sections=MappingProxyType({"ppo": ("epochs=2",), "dpo": ()}))
 #: Per-step metrics whose run means the algorithms comparison records and its page shows (when an algorithm
 #: logs them), with their labels.
@@ -294,12 +305,14 @@ class AxesExperiment:
     env: str
     env_kwargs: Mapping[str, Any]
     cold_start: Mapping[str, Any]
-    """``MainJobConfig`` settings of the shared cold start (SFT on demonstrations of chains of at most 2 calls)."""
+    """``MainJobConfig`` settings (dotted keys) of the shared cold start (SFT on demonstrations of chains of at most
+    2 calls)."""
     train_families: tuple[str, ...]
     """What every arm's continued training draws from: chains of at most 2 calls, without the forgetting set's
     families (``days``, ``convert``)."""
     arms: Mapping[str, Mapping[str, Any]]
-    """Arm (a ``compare_algorithms.py --algos`` name) -> its settings."""
+    """Arm (a ``compare_algorithms.py --algos`` name) -> its settings (``MainJobConfig`` keys, dotted, and the
+    notes ``algo`` and ``about``)."""
     seeds: tuple[int, ...]
     minutes: float
     """Training wall time of each (arm, seed), evaluation not counted (the algorithms comparison's rule)."""
@@ -329,15 +342,17 @@ class AxesExperiment:
 AXES = AxesExperiment(
     name="axes", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({
-        "sft_steps": 48, "sft_families": ("multiply", "add", "power", "stock", "convert", "days", "stock_value",
-                                          "add_multiply")}),
+        "stages.sft.steps": 48,
+        "stages.sft.env_kwargs.families": ("multiply", "add", "power", "stock", "convert", "days", "stock_value",
+                                           "add_multiply")}),
     train_families=("multiply", "add", "power", "stock", "stock_value", "add_multiply"),
     arms=MappingProxyType({
         # lr 6e-5: the GRPO rate of every pre-declared ToolUse run since the collapse at 2e-4 (docs/algorithms/
         # grpo.md), and the one LR_CHOICE (below) picked on the train split before any AXES piece ran.
-        "grpo": MappingProxyType({"rl_lr": 6e-5, "rl_tasks_per_step": 4, "rl_group_size": 4}),
-        "sft": MappingProxyType({"sft_lr": 5e-4, "about": "SFT-continued on the same families' demonstrations"}),
-        "rft": MappingProxyType({"rl_lr": 6e-5, "rl_tasks_per_step": 4, "rl_group_size": 4,
+        "grpo": MappingProxyType({"stages.rl.lr": 6e-5, "stages.rl.tasks_per_step": 4, "stages.rl.group_size": 4}),
+        "sft": MappingProxyType({"stages.sft.lr": 5e-4,
+                                 "about": "SFT-continued on the same families' demonstrations"}),
+        "rft": MappingProxyType({"stages.rl.lr": 6e-5, "stages.rl.tasks_per_step": 4, "stages.rl.group_size": 4,
                                  "about": "rejection sampling: GRPO's samples, SFT on the correct ones only"}),
     }),
     seeds=(0, 1, 2), minutes=15.0,
@@ -365,9 +380,10 @@ LR_CHOICE = AxesExperiment(
     cold_start=MappingProxyType({}),  # the main job's cold start as it is (MainJobConfig's defaults)
     train_families=(),  # every family, as the main job trains
     arms=MappingProxyType({
-        "grpo_lr2e-4": MappingProxyType({"algo": "grpo", "rl_lr": 2e-4, "about": "the main job's default today"}),
-        "grpo_lr6e-5": MappingProxyType({"algo": "grpo", "rl_lr": 6e-5}),
-        "grpo_lr2e-5": MappingProxyType({"algo": "grpo", "rl_lr": 2e-5}),
+        "grpo_lr2e-4": MappingProxyType({"algo": "grpo", "stages.rl.lr": 2e-4,
+                                         "about": "the main job's default today"}),
+        "grpo_lr6e-5": MappingProxyType({"algo": "grpo", "stages.rl.lr": 6e-5}),
+        "grpo_lr2e-5": MappingProxyType({"algo": "grpo", "stages.rl.lr": 2e-5}),
     }),
     seeds=(0, 1, 2), minutes=0.0, steps=16,
     sets=(),  # the train-split sample only

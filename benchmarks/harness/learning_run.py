@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import dumps, git_state
-from agentrl.algos.objectives.guidance import check_relift_balance
 from harness.controls import (
     reuse_cold_start,
     run_sft_control,
@@ -113,8 +112,9 @@ def write_summary(out: Path, cfg, args, argv, overrides: list[str], rows, starte
     machine; ``page``: what only the run's own page shows, :mod:`harness.run_page`)."""
     import hashlib
 
-    from agentrl.algos.recipes.main_job import peak_rss_gib
+    from agentrl.algos.recipes.main_job import peak_rss_gib, stage_config
 
+    sft, rl = stage_config(cfg, "sft", out / "sft"), stage_config(cfg, "rl", out / "grpo")
     tasks_file = Path(cfg.eval_tasks_file)
     digest = hashlib.sha256(tasks_file.read_bytes()).hexdigest() if tasks_file.is_file() else None
     shown = shown_args(sys.argv[1:] if argv is None else argv)
@@ -125,12 +125,14 @@ def write_summary(out: Path, cfg, args, argv, overrides: list[str], rows, starte
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": seconds,
         "stage_seconds": stages, "peak_rss_gib": peak_rss_gib(), "machine": machine(),
         "results_page": f"learning_{name}.md",
-        "config": {"env_kwargs": dict(cfg.env_kwargs), "sft_families": list(cfg.sft_families),
-                   "sft_demos": cfg.sft_demos, "sft_steps": cfg.sft_steps,
-                   "sft_batch_size": cfg.sft_batch_size, "rl_steps": cfg.rl_steps,
-                   "rl_tasks_per_step": cfg.rl_tasks_per_step, "rl_group_size": cfg.rl_group_size,
-                   "rl_lr": cfg.rl_lr, "max_new_tokens": cfg.max_new_tokens, "max_turns": cfg.max_turns,
-                   "dtype": cfg.dtype, "lora_r": cfg.lora.r, "grpo_beta": cfg.grpo.beta},
+        # the data's names of the settings (the pages read them): the SFT stage's own families, both stages' budgets
+        "config": {"env_kwargs": dict(cfg.env_kwargs),
+                   "sft_families": list(cfg.stages.sft.get("env_kwargs", {}).get("families", [])),
+                   "sft_demos": sft.algorithm.num_demos, "sft_steps": sft.steps,
+                   "sft_batch_size": sft.algorithm.batch_size, "rl_steps": rl.steps,
+                   "rl_tasks_per_step": rl.tasks_per_step, "rl_group_size": rl.group_size,
+                   "rl_lr": rl.lr, "max_new_tokens": rl.collector.max_new_tokens, "max_turns": rl.collector.max_turns,
+                   "dtype": cfg.dtype, "lora_r": cfg.lora.r, "grpo_beta": getattr(rl.algorithm, "beta", None)},
         "rows": [[label, report.to_dict()] for label, report in rows], **git_state(ROOT),
         "primary_metric": SPECS[experiment(cfg.env).heldout].primary_metric, "page": page,
         "variant": args.variant, "overrides": overrides, "run_dir": str(out),
@@ -159,8 +161,8 @@ def configure(args) -> Setup:
     """The run ``args`` (``benchmarks/learning.py``'s command line) asks for: the experiment's settings (full
     or ``--quick``), its declared variant's overrides and set, the set's world (its sidecar's ``env_kwargs``)
     and the command line's overrides, in that order."""
-    from agentrl.algos.config import apply_overrides, config_from_dict
-    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.algos.config import apply_overrides, config_from_dict, nested
+    from agentrl.algos.recipes.main_job import MainJobConfig, stage_config
 
     exp = experiment(args.env)
     variant = None
@@ -174,7 +176,7 @@ def configure(args) -> Setup:
     heldout_name = args.heldout or (variant.heldout if variant else None)
     name = exp.name + (f"_{args.variant}" if args.variant else "") + ("_quick" if args.quick else "")
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
-    preset = dict(exp.quick if args.quick else exp.full)
+    preset = nested(exp.quick if args.quick else exp.full)
     try:
         heldout_file = heldout_path(args.env, heldout_name)
     except (KeyError, ValueError) as e:
@@ -192,7 +194,7 @@ def configure(args) -> Setup:
     preset.update(env=args.env, out=str(out))
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
     try:
-        check_relift_balance(cfg.grpo, cfg.rl_group_size, cfg.max_new_tokens * cfg.max_turns)
+        stage_config(cfg, "rl", out / "grpo").validate()  # e.g. ReLIFT's term against the group (check_relift_balance)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     return Setup(exp, name, out, cfg, overrides, Path(args.ledger))

@@ -132,10 +132,10 @@ class Arm:
 #: (amended before the arms ran: the first declaration said "every procedural* family").
 PROCEDURAL_FAMILIES = ("procedural_single", "procedural_choose", "procedural_parallel", "procedural_none")
 _PROCEDURAL = MappingProxyType({"env_kwargs": MappingProxyType({"families": list(PROCEDURAL_FAMILIES)}),
-                                "sft_families": list(PROCEDURAL_FAMILIES)})
+                                "stages.sft.env_kwargs.families": list(PROCEDURAL_FAMILIES)})
 _FAMILIES_JSON = "[" + ", ".join(f'"{f}"' for f in PROCEDURAL_FAMILIES) + "]"
 _PROCEDURAL_RUN = (f"agentrl main-job --out runs/procedural --env-kwargs '{{\"families\": {_FAMILIES_JSON}}}' "
-                   f"'sft_families={_FAMILIES_JSON}'")
+                   f"'stages.sft.env_kwargs.families={_FAMILIES_JSON}'")
 _NEEDS_PROCEDURAL = "its training run, not made yet"
 
 _RUN1_SFT_GONE = ("; measured on the five single-turn BFCL sets only: a second main-job run in the same folder "

@@ -51,7 +51,7 @@ def test_overrides_parse_json_values_into_nested_keys():
     assert d == {"grpo": {"eps_low": 0.2, "beta": 0.04, "scale_std": False}, "steps": 5,
                  "env_kwargs": {"families": ["add"]}, "model": "my/model", "adapter": None}
     cfg = TrainConfig.from_dict(d)
-    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
+    assert cfg.algorithm.beta == 0.04 and cfg.algorithm.scale_std is False and cfg.env_kwargs == {"families": ["add"]}
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides({}, ["steps"])
     with pytest.raises(ValueError, match="unknown config key .grpo.betta.; did you mean .grpo.beta."):
@@ -62,10 +62,10 @@ def test_partial_nested_override_keeps_the_parents_own_nested_defaults():
     from agentrl.algos.config import config_from_dict
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    assert MainJobConfig().grpo.scale_std is False  # the main job's GRPO differs from GRPOConfig()
-    cfg = config_from_dict(MainJobConfig, {"grpo": {"beta": 0.04}, "rl_steps": 3})
-    assert cfg.grpo.beta == 0.04 and cfg.grpo.scale_std is False and cfg.rl_steps == 3
-    assert cfg.sft_families == MainJobConfig().sft_families
+    assert MainJobConfig().stages.rl["grpo"] == {"scale_std": False}  # the main job's GRPO differs from GRPOConfig()
+    cfg = config_from_dict(MainJobConfig, {"grpo": {"beta": 0.04}, "stages": {"rl": {"steps": 3}}})
+    assert cfg.algorithm.beta == 0.04 and cfg.stages.rl["steps"] == 3 and cfg.stages.rl["lr"] == 6e-5
+    assert cfg.stages.sft == MainJobConfig().stages.sft
 
 
 def test_config_files_json_and_yaml(tmp_path):
@@ -73,25 +73,30 @@ def test_config_files_json_and_yaml(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({"algo": "ppo", "ppo": {"baseline": "leave_one_out"}}))
     args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "a.yaml"), "--out", "x", "steps=9"])
     cfg = cli_train.build_train_config(args)
-    assert (cfg.algo, cfg.steps, cfg.dpo.beta, cfg.lora.r, cfg.out) == ("dpo", 9, 0.2, 4, "x")
+    assert (cfg.algo, cfg.steps, cfg.algorithm.beta, cfg.lora.r, cfg.out) == ("dpo", 9, 0.2, 4, "x")
     args = cli.build_parser().parse_args(["train", "--config", str(tmp_path / "b.json")])
-    assert cli_train.build_train_config(args).ppo.baseline == "leave_one_out"
+    assert cli_train.build_train_config(args).algorithm.baseline == "leave_one_out"
 
 
 def test_config_docs_cover_every_field_and_the_committed_page_is_current():
     import dataclasses
 
-    from agentrl.algos.recipes.main_job import MainJobConfig
+    from agentrl.algos.recipes.main_job import MainJobConfig, MainJobStages
 
     text = config_reference.config_docs()
-    for f in dataclasses.fields(TrainConfig):
-        assert f"`{f.name}`" in text
+    for f in dataclasses.fields(TrainConfig):  # the algorithm's section: under its name, one table per algorithm
+        assert f"`{f.name}`" in text or (f.name == "algorithm" and "`<algo>.`" in text)
     cfg = TrainConfig()
-    for section in ("lora", "collector", "grpo", "ppo", "dpo", "sft"):
+    for section in ("lora", "collector"):
         for f in dataclasses.fields(getattr(cfg, section)):
             assert f"`{section}.{f.name}`" in text
-    for f in dataclasses.fields(MainJobConfig):
+    for algo in ("grpo", "ppo", "dpo", "sft"):
+        for f in dataclasses.fields(TrainConfig(algo=algo).algorithm):
+            assert f"`{algo}.{f.name}`" in text
+    for f in config_reference.own_fields(MainJobConfig):  # its own keys; the inherited ones are TrainConfig's
         assert f"`{f.name}`" in text
+    for f in dataclasses.fields(MainJobStages):
+        assert f"`stages.{f.name}`" in text
     assert "Upper clip (clip-higher)" in text  # help text comes from the field docstrings
     page = ROOT / "docs" / "configuration.md"
     assert page.read_text(encoding="utf-8").strip() == text.strip(), \
@@ -126,11 +131,11 @@ def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatc
 
     monkeypatch.setattr(main_job, "run_main_job", fake_main_job)
     assert cli.main(["main-job"]) == 0
-    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"].sft_families == [] and seen["cfg"].sft_steps == 16
-    assert seen["cfg"].grpo.scale_std is False  # the main job runs Dr. GRPO
+    assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"] == main_job.MainJobConfig()
+    assert main_job.stage_config(seen["cfg"], "rl", "r").algorithm.scale_std is False  # Dr. GRPO
     assert "| table |" in capsys.readouterr().out
-    assert cli.main(["main-job", "rl_steps=3", "--out", "r"]) == 0
-    assert seen["cfg"].rl_steps == 3 and seen["cfg"].out == "r"
+    assert cli.main(["main-job", "stages.rl.steps=3", "--out", "r"]) == 0
+    assert main_job.stage_config(seen["cfg"], "rl", "r").steps == 3 and seen["cfg"].out == "r"
     # --device / --dtype reach the main job's config, as flags and as keys
     assert seen["cfg"].device == "auto"
     assert cli.main(["main-job", "--device", "cuda", "--dtype", "bf16"]) == 0

@@ -38,9 +38,11 @@ def test_the_main_job_writes_its_training_curves_beside_the_eval_chart(tmp_path,
     # each stage's own figures (plot_run: every metric group, in sft/plots and grpo/plots) take most of a
     # tiny run's time and are not what this checks
     monkeypatch.setattr("agentrl.algos.evaluation.plot.plot_run", lambda run_dir, **kw: [])
-    cfg = MainJobConfig(model=str(tiny_dir), out=str(tmp_path / "main"), eval_tasks=1, sft_demos=2, sft_steps=1,
-                        sft_batch_size=2, rl_steps=1, rl_tasks_per_step=1, rl_group_size=2, max_new_tokens=4,
-                        max_turns=2, progress=False, report_to=["none"], dtype="fp32", device="cpu")
+    cfg = MainJobConfig(model=str(tiny_dir), out=str(tmp_path / "main"), eval_tasks=1, progress=False,
+                        report_to=["none"], dtype="fp32", device="cpu",
+                        stages={"sft": {"steps": 1, "sft": {"num_demos": 2, "batch_size": 2}},
+                                "rl": {"steps": 1, "tasks_per_step": 1, "group_size": 2,
+                                       "collector": {"max_new_tokens": 4, "max_turns": 2}}})
     result = run_main_job(cfg)
     plots = tmp_path / "main" / "plots"
     assert {p.name for p in plots.iterdir()} == {"eval_comparison.png", "training_curves.png"}

@@ -115,8 +115,9 @@ def stopping_model_dir(tmp_path_factory, tokenizer):
     return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
 
 
-SMALL = ["sft_demos=2", "sft_steps=1", "sft_batch_size=2", "max_new_tokens=8", "max_turns=2", "rl_tasks_per_step=1",
-         "rl_group_size=2", "eval_n=1"]
+SMALL = ["stages.sft.sft.num_demos=2", "stages.sft.steps=1", "stages.sft.sft.batch_size=2",
+         "stages.rl.collector.max_new_tokens=8", "stages.rl.collector.max_turns=2", "stages.rl.tasks_per_step=1",
+         "stages.rl.group_size=2", "eval_n=1"]
 
 
 def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, tmp_path, capsys):
@@ -137,7 +138,9 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert [r["id"] for r in rows] == ["multiple_0", "multiple_1"] and all(r["n"] == 1 for r in rows)
     cell = done["cells/grpo-s0"]
     assert cell["steps"] == 1 and cell["algo"] == "grpo" and cell["commit"] and cell["machine"]
-    assert cell["config"]["env_kwargs"]["families"] == list(AXES.train_families) and cell["config"]["rl_lr"] == 6e-5
+    assert cell["config"]["env_kwargs"]["families"] == list(AXES.train_families)
+    assert cell["config"]["stages"]["rl"]["lr"] == 6e-5 and cell["config"]["stages"]["sft"]["env_kwargs"] == {
+        "families": list(AXES.train_families)}
     assert (work / "cells/grpo-s0/adapter/adapter_config.json").is_file()
     sampled = done["evals/grpo-s0/tooluse_axis_depth-sampled"]
     assert sampled["eval_n"] == 8 and sampled["report"]["pass_at_k"]["8"] >= sampled["report"]["pass_at_k"]["1"]
@@ -154,7 +157,7 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert "ran 0, already there" in capsys.readouterr().out
     assert {k: (data / k / "meta.json").stat().st_mtime_ns for k in done} == stamps
     with pytest.raises(SystemExit, match=r"other settings \(overrides, pipeline differ\); use another --data"):
-        main([*args, "max_turns=3"])
+        main([*args, "stages.rl.collector.max_turns=3"])
     moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
     work.rename(moved)
     assert main([*args[:6], str(moved), *args[7:]]) == 0

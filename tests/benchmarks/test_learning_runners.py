@@ -365,18 +365,21 @@ def test_a_comparison_option_changes_only_its_settings(tmp_path):
     plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     low = runner.train_config("grpo_lr2e-5", 0, tmp_path / "adapter", tmp_path / "low")
     turns = runner.train_config("grpo_turns", 0, tmp_path / "adapter", tmp_path / "turns")
-    assert plain.lr == MainJobConfig().rl_lr == 6e-5 and low.lr == 2e-5 and turns.lr == plain.lr
-    assert low.algo == turns.algo == "grpo" and low.grpo == plain.grpo
-    assert turns.grpo.turn_weight == 1.0 and plain.grpo.turn_weight == 0
+    assert plain.lr == MainJobConfig().stages.rl["lr"] == 6e-5 and low.lr == 2e-5 and turns.lr == plain.lr
+    assert low.algo == turns.algo == "grpo" and low.algorithm == plain.algorithm
+    assert turns.algorithm.turn_weight == 1.0 and plain.algorithm.turn_weight == 0
+    ppo = runner.train_config("ppo", 0, tmp_path / "adapter", tmp_path / "ppo")
+    assert ppo.algo == "ppo" and ppo.lr == plain.lr and ppo.group_size == plain.group_size
     guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
     with pytest.raises(SystemExit, match=r"^--algos grpo_relift: grpo.guidance=relift: .* at least 16x .* <= 0.62 "):
         runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")  # groups of 8: refused
-    runner.cfg = dataclasses.replace(runner.cfg, rl_group_size=4)  # 8x: allowed
+    runner.cfg = MainJobConfig(stages={"rl": {"group_size": 4}})  # 8x: allowed
     plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     guided = runner.train_config("grpo_guided", 0, tmp_path / "adapter", tmp_path / "guided")
     relift = runner.train_config("grpo_relift", 0, tmp_path / "adapter", tmp_path / "relift")
-    assert (plain.grpo.guidance, guided.grpo.guidance, relift.grpo.guidance) == ("none", "luffy", "relift")
-    assert guided.lr == relift.lr == plain.lr and dataclasses.replace(guided.grpo, guidance="none") == plain.grpo
+    assert [c.algorithm.guidance for c in (plain, guided, relift)] == ["none", "luffy", "relift"]
+    assert guided.lr == relift.lr == plain.lr
+    assert dataclasses.replace(guided.algorithm, guidance="none") == plain.algorithm
 
 
 def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_path):

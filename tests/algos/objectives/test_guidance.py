@@ -147,7 +147,7 @@ def test_bad_guidance_settings_name_the_key(key, value, message):
 def test_a_guided_step_on_tooluse_trains_on_demonstrations_rendered_as_rollouts(mode, tokenizer, tmp_path):
     from agentrl.algos.training.trainer import Trainer
 
-    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", grpo={"guidance": mode})
+    cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algorithm={"guidance": mode})
     trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = []
     prepare = trainer.algo.prepare

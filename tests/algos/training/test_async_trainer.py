@@ -213,7 +213,7 @@ def test_drop_mode_trains_only_on_batches_within_max_staleness(tokenizer, tmp_pa
 
 def test_tis_mode_corrects_stale_batches_around_the_current_policy(tokenizer, tmp_path):
     cfg = _acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis")
-    cfg.grpo = dataclasses.replace(cfg.grpo, correction_cap=1.5)  # the one cap of the truncated weight
+    cfg.algorithm = dataclasses.replace(cfg.algorithm, correction_cap=1.5)  # the one cap of the truncated weight
     trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     seen = _record_versions(trainer)
     _slow_updates(trainer, 0.3)
@@ -248,7 +248,7 @@ def test_tis_mode_with_demonstration_guidance_corrects_only_the_samples(tokenize
     correction skips them instead of indexing the batch with them."""
     cfg = _acfg(tmp_path, queue_size=1, max_staleness=0, staleness="tis")
     # (relift's term at a coefficient the balance check accepts: check_relift_balance)
-    cfg.grpo = dataclasses.replace(cfg.grpo, guidance=guidance, guidance_coef=0.1)
+    cfg.algorithm = dataclasses.replace(cfg.algorithm, guidance=guidance, guidance_coef=0.1)
     trainer = AsyncTrainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     trainer.algo.demos = _OneDemo(tokenizer)
     seen = _record_versions(trainer)
@@ -319,7 +319,7 @@ def test_async_grpo_raises_the_reward_on_a_trivially_learnable_tooluse_task(toke
     task = StockTask(tmp_path, tokenizer)
     env_kwargs, col, model, mean_reward = task.env_kwargs, task.collector, task.model, task.mean_reward
     sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=5, lr=1e-2,
-                                    env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
+                                    env_kwargs=env_kwargs, algorithm={"batch_size": 1, "num_demos": 1}),
                   model=model, tokenizer=tokenizer)
     sft.train()
     after_sft = mean_reward(sft.model, 1)

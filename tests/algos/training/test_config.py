@@ -5,7 +5,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import pytest
+
 from agentrl.algos import objectives
+from agentrl.algos.config import config_from_dict
 from agentrl.algos.objectives import register_algorithm
 from agentrl.algos.objectives.sft import SFT
 from agentrl.algos.training.config import TrainConfig
@@ -22,7 +25,7 @@ def test_building_a_train_config_loads_no_torch():
     no torch: the built-in algorithm files import it lazily (objectives.base.LazyModule)."""
     code = ("import sys; from agentrl.algos.training.config import TrainConfig; "
             "cfg = TrainConfig(); TrainConfig.from_dict({'algo': 'ppo', 'grpo': {'beta': 0.1}}).validate(); "
-            "assert cfg.grpo is not None and cfg.sft is not None, 'no algorithm sections'; "
+            "assert type(cfg.algorithm).__name__ == 'GRPOConfig', 'no algorithm section'; "
             "assert 'torch' not in sys.modules, 'torch was imported'; "
             "assert 'agentrl.algos.objectives.grpo' in sys.modules, 'the sections imported no algorithm'")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -42,6 +45,19 @@ def test_an_algorithm_registered_after_import_has_its_section(monkeypatch):
     register_algorithm("late_algo", _Late)
     cfg = TrainConfig(algo="late_algo")
     cfg.validate()
-    assert cfg.late_algo.k == 3
-    assert cfg.algorithm_config() is cfg.late_algo
-    assert TrainConfig(grpo={"beta": 0.1}).algorithm_config().beta == 0.1
+    assert cfg.algorithm == _LateConfig(k=3)
+    assert TrainConfig.from_dict({"algo": "late_algo", "late_algo": {"k": 4}}).algorithm.k == 4
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["late_algo"] == {"k": 3}
+    assert TrainConfig(algorithm={"beta": 0.1}).algorithm.beta == 0.1
+
+
+def test_a_section_of_another_algorithm_is_checked_and_not_kept():
+    cfg = TrainConfig.from_dict({"algo": "ppo", "grpo": {"beta": 0.1}, "ppo": {"epochs": 2}})
+    assert type(cfg.algorithm).__name__ == "PPOConfig" and cfg.algorithm.epochs == 2 and "grpo" not in cfg.to_dict()
+    with pytest.raises(ValueError, match="unknown config key 'grpo.betta'; did you mean 'grpo.beta'"):
+        TrainConfig.from_dict({"algo": "ppo", "grpo": {"betta": 0.1}})
+    # switching algo over a base config starts the new algorithm's section from its defaults
+    tuned = TrainConfig(algorithm={"beta": 0.1})
+    dpo = config_from_dict(TrainConfig, {"algo": "dpo"}, base=tuned)
+    assert dpo.algorithm == TrainConfig(algo="dpo").algorithm
+    assert config_from_dict(TrainConfig, {"steps": 3}, base=tuned).algorithm.beta == 0.1  # the same algo: kept

@@ -191,11 +191,11 @@ def test_malloc_mmap_threshold_is_set_on_glibc_and_by_the_trainer(tmp_path, toke
 
 
 def test_main_job_passes_its_memory_budget_to_both_stages():
-    from agentrl.algos.recipes.main_job import MainJobConfig, rl_train_config, sft_train_config
+    from agentrl.algos.recipes.main_job import MainJobConfig, stage_config
 
     cfg = config_from_dict(MainJobConfig, apply_overrides({}, ["memory_budget_gb=3.5"]))
-    assert sft_train_config(cfg, "s").memory_budget_gb == 3.5 and rl_train_config(cfg, "r").memory_budget_gb == 3.5
-    assert rl_train_config(MainJobConfig(), "r").memory_budget_gb == MainJobConfig().memory_budget_gb
+    assert stage_config(cfg, "sft", "s").memory_budget_gb == stage_config(cfg, "rl", "r").memory_budget_gb == 3.5
+    assert stage_config(MainJobConfig(), "rl", "r").memory_budget_gb == MainJobConfig().memory_budget_gb == 1.5
 
 
 # ------------------------------------------------------------------------- the shared prefix, once per update

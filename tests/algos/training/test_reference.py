@@ -49,7 +49,7 @@ def test_reference_is_the_starting_adapter_and_does_not_move(tokenizer, tmp_path
         base = token_logprobs(model, ids)
     assert not torch.allclose(start, base, atol=1e-3)  # the starting adapter is not the base model
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    trainer = Trainer(tiny_train_config(tmp_path, grpo={"beta": 0.1}, steps=2), model=model, tokenizer=tokenizer)
+    trainer = Trainer(tiny_train_config(tmp_path, algorithm={"beta": 0.1}, steps=2), model=model, tokenizer=tokenizer)
     ref = trainer.reference
     assert ref.kind == "frozen_adapter"
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable  # the copy never trains
@@ -97,7 +97,7 @@ def test_a_fresh_adapter_uses_the_base_model_as_reference(tokenizer):
 def test_lora_dropout_is_off_in_the_rl_forward_passes(tokenizer, tmp_path):
     """With lora.dropout=0.5 a train-mode recompute would differ from the rollout logprobs at epoch 1."""
     model = tiny_train_model(tokenizer)
-    cfg = tiny_train_config(tmp_path, lora=LoRAConfig(dropout=0.5), grpo={"beta": 0.1})
+    cfg = tiny_train_config(tmp_path, lora=LoRAConfig(dropout=0.5), algorithm={"beta": 0.1})
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
     with torch.no_grad():  # a non-zero adapter, so dropout on its input would change the outputs
         for n, p in trainer.model.named_parameters():
@@ -124,7 +124,8 @@ def test_dpo_logprobs_are_at_temperature_one_and_grpo_at_the_rollout_temperature
     cool = CollectorConfig(max_new_tokens=8, max_turns=1, temperature=0.8)
     for algo, want in (("dpo", 1.0), ("grpo", 0.8)):
         seen.clear()
-        trainer = Trainer(tiny_train_config(tmp_path / algo, algo=algo, collector=cool, grpo={"beta": 0.1}),
+        trainer = Trainer(tiny_train_config(tmp_path / algo, algo=algo, collector=cool,
+                                            algorithm={"beta": 0.1} if algo == "grpo" else None),
                           model=tiny_train_model(tokenizer, stop_scale=4.0), tokenizer=tokenizer)
         [m] = trainer.train()
         assert m["train/optimizer_steps"] == 1
@@ -139,7 +140,7 @@ def test_grpo_with_kl_trains_on_equal_reward_groups(tokenizer, tmp_path):
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=ScoreEnv, kwargs={"constant": 0.5})
     for beta, steps in ((0.1, 1), (0.0, 0)):
-        trainer = Trainer(tiny_train_config(tmp_path / str(beta), env=env_id, grpo={"beta": beta}),
+        trainer = Trainer(tiny_train_config(tmp_path / str(beta), env=env_id, algorithm={"beta": beta}),
                           model=tiny_train_model(tokenizer, stop_scale=8.0), tokenizer=tokenizer)
         [m] = trainer.train()
         assert m["train/optimizer_steps"] == steps

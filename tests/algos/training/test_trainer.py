@@ -25,7 +25,7 @@ def _frozen(model):
 
 
 def test_grpo_step_updates_the_adapter_only_and_logs_the_metrics(tokenizer, tmp_path):
-    trainer = Trainer(tiny_train_config(tmp_path, grpo={"beta": 0.05}), model=tiny_train_model(tokenizer),
+    trainer = Trainer(tiny_train_config(tmp_path, algorithm={"beta": 0.05}), model=tiny_train_model(tokenizer),
                       tokenizer=tokenizer)
     lora0, frozen0 = _trainable(trainer.model), _frozen(trainer.model)
     [m] = trainer.train()
@@ -92,7 +92,7 @@ def test_dpo_first_step_loss_is_log2_and_ppo_steps(tokenizer, tmp_path):
     assert m["train/pairs"] >= 1
     # LoRA B = 0 at the start: policy == reference, h = 0, loss = -log sigmoid(0) = log 2
     assert m["train/loss"] == pytest.approx(math.log(2), abs=1e-5)
-    trainer = Trainer(tiny_train_config(tmp_path / "ppo", algo="ppo", ppo={"epochs": 2}),
+    trainer = Trainer(tiny_train_config(tmp_path / "ppo", algo="ppo", algorithm={"epochs": 2}),
                       model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     [m] = trainer.train()
     assert m["train/optimizer_steps"] == 2
@@ -154,7 +154,8 @@ def test_sft_renders_demonstrations_as_the_chat_template_does(tokenizer):
 
 def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
     cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", steps=4, lr=5e-3,
-                            env_kwargs={"families": ["multiply"], "tools": None}, sft={"batch_size": 2, "num_demos": 2})
+                            env_kwargs={"families": ["multiply"], "tools": None},
+                            algorithm={"batch_size": 2, "num_demos": 2})
     cfg.env_kwargs.pop("tools")
     trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     hist = trainer.train()
@@ -166,7 +167,7 @@ def test_sft_steps_lower_the_demonstration_nll(tokenizer, tmp_path):
 def test_sft_demos_list_the_tools_as_rollouts_do_with_a_tool_aware_template(template_tokenizers, tmp_path):
     tok = template_tokenizers["qwen2_5"]  # its template renders the tool schemas itself
     cfg = tiny_train_config(tmp_path, env="AgentRL/ToolUse-v0", algo="sft", env_kwargs={"families": ["multiply"]},
-                            sft={"batch_size": 1, "num_demos": 1})
+                            algorithm={"batch_size": 1, "num_demos": 1})
     trainer = Trainer(cfg, model=tiny_train_model(tok), tokenizer=tok)
     ids, mask = trainer.examples[0]
     text = tok.decode(ids)
@@ -204,7 +205,7 @@ def test_sft_then_grpo_raise_the_reward_on_a_trivially_learnable_tooluse_task(to
     env_kwargs, col, model, mean_reward = task.env_kwargs, task.collector, task.model, task.mean_reward
     base = mean_reward(model, 1)
     sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=SFT_STEPS,
-                                    lr=1e-2, env_kwargs=env_kwargs, sft={"batch_size": 1, "num_demos": 1}),
+                                    lr=1e-2, env_kwargs=env_kwargs, algorithm={"batch_size": 1, "num_demos": 1}),
                   model=model, tokenizer=tokenizer)
     sft.train()
     after_sft = mean_reward(sft.model, 1)
@@ -223,7 +224,8 @@ def test_one_grpo_step_on_the_real_135m_model(tmp_path):
 
     model, tok = load_model()
     sft = Trainer(tiny_train_config(tmp_path / "sft", env="AgentRL/ToolUse-v0", algo="sft", steps=1, lr=5e-4,
-                                    env_kwargs={"families": ["multiply"]}, sft={"batch_size": 4, "num_demos": 4}),
+                                    env_kwargs={"families": ["multiply"]},
+                                    algorithm={"batch_size": 4, "num_demos": 4}),
                   model=model, tokenizer=tok)
     [s] = sft.train()
     assert 0 < s["train/loss"] < 5
