@@ -33,6 +33,7 @@ import threading
 from typing import Any
 
 from agentrl.algos.rollout.env_factory import make_chat_env
+from agentrl.envs.core import capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class EnvHost:
             self._envs[key] = env
         u = env.unwrapped
         meta = {"tools_in_prompt": bool(getattr(u, "tools_in_prompt", False)), "rewards": getattr(u, "rewards", None),
+                "capabilities": capabilities(env),
                 "observation_space": env.observation_space, "action_space": env.action_space,
                 "spec_id": env.spec.id if env.spec is not None else self.env_id}
         return key, meta
@@ -136,7 +138,8 @@ class RemoteEnv:
             :func:`~agentrl.algos.rollout.env_factory.make_chat_env`).
 
     ``reset``/``step`` block until the actor answers (the collector calls them from its thread pool, so many
-    envs step concurrently). ``unwrapped`` is the proxy itself, exposing ``tools_in_prompt``, ``rewards`` and the
+    envs step concurrently). ``unwrapped`` is the proxy itself, exposing ``tools_in_prompt``, ``rewards``, the
+    env's declared capabilities (:data:`~agentrl.envs.core.CAPABILITIES`: ``grades_cut_replies``, ...) and the
     spaces fetched when the env was opened; :meth:`call` reaches any other env method.
     """
 
@@ -152,6 +155,8 @@ class RemoteEnv:
         self.rewards = meta["rewards"]
         self.observation_space = meta["observation_space"]
         self.action_space = meta["action_space"]
+        for name, value in meta["capabilities"].items():  # grades_cut_replies, ... (agentrl.envs.core.CAPABILITIES)
+            setattr(self, name, value)
         self._closed = False
 
     @property

@@ -48,6 +48,7 @@ from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
 from agentrl.algos.rollout.env_factory import make_chat_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
+from agentrl.envs.core import capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -296,8 +297,7 @@ class Collector:
         text = self.policy.tokenizer.decode(body, skip_special_tokens=False)
         ep.turns.append(Turn(prompt_len=start, completion_len=len(res.token_ids), completion=text, parsed={},
                              finish_reason=res.finish_reason))
-        if res.finish_reason != "stop" and not getattr(getattr(ep.env, "unwrapped", ep.env), "grades_cut_replies",
-                                                       False):
+        if res.finish_reason != "stop" and not capabilities(ep.env)["grades_cut_replies"]:
             self._finish(ep, "truncated", self._no_answer_reward(ep.env), bar)
             return None
         return text

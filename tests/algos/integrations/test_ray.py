@@ -157,3 +157,30 @@ def test_trainer_with_ray_executor_matches_local(tokenizer, tmp_path):
         runs[executor] = trainer.train()[0]
     keys = [k for k in runs["local"] if k.startswith(("reward/", "rollout/")) and "time" not in k]
     assert keys and {k: runs["ray"][k] for k in keys} == {k: runs["local"][k] for k in keys}
+
+
+def test_declared_capabilities_travel_through_the_ray_proxy(tokenizer):
+    # issue 60 (N3): BFCL grades a reply cut by the token budget (grades_cut_replies); through executor=ray the
+    # proxy dropped the declaration and the same episodes ended truncated at reward 0
+    from agentrl.algos.models import tiny_model
+    from agentrl.algos.policy.hf import HFPolicy
+    from agentrl.envs.core import CAPABILITIES, capabilities
+
+    env_id, kwargs = "AgentRL/BFCL-v0", {"category": "irrelevance"}
+    local_env = gym.make(env_id, **kwargs)
+    remote_env = RemoteEnv(env_id, kwargs)
+    try:
+        assert capabilities(remote_env) == capabilities(local_env) == {name: name == "grades_cut_replies"
+                                                                      for name in CAPABILITIES}
+    finally:
+        remote_env.close()
+        local_env.close()
+    policy = HFPolicy(tiny_model(tokenizer, hidden_size=32), tokenizer)
+    tasks = [{"id": f"irrelevance_{i}"} for i in range(3)]
+    cfg = CollectorConfig(max_new_tokens=4, temperature=0.0)  # every reply is cut
+    local = collect(env_id, policy, tasks, 1, cfg, env_kwargs=kwargs)
+    with RayEnvPool(env_id, kwargs, num_workers=1) as pool:
+        remote = collect(pool, policy, tasks, 1, cfg)
+    assert all(t.turns[-1].finish_reason != "stop" for t in local)
+    assert [(t.termination, t.reward) for t in remote] == [(t.termination, t.reward) for t in local]
+    assert all(t.termination != "truncated" for t in remote)  # graded, not cut off
