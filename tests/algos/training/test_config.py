@@ -61,3 +61,11 @@ def test_a_section_of_another_algorithm_is_checked_and_not_kept():
     dpo = config_from_dict(TrainConfig, {"algo": "dpo"}, base=tuned)
     assert dpo.algorithm == TrainConfig(algo="dpo").algorithm
     assert config_from_dict(TrainConfig, {"steps": 3}, base=tuned).algorithm.beta == 0.1  # the same algo: kept
+
+
+def test_an_older_runs_config_json_with_every_algorithms_section_resumes():
+    """Before issue 58 config.json held a section per registered algorithm; only algo's is read back."""
+    old = {**TrainConfig().to_dict(), **{a: TrainConfig(algo=a).to_dict()[a] for a in ("grpo", "ppo", "dpo", "sft")}}
+    old["algo"], old["dpo"]["beta"] = "dpo", 0.3
+    resumed = TrainConfig.from_dict(old)
+    assert resumed.algo == "dpo" and resumed.algorithm.beta == 0.3 and set(resumed.to_dict()) & {"grpo", "sft"} == set()
