@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentrl.envs.core import capabilities
 from agentrl.envs.parsing import ParsedAction
 
 try:
@@ -80,6 +81,8 @@ class TextObservation(Observation):
     format_ok: bool | None = None
     answer: str | None = None
     rewards: dict[str, float] = Field(default_factory=dict, description="the env's reward levels")
+    capabilities: dict[str, bool] = Field(default_factory=dict, description="what the env declares "
+                                          "(agentrl.envs.core.CAPABILITIES: grades_cut_replies, ...)")
     extra: dict[str, Any] = Field(default_factory=dict, description="the env's own info keys")
 
 
@@ -142,7 +145,7 @@ class TextEnvironment(Environment):
             task_id=str(info.get("task_id", "")), metrics=info.get("metrics") or {}, parsed=info.get("parsed") or {},
             obs_role=str(info.get("obs_role", "user")), termination=info.get("termination"),
             correct=info.get("correct"), format_ok=info.get("format_ok"), answer=info.get("answer"),
-            rewards=asdict(rewards) if is_dataclass(rewards) else {},
+            rewards=asdict(rewards) if is_dataclass(rewards) else {}, capabilities=capabilities(self.env),
             extra={k: v for k, v in info.items() if k not in _INFO_FIELDS})
 
     @property

@@ -33,7 +33,7 @@ import numpy as np
 import requests
 
 from agentrl.envs.bridges.openenv import AGENTRL_FIELDS
-from agentrl.envs.core import Budgets, EpisodeMetrics, Rewards, TextEnv
+from agentrl.envs.core import CAPABILITIES, Budgets, EpisodeMetrics, Rewards, TextEnv
 from agentrl.envs.mcp_tools import MCPTool
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import ToolResult, ToolSet, format_value
@@ -245,6 +245,9 @@ class OpenEnvTextEnv(TextEnv):
             self.messages, self._remote_tools = list(obs.get("messages") or []), list(obs.get("tools") or [])
             if set(obs.get("rewards") or {}) == {"correct", "wrong", "invalid"}:
                 self.rewards = Rewards(**obs["rewards"])
+            for name, value in (obs.get("capabilities") or {}).items():  # the served env's, e.g. grades_cut_replies
+                if name in CAPABILITIES:
+                    setattr(self, name, bool(value))
             return str(obs.get("text", "")), {"messages": list(self.messages), "tools": self._remote_tools,
                                               "task_id": str(obs.get("task_id", ""))}
         self.task = {"id": (task or {}).get("id") or (f"seed-{kwargs['seed']}" if "seed" in kwargs else ""),

@@ -223,6 +223,34 @@ def test_round_trip_our_env_exported_then_imported_matches_gym_make(servers):
     remote.close()
 
 
+def test_declared_capabilities_travel_through_the_openenv_server_and_client(servers, tokenizer):
+    # issue 60 (N3): BFCL grades a reply cut by the token budget; exported and imported again through OpenEnv the
+    # client must say so, or the collector ends the same episodes truncated at reward 0
+    from agentrl.algos.models import tiny_model
+    from agentrl.algos.policy.hf import HFPolicy
+    from agentrl.algos.rollout.collector import CollectorConfig, collect
+    from agentrl.envs.core import capabilities
+
+    env_id = "AgentRL/BFCL-v0"
+    url = servers(env_id)
+    remote, local = gym.make("AgentRL/OpenEnv-v0", url=url), gym.make(env_id)
+    try:
+        remote.reset(options={"task": {"id": "simple_python_133"}})
+        assert capabilities(remote)["grades_cut_replies"] is True
+        assert capabilities(remote)["grades_cut_replies"] == capabilities(local)["grades_cut_replies"]
+    finally:
+        remote.close()
+        local.close()
+    policy = HFPolicy(tiny_model(tokenizer, hidden_size=32), tokenizer)
+    tasks = [{"id": "simple_python_133"}, {"id": "simple_python_202"}]
+    cfg = CollectorConfig(max_new_tokens=4, temperature=0.0)  # every reply is cut
+    here = collect(env_id, policy, tasks, 1, cfg)
+    there = collect("AgentRL/OpenEnv-v0", policy, tasks, 1, cfg, env_kwargs={"url": url})
+    assert all(t.turns[-1].finish_reason != "stop" for t in here)
+    assert [(t.termination, t.reward) for t in there] == [(t.termination, t.reward) for t in here]
+    assert all(t.termination != "truncated" for t in there)
+
+
 def test_openenv_v0_refuses_clearly_without_a_url_or_a_server():
     with pytest.raises(ValueError, match="url=.*agentrl-env serve"):
         gym.make("AgentRL/OpenEnv-v0")
