@@ -54,7 +54,7 @@ except ImportError as e:  # pragma: no cover - the [skyrl] extra is part of the 
 
 import agentrl.envs
 from agentrl.envs import make_text_env
-from agentrl.envs.core import TextEnv
+from agentrl.envs.core import TextEnv, capabilities
 
 __all__ = ["AgentRLSkyRLEnv", "register_skyrl_envs", "skyrl_rows"]
 
@@ -115,16 +115,20 @@ class AgentRLSkyRLEnv(BaseTextEnv):
         self.max_turns = self.env.budgets.max_turns
         self._info: dict[str, Any] = {}
         self._seen = 0  # messages of our env already in SkyRL's chat history
+        for name, value in capabilities(self.env).items():  # the hosted env's (agentrl.envs.core.CAPABILITIES)
+            setattr(self, name, value)
 
     def init(self, prompt: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Reset our env on the row's task; return its system and user messages (the row's ``prompt`` is
-        replaced) and ``{"tools", "task_id", "task"}``."""
+        replaced) and ``{"tools", "task_id", "task", "capabilities"}`` (the hosted env's declared capabilities,
+        also attributes of this env: ``grades_cut_replies``, ...)."""
         options = {"task": self.task} if self.task is not None else None
         _, info = self.env.reset(seed=self.seed, options=options)
         self.turns = 0
         self._info = info
         self._seen = len(info["messages"])
-        metadata = {"tools": info["tools"], "task_id": info["task_id"], "task": self.env.task}
+        metadata = {"tools": info["tools"], "task_id": info["task_id"], "task": self.env.task,
+                    "capabilities": capabilities(self.env)}
         return [dict(m) for m in info["messages"]], metadata
 
     def step(self, action: str) -> BaseTextEnvStepOutput:

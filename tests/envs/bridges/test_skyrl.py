@@ -166,6 +166,21 @@ def test_an_unpinned_row_draws_a_seeded_task():
     assert a.init([])[1]["task"] == b.init([])[1]["task"]
 
 
+@pytest.mark.parametrize("env_id", ["AgentRL/BFCL-v0", "AgentRL/ToolUse-v0"])
+def test_the_hosted_envs_declared_capabilities_travel_through_the_bridge(env_id):
+    # issue 60 (N3): one declaration (agentrl.envs.core.CAPABILITIES) that every proxy forwards
+    from agentrl.envs.core import capabilities
+
+    env = skyrl_gym.make(env_id, env_config={}, extras={"seed": 0})
+    local = gym.make(env_id)
+    try:
+        assert env.init([])[1]["capabilities"] == capabilities(env) == capabilities(local)
+        assert capabilities(env)["grades_cut_replies"] is (env_id == "AgentRL/BFCL-v0")
+    finally:
+        env.close()
+        local.close()
+
+
 def test_a_user_env_added_with_register_env_is_registered_too(user_ids):
     user_ids.append("Test/SkyRLToolUse-v0")
     register_env("Test/SkyRLToolUse-v0", ToolUseEnv, "a copy of ToolUse for this test")
