@@ -33,7 +33,7 @@ import threading
 from typing import Any
 
 from agentrl.algos.rollout.env_factory import make_chat_env
-from agentrl.envs.core import capabilities
+from agentrl.envs.capabilities import capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class RemoteEnv:
 
     ``reset``/``step`` block until the actor answers (the collector calls them from its thread pool, so many
     envs step concurrently). ``unwrapped`` is the proxy itself, exposing ``tools_in_prompt``, ``rewards``, the
-    env's declared capabilities (:data:`~agentrl.envs.core.CAPABILITIES`: ``grades_cut_replies``, ...) and the
+    env's declared capabilities (:data:`~agentrl.envs.capabilities.CAPABILITIES`: ``grades_cut_replies``, ...) and the
     spaces fetched when the env was opened; :meth:`call` reaches any other env method.
     """
 
@@ -155,7 +155,7 @@ class RemoteEnv:
         self.rewards = meta["rewards"]
         self.observation_space = meta["observation_space"]
         self.action_space = meta["action_space"]
-        for name, value in meta["capabilities"].items():  # grades_cut_replies, ... (agentrl.envs.core.CAPABILITIES)
+        for name, value in meta["capabilities"].items():  # agentrl.envs.capabilities.CAPABILITIES
             setattr(self, name, value)
         self._closed = False
 

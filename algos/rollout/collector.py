@@ -48,7 +48,7 @@ from agentrl.algos.policy.base import GenerationRequest, Policy, SamplingParams
 from agentrl.algos.rollout.chat import ChatFormat, Conversation, prompt_tools
 from agentrl.algos.rollout.env_factory import make_chat_env, resolve_call_format
 from agentrl.algos.rollout.trajectory import Trajectory, Turn
-from agentrl.envs.core import capabilities
+from agentrl.envs.capabilities import capabilities
 
 logger = logging.getLogger(__name__)
 

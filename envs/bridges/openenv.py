@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentrl.envs.core import capabilities
+from agentrl.envs.capabilities import capabilities
 from agentrl.envs.parsing import ParsedAction
 
 try:
@@ -82,7 +82,7 @@ class TextObservation(Observation):
     answer: str | None = None
     rewards: dict[str, float] = Field(default_factory=dict, description="the env's reward levels")
     capabilities: dict[str, bool] = Field(default_factory=dict, description="what the env declares "
-                                          "(agentrl.envs.core.CAPABILITIES: grades_cut_replies, ...)")
+                                          "(agentrl.envs.capabilities.CAPABILITIES: grades_cut_replies, ...)")
     extra: dict[str, Any] = Field(default_factory=dict, description="the env's own info keys")
 
 

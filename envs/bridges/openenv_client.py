@@ -33,7 +33,8 @@ import numpy as np
 import requests
 
 from agentrl.envs.bridges.openenv import AGENTRL_FIELDS
-from agentrl.envs.core import CAPABILITIES, Budgets, EpisodeMetrics, Rewards, TextEnv
+from agentrl.envs.capabilities import CAPABILITIES
+from agentrl.envs.core import Budgets, EpisodeMetrics, Rewards, TextEnv
 from agentrl.envs.mcp_tools import MCPTool
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import ToolResult, ToolSet, format_value

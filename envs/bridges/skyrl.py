@@ -54,7 +54,8 @@ except ImportError as e:  # pragma: no cover - the [skyrl] extra is part of the 
 
 import agentrl.envs
 from agentrl.envs import make_text_env
-from agentrl.envs.core import TextEnv, capabilities
+from agentrl.envs.capabilities import capabilities
+from agentrl.envs.core import TextEnv
 
 __all__ = ["AgentRLSkyRLEnv", "register_skyrl_envs", "skyrl_rows"]
 
@@ -115,7 +116,7 @@ class AgentRLSkyRLEnv(BaseTextEnv):
         self.max_turns = self.env.budgets.max_turns
         self._info: dict[str, Any] = {}
         self._seen = 0  # messages of our env already in SkyRL's chat history
-        for name, value in capabilities(self.env).items():  # the hosted env's (agentrl.envs.core.CAPABILITIES)
+        for name, value in capabilities(self.env).items():  # the hosted env's (agentrl.envs.capabilities.CAPABILITIES)
             setattr(self, name, value)
 
     def init(self, prompt: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:

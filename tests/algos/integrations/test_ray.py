@@ -164,7 +164,7 @@ def test_declared_capabilities_travel_through_the_ray_proxy(tokenizer):
     # proxy dropped the declaration and the same episodes ended truncated at reward 0
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy.hf import HFPolicy
-    from agentrl.envs.core import CAPABILITIES, capabilities
+    from agentrl.envs.capabilities import CAPABILITIES, capabilities
 
     env_id, kwargs = "AgentRL/BFCL-v0", {"category": "irrelevance"}
     local_env = gym.make(env_id, **kwargs)

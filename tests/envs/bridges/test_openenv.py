@@ -229,7 +229,7 @@ def test_declared_capabilities_travel_through_the_openenv_server_and_client(serv
     from agentrl.algos.models import tiny_model
     from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.rollout.collector import CollectorConfig, collect
-    from agentrl.envs.core import capabilities
+    from agentrl.envs.capabilities import capabilities
 
     env_id = "AgentRL/BFCL-v0"
     url = servers(env_id)

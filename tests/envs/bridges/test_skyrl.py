@@ -168,8 +168,8 @@ def test_an_unpinned_row_draws_a_seeded_task():
 
 @pytest.mark.parametrize("env_id", ["AgentRL/BFCL-v0", "AgentRL/ToolUse-v0"])
 def test_the_hosted_envs_declared_capabilities_travel_through_the_bridge(env_id):
-    # issue 60 (N3): one declaration (agentrl.envs.core.CAPABILITIES) that every proxy forwards
-    from agentrl.envs.core import capabilities
+    # issue 60 (N3): one declaration (agentrl.envs.capabilities.CAPABILITIES) that every proxy forwards
+    from agentrl.envs.capabilities import capabilities
 
     env = skyrl_gym.make(env_id, env_config={}, extras={"seed": 0})
     local = gym.make(env_id)
