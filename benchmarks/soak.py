@@ -1,0 +1,187 @@
+"""Soak: servers under sustained load and injected faults (issue 60, part 5). Never a test; bounded in clients and
+time; loopback only.
+
+    python benchmarks/soak.py [--target openenv|sandbox|all] [--clients 8] [--minutes 1] [--faults]
+
+* ``openenv``: ``agentrl-env serve AgentRL/ToolUse-v0 --openenv`` as its own process; ``--clients`` threads, each
+  playing episodes (reset, the demonstration's steps) through ``AgentRL/OpenEnv-v0`` for ``--minutes``. With
+  ``--faults``, one client in four opens a session, sends a reset and drops its socket mid-request.
+* ``sandbox``: one :class:`agentrl.envs.Sandbox`, ``--clients`` threads each running ``print(1)``; with
+  ``--faults``, one run in ten kills its own worker (``os.kill(os.getppid(), 9)``) and one in ten fills the
+  sandbox's ``/tmp``.
+
+For each: requests, errors, p50/p99 latency, and the server's resources at the start and the end (RSS MiB, open
+files, child processes; from /proc, the server process and its children): flat means no leak. Prints a markdown
+table with the command, the machine and the date; injected faults are not timed, and any error of the timed
+requests after a fault counts. Not covered yet: the retriever, the managed engine, and a full disk under a
+trainer's run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def resources(pid: int) -> dict[str, float]:
+    """RSS (MiB) of ``pid`` and its descendants, their open files, and the number of descendants."""
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += _children(p)
+    rss = files = 0
+    for p in seen:
+        try:
+            rss += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            files += len(os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            pass
+    return {"rss_mib": rss / 2**20, "open_files": files, "children": len(seen) - 1}
+
+
+def hammer(clients: int, seconds: float, work) -> tuple[list[float], int]:
+    """``clients`` threads calling ``work(rng)`` until ``seconds`` pass: (latencies of the successes, errors)."""
+    lat, errors, lock, end = [], [0], threading.Lock(), time.monotonic() + seconds
+
+    def loop(k: int) -> None:
+        rng = random.Random(k)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            try:
+                counted = work(rng) is not False  # False: an injected fault, not a request to time
+            except Exception:
+                with lock:
+                    errors[0] += 1
+                continue
+            if counted:
+                with lock:
+                    lat.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lat, errors[0]
+
+
+def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
+    import gymnasium as gym
+
+    import agentrl.envs
+    from agentrl.envs.bridges.openenv import wait_until_serving
+
+    gym.register_envs(agentrl.envs)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "agentrl.envs.cli", "serve", "AgentRL/ToolUse-v0", "--openenv",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_serving(url, server)
+        start = resources(server.pid)
+
+        def episode(rng: random.Random) -> None:
+            if faults and rng.random() < 0.25:  # a client that vanishes mid-request
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    c.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"seed\":")
+                return False
+            env = gym.make("AgentRL/OpenEnv-v0", url=url, timeout_s=30)
+            try:
+                env.reset(seed=rng.randrange(10**6))
+                local = env.unwrapped
+                for action in gym.make("AgentRL/ToolUse-v0").unwrapped.demo_actions(local.task) or ["Answer: 0"]:
+                    *_, terminated, truncated, _ = env.step(action)
+                    if terminated or truncated:
+                        break
+            finally:
+                env.close()
+
+        lat, errors = hammer(clients, seconds, episode)
+        time.sleep(2)  # sessions closed by the clients wind down
+        return {"target": "openenv (ToolUse-v0 episodes)", "lat": lat, "errors": errors, "start": start,
+                "end": resources(server.pid), "alive": server.poll() is None}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
+    from agentrl.envs import Sandbox
+
+    with Sandbox(max_concurrency=min(clients, 4), timeout_s=10) as sb:
+        hammer(min(clients, 4), 2.0, lambda rng: sb.run("print(1)"))  # every worker started before the start row
+        pid = os.getpid()
+        start = resources(pid)
+        counts = {"killed": 0, "disk": 0}
+
+        def run(rng: random.Random) -> None:
+            roll = rng.random()
+            if faults and roll < 0.1:
+                counts["killed"] += 1
+                sb.run("import os; os.kill(os.getppid(), 9)")  # a sandbox_error, then a fresh worker
+                return False
+            if faults and roll < 0.2:
+                counts["disk"] += 1
+                sb.run("open('/tmp/fill', 'wb').write(b'0' * (1 << 30))")  # the tmpfs limit: an error
+                return False
+            r = sb.run("print(1)")
+            if r.status != "ok" or r.stdout != "1\n":
+                raise RuntimeError(f"{r.status}: {r.stderr[-200:]}")
+
+        lat, errors = hammer(clients, seconds, run)
+        return {"target": f"sandbox (print(1); faults: {counts})", "lat": lat, "errors": errors, "start": start,
+                "end": resources(pid), "alive": True}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=["openenv", "sandbox", "all"], default="all")
+    ap.add_argument("--clients", type=int, default=8, help="concurrent clients (1-64)")
+    ap.add_argument("--minutes", type=float, default=1.0, help="per target (at most 60)")
+    ap.add_argument("--faults", action="store_true", help="inject faults (see the module docstring)")
+    args = ap.parse_args(argv)
+    if not 1 <= args.clients <= 64 or not 0 < args.minutes <= 60:
+        ap.error("--clients must be 1-64 and --minutes in (0, 60]")
+    targets = ["openenv", "sandbox"] if args.target == "all" else [args.target]
+    rows = [(soak_openenv if t == "openenv" else soak_sandbox)(args.clients, 60 * args.minutes, args.faults)
+            for t in targets]
+    print(f"command: python benchmarks/soak.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+          f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
+    print("| target | requests | errors | p50 ms | p99 ms | RSS MiB start → end | open files | children | alive |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lat = sorted(r["lat"]) or [float("nan")]
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        s, e = r["start"], r["end"]
+        print(f"| {r['target']} | {len(r['lat'])} | {r['errors']} | {1000 * statistics.median(lat):.1f} | "
+              f"{1000 * p99:.1f} | {s['rss_mib']:.0f} → {e['rss_mib']:.0f} | {s['open_files']} → {e['open_files']} | "
+              f"{s['children']} → {e['children']} | {r['alive']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
