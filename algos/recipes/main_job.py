@@ -16,7 +16,9 @@ families (only the three-call ``stock_total`` stays near -6), while 8 steps left
 ``add_multiply`` at -4 (GRPO then traded it away) and a cold start on one family left the other families'
 solutions at ~1e-4.
 Rewards of wrong answers (0) and format errors (-0.1) differ by little, so GRPO runs without dividing by the
-group's reward std (Dr. GRPO): a group's format-only differences do not get the same weight as a correct answer.
+group's reward std (Dr. GRPO's advantage; full Dr. GRPO also divides by a constant length, aggregation
+seq_mean_token_sum_norm, where the main job keeps token_mean): a group's format-only differences do not get the
+same weight as a correct answer.
 
 Run directory::
 
@@ -73,10 +75,11 @@ class MainJobStages:
     """The SFT cold start: 16 steps of 8 of 32 demonstrations (sft.num_demos) at lr 5e-4, only the last
     checkpoint kept; env_kwargs.families: the task families of its demonstrations (default: all)."""
     rl: dict[str, Any] = field(default_factory=_rl_stage)
-    """GRPO on all of the env's task families, 16 steps of 8 tasks x 8 samples: Dr. GRPO (rewards centred per
-    group, not divided by their std); lr 6e-5 chosen on the train split over three seeds
-    (docs/algorithms/grpo.md#the-learning-rate; 2e-4 undid the cold start in 3 of 3). Its collector (a reply
-    of at most 96 tokens, 4 turns) samples every evaluation too, at eval_temperature."""
+    """GRPO on all of the env's task families, 16 steps of 8 tasks x 8 samples: Dr. GRPO's advantage (rewards
+    centred per group, not divided by their std; the token-mean loss, not Dr. GRPO's constant length); lr 6e-5
+    chosen on the train split over three seeds (docs/algorithms/grpo.md#the-learning-rate; 2e-4 undid the cold start
+    in 3 of 3). Its collector (a reply of at most 96 tokens, 4 turns) samples every evaluation too, at
+    eval_temperature."""
 
     def __post_init__(self):
         for name, default in (("sft", _sft_stage()), ("rl", _rl_stage())):

@@ -132,7 +132,7 @@ def test_the_main_job_is_its_own_command_and_train_needs_an_algorithm(monkeypatc
     monkeypatch.setattr(main_job, "run_main_job", fake_main_job)
     assert cli.main(["main-job"]) == 0
     assert seen["cfg"].env == "AgentRL/ToolUse-v0" and seen["cfg"] == main_job.MainJobConfig()
-    assert main_job.stage_config(seen["cfg"], "rl", "r").algorithm.scale_std is False  # Dr. GRPO
+    assert main_job.stage_config(seen["cfg"], "rl", "r").algorithm.scale_std is False  # Dr. GRPO's advantage
     assert "| table |" in capsys.readouterr().out
     assert cli.main(["main-job", "stages.rl.steps=3", "--out", "r"]) == 0
     assert main_job.stage_config(seen["cfg"], "rl", "r").steps == 3 and seen["cfg"].out == "r"
