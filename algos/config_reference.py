@@ -57,8 +57,8 @@ def config_sections() -> list[tuple[type, str, str]]:
     sections += [
         (AsyncConfig, "asynchronous.", "Decoupled rollout and training (`--async` sets `asynchronous.enabled`), "
                                        "see [integration.md](integration.md#asynchronous-training)."),
-        (SamplerConfig, "sampler.", "The task sampler: learnability weights, skips and refill (`sampler.enabled=true`), "
-                                    "see [sampler.md](sampler.md)."),
+        (SamplerConfig, "sampler.", "The task sampler: learnability weights, skips and refill "
+                                    "(`sampler.enabled=true`), see [sampler.md](sampler.md)."),
         (EngineConfig, "engine.", "The managed engine of each node (`--engine vllm`): its GPUs and memory share, "
                                   "see [engines.md](engines.md#data-parallel-runs)."),
         (MainJobConfig, "", "The main job (`agentrl main-job key=value ...`): a `TrainConfig`, the base both stages "

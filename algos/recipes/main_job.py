@@ -10,9 +10,9 @@ Why a cold start: the 135M model's zero-shot valid tool-call rate is about 0, so
 equal (invalid) rewards and nothing to learn from. Thirty-two demonstrations drawn from all nine task families
 (16 SFT steps of 8, i.e. four passes) teach the call format, every tool and the multi-turn loop; GRPO on the full
 mixture then sharpens what the cold start samples only sometimes. Chosen on the train split with
-``benchmarks/coldstart_probe.py`` before any held-out evaluation (docs/results/archive/tooluse_coldstart.md at commit 6e899db):
-after this cold start a temperature-1 sample reproduces a correct solution with log P >= -1.2 in eight of nine
-families (only the three-call ``stock_total`` stays near -6), while 8 steps left the two-call chain
+``benchmarks/coldstart_probe.py`` before any held-out evaluation (docs/results/archive/tooluse_coldstart.md at
+commit 6e899db): after this cold start a temperature-1 sample reproduces a correct solution with log P >= -1.2 in
+eight of nine families (only the three-call ``stock_total`` stays near -6), while 8 steps left the two-call chain
 ``add_multiply`` at -4 (GRPO then traded it away) and a cold start on one family left the other families'
 solutions at ~1e-4.
 Rewards of wrong answers (0) and format errors (-0.1) differ by little, so GRPO runs without dividing by the
