@@ -1,6 +1,7 @@
 """The documentation site (mkdocs.yml): it builds with no warning, its links resolve, its navigation holds every
-page, its API pages document every hook docs/api.md names, and (slow) a real headless Chromium renders the home
-page, an env page and the API page and finds ``TextEnv`` through the site's search.
+page, its API pages document every hook docs/api.md names, the env and API pages carry a search boost, and (slow) a
+real headless Chromium renders the home page, an env page and the API page, finds ``TextEnv`` and each env's page
+through the site's search, and shows the learning results at 1280 px without a sideways scroll of the page.
 
 The site needs the docs packages (MkDocs, Material, mkdocstrings) and, for the browser test, Debian's
 ``chromium``; neither test skips without them: CI installs both.
@@ -40,6 +41,7 @@ def site(tmp_path_factory) -> Path:
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
                            "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = done.stdout + done.stderr
+    (out.parent / "build.log").write_text(log, encoding="utf-8")
     assert "No module named mkdocs" not in log, "the site needs the docs packages: pip install -e '.[dev]'"
     assert done.returncode == 0, log[-4000:]
     assert not re.search(r"^WARNING\b", log, re.M), log[-4000:]
@@ -222,15 +224,48 @@ def _nav_links(site: Path) -> set[str]:
     return set(re.findall(r'href="([^"#]*)"', nav))
 
 
-def test_the_navigation_holds_every_page_but_the_results_archive(site):
-    """A page added to docs/ (an env's page in docs/envs/ above all) is in the navigation without an edit of
-    docs/.nav.yml; only the results' detail pages (linked from the results pages) are left out."""
+def test_the_navigation_holds_every_page(site):
+    """Every page of docs/ is in the navigation (issue 61), the results' run pages too, grouped under Results; a
+    page added to docs/ (an env's page in docs/envs/, a results page) is placed by docs/.nav.yml's globs without an
+    edit there, and the build lists no page "not included in the nav"."""
     nav = {p.strip("./").rstrip("/") for p in _nav_links(site)}
-    expected = {str(p.relative_to(DOCS).with_suffix("")) for p in DOCS.rglob("*.md")
-                if "_mkdocs" not in p.parts and not (p.parts[len(DOCS.parts)] == "results" and p.name != "learning.md")}
+    expected = {str(p.relative_to(DOCS).with_suffix("")) for p in DOCS.rglob("*.md") if "_mkdocs" not in p.parts}
     expected = {e.removesuffix("/index").removesuffix("index") for e in expected}
-    assert "envs/tool_use" in nav and "api/core" in nav, sorted(nav)
+    assert {"envs/tool_use", "api/core", "results/learning_tooluse_chains", "results/transfer"} <= nav, sorted(nav)
     assert not expected - nav, f"pages missing from the navigation: {sorted(expected - nav)}"
+    log = (site.parent / "build.log").read_text(encoding="utf-8")
+    assert "not included in the \"nav\"" not in log, log[-3000:]
+    html = re.sub(r"\s+", " ", (site / "index.html").read_text(encoding="utf-8"))
+    nav_html = html[html.index('class="md-nav md-nav--primary"'):html.index("md-sidebar--secondary")]
+    results = nav_html[nav_html.index('"md-ellipsis"> Results <'):nav_html.index('"md-ellipsis"> API reference <')]
+    assert "learning_pythonmath_sft48/" in results and "coldstart_probe/" in results  # grouped under Results
+
+
+def _front_matter(page: Path) -> dict:
+    import yaml
+
+    text = page.read_text(encoding="utf-8")
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    return (yaml.safe_load(match.group(1)) or {}) if match else {}
+
+
+BOOSTED = sorted([*(DOCS / "envs").glob("*.md"), DOCS / "api.md", *(DOCS / "api").glob("*.md")])
+
+
+def test_env_and_api_pages_carry_a_search_boost(site):
+    """Each env page (docs/envs/) and API page (docs/api.md, docs/api/) sets Material's ``search.boost`` in its front
+    matter, above 1 and the env pages' at least the API pages', and the built search index holds it for the page
+    (a search for "BFCL" ranks the env page first: the slow test below)."""
+    index = {d["location"]: d.get("boost") for d in
+             json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]}
+    assert len(BOOSTED) >= 20
+    for page in BOOSTED:
+        boost = _front_matter(page).get("search", {}).get("boost")
+        assert isinstance(boost, (int, float)) and boost > 1, f"{page.relative_to(ROOT)}: search.boost is {boost}"
+        if page.parent.name == "envs":
+            assert boost >= max(_front_matter(p)["search"]["boost"] for p in BOOSTED if "api" in p.parts[-2:]), page
+        location = page.relative_to(DOCS).with_suffix("").as_posix() + "/"
+        assert index.get(location.removesuffix("index/")) == boost, (location, index.get(location))
 
 
 def test_the_api_pages_document_every_hook_docs_api_names(site):
@@ -411,3 +446,41 @@ def test_the_sites_search_finds_textenv_in_chromium(served, browser):
     hrefs = [href for href, _ in results]
     assert any(urlsplit(h).path.rstrip("/").endswith("api/core") for h in hrefs[:5]), hrefs[:10]
     assert any("TextEnv" in text for _, text in results[:5]), results[:5]
+
+
+ENV_NAMES = {re.search(r"^# AgentRL/(\w+)-v0$", p.read_text(encoding="utf-8"), re.M).group(1): p.stem
+             for p in sorted((DOCS / "envs").glob("*.md"))}
+
+
+@pytest.mark.slow
+def test_a_search_for_an_envs_name_ranks_its_page_first(served, browser):
+    """Issue 61: a search for "BFCL" ranked the learning results first and the env page 6th. With the env pages'
+    search.boost and a separator that keeps "ToolUse" one word (mkdocs.yml), each env's name finds its page first."""
+    assert len(ENV_NAMES) >= 7 and ENV_NAMES["BFCL"] == "bfcl", ENV_NAMES
+    for name, stem in ENV_NAMES.items():
+        browser.open(served + "?q=" + name)
+        hrefs = browser.wait_for("[...document.querySelectorAll('.md-search-result__item > a')].map(a => a.href)")
+        assert urlsplit(hrefs[0]).path.rstrip("/").endswith(f"envs/{stem}"), (name, hrefs[:5])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["results/learning/", "quickstart/"])
+def test_at_1280_px_the_page_never_scrolls_sideways_and_code_wraps(served, browser, page, tmp_path):
+    """Issue 61 (docs/_mkdocs/overrides/assets/stylesheets/agentrl.css): at 1280 px the page is no wider than the
+    window; every code block wraps its long lines (none scrolls sideways); on the learning page a figure of the
+    wide verdict tables, "78.1 (3 seeds)", is on one line (it was broken over two), the table scrolling in its box."""
+    browser.open(served + page)
+    assert browser.evaluate("window.innerWidth") == 1280
+    assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
+    wide = browser.evaluate("[...document.querySelectorAll('article pre > code')]"
+                            ".filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.innerText.slice(0, 80))")
+    if page == "quickstart/":
+        assert browser.evaluate("document.querySelectorAll('article pre > code').length") >= 5
+    assert not wide, f"code blocks that scroll sideways: {wide}"
+    if page == "results/learning/":
+        lines = browser.evaluate("""[...document.querySelectorAll('article table td')]
+            .filter(td => / \\(\\d+ seeds\\)$/.test(td.innerText.trim()))
+            .map(td => { const r = document.createRange(); r.selectNodeContents(td);
+                         return new Set([...r.getClientRects()].map(x => Math.round(x.bottom))).size; })""")
+        assert len(lines) >= 10 and max(lines) == 1, lines  # each such figure on one line
+    browser.screenshot(tmp_path / (page.strip("/").replace("/", "_") + ".png"))
