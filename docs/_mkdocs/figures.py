@@ -9,7 +9,7 @@ and adds them to the site's files, so the strict build checks every link to a fi
 Drawn figures are kept in ``.cache/figures/<experiment>/<digest>/`` (ignored by git), keyed by the digest of the
 files they are drawn from and of the drawing code: a build draws only what is missing (the first build of a
 checkout draws the ~40 figures the pages show in about 20 s on 2 cores; every figure takes a few minutes).
-Drawing needs matplotlib (the ``[train]`` extra).
+Drawing needs matplotlib (in the ``[dev]`` extra, as the rest of the site's packages; torch is not needed).
 
 The site stays small (issue 61: at most 10 MB): it holds the figures a page shows (``![...](x.png)``), each as a
 64-colour copy of the drawn figure, and not the ~200 training-curve figures the run pages only link in their
@@ -48,7 +48,7 @@ def _harness(root: Path) -> Any:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("the site draws its results figures with matplotlib: pip install -e '.[train,dev]'") from None
+        raise SystemExit("the site draws its results figures with matplotlib: pip install -e '.[dev]'") from None
     import harness.figures
 
     return harness.figures
