@@ -468,7 +468,8 @@ def test_a_search_for_an_envs_name_ranks_its_page_first(served, browser):
 def test_at_1280_px_the_page_never_scrolls_sideways_and_code_wraps(served, browser, page, tmp_path):
     """Issue 61 (docs/_mkdocs/overrides/assets/stylesheets/agentrl.css): at 1280 px the page is no wider than the
     window; every code block wraps its long lines (none scrolls sideways); on the learning page a figure of the
-    wide verdict tables, "78.1 (3 seeds)", is on one line (it was broken over two), the table scrolling in its box."""
+    wide verdict tables, "78.1 (3 seeds)", is on one line (it was broken over two), the table scrolling in its box,
+    and no entry of its table of contents takes more than two lines (some took five)."""
     browser.open(served + page)
     assert browser.evaluate("window.innerWidth") == 1280
     assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
@@ -483,4 +484,8 @@ def test_at_1280_px_the_page_never_scrolls_sideways_and_code_wraps(served, brows
             .map(td => { const r = document.createRange(); r.selectNodeContents(td);
                          return new Set([...r.getClientRects()].map(x => Math.round(x.bottom))).size; })""")
         assert len(lines) >= 10 and max(lines) == 1, lines  # each such figure on one line
+        toc = browser.evaluate("[...document.querySelectorAll('.md-sidebar--secondary .md-nav__link .md-ellipsis')]"
+                               ".map(e => e.getBoundingClientRect().height"
+                               " / parseFloat(getComputedStyle(e).lineHeight))")
+        assert len(toc) >= 10 and max(toc) <= 2.05, toc  # a table of contents' entry takes at most two lines
     browser.screenshot(tmp_path / (page.strip("/").replace("/", "_") + ".png"))
