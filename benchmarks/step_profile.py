@@ -305,9 +305,8 @@ def build(args, out: Path):
     from agentrl.algos.recipes import main_job
     from agentrl.algos.training.trainer import Trainer
 
-    job = main_job.MainJobConfig(out=str(out))  # its RL stage: stage_config (per-stage keys) or rl_train_config
-    rl = (main_job.stage_config(job, "rl", out / "grpo") if hasattr(main_job, "stage_config")
-          else main_job.rl_train_config(job, out / "grpo"))
+    job = main_job.MainJobConfig(out=str(out))  # its RL stage, as the main job builds it
+    rl = main_job.stage_config(job, "rl", out / "grpo")
     collector = dataclasses.replace(rl.collector, max_new_tokens=args.max_new_tokens or rl.collector.max_new_tokens,
                                     max_turns=args.max_turns or rl.collector.max_turns, seed=args.seed)
     ckpt = {"true": True, "false": False, "auto": "auto", None: rl.gradient_checkpointing}[args.gradient_checkpointing]
