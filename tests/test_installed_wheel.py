@@ -214,8 +214,8 @@ tokenizer.save_pretrained(sys.argv[1])
 
 def test_agentrl_eval_on_a_fixed_set_writes_only_into_the_folder_it_is_given(installed, tmp_path):
     """``agentrl eval`` of a model folder on three tasks of a fixed held-out set (tasks the ledger knows by
-    content): the episodes and their summary go into the folder ``--out`` names and nothing anywhere else, not
-    into the checkout's ledger either (no ``--ledger``: no row)."""
+    content): the episodes and their summary (with the file's lock and writers.jsonl) go into the folder ``--out``
+    names and nothing anywhere else, not into the checkout's ledger either (no ``--ledger``: no row)."""
     model, out = tmp_path / "model", tmp_path / "given" / "episodes.jsonl"
     fixed_set = ROOT / "benchmarks" / "heldout" / "tooluse_v3.jsonl"
     with writes_nothing(installed):
@@ -228,7 +228,9 @@ def test_agentrl_eval_on_a_fixed_set_writes_only_into_the_folder_it_is_given(ins
     assert f"episodes: {out}" in done.stdout, done.stdout[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and all("reward" in r for r in rows), rows[:1]
-    assert sorted(p.name for p in out.parent.iterdir()) == ["episodes.jsonl", "episodes.summary.json"]
+    # beside them: the run lock of that one file (its holder's pid and command) and the record of who wrote it
+    assert sorted(p.name for p in out.parent.iterdir()) == [".episodes.jsonl.lock", "episodes.jsonl",
+                                                             "episodes.summary.json", "writers.jsonl"]
     summary = json.loads(out.with_name("episodes.summary.json").read_text())
     assert summary["num_samples"] == 3 and "ledger" not in summary.get("settings", {}), summary.get("settings")
 
@@ -273,3 +275,26 @@ def test_agentrl_env_serve_answers_a_reset_over_http(installed, tmp_path):
     assert played.returncode == 0, played.stderr[-3000:]
     got = json.loads(played.stdout.strip().splitlines()[-1])
     assert got["obs"] and got["task_id"] == reset["observation"]["task_id"] and "multiply" in got["tools"], got
+
+
+def test_the_train_extra_admits_what_ci_installed_and_a_main_job_runs_from_the_wheel(installed, tmp_path, tiny_dir):
+    """``pip install <wheel>[train]`` into the environment the README's test command made (the CPU torch among
+    its packages) needs nothing from an index but the wheel itself: the extra's bounds hold what CI tests. Then
+    ``agentrl main-job`` from the wheel installed in a fresh venv runs every stage of a tiny job and writes only
+    into its ``--out``. (The dry run is this interpreter's: a fresh venv's own old setuptools would shadow the one
+    torch needs, which an install with an index would simply upgrade.)"""
+    dry = installed.run([sys.executable, "-m", "pip", "install", "--no-index", "--dry-run",
+                         f"{installed.wheel}[train]"], timeout=300)
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    would = dry.stdout.split("Would install", 1)[1].split() if "Would install" in dry.stdout else []
+    assert all(w.startswith("agentrl-gym-") for w in would), would
+    out = tmp_path / "main"
+    with writes_nothing(installed):
+        job = installed.run(["agentrl", "main-job", "--model", str(tiny_dir), "--out", str(out), "--device", "cpu",
+                             "--dtype", "fp32", "--report-to", "none", "eval_tasks=1", "progress=false",
+                             "stages.sft.steps=1", "stages.sft.sft.num_demos=2", "stages.sft.sft.batch_size=2",
+                             "stages.rl.steps=1", "stages.rl.tasks_per_step=1", "stages.rl.group_size=2",
+                             "stages.rl.collector.max_new_tokens=4", "stages.rl.collector.max_turns=2"], timeout=900)
+    assert job.returncode == 0, job.stderr[-3000:]
+    made = sorted(p.name for p in out.iterdir())
+    assert (out / "grpo" / "adapter").is_dir() and (out / "sft" / "adapter").is_dir(), made
