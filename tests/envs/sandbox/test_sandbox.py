@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from agentrl.envs import Sandbox
 from agentrl.envs.sandbox import pool as sandbox_pool
@@ -414,7 +415,7 @@ def test_shadow_sys_and_host_files_hidden(sb):
         "print(open('/etc/passwd').read().startswith('root:'))\n"
         "try:\n    open('/etc/shadow').read()\n    print('READ')\nexcept OSError as e:\n    print('denied', e.errno)\n"
         "print(os.path.exists('/sys'), os.path.exists('/root/.bashrc'), os.path.exists('/home'),"
-        " os.path.exists('/work'))\n"
+        f" os.path.exists({str(ROOT / 'README.md')!r}))\n"  # the checkout's files, though its .venv may be bound
     )
     r = sb.run(code)
     assert r.status == "ok", r
