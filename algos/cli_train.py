@@ -112,6 +112,8 @@ def _main_job(args: argparse.Namespace, cfg: Any, run_main_job: Any) -> int:
     print()
     print("timings:", ", ".join(f"{k} {v / 60:.1f} min" for k, v in result["timings"].items()))
     print(f"results: {result['out'] / 'results.md'}; plots: {result['out'] / 'plots'}")
+    if result.get("signal_summary"):  # the GRPO stage's learning signal, as agentrl train ends (docs/sampler.md)
+        print(result["signal_summary"])
     return 0
 
 

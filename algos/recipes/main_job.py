@@ -26,7 +26,8 @@ Run directory::
     <out>/sft/  <out>/grpo/                             each stage's metrics.jsonl, checkpoints, adapter
     <out>/plots/                                        training_curves.png (reward, format rate and loss per
                                                         step of both stages) beside eval_comparison.png
-    <out>/results.md                                    the table
+    <out>/results.md                                    the table (its Signal column: the share of the GRPO
+                                                        stage's groups whose rewards differ) and the signal line
 
 With ``resume=True`` finished stages are not redone (their reports / adapters are read back) and a killed
 GRPO stage continues from its last checkpoint.
@@ -45,11 +46,12 @@ from agentrl.algos.objectives import algorithm_class, algorithm_names
 from agentrl.algos.rollout.collector import CollectorConfig
 from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
+from agentrl.algos.training.sampler import signal_summary
 from agentrl.algos.training.tasks import test_tasks
 from agentrl.algos.training.trainer import Trainer
 
 __all__ = ["STAGE_DIRS", "MainJobConfig", "MainJobStages", "eval_collector", "eval_task_list", "peak_rss_gib",
-           "run_main_job", "stage_config"]
+           "run_main_job", "signal_share", "stage_config", "with_signal_column"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +159,27 @@ def eval_task_list(cfg: MainJobConfig) -> list[dict[str, Any]]:
     return test_tasks(cfg.env, cfg.eval_tasks, cfg.env_kwargs, seed=cfg.seed)
 
 
+def signal_share(history: list[dict[str, Any]]) -> float | None:
+    """The share of a stage's sampled groups whose rewards differ, over all its steps (``signal/groups_with_signal``
+    over ``signal/groups``, docs/sampler.md); None when no step logged them (an SFT stage)."""
+    steps = [m for m in history if "signal/groups" in m]
+    groups = sum(m["signal/groups"] for m in steps)
+    return sum(m["signal/groups_with_signal"] for m in steps) / groups if groups else None
+
+
+def with_signal_column(table: str, signal: dict[str, float | None], rows: int) -> str:
+    """``table`` (a :func:`~agentrl.algos.evaluation.report.results_table` of ``rows`` rows) with a last column
+    "Signal": ``signal[label]`` as a percentage for the rows whose label it names, "–" for the others."""
+    lines = table.split("\n")
+    lines[0] += " Signal |"
+    lines[1] += "---:|"
+    for i in range(2, 2 + rows):
+        label = lines[i].split("|")[1].strip()
+        share = signal.get(label)
+        lines[i] += f" {share:.0%} |" if share is not None else " – |"
+    return "\n".join(lines)
+
+
 def peak_rss_gib() -> float | None:
     """This process's peak resident memory in GiB (the trainer's ``perf/peak_rss_gib``); None where there is none."""
     from agentrl.algos.evaluation.process_memory import process_memory
@@ -168,7 +191,9 @@ def peak_rss_gib() -> float | None:
 def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None,
                  ledger: str | Path | None = None) -> dict[str, Any]:
     """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path,
-    "plots", "timings", "peak_rss_gib"}`` (``peak_rss_gib``: the process's VmHWM at the end, GiB, or None).
+    "plots", "timings", "peak_rss_gib", "signal_summary"}`` (``peak_rss_gib``: the process's VmHWM at the end, GiB,
+    or None; ``signal_summary``: the GRPO stage's signal line, :func:`~agentrl.algos.training.sampler.signal_summary`,
+    None without ``signal/*`` metrics). The table's last column is the GRPO stage's signal share.
 
     ``policy``: the sampling backend of every evaluation and rollout (e.g. an
     :class:`~agentrl.algos.policy.OpenAIPolicy` of a vLLM server); default an in-process
@@ -181,6 +206,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
     from agentrl.algos.evaluation.plot import plot_eval, plot_run, plot_stages
     from agentrl.algos.evaluation.report import load_report, results_table
+    from agentrl.algos.evaluation.run_log import read_metrics
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import apply_lora
     from agentrl.algos.policy.hf import HFPolicy
@@ -237,7 +263,10 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     policy.update_weights(model)
     rows.append(("rl", run_eval("rl", out / "grpo" / "adapter")))
 
-    table = results_table(rows)
+    # the GRPO stage's learning signal over all its steps (a resumed stage's too: read from its metrics.jsonl)
+    rl_history = read_metrics(out / "grpo") if (out / "grpo" / "metrics.jsonl").is_file() else []
+    table = with_signal_column(results_table(rows), {"rl": signal_share(rl_history)}, len(rows))
+    summary = signal_summary(rl_history)  # the line agentrl train ends with (docs/sampler.md)
     plots = plot_run(out / "sft") + plot_run(out / "grpo")
     plots.append(plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL"))
     curves = plot_stages([("SFT", out / "sft"), ("GRPO", out / "grpo")], out / "plots" / "training_curves.png",
@@ -253,5 +282,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     (out / "results.md").write_text(
         f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
         f"{len(tasks)} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
-        f"{table}\n\nTime: {times}.\n", encoding="utf-8")
-    return {"rows": rows, "table": table, "out": out, "plots": plots, "timings": timings, "peak_rss_gib": peak}
+        f"{table}\n\nSignal: the share of the GRPO stage's sampled groups whose rewards differ (docs/sampler.md).\n"
+        + (f"\n{summary}\n" if summary else "") + f"\nTime: {times}.\n", encoding="utf-8")
+    return {"rows": rows, "table": table, "out": out, "plots": plots, "timings": timings, "peak_rss_gib": peak,
+            "signal_summary": summary}
