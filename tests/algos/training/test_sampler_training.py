@@ -44,8 +44,8 @@ def _record_prepare(trainer) -> list[list]:
     return seen
 
 
-@pytest.mark.parametrize("algo, extra", [("grpo", {}), ("ppo", {}), ("ppo", {"algorithm": {"baseline": "leave_one_out"}}),
-                                         ("dpo", {})])
+@pytest.mark.parametrize("algo, extra", [("grpo", {}), ("ppo", {}),
+                                         ("ppo", {"algorithm": {"baseline": "leave_one_out"}}), ("dpo", {})])
 def test_with_the_sampler_every_algorithm_trains_only_on_groups_with_signal(tokenizer, tmp_path, algo, extra):
     cfg = dict(envs=MIX, algo=algo, steps=2, tasks_per_step=2, group_size=4, lr=1e-4, **extra)
     on = Trainer(tiny_train_config(tmp_path / "on", sampler={"enabled": True, "budget": 6}, **cfg),
