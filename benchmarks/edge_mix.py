@@ -100,20 +100,11 @@ def draw_sample(chosen: list[Candidate], n: int) -> list[dict[str, Any]]:
 
 
 def read_sample(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a sample file written by ``--sample-out``; a bad line raises naming the file and line."""
-    records = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"{path}:{lineno}: not JSON ({e})") from None
-        missing = [k for k in ("candidate", "kind", "env_kwargs", "task") if k not in rec]
-        if missing:
-            raise SystemExit(f"{path}:{lineno}: missing key(s) {missing}")
-        records.append(rec)
-    return records
+    """The records of a sample file written by ``--sample-out`` (the library's JSONL reader: a bad line raises
+    naming the file and line)."""
+    from agentrl.envs.datasets import load_jsonl
+
+    return load_jsonl(path, required=("candidate", "kind", "env_kwargs", "task"))
 
 
 def write_sample(records: list[dict[str, Any]], path: str | Path) -> None:
