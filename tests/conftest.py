@@ -64,3 +64,14 @@ def sb():
         pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
     with Sandbox(max_concurrency=2, timeout_s=5) as s:
         yield s
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model or starting a training run fails the test: the errors must come before either."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the error")
+
+    monkeypatch.setattr("agentrl.algos.models.load_model", refuse)
+    monkeypatch.setattr("agentrl.algos.models.load_tokenizer", refuse)
+    monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)

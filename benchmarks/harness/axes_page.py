@@ -139,7 +139,7 @@ def comparisons(ax: Axes, target: str, rows: list[str | None]) -> list[tuple[Com
     pairs = [(arms[0], b) for b in arms[1:]] + [(a, COLD) for a in arms]
     out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
     return [(c, dataclasses.replace(j, spread=tuple([mean_score(s) for _, s in seeds[n]] for n in (c.a, c.b)),
-                                    carried_by=carried_by(c, j, seeds)))
+                                    carried_by=carried_by(c, j, seeds, scores)))
             for c, j in out]
 
 
@@ -148,17 +148,18 @@ def seed_mean(done: list[tuple[int | None, dict[str, float]]]) -> dict[str, floa
     return {t: statistics.fmean(s[t] for _, s in done) for t in done[0][1]}
 
 
-def carried_by(c: Comparison, j: Any, seeds: dict[str, list[tuple[int | None, dict[str, float]]]]) -> str:
+def carried_by(c: Comparison, j: Any, seeds: dict[str, list[tuple[int | None, dict[str, float]]]],
+               scores: dict[str, dict[str, float]]) -> str:
     """The one seed of either row without which a met/missed verdict would be a tie (judged again on the means
-    over the other seeds), or empty: a verdict that one seed carries says so in its cell."""
+    over the other seeds, the other row's ``scores`` as they are), or empty: a verdict that one seed carries says
+    so in its cell."""
     if j.tie:
         return ""
     for name in (c.a, c.b):
         if len(seeds[name]) < 2:
             continue
         for k, (seed, _) in enumerate(seeds[name]):
-            rest = {**{n: seed_mean(d) for n, d in seeds.items() if n in (c.a, c.b)},
-                    name: seed_mean(seeds[name][:k] + seeds[name][k + 1:])}
+            rest = {c.a: scores[c.a], c.b: scores[c.b], name: seed_mean(seeds[name][:k] + seeds[name][k + 1:])}
             [(_, again)] = judged(rest, [c])
             if again.tie:
                 return f"{name} seed {seed}"

@@ -217,19 +217,19 @@ def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     labels = {a.name: a.label for a in ARMS}
     lines = ["## Summary", "", "Computed from the records on this page (A - B in points, 95% interval, verdict; smoke "
              "tests left out):", ""]
-    by_pair: dict[tuple[str, str], list[tuple[TransferSet, Any]]] = {}
+    by_pair: dict[Comparison, list[tuple[TransferSet, Any]]] = {}
     for c, s, j in judgements(found):
         smoke = any((found.get((name, s.name)) or {}).get("meta", {}).get("limit") for name in (c.a, c.b))
-        by_pair.setdefault((c.a, c.b), []).append((s, "smoke test" if smoke and not isinstance(j, str) else j))
-    for (a, b), results in by_pair.items():
+        by_pair.setdefault(c, []).append((s, "smoke test" if smoke and not isinstance(j, str) else j))
+    for c, results in by_pair.items():
         judged_ = [f"{s.label} {j.difference:+.1f} [{j.low:+.1f}, {j.high:+.1f}] {short_verdict(j)}"
                    for s, j in results if not isinstance(j, str)]
         rest = [s.label for s, j in results if isinstance(j, str)]
         text = "; ".join(judged_) if judged_ else "not measured yet"
         if judged_ and rest:
             text += f"; not judged: {', '.join(rest)}"
-        further = pair_note(found, next(c for c in COMPARISONS if (c.a, c.b) == (a, b)))
-        lines.append(f"- **{labels[a]} vs {labels[b]}**{further}: {text}.")
+        further = pair_note(found, c)
+        lines.append(f"- **{labels[c.a]} vs {labels[c.b]}**{further}: {text}.")
     for arm_ in ARMS:
         mine = [m for (name, _), m in found.items() if name == arm_.name and not m["meta"].get("limit")]
         if mine and all(share(m["rows"], "score") == 0 for m in mine):

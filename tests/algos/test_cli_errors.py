@@ -19,17 +19,6 @@ from agentrl.algos.models.lora import adapter_base_model, check_adapter_base
 from agentrl.algos.rollout.env_factory import check_env_id
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    """Loading a model or starting a training run fails the test: the errors must come before either."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error")
-
-    monkeypatch.setattr("agentrl.algos.models.load_model", refuse)
-    monkeypatch.setattr("agentrl.algos.models.load_tokenizer", refuse)
-    monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)
-
-
 def _one_line_error(capsys, argv) -> str:
     rc = cli.main(argv)
     out = capsys.readouterr()

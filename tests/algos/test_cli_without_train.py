@@ -92,15 +92,6 @@ def test_a_train_module_missing_at_import_time_is_the_same_line(capsys, monkeypa
 # ---------------------------------------------------------------------------------------------- --out
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error")
-
-    monkeypatch.setattr("agentrl.algos.models.load_model", refuse)
-    monkeypatch.setattr("agentrl.algos.models.load_tokenizer", refuse)
-
-
 @pytest.mark.parametrize("command", [["main-job"], ["train", "--algo", "grpo"], ["eval"]])
 def test_an_out_under_a_file_is_one_line_before_anything_loads(command, capsys, no_loading, tmp_path):
     a_file = tmp_path / "notes.txt"
