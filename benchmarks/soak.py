@@ -1,11 +1,15 @@
 """Soak: servers under sustained load and injected faults (issue 60, part 5). Never a test; bounded in clients and
 time; loopback only.
 
-    python benchmarks/soak.py [--target openenv|sandbox|all] [--clients 8] [--minutes 1] [--faults]
+    python benchmarks/soak.py [--target openenv|retriever|sandbox|all] [--clients 8] [--minutes 1] [--faults]
 
 * ``openenv``: ``agentrl-env serve AgentRL/ToolUse-v0 --openenv`` as its own process; ``--clients`` threads, each
   playing episodes (reset, the demonstration's steps) through ``AgentRL/OpenEnv-v0`` for ``--minutes``. With
   ``--faults``, one client in four opens a session, sends a reset and drops its socket mid-request.
+* ``retriever``: ``agentrl-env serve-retriever`` (the default Wikipedia BM25 index) as its own process;
+  ``--clients`` threads, each posting one question of the Search env's dev split to ``/retrieve`` (topk 3) on a
+  fresh connection and checking it gets three documents back. With ``--faults``, one request in four sends half its
+  body and drops its socket, and one in ten sends a body that is not JSON and must get HTTP 400.
 * ``sandbox``: one :class:`agentrl.envs.Sandbox`, ``--clients`` threads each running ``print(1)``; with
   ``--faults``, one run in ten kills its own worker (``os.kill(os.getppid(), 9)``) and one in ten fills the
   sandbox's ``/tmp``.
@@ -13,8 +17,10 @@ time; loopback only.
 For each: requests, errors, p50/p99 latency, and the server's resources at the start and the end (RSS MiB, open
 files, child processes; from /proc, the server process and its children): flat means no leak. Prints a markdown
 table with the command, the machine and the date; injected faults are not timed, and any error of the timed
-requests after a fault counts. Not covered yet: the retriever, the managed engine, and a full disk under a
-trainer's run folder.
+requests after a fault counts. Not covered: the managed engine (``--engine managed``: a vLLM server this
+2-core machine cannot load under 8 clients; its restart and SIGTERM paths have tests in tests/algos), a full disk
+under a trainer's run folder (needs a size-limited mount; the sandbox's full ``/tmp`` is the only full disk here),
+and a killed worker of the OpenEnv and retriever servers (each is one process: killing it is killing the server).
 """
 
 from __future__ import annotations
@@ -128,6 +134,59 @@ def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
         server.wait(timeout=30)
 
 
+def soak_retriever(clients: int, seconds: float, faults: bool) -> dict:
+    import http.client
+    import json
+
+    from agentrl.envs.bridges.openenv import wait_until_serving
+
+    questions = [json.loads(line)["question"] for line in
+                 (Path(__file__).resolve().parents[1] / "envs/search/search_dev.jsonl").read_text().splitlines()]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "agentrl.envs.cli", "serve-retriever", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", server, timeout_s=600)  # a cold index builds first
+        start = resources(server.pid)
+        counts = {"dropped": 0, "bad_json": 0}
+
+        def post(body: bytes) -> tuple[int, dict]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                conn.request("POST", "/retrieve", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                return resp.status, json.loads(resp.read())
+            finally:
+                conn.close()
+
+        def query(rng: random.Random) -> None:
+            roll = rng.random()
+            if faults and roll < 0.25:  # a client that vanishes mid-request
+                counts["dropped"] += 1
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    c.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\":")
+                return False
+            if faults and roll < 0.35:  # a broken body: refused, the server goes on
+                counts["bad_json"] += 1
+                status, _ = post(b"{not json")
+                if status != 400:
+                    raise RuntimeError(f"a body that is not JSON got HTTP {status}, not 400")
+                return False
+            status, payload = post(json.dumps({"queries": [rng.choice(questions)], "topk": 3}).encode())
+            if status != 200 or len(payload["result"]) != 1 or len(payload["result"][0]) != 3:
+                raise RuntimeError(f"HTTP {status}: {str(payload)[:200]}")
+
+        lat, errors = hammer(clients, seconds, query)
+        time.sleep(2)  # handler threads of the last connections wind down
+        return {"target": f"retriever (one question a request; faults: {counts})", "lat": lat, "errors": errors,
+                "start": start, "end": resources(server.pid), "alive": server.poll() is None}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
     from agentrl.envs import Sandbox
 
@@ -156,18 +215,20 @@ def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
                 "end": resources(pid), "alive": True}
 
 
+TARGETS = {"openenv": soak_openenv, "retriever": soak_retriever, "sandbox": soak_sandbox}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=["openenv", "sandbox", "all"], default="all")
+    ap.add_argument("--target", choices=[*TARGETS, "all"], default="all")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients (1-64)")
     ap.add_argument("--minutes", type=float, default=1.0, help="per target (at most 60)")
     ap.add_argument("--faults", action="store_true", help="inject faults (see the module docstring)")
     args = ap.parse_args(argv)
     if not 1 <= args.clients <= 64 or not 0 < args.minutes <= 60:
         ap.error("--clients must be 1-64 and --minutes in (0, 60]")
-    targets = ["openenv", "sandbox"] if args.target == "all" else [args.target]
-    rows = [(soak_openenv if t == "openenv" else soak_sandbox)(args.clients, 60 * args.minutes, args.faults)
-            for t in targets]
+    targets = list(TARGETS) if args.target == "all" else [args.target]
+    rows = [TARGETS[t](args.clients, 60 * args.minutes, args.faults) for t in targets]
     print(f"command: python benchmarks/soak.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
           f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
