@@ -282,14 +282,14 @@ def test_lower_layers_never_import_higher_ones():
 #: sets, then the one reader (and the runners' writer) of committed data, then runners and renderers, then the
 #: command lines that run and then render.
 HARNESS_LAYERS = [
-    ("harness.layout", "harness.experiments", "harness.transfer"),
+    ("harness.layout", "harness.experiments", "harness.transfer", "harness.record"),
     ("harness.heldout_draw", "harness.heldout", "harness.machine"),
     ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
      "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
      "harness.pages", "harness.transfer_page", "harness.axes_page"),  # renderers
-    ("harness.commands", "harness.suite", "harness.axes_cli"),
+    ("harness.commands", "harness.suite", "harness.axes_cli", "harness.transfer_cli", "harness.experiment_cli"),
 ]
 HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",
                    "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec"}
@@ -312,6 +312,26 @@ def test_the_harness_keeps_its_layers_and_runners_never_import_pages():
     library = sorted(m for m, deps in _graph().items() if m.startswith("agentrl") for n in deps
                      if n.startswith("harness"))
     assert not library, f"the library never imports the harness: {library}"
+
+
+#: Folders of docs/results/data that hold no experiment (each says whose they are).
+NOT_EXPERIMENTS = {"edge_mix": "benchmarks/edge_mix.py's sample and rows (docs/sampler.md), a measurement"}
+
+
+def test_every_experiment_is_one_record_and_every_committed_data_folder_is_one_experiment():
+    """Issue 58 step 1: one record type (:class:`harness.record.Record`) for every experiment, found by the name
+    of its folder of committed data, and no committed folder that no record declares."""
+    import subprocess
+
+    from harness.record import RECORDS, Record
+
+    assert RECORDS and all(type(r) is Record and r.name == name for name, r in RECORDS.items())
+    listed = subprocess.run(["git", "ls-files", "docs/results/data"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    folders = {path.split("/")[3] for path in listed if path.count("/") > 3} - set(NOT_EXPERIMENTS)
+    assert folders, "git ls-files found no committed data"
+    undeclared = sorted(folders - set(RECORDS))
+    assert not undeclared, f"committed data no record declares (benchmarks/harness/record.py): {undeclared}"
 
 
 #: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m``

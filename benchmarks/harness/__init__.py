@@ -4,8 +4,10 @@ from committed data.
 Layers, lowest first (``tests/test_architecture.py`` checks them); a module imports only from its own layer or
 lower ones:
 
-1. :mod:`harness.layout` (where the checkout keeps things), :mod:`harness.experiments` (every experiment,
-   declared once: env, fixed held-out set, overrides, variants, comparisons with their goals, page section);
+1. :mod:`harness.layout` (where the checkout keeps things), :mod:`harness.experiments` and
+   :mod:`harness.transfer` (the declarations: env, fixed sets, overrides, variants, comparisons with their goals,
+   page section), :mod:`harness.record` (every experiment as one ``Record``, by its data folder: recipe, arms x
+   seeds, sets and decoding, judge, and the notes its page carries);
 2. :mod:`harness.heldout_draw`, :mod:`harness.heldout` (the fixed held-out sets), :mod:`harness.machine`;
 3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
    writer of that data), :mod:`harness.speed` (the speed history: its reader, writer and table);
@@ -14,7 +16,9 @@ lower ones:
    :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,
    :mod:`harness.pages`. A runner never imports a renderer, a renderer never imports a runner;
 5. :mod:`harness.commands`: the command lines of ``benchmarks/learning.py`` and
-   ``benchmarks/compare_algorithms.py`` (run, then render).
+   ``benchmarks/compare_algorithms.py`` (run, then render); :mod:`harness.axes_cli`, :mod:`harness.transfer_cli`
+   (``axes.py``, ``transfer.py``); :mod:`harness.experiment_cli`, ``benchmarks/experiment.py run|status|page
+   EXPERIMENT``: any record through the runner and page of its kind.
 
 The scripts in ``benchmarks/`` are thin entry points: ``python benchmarks/learning.py`` has ``benchmarks/`` as
 ``sys.path[0]``, so ``harness`` imports as a package; tests get it from pytest's ``pythonpath``.

@@ -44,17 +44,15 @@ from harness.experiments import (
     AXES,
     COLD_START,
     CONTROL,
-    DIAGNOSTIC_RUNS,
     EXPERIMENTS,
     LR_CHOICE,
     RL,
-    RUN_NOTES,
-    UNDECLARED,
     experiment,
 )
 from harness.figures import ENGINE_CHART, EVAL_CHART, figure_names
 from harness.heldout import AXIS_SETS, SPECS, set_status
 from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
+from harness.record import diagnostic, note, undeclared
 from harness.results_page import ARCHIVE_COMMIT, archive_text, refresh_learning
 from harness.run_page import write_run_page
 from harness.tables import cell, commit_text, engine_training, signal_table, verdict
@@ -91,11 +89,11 @@ CAVEATS = [
 
 def run_marks(name: str) -> list[str]:
     """What the record says about a run beside its figures: not declared before it ran, why it is a diagnostic,
-    what its figures were chosen by (:mod:`harness.experiments`' record)."""
+    what its figures were chosen by (the fields of its :class:`harness.record.Record`)."""
     marks = (["**Not declared before it ran** (no commit declared its settings first): a figure to read, not a "
-              "test of a prediction."] if name in UNDECLARED else [])
-    marks += [f"**Diagnostic:** {DIAGNOSTIC_RUNS[name]}."] if name in DIAGNOSTIC_RUNS else []
-    marks += [f"**Note:** {RUN_NOTES[name]}."] if name in RUN_NOTES else []
+              "test of a prediction."] if undeclared(name) else [])
+    marks += [f"**Diagnostic:** {diagnostic(name)}."] if diagnostic(name) else []
+    marks += [f"**Note:** {note(name)}."] if note(name) else []
     return [line for m in marks for line in (m, "")]
 
 
@@ -103,20 +101,20 @@ def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
     """The page's opening summary, computed from the committed data: the axes experiment's rows (the README's),
     then every earlier RL-vs-same-time-control comparison outside the diagnostics, by verdict (the tie rule),
     declared runs first, whether the axis sets have been evaluated, and the declared runs' table."""
-    declared, undeclared = [], []
+    declared, not_declared = [], []
     for exp in EXPERIMENTS:
         (exp_dir, plain), others = runs_of(data, exp, False)
         runs = [(exp_dir, plain)] * (plain is not None) + others
         for run_dir, run in runs:
-            if run_dir.name in DIAGNOSTIC_RUNS:
+            if diagnostic(run_dir.name):
                 continue
             for cmp, c in learning_judged(exp.env, run, run_dir, baseline(run, runs) if run.get("variant") else None):
                 if (cmp.a, cmp.b) == (RL, CONTROL):
-                    note = " (see its note)" if run_dir.name in RUN_NOTES else ""
-                    item = (f"`{run_dir.name}` {c.difference:+.1f} [{c.low:+.1f}, {c.high:+.1f}]{note}", c)
-                    (undeclared if run_dir.name in UNDECLARED else declared).append(item)
+                    see = " (see its note)" if note(run_dir.name) else ""
+                    item = (f"`{run_dir.name}` {c.difference:+.1f} [{c.low:+.1f}, {c.high:+.1f}]{see}", c)
+                    (not_declared if undeclared(run_dir.name) else declared).append(item)
     axes_rows = readme_rows(data / AXES.name)
-    if not declared and not undeclared and not axes_rows:
+    if not declared and not not_declared and not axes_rows:
         return []
 
     def counts(items) -> str:
@@ -140,7 +138,7 @@ def summary_section(data: Path, ledger_rows: list[dict[str, Any]]) -> list[str]:
             "failed configurations* left out):", "",
             f"- **In-distribution, at 135M on a CPU, GRPO against a same-time SFT control**, runs declared before "
             f"they ran: {counts(declared)}.",
-            f"- Runs not declared before they ran: {counts(undeclared)}.",
+            f"- Runs not declared before they ran: {counts(not_declared)}.",
             "- Every set of these runs holds the training's own families at the training's chain lengths; the "
             "generalisation axes where RL is expected to differ (deeper chains, unseen pairings, rule variants, "
             "tool failures, forgetting) have their own sets, "
@@ -328,7 +326,7 @@ def summary_table(data: Path = DATA) -> str:
 
 def declared_runs_table(data: Path = DATA) -> list[str]:
     """One row per run whose settings were declared in a commit before it ran (not
-    :data:`~harness.experiments.UNDECLARED`, not a diagnostic): its set, GRPO steps and learning rate, seeds, RL
+    :attr:`~harness.record.Record.undeclared`, not a diagnostic): its set, GRPO steps and learning rate, seeds, RL
     against its own cold start and against the same-time SFT control (each with its paired 95% interval), and the
     verdict on the latter; then one line counting the verdicts. Empty when there is none."""
     lines = ["| Run (held-out set) | GRPO steps, lr | Seeds | RL - cold start, 95% interval "
@@ -338,7 +336,7 @@ def declared_runs_table(data: Path = DATA) -> list[str]:
     for exp in EXPERIMENTS:
         (plain_dir, plain), others = runs_of(data, exp, False)
         for exp_dir, run in [(plain_dir, plain)] * (plain is not None) + others:
-            if exp_dir.name in UNDECLARED or exp_dir.name in DIAGNOSTIC_RUNS:
+            if undeclared(exp_dir.name) or diagnostic(exp_dir.name):
                 continue
             judged = {(cmp.a, cmp.b): c for cmp, c in learning_judged(exp.env, run, exp_dir)}
             control, cold = judged.get((RL, CONTROL)), judged.get((RL, COLD_START))
@@ -403,12 +401,12 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
         for var_dir, run in others:
             section = env_section(env, run, var_dir, quick, results, selected,
                                   plain=baseline(run, [(exp_dir, plain)] * (plain is not None) + others))
-            (diagnostics if var_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
+            (diagnostics if diagnostic(var_dir.name) else lines).extend(section)
     for cmp_dir in comparison_dirs(data, quick):
         section = compare_section(load_json(cmp_dir / "compare.json"), cmp_dir, quick,
                                   results if out is None else None)
         section[2:2] = run_marks(cmp_dir.name)
-        (diagnostics if cmp_dir.name in DIAGNOSTIC_RUNS else lines).extend(section)
+        (diagnostics if diagnostic(cmp_dir.name) else lines).extend(section)
     if not quick:  # the pre-declared experiments run in pieces by benchmarks/axes.py
         lines += axes_section(data / AXES.name) + lr_choice_section(data / LR_CHOICE.name)
     if diagnostics:
