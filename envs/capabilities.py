@@ -7,7 +7,7 @@ from typing import Any
 
 #: The capabilities an env declares (what the code around it must know to drive it as the env means): one list,
 #: read with :func:`capabilities`, that every proxy of an env forwards (the Ray executor's ``RemoteEnv``, the
-#: OpenEnv server and client, the SkyRL bridge), so a capability is not lost on the way.
+#: OpenEnv server and client, the SkyRL and verifiers bridges), so a capability is not lost on the way.
 CAPABILITIES = ("supports_text_only", "grades_cut_replies")
 
 

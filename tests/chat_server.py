@@ -11,11 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class ScriptedChatServer:
     """``POST /v1/chat/completions`` answering turn k (counted by the assistant messages sent) with ``replies[k]``
-    (a note once the script runs out); any other path is 404. Every request's body, path and headers are kept in
-    ``requests``, ``paths`` and ``headers``; ``replies`` may be replaced between episodes."""
+    (a note once the script runs out) and ``finish_reasons[k]`` (default ``"stop"``; ``"length"``: a reply cut by
+    its token budget); any other path is 404. Every request's body, path and headers are kept in ``requests``,
+    ``paths`` and ``headers``; ``replies`` and ``finish_reasons`` may be replaced between episodes."""
 
     def __init__(self, replies=()):
         self.replies: list[str] = list(replies)
+        self.finish_reasons: list[str] = []
         self.requests: list[dict] = []
         self.paths: list[str] = []
         self.headers: list[dict] = []
@@ -36,11 +38,12 @@ class ScriptedChatServer:
                     return
                 turn = sum(m["role"] == "assistant" for m in body["messages"])
                 text = server.replies[turn] if turn < len(server.replies) else "(the script has no more replies)"
+                finish = server.finish_reasons[turn] if turn < len(server.finish_reasons) else "stop"
                 data = json.dumps({
                     "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": body["model"], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop"}],
+                                 "finish_reason": finish}],
                 }).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -1,15 +1,6 @@
 """Our environments as verifiers environments, and verifiers environments as ours (verifiers 0.4.0, whose API
-is ``verifiers.v1``; docs/bridges/verifiers.md)::
-
-    import verifiers.v1 as vf
-    from agentrl.envs.bridges.verifiers import load_environment
-
-    env = load_environment("AgentRL/ToolUse-v0", split="test", num_tasks=8)   # a vf.Env
-    ctx = vf.ModelContext(model="m", client=vf.EvalClientConfig(base_url="http://127.0.0.1:8000/v1",
-                                                                api_key_var="MY_KEY"))
-    async with env.serving():
-        episode = await env.run_episode(next(iter(env.taskset)), ctx)
-    episode.traces[0].reward, episode.traces[0].metrics
+is ``verifiers.v1``): ``load_environment("AgentRL/ToolUse-v0", split="test", num_tasks=8)`` is a ``vf.Env`` to
+drive with ``env.serving()`` and ``env.run_episode(task, ctx)``; docs/bridges/verifiers.md has a whole script.
 
 verifiers 0.4.0 pins ``mcp==2.0.0`` and our ``[mcp]`` extra needs ``mcp>=2.3``, so verifiers lives in a virtual
 environment of its own (:data:`VERIFIERS_INSTALL`); this module imports it only inside functions.
@@ -24,18 +15,19 @@ A verifiers 0.4.0 environment is a *taskset* (the rows), an ``Env`` (how a task 
   ``agent.interaction(task)``, passes each model reply to our ``step`` (in a worker thread) and sends the
   observation back as the next user turn until our episode ends. Tool calls are read from the reply text in
   the env's call format (the system prompt states it and lists the tools); tool results return as user turns.
-* **Harness**: ``AgentRLChatHarness`` asks for one chat completion per segment, in-process, through the
-  rollout's interception endpoint (the trace records every call); verifiers' ``null``/``bash`` harnesses
-  install a chat program with ``uv`` from the network for each run.
+* **Harness**: ``AgentRLChatHarness``: one chat completion per segment, in-process, through the rollout's
+  interception endpoint (the trace records every call); verifiers' own install a chat program with ``uv``.
+* **Capabilities** (:data:`~agentrl.envs.capabilities.CAPABILITIES`): in each task's data, and honoured as our
+  collector does: a cut reply (``finish_reason == "length"``) is stepped only if the env ``grades_cut_replies``
+  (BFCL), else the episode ends ``truncated`` with the no-answer reward (``termination == "truncated"``).
 * **Rubric**: the task's ``@vf.reward`` ``reward`` is our episode's reward, the sum of its steps' rewards (as
   our trainer sums them: partial credit of a tool call counts); ``@vf.metric`` ``agentrl_metrics`` records
   ``info["metrics"]`` plus ``correct``, ``format_ok``, ``truncated`` (0/1), unweighted. If verifiers ends the
   exchange first (its ``max_turns``, a model error), the reward is the steps' rewards so far plus the env's
   no-answer reward (``trace.info["agentrl"]["termination"] == "stopped"``).
 
-verifiers finds a taskset, env and harness by importing a top-level module named after the id: :func:`plugin_module`
-builds ours (:data:`PLUGIN_ID` ``"agentrl-gym"``, module ``agentrl_gym``) in this process, so verifiers' ``eval``
-command (a fresh process) cannot load it. :class:`VerifiersTextEnv` goes the other way.
+verifiers imports a module named after the taskset id: :func:`plugin_module` builds ours (``agentrl_gym``, id
+:data:`PLUGIN_ID`) here, so ``vf eval`` (a new process) cannot load it. :class:`VerifiersTextEnv`: the other way.
 """
 
 from __future__ import annotations
@@ -56,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentrl.envs import make_text_env
+from agentrl.envs.capabilities import capabilities
 from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.parsing import ActionParser, ParsedAction
 from agentrl.envs.tools import ToolSet
@@ -97,17 +90,19 @@ def _select_tasks(env: TextEnv, *, split: str, num_tasks: int, seed: int,
     raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
 
-def _outcome(env: TextEnv, step: tuple | None, stop_condition: str | None, total: float) -> dict[str, Any]:
+def _outcome(env: TextEnv, step: tuple | None, stop_condition: str | None, total: float,
+             ending: str = "stopped") -> dict[str, Any]:
     """What the rubric reads (``trace.info["agentrl"]``): the episode's reward (``total``, the sum of its steps'
     rewards, so partial credit of earlier steps counts), our last step's counters and ending; or, when verifiers
-    stopped the exchange before our episode ended, ``total`` plus the no-answer reward."""
+    stopped the exchange (``ending="stopped"``) or cut a reply our env does not grade (``"truncated"``) before our
+    episode ended, ``total`` plus the no-answer reward."""
     if step is not None and (step[2] or step[3]):
         _, _, _, truncated, info = step
         return {"reward": float(total), "correct": bool(info.get("correct")), "format_ok": bool(info.get("format_ok")),
                 "truncated": bool(truncated), "termination": info.get("termination"), "answer": info.get("answer"),
                 "metrics": dict(info.get("metrics") or {})}
     return {"reward": float(total + env.rewards.invalid), "correct": False, "format_ok": False, "truncated": True,
-            "termination": "stopped", "stop_condition": stop_condition, "answer": None,
+            "termination": ending, "stop_condition": stop_condition, "answer": None,
             "metrics": env.metrics.as_dict()}
 
 
@@ -152,11 +147,12 @@ def plugin_module() -> types.ModuleType:
         """Your task rows, instead of the env's own (each gets ``id`` = its position if it has none)."""
 
     class AgentRLData(vf.TaskData):
-        """One task: our task row, the env that scores it, and the tool schemas the system prompt lists."""
+        """One task: our row, the env that scores it, the tool schemas the system prompt lists, its capabilities."""
 
         env_id: str
         task: dict[str, Any]
         tools: list[dict[str, Any]] = []
+        capabilities: dict[str, bool] = {}
 
     class AgentRLTask(vf.Task[AgentRLData, vf.State, vf.TaskConfig]):
         """Scoring is our env's: the reward and counters its episode ended with (``trace.info["agentrl"]``)."""
@@ -184,7 +180,8 @@ def plugin_module() -> types.ModuleType:
                     _, info = env.reset(options={"task": row})
                     system, user = info["messages"][0]["content"], info["messages"][1]["content"]
                     yield AgentRLTask(AgentRLData(id=info["task_id"], prompt=user, system_prompt=system,
-                                                  env_id=c.env_id, task=row, tools=info["tools"]), c.task)
+                                                  env_id=c.env_id, task=row, tools=info["tools"],
+                                                  capabilities=capabilities(env)), c.task)
             finally:
                 env.close()
 
@@ -223,18 +220,23 @@ def plugin_module() -> types.ModuleType:
         agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
 
     class AgentRLEnv(vf.Env[AgentRLEnvConfig]):
-        """Our env plays the user: each model reply is one ``step``, each observation the next user turn."""
+        """Our env plays the user: each reply one ``step`` (see Capabilities above), each observation a user turn."""
 
         async def run(self, task, agents) -> None:
             c = self.taskset.config
             env = await asyncio.to_thread(make_text_env, task.data.env_id, c.env_kwargs)
+            grades_cut = capabilities(env)["grades_cut_replies"]
             try:
                 await asyncio.to_thread(env.reset, options={"task": dict(task.data.task)})
                 async with agents.agent.interaction(task) as interaction:
-                    step, total = None, 0.0
+                    step, total, ending = None, 0.0, "stopped"
                     try:
                         segment = await interaction.turn()
                         while not segment.terminated:
+                            call = next((c for c in reversed(interaction.trace.calls) if c.error is None), None)
+                            if not grades_cut and call is not None and call.finish_reason == "length":
+                                ending = "truncated"  # a cut reply our env does not grade, as our collector does
+                                break
                             step = await asyncio.to_thread(env.step, _reply_text(segment))
                             total += float(step[1])
                             if step[2] or step[3]:
@@ -242,7 +244,7 @@ def plugin_module() -> types.ModuleType:
                             segment = await interaction.turn(step[0])
                     finally:
                         interaction.trace.info["agentrl"] = _outcome(env, step, interaction.trace.stop_condition,
-                                                                     total)
+                                                                     total, ending)
             finally:
                 await asyncio.to_thread(env.close)
 

@@ -25,6 +25,7 @@ from gymnasium.envs.registration import load_env_creator
 import agentrl.envs
 from agentrl.envs import ENVS
 from agentrl.envs.bridges.verifiers import PLUGIN_ID, VERIFIERS_INSTALL, load_environment
+from agentrl.envs.capabilities import capabilities
 from agentrl.envs.code_tool import CodeToolEnv
 from agentrl.envs.search.bm25 import load_corpus
 
@@ -98,6 +99,8 @@ def episode(env_id: str, actions: list[str], task: dict | None = None, **extra) 
             **extra}
 
 
+#: One env that grades cut replies (BFCL) and one that does not: every scripted reply ends with finish_reason "length".
+CUT = ("AgentRL/ToolUse-v0", "AgentRL/BFCL-v0")
 GUESSES = {"solved": ["5", "two", "2", "3"], "unsolved": ["1", "2", "4", "5", "6"], "budget": ["1", "2", "4"]}
 
 
@@ -118,6 +121,9 @@ def results() -> dict:
     task, demo = scripted("AgentRL/ToolUse-v0", CREDIT)
     cases["credit"] = episode("AgentRL/ToolUse-v0", demo, task, env_kwargs=CREDIT)
     cases["credit stopped"] = episode("AgentRL/ToolUse-v0", demo, task, env_kwargs=CREDIT, agent={"max_turns": 2})
+    for env_id in CUT:
+        task, demo = scripted(env_id)
+        cases[f"cut {env_id}"] = episode(env_id, demo, task, finish_reasons=["length"] * len(demo))
     for split, seed in (("test", 0), ("train", 5)):
         cases[f"taskset {split}"] = {"kind": "taskset", "env_id": "AgentRL/ToolUse-v0", "env_kwargs": {},
                                      "split": split, "num_tasks": 3, "seed": seed}
@@ -206,6 +212,26 @@ def test_an_episode_s_reward_is_the_sum_of_its_steps_rewards(results):
     invalid = gym.make("AgentRL/ToolUse-v0", **CREDIT).unwrapped.rewards.invalid
     assert stopped["info"]["termination"] == "stopped" and stopped["num_turns"] == 2
     assert stopped["reward"] == pytest.approx(0.2 + 0.2 + invalid)
+
+
+@pytest.mark.parametrize("env_id", CUT)
+def test_the_env_s_capabilities_travel_and_a_cut_reply_is_graded_only_where_the_env_says_so(results, env_id):
+    """Issue 60 (N3): the declared capabilities are in the task data, and a reply cut by the token budget is
+    handled as our collector handles it in process: stepped when the env grades cut replies (BFCL), else the
+    episode ends there, truncated, with the no-answer reward."""
+    local = gym.make(env_id).unwrapped
+    task, demo = scripted(env_id)
+    got = results[f"cut {env_id}"]
+    assert got["task_data"]["capabilities"] == capabilities(local)
+    assert capabilities(local)["grades_cut_replies"] is (env_id == "AgentRL/BFCL-v0")
+    if capabilities(local)["grades_cut_replies"]:
+        want = play_gym(env_id, task, demo)
+        assert want["reward"] == 1.0  # graded as any reply: the comparison has teeth
+        assert_same_episode(got, want)
+    else:
+        assert got["num_turns"] == 1 and got["info"]["termination"] == "truncated"
+        assert got["reward"] == local.rewards.invalid and got["info"]["truncated"] and not got["info"]["correct"]
+        assert got["info"]["metrics"]["tool_calls"] == 0  # the cut reply never reached our env
 
 
 def test_the_dataset_is_the_env_s_tasks(results):

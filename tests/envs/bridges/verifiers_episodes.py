@@ -3,9 +3,10 @@ of ``.venv-verifiers`` (verifiers pins mcp==2.0.0, so it cannot share the test s
 
 Reads ``{"cases": [...]}`` (JSON) on stdin and prints one JSON list of results on stdout's last line. A case:
 
-* ``{"kind": "episode", "env_id", "env_kwargs", "task", "actions", "agent"?}``: ``load_environment`` with the
-  one task, then ``env.run_episode`` inside ``env.serving()`` (what verifiers' eval runner does), the model
-  being a real OpenAI-compatible HTTP server on 127.0.0.1 that replies ``actions`` in order;
+* ``{"kind": "episode", "env_id", "env_kwargs", "task", "actions", "agent"?, "finish_reasons"?}``:
+  ``load_environment`` with the one task, then ``env.run_episode`` inside ``env.serving()`` (what verifiers' eval
+  runner does), the model being a real OpenAI-compatible HTTP server on 127.0.0.1 that replies ``actions`` in
+  order, each with its ``finish_reasons`` entry (default ``"stop"``; ``"length"``: cut by the token budget);
 * ``{"kind": "taskset", "env_id", "env_kwargs", "split", "num_tasks", "seed"}``: the task data of the taskset;
 * ``{"kind": "native", "taskset_id", "task_id", "actions"}``: a verifiers env (tests/envs/bridges/vf_guess.py)
   played by verifiers itself, its seat pinned to our in-process chat harness (``agentrl-gym``), the model scripted;
@@ -44,6 +45,7 @@ async def episode(model: ScriptedModel, case: dict) -> dict:
     env = load_environment(case["env_id"], tasks=[case["task"]], agent=case.get("agent"), **case["env_kwargs"])
     [task] = list(env.taskset)
     model.replies, model.requests, model.paths = list(case["actions"]), [], []
+    model.finish_reasons = list(case.get("finish_reasons", []))
     async with env.serving():
         ep = await env.run_episode(task, model.ctx)
     [trace] = ep.traces
@@ -70,6 +72,7 @@ async def native(model: ScriptedModel, case: dict) -> dict:
         "agent": {"harness": {"id": PLUGIN_ID}, "runtime": {"type": "subprocess"}}}))
     [task] = [t for t in env.taskset if t.data.id == case["task_id"]]
     model.replies, model.requests, model.paths = list(case["actions"]), [], []
+    model.finish_reasons = []
     async with env.serving():
         ep = await env.run_episode(task, model.ctx)
     [trace] = ep.traces
