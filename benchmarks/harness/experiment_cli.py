@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from harness.data import load_json
-from harness.layout import DATA, LEDGER, README, RESULTS, shown
+from harness.layout import DATA, LEDGER, README, RESULTS, cell, shown
 from harness.record import RECORDS, Record, record
 
 USAGE = """python benchmarks/experiment.py status [EXPERIMENT]       # what is committed, what is left
@@ -77,7 +77,7 @@ def status_lines(r: Record, data: Path = DATA) -> list[str]:
         return [head, f"  ran at {str(summary.get('commit'))[:7]} on {summary.get('started', '?')}", *rows]
     lines, done = [head], 0
     for a in r.arms:
-        measured = [s for s in r.sets if (folder / a.name / f"{s}.meta.json").is_file()]
+        measured = [s for s in r.sets if (folder / cell(a.name, r.seeds[0]) / f"{s}.meta.json").is_file()]
         done += len(measured)
         left = [s for s in r.sets if s not in measured]
         lines.append(f"  {a.name}: {len(measured)} of {len(r.sets)} sets"

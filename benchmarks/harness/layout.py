@@ -18,6 +18,17 @@ README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"
 
 
+def cell(arm: str, seed: int) -> str:
+    """The folder of one (arm, seed) in an experiment's data folder: ``<arm>-s<seed>``; its evaluations lie in it
+    as ``<set>.jsonl`` (per-task records) beside ``<set>.meta.json``."""
+    return f"{arm}-s{seed}"
+
+
+def meta_file(records: Path) -> Path:
+    """The meta beside a records file: ``<set>.jsonl`` -> ``<set>.meta.json``."""
+    return records.with_name(records.name.removesuffix(".jsonl") + ".meta.json")
+
+
 def shown(path: Path) -> str:
     """A path as a page shows it: relative to the checkout when inside it."""
     try:

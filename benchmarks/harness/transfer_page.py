@@ -1,5 +1,5 @@
 """``docs/results/transfer.md``: the transfer experiment's page, generated only from the committed per-task records
-(``docs/results/data/transfer/<arm>/<set>.jsonl`` and ``.meta.json``, written by ``benchmarks/transfer.py``) and
+(``docs/results/data/transfer/<arm>-s0/<set>.jsonl`` and ``.meta.json``, written by ``benchmarks/transfer.py``) and
 the declaration (:mod:`harness.transfer`). Regenerating it from the same files gives the same bytes.
 
 Per set and arm: the score (share of tasks the benchmark's own checker counts correct) with its 95% interval (a
@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.algos.evaluation.intervals import paired_bootstrap
 from harness.data import TIE_RULE, judged, load_json, read_ledger, read_rows
 from harness.experiments import Comparison
-from harness.layout import LEDGER, shown
+from harness.layout import LEDGER, meta_file, shown
 from harness.tables import cell, commit_text, verdict
 from harness.transfer import (
     ARMS,
@@ -31,6 +31,7 @@ from harness.transfer import (
     Arm,
     TransferSet,
     arm,
+    arm_folder,
 )
 
 Measured = dict[str, Any]
@@ -42,10 +43,10 @@ def measurements(data: Path) -> dict[tuple[str, str], Measured]:
     out = {}
     for a in ARMS:
         for s in SETS:
-            path = data / a.name / f"{s.name}.jsonl"
+            path = arm_folder(data, a.name) / f"{s.name}.jsonl"
             if path.is_file():
                 out[(a.name, s.name)] = {"rows": read_rows(path),
-                                         "meta": load_json(path.with_name(f"{s.name}.meta.json")) or {}}
+                                         "meta": load_json(meta_file(path)) or {}}
     return out
 
 
@@ -54,9 +55,9 @@ def redos(data: Path) -> list[tuple[str, str, Path, Measured]]:
     out = []
     for a in ARMS:
         for s in SETS:
-            for path in sorted((data / a.name).glob(f"{s.name}.redo*.jsonl")):
+            for path in sorted(arm_folder(data, a.name).glob(f"{s.name}.redo*.jsonl")):
                 if path.name.removeprefix(f"{s.name}.redo").removesuffix(".jsonl").isdigit():
-                    meta = load_json(path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")) or {}
+                    meta = load_json(meta_file(path)) or {}
                     out.append((a.name, s.name, path, {"rows": read_rows(path), "meta": meta}))
     return out
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from agentrl.algos.policy.base import GenerationResult, Policy
 from harness.data import load_json, read_rows
-from harness.layout import ROOT, shown
-from harness.transfer import ARMS, SETS, TRANSFER_DATA
+from harness.layout import ROOT, meta_file, shown
+from harness.transfer import ARMS, SETS, TRANSFER_DATA, arm_folder
 from harness.transfer_run import records, scores
 
 RULE = ("a reply cut by the token budget is graded by BFCL's checker (BFCLBase.grades_cut_replies), as BFCL grades "
@@ -78,9 +78,9 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
         for s in SETS:
             if s.env != "AgentRL/BFCL-v0":
                 continue
-            for rec_path in sorted((data / a.name).glob(f"{s.name}.jsonl")) + sorted(
-                    (data / a.name).glob(f"{s.name}.redo*.jsonl")):
-                meta_path = rec_path.with_name(rec_path.name.removesuffix(".jsonl") + ".meta.json")
+            folder = arm_folder(data, a.name)
+            for rec_path in sorted(folder.glob(f"{s.name}.jsonl")) + sorted(folder.glob(f"{s.name}.redo*.jsonl")):
+                meta_path = meta_file(rec_path)
                 meta = load_json(meta_path) or {}
                 if meta.get("regraded"):
                     continue

@@ -4,10 +4,10 @@ with the model, its adapter and an :class:`~agentrl.algos.policy.HFPolicy`).
 
 Per (arm, set) it writes, under ``--data`` (default ``docs/results/data/transfer``):
 
-* ``<arm>/<set>.jsonl``: one record per task: ``id``, ``score`` (1.0 when the benchmark's own checker counts it
+* ``<arm>-s0/<set>.jsonl``: one record per task: ``id``, ``score`` (1.0 when the benchmark's own checker counts it
   correct), ``reward``, ``called_tool`` (the episode made a tool call), ``format_ok`` (the final reply parsed),
   ``termination``, ``turns`` and ``reply`` (the first reply, clipped; ``last_reply`` too when there were several);
-* ``<arm>/<set>.meta.json``: commit, adapter path and hash, where the adapter was trained (``--trained-at``), the
+* ``<arm>-s0/<set>.meta.json``: commit, adapter path and hash, where the adapter was trained (``--trained-at``), the
   decoding and budgets, the packages' versions, the command, duration and the ledger row's id.
 
 A set already written is skipped; ``--redo`` measures it again into ``<set>.redo<k>.jsonl`` (the next free
@@ -33,7 +33,17 @@ from typing import Any
 
 from agentrl.algos.evaluation import ledger as ledger_module
 from harness.layout import LEDGER, ROOT, shown
-from harness.transfer import DECODING, PACKAGES, SETS, TRANSFER_DATA, Arm, TransferSet, arm, transfer_set
+from harness.transfer import (
+    DECODING,
+    PACKAGES,
+    SETS,
+    TRANSFER_DATA,
+    Arm,
+    TransferSet,
+    arm,
+    arm_folder,
+    transfer_set,
+)
 
 logger = logging.getLogger("transfer")
 
@@ -239,7 +249,7 @@ def run(o: Options) -> dict[str, Any]:
 
     a, sets = check_options(o)
     state = git_state(ROOT)  # the commit this run starts from (what its records and ledger rows name)
-    folder = o.data / a.name
+    folder = arm_folder(o.data, a.name)
     todo: list[tuple[TransferSet, tuple[Path, Path]]] = []
     outcome: dict[str, Any] = {}
     for s in sets:

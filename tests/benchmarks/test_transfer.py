@@ -133,17 +133,17 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     outcome = transfer_run.run(options(tmp_path, model))
     runnable = [s.name for s in SETS if not s.requires]
     for name in runnable:
-        assert outcome[name] == f"written {(tmp_path / 'data' / 'base' / name).as_posix()}.jsonl", outcome
+        assert outcome[name] == f"written {(tmp_path / 'data' / 'base-s0' / name).as_posix()}.jsonl", outcome
     for s in SETS:
         if s.requires and not outcome[s.name].startswith("written"):
             assert outcome[s.name].startswith("not run: ")  # the env's own one-line error
     written = [s.name for s in SETS if outcome[s.name].startswith("written")]  # with the sets that need more, once
     for name in written:
-        rows = [json.loads(line) for line in (tmp_path / "data" / "base" / f"{name}.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (tmp_path / "data" / "base-s0" / f"{name}.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(set(r) >= {"id", "score", "reward", "called_tool", "format_ok", "reply"}
                                       for r in rows)
         assert [r["id"] for r in rows] == [t["id"] for t in transfer_run.select_tasks(transfer_set(name))[:2]]
-        meta = json.loads((tmp_path / "data" / "base" / f"{name}.meta.json").read_text())
+        meta = json.loads((tmp_path / "data" / "base-s0" / f"{name}.meta.json").read_text())
         assert meta["limit"] == 2 and meta["adapter"] is None and meta["decoding"]["temperature"] == 0.0
         assert {"commit", "dirty", "seconds", "packages", "command"} <= set(meta)
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
@@ -153,7 +153,7 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     for name in ("main_sft", "main_grpo"):
         transfer_run.run(options(tmp_path, model, arm=name, adapter=adapters[name],
                                  sets=("bfcl_multiple", "bfcl_irrelevance")))
-    meta = json.loads((tmp_path / "data" / "main_sft" / "bfcl_multiple.meta.json").read_text())
+    meta = json.loads((tmp_path / "data" / "main_sft-s0" / "bfcl_multiple.meta.json").read_text())
     assert meta["adapter"] == adapters["main_sft"] and len(meta["adapter_sha256"]) == 16
     assert meta["adapter_run"]["algo"] == "sft" and meta["adapter_run"]["steps"] == 16  # its run's config.json
     page = render(tmp_path / "data", tmp_path / "ledger.jsonl")
@@ -191,7 +191,7 @@ def test_regrade_grades_the_stored_cut_replies_and_leaves_the_rest(tokenizer, tm
     old = measured(False, tasks[:2]) + measured(True, tasks[2:])
     monkeypatch.undo()
     assert [t.termination for t in old] == ["truncated", "truncated", "answered"]
-    data, out = tmp_path / "data" / "base", tmp_path / "runs" / "base"
+    data, out = tmp_path / "data" / "base-s0", tmp_path / "runs" / "base"
     data.mkdir(parents=True), out.mkdir(parents=True)
     rows = transfer_run.records(old)
     (data / f"{s.name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -227,12 +227,12 @@ def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
     on irrelevance one task apart: a tie; the base model never calls: its 0 is explained."""
     data = tmp_path / "data"
     n = 40
-    write_records(data / "main_sft", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
-    write_records(data / "main_grpo", "main_grpo", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n,
+    write_records(data / "main_sft-s0", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
+    write_records(data / "main_grpo-s0", "main_grpo", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n,
                   adapter_run={"algo": "grpo", "steps": 16, "lr": 2e-4})
-    write_records(data / "main_sft", "main_sft", "bfcl_irrelevance", [1.0] * 5 + [0.0] * 35, [False] * n)
-    write_records(data / "main_grpo", "main_grpo", "bfcl_irrelevance", [1.0] * 6 + [0.0] * 34, [False] * n)
-    write_records(data / "base", "base", "bfcl_multiple", [0.0] * n, [False] * n)
+    write_records(data / "main_sft-s0", "main_sft", "bfcl_irrelevance", [1.0] * 5 + [0.0] * 35, [False] * n)
+    write_records(data / "main_grpo-s0", "main_grpo", "bfcl_irrelevance", [1.0] * 6 + [0.0] * 34, [False] * n)
+    write_records(data / "base-s0", "base", "bfcl_multiple", [0.0] * n, [False] * n)
     page = render(data, tmp_path / "no-ledger.jsonl")
     assert "## The ledger" in page and page.rstrip().endswith("None yet.")
     assert ("| BFCL multiple | main job: GRPO | main job: SFT cold start | 75.0% | 25.0% | +50.0 [" in page)
@@ -254,7 +254,7 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     model, _ = tiny
     o = options(tmp_path, model, sets=("bfcl_irrelevance",))
     transfer_run.run(o)
-    first = tmp_path / "data" / "base" / "bfcl_irrelevance.jsonl"
+    first = tmp_path / "data" / "base-s0" / "bfcl_irrelevance.jsonl"
     before = first.read_bytes()
     os.utime(first, (0, 0))
     assert transfer_run.run(o)["bfcl_irrelevance"].startswith("skipped: ")
@@ -264,7 +264,7 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     assert first.read_bytes() == before and first.stat().st_mtime == 0  # the first measurement untouched
     with pytest.raises(FileExistsError):
         transfer_run.write_new(first, "")
-    killed = tmp_path / "data" / "base" / "bfcl_irrelevance.redo3.meta.json"
+    killed = tmp_path / "data" / "base-s0" / "bfcl_irrelevance.redo3.meta.json"
     killed.write_text("{}")  # a run killed after its meta, before its records: not a measurement
     assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
     assert json.loads(killed.read_text())["set"] == "bfcl_irrelevance"
@@ -283,7 +283,7 @@ def test_an_arm_is_one_set_of_weights(tiny, short_budgets, tmp_path):
                                          r"trained at None: bfcl_irrelevance\).*declare this training run"):
         transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_grpo"],
                                  sets=("bfcl_multiple",)))
-    assert not (tmp_path / "data" / "main_sft" / "bfcl_multiple.meta.json").exists()
+    assert not (tmp_path / "data" / "main_sft-s0" / "bfcl_multiple.meta.json").exists()
     # the same weights go on with the arm's other sets
     done = transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
                                     sets=("bfcl_multiple",)))
@@ -313,8 +313,8 @@ def test_a_comparison_across_runs_is_shown_without_a_verdict(tmp_path):
     so however large the difference, the page gives no verdict (as the learning pages do for such rows)."""
     data = tmp_path / "data"
     n = 40
-    write_records(data / "main_sft", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
-    write_records(data / "procedural", "procedural", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n)
+    write_records(data / "main_sft-s0", "main_sft", "bfcl_multiple", [1.0] * 10 + [0.0] * 30, [True] * n)
+    write_records(data / "procedural-s0", "procedural", "bfcl_multiple", [1.0] * 30 + [0.0] * 10, [True] * n)
     page = render(data, tmp_path / "no-ledger.jsonl")
     [line] = [x for x in page.splitlines()
               if x.startswith("| BFCL multiple | procedural tools: SFT -> GRPO | main job: SFT cold start |")]
