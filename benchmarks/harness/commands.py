@@ -166,7 +166,7 @@ def compare_main(argv: list[str] | None = None) -> int:
     _logging()
     summary, data = run_compare(args, argv)
     results = Path(args.results)
-    compare_plots(summary, data / "metrics", results / data.name)
+    compare_plots(summary, data, results / data.name)
     path = write_page_file(summary, results, data, args.quick)
     print(path.read_text(encoding="utf-8"))
     print(f"written: {path}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.data import TIE_RULE, compare_judged, earlier_name, heldout_status
 from harness.experiments import COMPARE, DIAGNOSTICS
-from harness.layout import shown
+from harness.layout import cell, shown
 from harness.tables import commit_text, seed_spread, signal_table, verdict
 
 
@@ -23,15 +23,15 @@ def why_not(agg: dict[str, Any]) -> str:
     return "; ".join(parts) or "no metrics logged"
 
 
-def signal_tables(summary: dict[str, Any], metrics: Path) -> list[str]:
+def signal_tables(summary: dict[str, Any], folder: Path) -> list[str]:
     """Per RL algorithm, where its learning signal was per task family (:func:`harness.tables.signal_table`),
-    from the committed metrics of its runs (all seeds' steps together); nothing for runs logged without
-    ``family/*``."""
+    from the committed metrics of its runs in the comparison's data ``folder`` (all seeds' steps together);
+    nothing for runs logged without ``family/*``."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
     lines, labels = [], COMPARE.labels_of(summary)
     for algo, runs in summary["runs"].items():
-        paths = [metrics / f"{algo}-s{r['seed']}.jsonl" for r in runs]
+        paths = [folder / cell(algo, r["seed"]) / "metrics.jsonl" for r in runs]
         # seeds' steps interleaved by step number: a quarter of the table is that quarter of every seed's run
         steps = sorted((m for p in paths if p.is_file() for m in read_metrics(p)), key=lambda m: m["step"])
         table = signal_table(steps, who=labels[algo]) if algo != "sft" else []
@@ -76,7 +76,7 @@ def page(summary: dict[str, Any], plot_dir: str, data_dir: Path | None = None) -
                          f"| [{c.low:+.1f}, {c.high:+.1f}] | {seed_spread(c.spread)} "
                          f"| > +0 | {verdict(c)} |")
     if data_dir is not None:
-        lines += signal_tables(summary, data_dir / "metrics")
+        lines += signal_tables(summary, data_dir)
     fams = summary.get("cold_start_by_family", {})
     if fams:
         lines += ["", "Per task family (Average@N; algorithms: mean over seeds):", "",

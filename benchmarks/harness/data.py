@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation import ledger
-from harness.experiments import COMPARE, RL, RUNNABLE, TEXT_LABELS, Comparison, Experiment, experiment
+from harness.experiments import COMPARE, RL, RUNNABLE, Comparison, Experiment, experiment
 from harness.heldout import SPECS
-from harness.layout import ROOT
+from harness.layout import COLD_START_DIR, ROOT, cell, records_file, set_name
+from harness.record import LEARNING_ARMS
 
 
 def load_json(path: Path) -> dict[str, Any] | None:
@@ -61,11 +62,11 @@ def primary_metric(env: str) -> str:
 
 
 def grpo_metrics(exp_dir: Path) -> list[dict[str, Any]]:
-    """The committed GRPO metrics of a run (``metrics/grpo.jsonl``), one record per step; none without the
-    file."""
+    """The committed GRPO metrics of a learning run (its RL arm's ``rl-s0/metrics.jsonl``), one record per step;
+    none without the file."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
-    path = exp_dir / "metrics" / "grpo.jsonl"
+    path = exp_dir / cell(LEARNING_ARMS[RL], 0) / "metrics.jsonl"
     return read_metrics(path) if path.is_file() else []
 
 
@@ -260,22 +261,24 @@ def same_cold_start(run: dict[str, Any], exp_dir: Path, other: dict[str, Any], o
 
 def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Comparison, Any]]:
     """Each algorithm against the cold start, each RL algorithm against SFT-continued and each option against
-    its plain algorithm, on the final evaluations' per-task scores in ``data_dir/eval`` (a task's score is its
-    mean over seeds), goal: above B. Empty when the files are not there."""
+    its plain algorithm, on the final evaluations' per-task scores (``<algo>-s<seed>/<set>.jsonl`` in
+    ``data_dir``; a task's score is its mean over seeds), goal: above B. Empty when the files are not there."""
     seed_scores: dict[str, list[float]] = {}
+    name = set_name(summary["heldout_file"])
+    cold_start = data_dir / COLD_START_DIR / f"{name}.jsonl"
 
     def final(algo: str) -> dict[str, float] | None:
-        paths = [data_dir / "eval" / f"{algo}-s{r['seed']}-at-1.jsonl" for r in summary["runs"][algo]]
+        paths = [records_file(data_dir, algo, r["seed"], name) for r in summary["runs"][algo]]
         if not paths or not all(p.is_file() for p in paths):
             return None
         per_seed = [read_scores(p)[0] for p in paths]
         seed_scores[label(algo)] = [statistics.fmean(s.values()) for s in per_seed]
         return {task: statistics.fmean(s[task] for s in per_seed) for task in per_seed[0]}
 
-    if not (data_dir / "eval" / "cold_start.jsonl").is_file():
+    if not cold_start.is_file():
         return []
     label = COMPARE.labels_of(summary).__getitem__
-    scores = {"cold start": read_scores(data_dir / "eval" / "cold_start.jsonl")[0]}
+    scores = {"cold start": read_scores(cold_start)[0]}
     scores.update({label(a): s for a in summary["runs"] if (s := final(a)) is not None})
     pairs = [(label(a), "cold start") for a in summary["runs"]]
     if "sft" in summary["runs"]:
@@ -289,11 +292,8 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
             for cmp, j in out]
 
 
-#: A learning run's stages in the order its per-family tables list them: (row label, its per-task file's stem
-#: in the run's data ``eval/``).
-FAMILY_ROWS = (("base", "base"), ("SFT (cold start)", "sft"), ("RL (GRPO)", "rl"),
-               ("SFT control (same time)", "sft_control"),
-               *((label, f"text_only_{stem}") for stem, label in TEXT_LABELS.items()))
+#: A learning run's stages in the order its per-family tables list them: (row label, its arm).
+FAMILY_ROWS = tuple(LEARNING_ARMS.items())
 
 
 def family_table(run: dict[str, Any], exp_dir: Path, key: str = "family") -> str | None:

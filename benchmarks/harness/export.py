@@ -1,4 +1,5 @@
-"""What a runner copies into ``docs/results/data/`` at the end of a run (committed with its page): per-task
+"""What a runner copies into ``docs/results/data/<experiment>/`` at the end of a run, in the one layout
+(``<arm>-s<seed>/<set>.jsonl`` beside the run's meta) (committed with its page): per-task
 scores, training metrics and the run's summary. The renderers read it back through :mod:`harness.data`."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from typing import Any
 
 from agentrl.algos.evaluation.ledger import git_state, task_scores
 from agentrl.algos.rollout.trajectory import load_trajectories
-from harness.layout import ROOT
+from harness.layout import ARM_OF_STAGE, COLD_START_DIR, ROOT, cell, records_file, set_name
+from harness.record import LEARNING_ARMS
 
 
 def per_task_file(episodes: Path, dest: Path) -> None:
@@ -23,22 +25,25 @@ def per_task_file(episodes: Path, dest: Path) -> None:
 
 def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[str, Path],
                stages: tuple[str, ...] = ("sft", "grpo", "sft_control")) -> Path:
-    """Copy what the page needs from a learning run into ``dest`` (committed): ``eval/<stage>.jsonl`` per row
-    (per-task scores, from ``episodes``: row label -> episodes file), ``metrics/<stage>.jsonl`` (the training
-    stages' metrics) and ``learning.json`` (``summary`` plus ``evals``: row label -> its per-task file)."""
+    """Copy what the page needs from a learning run into ``dest`` (committed), in the one layout: each row's
+    per-task scores as ``<arm>-s<seed>/<set>.jsonl`` (from ``episodes``: row label -> episodes file; the arm of a
+    label is :data:`harness.record.LEARNING_ARMS`'), each training stage's metrics as its arm's
+    ``<arm>-s<seed>/metrics.jsonl``, and ``learning.json`` (``summary`` plus ``evals``: row label -> its per-task
+    file), the run's meta."""
     if dest.exists():
         shutil.rmtree(dest)
+    seed, name = summary.get("seed", 0), set_name(summary["heldout_file"])
     evals = {}
     for label, path in episodes.items():
         if path.is_file():
-            rel = path.relative_to(out).with_suffix("").as_posix()
-            name = rel.replace("/eval/", "_").removeprefix("eval/").replace("/", "_")
-            per_task_file(path, dest / "eval" / f"{name}.jsonl")
-            evals[label] = f"eval/{name}.jsonl"
+            records = records_file(dest, LEARNING_ARMS[label], seed, name)
+            per_task_file(path, records)
+            evals[label] = records.relative_to(dest).as_posix()
     for stage in stages:
         if (out / stage / "metrics.jsonl").is_file():
-            (dest / "metrics").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out / stage / "metrics.jsonl", dest / "metrics" / f"{stage}.jsonl")
+            metrics = dest / cell(ARM_OF_STAGE[stage], seed) / "metrics.jsonl"
+            metrics.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / stage / "metrics.jsonl", metrics)
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "learning.json"
     path.write_text(json.dumps({**summary, "evals": evals}, indent=1, default=str) + "\n", encoding="utf-8")
@@ -46,20 +51,26 @@ def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[st
 
 
 def export_compare(out: Path, dest: Path) -> Path | None:
-    """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json``, the per-task scores of every evaluation
-    (cold start; each algorithm, seed and point) and each run's training metrics
-    (``metrics/<algo>-s<seed>.jsonl``) from its run directory ``out`` into ``dest``; None without one."""
+    """Copy ``benchmarks/compare_algorithms.py``'s ``compare.json`` (the comparison's meta), the per-task scores of
+    every evaluation (the cold start's ``cold_start/<set>.jsonl``; each algorithm's and seed's
+    ``<algo>-s<seed>/<set>.jsonl`` at the end of its budget, ``<set>.at-<fraction>.jsonl`` part-way) and each
+    run's training metrics (``<algo>-s<seed>/metrics.jsonl``) from its run directory ``out`` into ``dest``; None
+    without one."""
     if not (out / "compare.json").is_file():
         return None
     if dest.exists():
         shutil.rmtree(dest)
-    for episodes in sorted(out.glob("eval/*.jsonl")) + sorted(out.glob("*/eval/*.jsonl")):
-        rel = episodes.relative_to(out).with_suffix("").as_posix()
-        per_task_file(episodes, dest / "eval" / f"{rel.replace('/eval/', '-').removeprefix('eval/')}.jsonl")
-    for metrics in sorted(out.glob("*-s*/metrics.jsonl")):
-        (dest / "metrics").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(metrics, dest / "metrics" / f"{metrics.parent.name}.jsonl")
     summary = json.loads((out / "compare.json").read_text(encoding="utf-8"))
+    name = set_name(summary["heldout_file"])
+    if (out / "eval" / "cold_start.jsonl").is_file():
+        per_task_file(out / "eval" / "cold_start.jsonl", dest / COLD_START_DIR / f"{name}.jsonl")
+    for episodes in sorted(out.glob("*-s*/eval/at-*.jsonl")):
+        arm, _, seed = episodes.parent.parent.name.rpartition("-s")
+        fraction = float(episodes.stem.removeprefix("at-"))
+        per_task_file(episodes, records_file(dest, arm, int(seed), name, fraction))
+    for metrics in sorted(out.glob("*-s*/metrics.jsonl")):
+        (dest / metrics.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(metrics, dest / metrics.parent.name / "metrics.jsonl")
     summary.setdefault("commit", None)
     if summary["commit"] is None:  # a compare.json from before compare_algorithms.py recorded it: the checkout's
         summary.update(git_state(ROOT), commit_recorded="at copy time (this compare.json did not record it)")

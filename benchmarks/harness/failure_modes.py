@@ -4,8 +4,8 @@ run.
 A learning run's eval files (``<run>/eval/<label>.jsonl``: whole episodes, not committed) are summarised into
 one compact row per episode, ``{"id", "family", "reward", "calls", "answer"}`` (``calls``: the tool names in
 order; ``answer``: ``"first"`` or ``"last"`` when the final answer repeats the first or the last tool
-observation, else ``"other"``, ``null`` without a tool call), written to ``<data>/calls/<label>.jsonl`` beside
-the run's committed data. The table of failed episodes (reward <= 0) by family, calls and answer is printed
+observation, else ``"other"``, ``null`` without a tool call), written to ``<data>/<label>-s0/calls.jsonl`` beside
+the row's committed per-task records. The table of failed episodes (reward <= 0) by family, calls and answer is printed
 from those files, so it can be re-derived from a fresh clone:
 
     python benchmarks/failure_modes.py --run runs/learning-tooluse-chains --data docs/results/data/tooluse_chains
@@ -24,8 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.datasets import load_jsonl, located_rows
+from harness.layout import cell
 
 LABELS = ("base", "sft", "rl", "sft_control")
+
+
+def calls_file(data: Path, label: str) -> Path:
+    """Where the compact rows of row ``label`` lie in a learning run's data (its arm's folder, seed 0)."""
+    return data / cell(label, 0) / "calls.jsonl"
 
 
 def summarise(episode: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +58,8 @@ def summarise(episode: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_rows(run: Path, data: Path) -> list[str]:
-    """Summarise ``run``'s eval episodes into ``data/calls/``; returns the labels written."""
+    """Summarise ``run``'s eval episodes into each row's ``<data>/<row>-s0/calls.jsonl``; returns the labels
+    written."""
     written = []
     for label in LABELS:
         src = run / "eval" / f"{label}.jsonl"
@@ -64,7 +71,7 @@ def write_rows(run: Path, data: Path) -> list[str]:
                 rows.append(summarise(episode))
             except (AttributeError, TypeError) as e:
                 raise SystemExit(f"{where}: not a saved episode ({e})") from None
-        out = data / "calls" / f"{label}.jsonl"
+        out = calls_file(data, label)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
         written.append(label)
@@ -75,7 +82,7 @@ def table(data: Path) -> str:
     """Markdown: per model, the failed episodes counted by (family, calls, what the answer repeated)."""
     lines = ["| Model | failed | family | tool calls | answer repeats |", "|---|---:|---|---|---|"]
     for label in LABELS:
-        path = data / "calls" / f"{label}.jsonl"
+        path = calls_file(data, label)
         if not path.is_file():
             continue
         rows = load_jsonl(path)
@@ -94,8 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(args.data)
     if args.run:
         labels = write_rows(Path(args.run), data)
-        print(f"wrote {data / 'calls'}/{{{','.join(labels)}}}.jsonl", file=sys.stderr)
-    if not list((data / "calls").glob("*.jsonl")):
-        print(f"no compact rows in {data / 'calls'}: run with --run first", file=sys.stderr)
+        print(f"wrote {data}/{{{','.join(cell(label, 0) for label in labels)}}}/calls.jsonl", file=sys.stderr)
+    if not any(calls_file(data, label).is_file() for label in LABELS):
+        print(f"no compact rows in {data}/<row>-s0/calls.jsonl: run with --run first", file=sys.stderr)
         raise SystemExit(2)
     print(table(data))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.experiments import COMPARE, TEXT_LABELS
+from harness.layout import cell, metrics_files
 
 #: A learning run's held-out chart (``learning_run``'s copy of ``<out>/plots/eval_comparison.png``).
 EVAL_CHART = "eval_eval_comparison.png"
@@ -60,9 +61,10 @@ def plot_engine_training(engine: str, mine: list[dict[str, Any]], theirs: dict[i
     plt.close(fig)
 
 
-def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Path]:
+def compare_plots(summary: dict[str, Any], folder: Path, dest: Path) -> list[Path]:
     """Held-out success against training wall time (mean over seeds, min..max bars), and rollout reward
-    against step (one line per seed, from ``metrics/<algo>-s<seed>.jsonl``); written to ``dest``."""
+    against step (one line per seed, from ``<algo>-s<seed>/metrics.jsonl`` in the comparison's data
+    ``folder``); written to ``dest``."""
     from agentrl.algos.evaluation.run_log import read_metrics
 
     plt = pyplot()
@@ -95,7 +97,7 @@ def compare_plots(summary: dict[str, Any], metrics: Path, dest: Path) -> list[Pa
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, (algo, runs) in enumerate(summary["runs"].items()):
         for j, r in enumerate(runs):
-            path = metrics / f"{algo}-s{r['seed']}.jsonl"
+            path = folder / cell(algo, r["seed"]) / "metrics.jsonl"
             recs = [m for m in read_metrics(path) if "reward/mean" in m] if path.is_file() else []
             if recs:
                 ax.plot([m["step"] for m in recs], [m["reward/mean"] for m in recs], color=f"C{i}", alpha=0.8,
@@ -116,20 +118,22 @@ def _group(key: str) -> str:
     return key.split("/", 1)[0] if "/" in key else "other"
 
 
-def stage_figures(metrics: Path, dest: Path, only: set[str] | None = None) -> list[Path]:
+def stage_figures(metrics: Path, dest: Path, only: set[str] | None = None, stage: str | None = None) -> list[Path]:
     """``agentrl plot``'s curves of one training stage (:func:`~agentrl.algos.evaluation.plot.plot_run`) from its
-    committed metrics ``metrics/<stage>.jsonl``, named as the run's copy named them: ``<dest>/<stage>_<group>.png``
+    committed metrics (``stage``: its name, by default the file's stem; a learning run's from
+    :func:`harness.layout.metrics_files`), named as the run's copy named them: ``<dest>/<stage>_<group>.png``
     (``benchmarks/harness/learning_run.py``'s ``copy_plots``). ``only``: just the groups whose files are among
     these names (a group's figure depends on its own metrics alone: the same bytes)."""
     from agentrl.algos.evaluation.plot import figure_names as stage_names
     from agentrl.algos.evaluation.plot import plot_run
     from agentrl.algos.evaluation.run_log import METRICS_FILE, read_metrics
 
+    stage = stage or metrics.stem
     records = read_metrics(metrics)
     if only is not None:
         keys = {k for r in records for k in r if k != "step"}
         keep = {g for g in {_group(k) for k in keys}
-                if {f"{metrics.stem}_{n}" for n in stage_names([{k: v for k, v in r.items() if k == "step"
+                if {f"{stage}_{n}" for n in stage_names([{k: v for k, v in r.items() if k == "step"
                                                                   or _group(k) == g} for r in records])} & only}
         if not keep:
             return []
@@ -137,20 +141,20 @@ def stage_figures(metrics: Path, dest: Path, only: set[str] | None = None) -> li
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / metrics.stem  # plot_run titles each figure with its run folder's name: the stage
+        run_dir = Path(tmp) / stage  # plot_run titles each figure with its run folder's name: the stage
         run_dir.mkdir()
         if only is None:
             shutil.copyfile(metrics, run_dir / METRICS_FILE)
         else:
             (run_dir / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         for png in plot_run(run_dir):
-            written.append(Path(shutil.move(png, dest / f"{metrics.stem}_{png.name}")))
+            written.append(Path(shutil.move(png, dest / f"{stage}_{png.name}")))
     return written
 
 
 def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None, only: set[str] | None = None
                      ) -> list[Path]:
-    """Every figure of a learning run (``exp_dir``: its committed ``learning.json``, ``metrics/``) into ``dest``
+    """Every figure of a learning run (``exp_dir``: its committed ``learning.json``, each stage's metrics) into ``dest``
     (``only``: just those of these names): each stage's curves (:func:`stage_figures`), the held-out chart of every
     row (:data:`EVAL_CHART`), the text-only pipeline's chart (:data:`TEXT_CHART`) when the run has its rows, and an
     engine run's GRPO stage beside the plain recipe's in ``plain_dir`` (:data:`ENGINE_CHART`)."""
@@ -161,7 +165,8 @@ def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None, o
         return only is None or name in only
 
     run = json.loads((exp_dir / "learning.json").read_text(encoding="utf-8"))
-    written = [p for metrics in sorted(exp_dir.glob("metrics/*.jsonl")) for p in stage_figures(metrics, dest, only)]
+    stages = metrics_files(exp_dir)
+    written = [p for stage, metrics in stages.items() for p in stage_figures(metrics, dest, only, stage)]
     if wanted(EVAL_CHART):
         written.append(plot_eval(run["rows"], dest / EVAL_CHART, title=f"{run['env']}: held-out results"))
     stem = {label: stage for stage, label in TEXT_LABELS.items()}
@@ -169,10 +174,10 @@ def learning_figures(exp_dir: Path, dest: Path, plain_dir: Path | None = None, o
     if "rl" in dict(text) and wanted(TEXT_CHART):  # the text-only main job's own chart, its rows under the main
         # job's stage names (not Search-v0's lone text-only base row)
         written.append(plot_eval(text, dest / TEXT_CHART, title=f"{run['env']}: base -> SFT -> RL"))
-    grpo = exp_dir / "metrics" / "grpo.jsonl"
-    if run.get("engine") and grpo.is_file() and wanted(ENGINE_CHART):
-        theirs = plain_dir / "metrics" / "grpo.jsonl" if plain_dir else None
-        theirs_by_step = {m["step"]: m for m in read_metrics(theirs)} if theirs and theirs.is_file() else {}
+    grpo = stages.get("grpo")
+    if run.get("engine") and grpo is not None and wanted(ENGINE_CHART):
+        theirs = metrics_files(plain_dir).get("grpo") if plain_dir else None
+        theirs_by_step = {m["step"]: m for m in read_metrics(theirs)} if theirs is not None else {}
         plot_engine_training(run["engine"], read_metrics(grpo), theirs_by_step, dest / ENGINE_CHART)
         written.append(dest / ENGINE_CHART)
     return written
@@ -189,11 +194,12 @@ def figure_names(exp_dir: Path) -> list[str]:
     if not (exp_dir / "learning.json").is_file():
         return []
     run = json.loads((exp_dir / "learning.json").read_text(encoding="utf-8"))
-    names = [f"{m.stem}_{n}" for m in sorted(exp_dir.glob("metrics/*.jsonl")) for n in stage_names(read_metrics(m))]
+    stages = metrics_files(exp_dir)
+    names = [f"{stage}_{n}" for stage, m in stages.items() for n in stage_names(read_metrics(m))]
     names.append(EVAL_CHART)
     if TEXT_LABELS["rl"] in dict(run["rows"]):
         names.append(TEXT_CHART)
-    if run.get("engine") and (exp_dir / "metrics" / "grpo.jsonl").is_file():
+    if run.get("engine") and "grpo" in stages:
         names.append(ENGINE_CHART)
     return names
 
@@ -213,7 +219,7 @@ def experiment_figures(exp_dir: Path, dest: Path, only: set[str] | None = None) 
         if only is not None and not only & set(COMPARE_CHARTS):
             return []
         summary = json.loads((exp_dir / "compare.json").read_text(encoding="utf-8"))
-        return compare_plots(summary, exp_dir / "metrics", dest)
+        return compare_plots(summary, exp_dir, dest)
     from harness.data import baseline, load_json, runs_of
     from harness.experiments import experiment
 
@@ -245,12 +251,12 @@ def draw_all(data: Path, results: Path, history: Path | None = None) -> list[Pat
 
 def figure_inputs(exp_dir: Path) -> list[Path]:
     """The committed files an experiment folder's figures are drawn from (what a cache of them is keyed by): its
-    ``learning.json`` or ``compare.json`` and ``metrics/``; an engine run's also every run's ``learning.json`` and
-    GRPO metrics (the plain recipe's run it is drawn beside)."""
-    own = [exp_dir / "learning.json", exp_dir / "compare.json", *sorted(exp_dir.glob("metrics/*.jsonl"))]
+    ``learning.json`` or ``compare.json`` and its arms' ``metrics.jsonl``; an engine run's also every run's
+    ``learning.json`` and GRPO metrics (the plain recipe's run it is drawn beside)."""
+    own = [exp_dir / "learning.json", exp_dir / "compare.json", *metrics_files(exp_dir).values()]
     run = json.loads(own[0].read_text(encoding="utf-8")) if own[0].is_file() else {}
-    others = ([p for d in sorted(exp_dir.parent.iterdir()) for p in (d / "learning.json", d / "metrics" / "grpo.jsonl")]
-              if run.get("engine") else [])
+    others = ([p for d in sorted(exp_dir.parent.iterdir()) if d.is_dir()
+               for p in (d / "learning.json", metrics_files(d).get("grpo", d / "none"))] if run.get("engine") else [])
     return [p for p in dict.fromkeys(own + others) if p.is_file()]
 
 

@@ -123,16 +123,24 @@ def _dotted(overrides: tuple[str, ...]) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- the adapters
+#: A learning run's row labels -> its arms: the folders of their records (``<arm>-s<seed>/<set>.jsonl``).
+LEARNING_ARMS: Mapping[str, str] = MappingProxyType({
+    ex.BASE: "base", ex.COLD_START: "sft", ex.RL: "rl", ex.CONTROL: "sft_control",
+    **{label: f"{stage}_text_only" for stage, label in ex.TEXT_LABELS.items()}})
+
+
 def from_learning(exp: ex.Experiment, variant: ex.Variant | None = None) -> Record:
     """A proof-of-learning run (``benchmarks/learning.py``): the main job's stages and its controls are the
     arms, one seed, the experiment's (or the variant's) fixed set."""
-    rows = [Arm("base", ex.BASE), Arm("sft", ex.COLD_START, algo="sft"), Arm("rl", ex.RL, algo="grpo"),
-            Arm("sft_control", ex.CONTROL, algo="sft", about="the cold start trained further with SFT for the "
-                                                             "GRPO stage's wall time")]
+    arm = LEARNING_ARMS.__getitem__
+    rows = [Arm(arm(ex.BASE), ex.BASE), Arm(arm(ex.COLD_START), ex.COLD_START, algo="sft"),
+            Arm(arm(ex.RL), ex.RL, algo="grpo"),
+            Arm(arm(ex.CONTROL), ex.CONTROL, algo="sft", about="the cold start trained further with SFT for the "
+                                                               "GRPO stage's wall time")]
     if exp.text_only_baseline:
-        rows.append(Arm("base_text_only", ex.TEXT_ONLY_BASE, {"tools_enabled": False}))
+        rows.append(Arm(arm(ex.TEXT_ONLY_BASE), ex.TEXT_ONLY_BASE, {"tools_enabled": False}))
     if exp.text_only_pipeline:
-        rows += [Arm(f"{stage}_text_only", label, {"tools_enabled": False}) for stage, label in ex.TEXT_LABELS.items()]
+        rows += [Arm(arm(label), label, {"tools_enabled": False}) for label in ex.TEXT_LABELS.values()]
     name = exp.name if variant is None else f"{exp.name}_{variant.name}"
     recipe = {**exp.full, **(_dotted(variant.overrides) if variant else {})}
     heldout = (variant.heldout if variant else None) or exp.heldout

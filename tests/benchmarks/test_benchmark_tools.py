@@ -255,6 +255,7 @@ def test_failure_modes_summarise_episodes_into_compact_rows_and_a_table(tmp_path
     (run / "eval").mkdir(parents=True)
     (run / "eval" / "rl.jsonl").write_text("".join(json.dumps(e) + "\n" for e in (early, chain, silent, early)))
     assert fm.write_rows(run, tmp_path / "data") == ["rl"]
+    assert (tmp_path / "data" / "rl-s0" / "calls.jsonl").is_file()  # beside the row's per-task records
     assert fm.table(tmp_path / "data").splitlines()[2:] == ["| rl | 2 | add_multiply | add | first |",
                                                             "| rl | 1 | days | none | - |"]  # failures only
     (run / "eval" / "sft.jsonl").write_text('{"turns": 3}\n')

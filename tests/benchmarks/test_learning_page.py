@@ -91,7 +91,7 @@ def test_a_page_from_crafted_data(tmp_path):
     rl = [1] * 90 + [0] * 10  # +30 points
     control = [1] * 95 + [0] * 5
     for name, correct in (("sft", cold), ("rl", rl), ("sft_control", control)):
-        _scores(exp / "eval" / f"{name}.jsonl", correct)
+        _scores(exp / f"{name}-s0" / "tooluse.jsonl", correct)  # the one layout: <arm>-s<seed>/<set>.jsonl
 
     def row(label, correct, ledger_id):
         r = EvalReport(n=1, num_tasks=100, num_samples=100, average_at_n=sum(correct) / 100,
@@ -108,8 +108,8 @@ def test_a_page_from_crafted_data(tmp_path):
         "rows": [row("SFT (cold start)", cold, "r1"), row("RL (GRPO)", rl, "r2"),
                  row("SFT control (same time)", control, "r3")],
         "family_table": None, "tier_table": None,
-        "evals": {"SFT (cold start)": "eval/sft.jsonl", "RL (GRPO)": "eval/rl.jsonl",
-                  "SFT control (same time)": "eval/sft_control.jsonl"},
+        "evals": {"SFT (cold start)": "sft-s0/tooluse.jsonl", "RL (GRPO)": "rl-s0/tooluse.jsonl",
+                  "SFT control (same time)": "sft_control-s0/tooluse.jsonl"},
     }
     (exp / "learning.json").write_text(json.dumps(learning))
     # GRPO's per-family signal: 'add' has one signal group of 2 in each of 4 steps, its success 25% -> 75%;
@@ -117,8 +117,7 @@ def test_a_page_from_crafted_data(tmp_path):
     steps = [{"step": s, "family/groups@add": 2, "family/signal_groups@add": 1, "family/correct@add": c,
               "family/groups@chain": 1, "family/signal_groups@chain": 0, "family/correct@chain": 0.0}
              for s, c in ((1, 0.25), (2, 0.5), (3, 0.5), (4, 0.75))]
-    (exp / "metrics").mkdir()
-    (exp / "metrics" / "grpo.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    (exp / "rl-s0" / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     ledger = tmp_path / "ledger.jsonl"
     rows = [_ledger_row("r1", "tooluse", "w1", 0.60), _ledger_row("r2", "tooluse", "w2", 0.90),
             _ledger_row("r3", "tooluse", "w3", 0.95), _ledger_row("r4", "tooluse", "w4", 0.99, tasks=8)]
@@ -155,8 +154,8 @@ def test_a_page_from_crafted_data(tmp_path):
 def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
     mine, plain = tmp_path / "tooluse_vllm", tmp_path / "tooluse"
     for exp, rewards in ((mine, [0.25, 0.5]), (plain, [0.75])):
-        (exp / "metrics").mkdir(parents=True)
-        (exp / "metrics" / "grpo.jsonl").write_text("".join(
+        (exp / "rl-s0").mkdir(parents=True)
+        (exp / "rl-s0" / "metrics.jsonl").write_text("".join(
             json.dumps({"step": k, "reward/mean": r, "train/logprob_gap": 0.002 * k, "train/logprob_gap_max": 0.5,
                         "train/is_weight_mean": 0.99, "train/is_clipped_frac": 0.0, "time/rollout": 120.0}) + "\n"
             for k, r in enumerate(rewards, 1)))

@@ -21,7 +21,7 @@ import harness.heldout_draw as draw
 import pytest
 from harness.data import family_table
 from harness.experiments import EXPERIMENTS, experiment
-from harness.layout import SETS
+from harness.layout import SETS, set_name
 from harness.learning_run import all_commands, heldout_path
 from helpers import ROOT, save_model_dir
 
@@ -406,14 +406,20 @@ def test_page_fills_sections_from_committed_data_only(quick_runs):
     results = quick_runs["results"]
     data = results / "data"
     exported = data / "tooluse_quick"  # learning.py copied the run's data at its end
-    assert {p.name for p in (exported / "eval").glob("*.jsonl")} == {"base.jsonl", "sft.jsonl", "rl.jsonl",
-                                                                     "sft_control.jsonl"}
-    assert json.loads((exported / "learning.json").read_text())["evals"]["RL (GRPO)"] == "eval/rl.jsonl"
+    # the one layout: <arm>-s<seed>/<set>.jsonl beside the run's meta (learning.json), metrics in the trained arms'
+    # (--quick evaluates the first rows of tooluse_v3, written to heldout-quick.jsonl: that is its set)
+    assert {p.relative_to(exported).as_posix() for p in exported.glob("*/*.jsonl")} == {
+        "base-s0/heldout-quick.jsonl", "sft-s0/heldout-quick.jsonl", "rl-s0/heldout-quick.jsonl",
+        "sft_control-s0/heldout-quick.jsonl", "sft-s0/metrics.jsonl", "rl-s0/metrics.jsonl",
+        "sft_control-s0/metrics.jsonl"}
+    assert json.loads((exported / "learning.json").read_text())["evals"]["RL (GRPO)"] == "rl-s0/heldout-quick.jsonl"
     # compare_algorithms.py copied its data at its end too, as learning.py does
     assert (data / "compare_algorithms_quick" / "compare.json").is_file()
-    assert list((data / "compare_algorithms_quick" / "eval").glob("*.jsonl"))
-    assert {p.name for p in (data / "compare_algorithms_quick" / "metrics").glob("*.jsonl")} == {
-        f"{algo}-s{seed}.jsonl" for algo in ("grpo", "ppo", "dpo", "sft", "grpo_turns") for seed in (0, 1)}
+    compared = data / "compare_algorithms_quick"
+    name = set_name(json.loads((compared / "compare.json").read_text())["heldout_file"])
+    cells = {f"{algo}-s{seed}" for algo in ("grpo", "ppo", "dpo", "sft", "grpo_turns") for seed in (0, 1)}
+    assert {p.parent.name for p in compared.glob("*/metrics.jsonl")} == cells
+    assert {p.parent.name for p in compared.glob(f"*/{name}.jsonl")} == {"cold_start", *cells}
     shutil.rmtree(results / "compare_algorithms_quick")  # the comparison's plots are drawn from that data
     (results / "learning_compare_algorithms_quick.md").unlink()  # and the comparison's own page is written from it
     run_page = (results / "learning_tooluse_quick.md").read_text()  # the run's own page, written at its end

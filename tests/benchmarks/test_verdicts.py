@@ -34,10 +34,10 @@ def test_tie_when_the_interval_holds_0_or_the_discordant_tasks_are_too_few(a_win
 
 def test_a_row_against_another_cold_start_gets_no_verdict(tmp_path):
     def run(folder, scores):
-        (tmp_path / folder / "eval").mkdir(parents=True)
-        (tmp_path / folder / "eval" / "sft.jsonl").write_text("".join(
+        (tmp_path / folder / "sft-s0").mkdir(parents=True)
+        (tmp_path / folder / "sft-s0" / "set.jsonl").write_text("".join(
             json.dumps({"id": t, "score": s}) + "\n" for t, s in scores.items()))
-        return {"evals": {COLD_START: "eval/sft.jsonl"}}, tmp_path / folder
+        return {"evals": {COLD_START: "sft-s0/set.jsonl"}}, tmp_path / folder
 
     one, same, other = run("one", {"t1": 1.0, "t2": 0.0}), run("same", {"t1": 1.0, "t2": 0.0}), run(
         "other", {"t1": 1.0, "t2": 1.0})
@@ -71,17 +71,17 @@ def test_the_learning_page_opens_with_its_summary_and_keeps_diagnostics_apart():
 def test_the_algorithms_comparison_judges_grpo_against_rejection_sampling_with_the_seed_spread(tmp_path):
     from harness.data import compare_judged
 
-    (tmp_path / "eval").mkdir()
-
-    def write(name, scores):
-        (tmp_path / "eval" / f"{name}.jsonl").write_text("".join(
+    def write(name, scores):  # the one layout: <arm>-s<seed>/<set>.jsonl, the cold start's cold_start/<set>.jsonl
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "tooluse_v3.jsonl").write_text("".join(
             json.dumps({"id": f"t{i}", "score": s}) + "\n" for i, s in enumerate(scores)))
 
     write("cold_start", [0.0] * 10)
     for seed, ones in ((0, 4), (1, 6)):
-        write(f"grpo-s{seed}-at-1", [1.0] * ones + [0.0] * (10 - ones))
-        write(f"rft-s{seed}-at-1", [1.0] * 5 + [0.0] * 5)
-    summary = {"runs": {"grpo": [{"seed": 0}, {"seed": 1}], "rft": [{"seed": 0}, {"seed": 1}]},
+        write(f"grpo-s{seed}", [1.0] * ones + [0.0] * (10 - ones))
+        write(f"rft-s{seed}", [1.0] * 5 + [0.0] * 5)
+    summary = {"heldout_file": "benchmarks/heldout/tooluse_v3.jsonl",
+               "runs": {"grpo": [{"seed": 0}, {"seed": 1}], "rft": [{"seed": 0}, {"seed": 1}]},
                "labels": {"grpo": "GRPO", "rft": "RFT"}}
     judged_rows = {(cmp.a, cmp.b): j for cmp, j in compare_judged(summary, tmp_path)}
     assert set(judged_rows) == {("GRPO", "cold start"), ("RFT", "cold start"), ("GRPO", "RFT")}  # never RFT vs RFT
