@@ -3,10 +3,11 @@
 
 ``run`` trains the shared cold start once, then each (arm, seed) cell as declared, and evaluates the cold start
 and every finished adapter on every declared set (greedy pass@1; 8 tries at temperature 0.7 for pass@k and
-pass^k) and on a fixed train-split sample (with the mean per-token KL to the base model). Each piece writes its own
-folder under ``docs/results/data/<experiment>/`` (per-task records and ``meta.json``: commit, config, machine,
-wall time) and is skipped when present, so a killed or budget-stopped run resumes where it stopped; with
-``--budget-minutes`` it stops cleanly before a piece it cannot finish in the time left (estimated from the
+pass^k) and on a fixed train-split sample (with the mean per-token KL to the base model). Each piece writes into
+``docs/results/data/<experiment>/`` in the one layout (a cell's folder ``<arm>-s<seed>/`` with its ``meta.json``
+and training metrics; each evaluation ``<arm>-s<seed>/<set>-<mode>.jsonl`` beside its ``.meta.json``: commit,
+config, machine, wall time) and is skipped when present, so a killed or budget-stopped run resumes where it
+stopped; with ``--budget-minutes`` it stops cleanly before a piece it cannot finish in the time left (estimated from the
 finished pieces of the same kind). Adapters stay in ``--work`` (``runs/<experiment>``, not committed): keep that
 folder between sessions. ``status`` lists the pieces; ``page`` rewrites docs/results/learning.md.
 

@@ -120,9 +120,9 @@ class Executor:
         if piece.kind == "cold_start":
             return self.cold_start(folder)
         if piece.kind.startswith("cell:"):
-            arm, _, seed = piece.key.split("/", 1)[1].rpartition("-s")
+            arm, _, seed = piece.key.rpartition("-s")
             return self.cell(arm, int(seed), folder)
-        _, model, name = piece.key.split("/")
+        model, name = piece.key.split("/")
         target, _, mode = name.rpartition("-")
         if piece.kind == "eval:transfer":
             return self.evaluate_transfer(model, target, folder)
@@ -131,8 +131,8 @@ class Executor:
     def adapter(self, model: str) -> Path:
         """The adapter of ``model`` in the work folder: the one its finished piece recorded (SystemExit, one line,
         when it is missing or another: a cell is never trained or evaluated from another run's adapter)."""
-        key = "cold_start" if model == "cold_start" else f"cells/{model}"
-        path = self.work / key / "adapter"
+        key = model  # its piece's folder in the data: cold_start, <arm>-s<seed>
+        path = self.work / ("cold_start" if model == "cold_start" else f"cells/{model}") / "adapter"
         also = " and every cell trained from it" if model == "cold_start" else ""
         if model == "cold_start" and not (path / "adapter_config.json").is_file():
             self.rebuild_cold_start()

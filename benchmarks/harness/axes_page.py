@@ -39,11 +39,11 @@ class Axes:
         return [(None, "cold_start")] if arm is None else [(s, f"{arm}-s{s}") for s in self.exp.seeds]
 
     def scores(self, model: str, target: str, mode: str = "greedy") -> dict[str, float] | None:
-        key = f"evals/{model}/{target}-{mode}"
+        key = f"{model}/{target}-{mode}"
         if key not in self.pieces:
             return None
         if key not in self._scores:
-            self._scores[key] = read_scores(self.folder / key / "tasks.jsonl")[0]
+            self._scores[key] = read_scores(self.folder / f"{key}.jsonl")[0]
         return self._scores[key]
 
     def row(self, arm: str | None, target: str, mode: str = "greedy") -> list[tuple[int | None, dict[str, float]]]:
@@ -51,7 +51,7 @@ class Axes:
         return [(seed, s) for seed, m in self.models(arm) if (s := self.scores(m, target, mode)) is not None]
 
     def report(self, model: str, target: str, mode: str) -> dict[str, Any] | None:
-        meta = self.pieces.get(f"evals/{model}/{target}-{mode}")
+        meta = self.pieces.get(f"{model}/{target}-{mode}")
         return None if meta is None else meta.get("report")
 
 
@@ -168,7 +168,7 @@ def carried_by(c: Comparison, j: Any, seeds: dict[str, list[tuple[int | None, di
 
 def kl_cell(ax: Axes, arm: str | None) -> str:
     vals = [m["kl_to_base"]["token_mean"] for _, model in ax.models(arm)
-            if (m := ax.pieces.get(f"evals/{model}/{TRAIN}-greedy")) and "kl_to_base" in m]
+            if (m := ax.pieces.get(f"{model}/{TRAIN}-greedy")) and "kl_to_base" in m]
     if not vals:
         return "not run"
     return f"{statistics.fmean(vals):.4f}" + (f" ({' / '.join(f'{v:.4f}' for v in vals)})" if len(vals) > 1 else "")
@@ -183,7 +183,7 @@ def cells_table(ax: Axes) -> list[str]:
              "|---|" + "---|" * len(ax.exp.seeds), f"| {COLD} (shared) | {cell('cold_start')} |" + " |" *
              (len(ax.exp.seeds) - 1)]
     for arm in ax.exp.arms:
-        lines.append(f"| {label(arm)} | " + " | ".join(cell(f"cells/{arm}-s{s}") for s in ax.exp.seeds) + " |")
+        lines.append(f"| {label(arm)} | " + " | ".join(cell(f"{arm}-s{s}") for s in ax.exp.seeds) + " |")
     return lines
 
 
@@ -198,8 +198,8 @@ def signal_lines(ax: Axes) -> list[str]:
         groups: dict[str, list[float]] = {}
         first, last = [], []
         for _, model in ax.models(arm):
-            path = ax.folder / "cells" / model / "metrics.jsonl"
-            if f"cells/{model}" not in ax.pieces:
+            path = ax.folder / model / "metrics.jsonl"
+            if model not in ax.pieces:
                 continue
             for r in read_metrics(path) if path.is_file() else []:
                 for key, v in r.items():
@@ -207,7 +207,7 @@ def signal_lines(ax: Axes) -> list[str]:
                         family = key.split("@", 1)[1]
                         g = groups.setdefault(family, [0.0, 0.0])
                         g[0 if key.startswith("family/groups@") else 1] += float(v)
-            d = ax.pieces[f"cells/{model}"].get("diagnostics", {})
+            d = ax.pieces[model].get("diagnostics", {})
             if "reward_first_quarter" in d:
                 first.append(d["reward_first_quarter"])
                 last.append(d["reward_last_quarter"])
@@ -302,7 +302,7 @@ def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
         lines.append(f"| {set_name(exp, target)} | " + " | ".join([*means, *versus]) + " |")
 
     def trained(arm: str) -> str:
-        steps = [str(m.get("steps", "?")) for _, model in ax.models(arm) if (m := ax.pieces.get(f"cells/{model}"))]
+        steps = [str(m.get("steps", "?")) for _, model in ax.models(arm) if (m := ax.pieces.get(model))]
         return f"{short(label(arm))} {len(steps)} of {len(exp.seeds)}" + (f" ({' / '.join(steps)} steps)" if steps
                                                                             else "")
 
@@ -327,7 +327,7 @@ def lr_choice_section(folder: Path, exp: AxesExperiment = LR_CHOICE) -> list[str
     outcome: dict[str, list[tuple[bool, float]]] = {}
     for arm in exp.arms:
         for seed, model in ax.models(arm):
-            cell, score = ax.pieces.get(f"cells/{model}"), ax.scores(model, TRAIN)
+            cell, score = ax.pieces.get(model), ax.scores(model, TRAIN)
             if cell is None or score is None or cold is None:
                 lines.append(f"| {arm} | {seed} | not run | | | | |")
                 continue

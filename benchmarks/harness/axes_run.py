@@ -1,19 +1,22 @@
 """The runner of the pre-declared experiments :data:`harness.experiments.AXES` and ``LR_CHOICE``
 (``benchmarks/axes.py``), in resumable pieces that accumulate across sessions.
 
-A *piece* is one unit of work with its own folder under ``docs/results/data/<experiment>/``:
+A *piece* is one unit of work under ``docs/results/data/<experiment>/``, in the one layout of every experiment
+(``<arm>-s<seed>/<set>.jsonl`` beside its meta):
 
-* ``cold_start`` — the shared cold start (the main job's SFT stage with the declaration's settings), once;
-* ``cells/<arm>-s<seed>`` — one (arm, seed): the cold start trained further for the declared wall time (or steps);
-* ``evals/<model>/<set>-<mode>`` — one evaluation of the cold start or a cell's adapter on one declared set,
-  ``greedy`` (pass@1) or ``sampled`` (N tries: pass@k and pass^k); ``evals/<model>/train-greedy`` is the fixed
-  train-split sample, with the mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``);
-  ``evals/<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``AxesExperiment.transfer``),
-  with the transfer declaration's tasks and decoding (:mod:`harness.transfer`).
+* ``cold_start`` — the shared cold start (the main job's SFT stage with the declaration's settings), once: the
+  folder ``cold_start/`` with its ``meta.json`` and training ``metrics.jsonl``;
+* ``<arm>-s<seed>`` — one (arm, seed) cell: the cold start trained further for the declared wall time (or steps),
+  the folder ``<arm>-s<seed>/`` with its ``meta.json`` and ``metrics.jsonl``;
+* ``<model>/<set>-<mode>`` — one evaluation of the cold start or a cell's adapter on one declared set, ``greedy``
+  (pass@1) or ``sampled`` (N tries: pass@k and pass^k), in its model's folder: ``<set>-<mode>.jsonl`` (per-task
+  records) beside ``<set>-<mode>.meta.json``; ``<model>/train-greedy`` is the fixed train-split sample, with the
+  mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``);
+  ``<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``AxesExperiment.transfer``), with the
+  transfer declaration's tasks and decoding (:mod:`harness.transfer`).
 
-A piece is finished when its ``meta.json`` exists (written last: commit, config, machine, wall time, summary),
-beside its per-task records (``tasks.jsonl``) or training metrics (``metrics.jsonl``). Finished pieces are
-skipped, a folder without ``meta.json`` (a killed piece) is redone whole, and with a budget the runner stops
+A piece is finished when its meta exists (written last: commit, config, machine, wall time, summary). Finished
+pieces are skipped, a piece without its meta (a killed one) is redone whole, and with a budget the runner stops
 before a piece whose estimated time (the mean of finished pieces of its kind, else :data:`PRIOR_SECONDS`) does
 not fit in what is left. Adapters (about 20 MB each) stay in the work folder (``runs/<experiment>/``, not
 committed); a cell's evaluations need its adapter there. A finished cold start whose adapter is missing (a new
@@ -26,6 +29,7 @@ import json
 import logging
 import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ from typing import Any
 
 from harness.data import read_pieces
 from harness.experiments import RUNNABLE, AxesExperiment
+from harness.layout import cell, meta_file
 
 logger = logging.getLogger("axes")
 
@@ -54,7 +59,8 @@ TRAIN = "train"
 @dataclass(frozen=True)
 class Piece:
     key: str
-    """Its folder under the experiment's data folder (``cells/grpo-s0``)."""
+    """Its name under the experiment's data folder: a training piece's folder (``grpo-s0``), an evaluation's
+    records without ``.jsonl`` (``grpo-s0/tooluse_v5-greedy``)."""
     kind: str
     """``cold_start``, ``cell:<arm>``, ``eval:greedy``, ``eval:sampled`` or ``eval:train``."""
     needs: tuple[str, ...] = ()
@@ -62,7 +68,7 @@ class Piece:
 
 
 def cell_name(arm: str, seed: int) -> str:
-    return f"{arm}-s{seed}"
+    return cell(arm, seed)
 
 
 def parse_cells(text: str | None, exp: AxesExperiment) -> list[tuple[str, int]]:
@@ -87,10 +93,10 @@ def modes(exp: AxesExperiment) -> list[str]:
 
 def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
     """The train-split sample, then each set in each mode; a public benchmark set (``exp.transfer``) greedy only."""
-    pieces = [Piece(f"evals/{model}/{TRAIN}-greedy", "eval:train", needs)]
+    pieces = [Piece(f"{model}/{TRAIN}-greedy", "eval:train", needs)]
     for s in sets:
-        pieces += ([Piece(f"evals/{model}/{s}-greedy", "eval:transfer", needs)] if s in exp.transfer else
-                   [Piece(f"evals/{model}/{s}-{m}", f"eval:{m}", needs) for m in modes(exp)])
+        pieces += ([Piece(f"{model}/{s}-greedy", "eval:transfer", needs)] if s in exp.transfer else
+                   [Piece(f"{model}/{s}-{m}", f"eval:{m}", needs) for m in modes(exp)])
     return pieces
 
 
@@ -106,7 +112,7 @@ def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: 
                          f"{', '.join(declared) or 'none: the train-split sample only'})")
     pieces = [Piece("cold_start", "cold_start"), *eval_pieces(exp, "cold_start", ("cold_start",), chosen)]
     for arm, seed in parse_cells(None, exp) if cells is None else cells:
-        key = f"cells/{cell_name(arm, seed)}"
+        key = cell_name(arm, seed)
         pieces += [Piece(key, f"cell:{arm}", ("cold_start",)),
                    *eval_pieces(exp, cell_name(arm, seed), ("cold_start", key), chosen)]
     return pieces
@@ -139,11 +145,20 @@ def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment,
     return PRIOR_SECONDS[piece.kind]
 
 
-def write_meta(folder: Path, meta: dict[str, Any]) -> None:
-    """``meta.json`` written last and atomically: the piece counts as finished only once it is there."""
-    tmp = folder / "meta.json.tmp"
+def is_eval(piece: Piece) -> bool:
+    return piece.kind.startswith("eval:")
+
+
+def meta_path(data: Path, piece: Piece) -> Path:
+    """Where a piece's meta lies: a training piece's ``<folder>/meta.json``, an evaluation's beside its records."""
+    return meta_file(data / f"{piece.key}.jsonl") if is_eval(piece) else data / piece.key / "meta.json"
+
+
+def write_meta(path: Path, meta: dict[str, Any]) -> None:
+    """A piece's meta, written last and atomically: the piece counts as finished only once it is there."""
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(folder / "meta.json")
+    tmp.replace(path)
 
 
 @dataclass
@@ -159,7 +174,8 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
              budget_seconds: float | None = None, minutes: float | None = None,
              clock: Callable[[], float] = time.perf_counter) -> Outcome:
     """Run each unfinished piece whose needs are finished, in order: ``execute(piece, folder)`` does the work in
-    the (emptied) folder and returns its meta; the wall time, kind and key are added and ``meta.json`` written.
+    a folder (a training piece's own, emptied; an evaluation's a scratch one whose ``tasks.jsonl`` becomes its
+    records) and returns its meta; the wall time, kind and key are added and the meta written.
     Stops before a piece whose estimate exceeds what is left of ``budget_seconds``."""
     start, out = clock(), Outcome()
     for piece in pieces:
@@ -177,14 +193,23 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
                         left / 60)
             out.stopped_before = piece.key
             break
-        folder = data / piece.key
-        if folder.exists():
-            shutil.rmtree(folder)  # a killed piece: redo it whole
-        folder.mkdir(parents=True)
         logger.info("running %s (about %.1f min)", piece.key, need / 60)
         t0 = clock()
-        meta = execute(piece, folder)
-        write_meta(folder, {"key": piece.key, "kind": piece.kind, **meta, "wall_seconds": clock() - t0})
+        if is_eval(piece):
+            records = data / f"{piece.key}.jsonl"
+            records.unlink(missing_ok=True)  # a killed piece: redo it whole
+            with tempfile.TemporaryDirectory() as scratch:
+                meta = execute(piece, Path(scratch))
+                records.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(Path(scratch) / "tasks.jsonl", records)
+        else:
+            folder = data / piece.key
+            if folder.exists():
+                shutil.rmtree(folder)  # a killed piece: redo it whole (nothing evaluated its unfinished adapter)
+            folder.mkdir(parents=True)
+            meta = execute(piece, folder)
+        write_meta(meta_path(data, piece), {"key": piece.key, "kind": piece.kind, **meta,
+                                            "wall_seconds": clock() - t0})
         out.ran.append(piece.key)
     return out
 

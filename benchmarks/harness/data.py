@@ -28,14 +28,14 @@ def load_json(path: Path) -> dict[str, Any] | None:
 
 
 def read_pieces(folder: Path) -> dict[str, dict[str, Any]]:
-    """Key (its folder under ``folder``: ``cells/grpo-s0``) -> ``meta.json`` of every finished piece of an axes
-    runner's data folder (``benchmarks/axes.py``; a piece without ``meta.json`` is unfinished)."""
-    out = {}
-    for path in sorted(folder.glob("**/meta.json")):
-        meta = load_json(path)
-        if meta is not None:
-            out[path.parent.relative_to(folder).as_posix()] = meta
-    return out
+    """Key -> meta of every finished piece of an axes runner's data folder (``benchmarks/axes.py``; a piece without
+    its meta is unfinished): a training piece's key is its folder (``grpo-s0``, its ``meta.json``), an
+    evaluation's its records' path without ``.jsonl`` (``grpo-s0/tooluse_v5-greedy``, its
+    ``tooluse_v5-greedy.meta.json``)."""
+    found = [(path.parent.relative_to(folder).as_posix(), path) for path in folder.glob("*/meta.json")]
+    found += [(path.relative_to(folder).as_posix().removesuffix(".meta.json"), path)
+              for path in folder.glob("*/*.meta.json")]
+    return {key: meta for key, path in sorted(found) if (meta := load_json(path)) is not None}
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:

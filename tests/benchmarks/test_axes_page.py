@@ -11,12 +11,17 @@ from harness.experiments import AXES, LR_CHOICE
 
 
 def piece(folder: Path, key: str, scores: list[float] | None = None, **meta) -> None:
-    d = folder / key
-    d.mkdir(parents=True)
-    if scores is not None:
-        (d / "tasks.jsonl").write_text("".join(json.dumps({"id": f"t{i}", "family": "f", "score": s, "n": 1}) + "\n"
-                                               for i, s in enumerate(scores)))
-    (d / "meta.json").write_text(json.dumps({"key": key, "wall_seconds": 1.0, **meta}))
+    """A finished piece in the one layout: an evaluation (``scores``) as ``<model>/<set>-<mode>.jsonl`` beside its
+    ``.meta.json``; a training piece as its folder with ``meta.json``."""
+    if scores is None:
+        (folder / key).mkdir(parents=True, exist_ok=True)
+        (folder / key / "meta.json").write_text(json.dumps({"key": key, "wall_seconds": 1.0, **meta}))
+        return
+    records = folder / f"{key}.jsonl"
+    records.parent.mkdir(parents=True, exist_ok=True)
+    records.write_text("".join(json.dumps({"id": f"t{i}", "family": "f", "score": s, "n": 1}) + "\n"
+                               for i, s in enumerate(scores)))
+    (folder / f"{key}.meta.json").write_text(json.dumps({"key": key, "wall_seconds": 1.0, **meta}))
 
 
 def test_nothing_committed_says_not_run(tmp_path):
@@ -28,18 +33,18 @@ def test_nothing_committed_says_not_run(tmp_path):
 def partial(data: Path, n: int = 40) -> None:
     """The cold start, GRPO seeds 0 and 1 at 50% on tooluse_v5 and SFT-continued seed 0 at 0%; nothing else."""
     piece(data, "cold_start", steps=48, train_seconds=600.0)
-    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
-    piece(data, "evals/cold_start/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.0125})
+    piece(data, "cold_start/tooluse_v5-greedy", [0.0] * n)
+    piece(data, "cold_start/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.0125})
     for cell, score in (("grpo-s0", 1.0), ("grpo-s1", 1.0), ("sft-s0", 0.0)):
-        piece(data, f"cells/{cell}", steps=3, train_seconds=900.0,
+        piece(data, cell, steps=3, train_seconds=900.0,
               diagnostics={"reward_first_quarter": 0.25, "reward_last_quarter": 0.5 + score / 4})
         if cell.startswith("grpo"):  # two steps: add 2 groups (1 with a signal), then power 4 groups (none)
-            (data / f"cells/{cell}/metrics.jsonl").write_text(
+            (data / f"{cell}/metrics.jsonl").write_text(
                 json.dumps({"step": 1, "family/groups@add": 2, "family/signal_groups@add": 1}) + "\n"
                 + json.dumps({"step": 2, "family/groups@power": 4, "family/signal_groups@power": 0}) + "\n")
-        piece(data, f"evals/{cell}/tooluse_v5-greedy", [score] * (n // 2) + [0.0] * (n // 2))
-        piece(data, f"evals/{cell}/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.5})
-    piece(data, "evals/grpo-s0/tooluse_v5-sampled", [0.5] * n,
+        piece(data, f"{cell}/tooluse_v5-greedy", [score] * (n // 2) + [0.0] * (n // 2))
+        piece(data, f"{cell}/train-greedy", [1.0] * n, kl_to_base={"token_mean": 0.5})
+    piece(data, "grpo-s0/tooluse_v5-sampled", [0.5] * n,
           report={"pass_at_k": {"1": 0.5, "2": 0.75, "4": 0.9, "8": 1.0},
                   "pass_hat_k": {"2": 0.25, "4": 0.1, "8": 0.0}})
 
@@ -69,7 +74,7 @@ def test_the_readme_rows_are_at_most_8_sets_with_every_arm_and_grpo_against_each
     assert readme_rows(tmp_path / "axes") == []  # nothing committed: the README says so instead
     data = tmp_path / "axes"
     partial(data)
-    piece(data, "evals/grpo-s0/bfcl_multiple-greedy", [1.0] * 10 + [0.0] * 30)
+    piece(data, "grpo-s0/bfcl_multiple-greedy", [1.0] * 10 + [0.0] * 30)
     lines = readme_rows(data)
     table = [line for line in lines if line.startswith("| ")]
     assert table[0].startswith("| Set: greedy pass@1 (%) | cold start | GRPO | SFT-continued | rejection sampling | "
@@ -94,8 +99,8 @@ def test_the_readme_rows_are_at_most_8_sets_with_every_arm_and_grpo_against_each
 
 def test_a_one_task_difference_is_a_tie(tmp_path):
     data = tmp_path / "axes"
-    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * 10)
-    piece(data, "evals/grpo-s0/tooluse_v5-greedy", [1.0] + [0.0] * 9)
+    piece(data, "cold_start/tooluse_v5-greedy", [0.0] * 10)
+    piece(data, "grpo-s0/tooluse_v5-greedy", [1.0] + [0.0] * 9)
     text = "\n".join(axes_section(data))
     row = next(line for line in text.splitlines() if line.startswith("| GRPO (Dr. GRPO) vs cold start |"))
     assert "**tie** (1 vs 0 tasks" in row
@@ -106,10 +111,10 @@ def test_a_verdict_one_seed_carries_says_so_and_one_every_seed_holds_does_not(tm
     seed 0 it is a tie, so the cell names seed 0. SFT-continued solves the same 12 with every seed: no note."""
     data = tmp_path / "axes"
     n = 40
-    piece(data, "evals/cold_start/tooluse_v5-greedy", [0.0] * n)
+    piece(data, "cold_start/tooluse_v5-greedy", [0.0] * n)
     for seed in range(3):
-        piece(data, f"evals/grpo-s{seed}/tooluse_v5-greedy", ([1.0] * 12 if seed == 0 else [0.0] * 12) + [0.0] * 28)
-        piece(data, f"evals/sft-s{seed}/tooluse_v5-greedy", [1.0] * 12 + [0.0] * 28)
+        piece(data, f"grpo-s{seed}/tooluse_v5-greedy", ([1.0] * 12 if seed == 0 else [0.0] * 12) + [0.0] * 28)
+        piece(data, f"sft-s{seed}/tooluse_v5-greedy", [1.0] * 12 + [0.0] * 28)
     lines = axes_section(data)
     grpo = next(line for line in lines if line.startswith("| GRPO (Dr. GRPO) vs cold start |"))
     sft = next(line for line in lines if line.startswith("| SFT-continued vs cold start |"))
@@ -119,12 +124,12 @@ def test_a_verdict_one_seed_carries_says_so_and_one_every_seed_holds_does_not(tm
 
 def test_the_lr_choice_applies_its_declared_rule_once_every_cell_is_in(tmp_path):
     data = tmp_path / "lr_choice"
-    piece(data, "evals/cold_start/train-greedy", [1.0] * 8 + [0.0] * 2)  # 80%
+    piece(data, "cold_start/train-greedy", [1.0] * 8 + [0.0] * 2)  # 80%
     for arm, after, reward in (("grpo_lr2e-4", [1.0] * 6 + [0.0] * 4, 0.9), ("grpo_lr6e-5", [1.0] * 8 + [0.0] * 2, 0.5),
                                ("grpo_lr2e-5", [1.0] * 8 + [0.0] * 2, 0.49)):
         for seed in LR_CHOICE.seeds[:2]:
-            piece(data, f"cells/{arm}-s{seed}", steps=16, diagnostics={"reward_last_quarter": reward})
-            piece(data, f"evals/{arm}-s{seed}/train-greedy", after)
+            piece(data, f"{arm}-s{seed}", steps=16, diagnostics={"reward_last_quarter": reward})
+            piece(data, f"{arm}-s{seed}/train-greedy", after)
     text = "\n".join(lr_choice_section(data))
     assert "| grpo_lr2e-4 | 0 | 16 | 60.0 | -20.0 | **yes** | 0.900 |" in text
     assert "| grpo_lr2e-4 | 2 | not run |" in text and "**Not decided yet**: 6 of 9 cells" in text

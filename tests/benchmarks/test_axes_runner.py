@@ -1,4 +1,5 @@
-"""The axes runner (benchmarks/axes.py, harness.axes_run): pieces in their own folders, skipped when finished,
+"""The axes runner (benchmarks/axes.py, harness.axes_run): pieces in the one layout (a cell's folder, each of its
+evaluations ``<set>-<mode>.jsonl`` beside its meta in it), skipped when finished,
 redone when killed, a budget that stops before a piece it cannot finish; end to end on a tiny random model (no
 learning figure is asserted)."""
 
@@ -32,17 +33,22 @@ def fake_executor(clock: FakeClock, seconds: dict[str, float], calls: list[str])
     return execute
 
 
+def meta_of(data: Path, key: str) -> Path:
+    """A finished piece's meta: a training piece's ``<folder>/meta.json``, an evaluation's ``<key>.meta.json``."""
+    return data / key / "meta.json" if (data / key).is_dir() else data / f"{key}.meta.json"
+
+
 def test_the_plan_is_the_declaration_in_running_order():
     pieces = plan(AXES)
     keys = [p.key for p in pieces]
-    assert keys[0] == "cold_start" and keys[1] == "evals/cold_start/train-greedy"
+    assert keys[0] == "cold_start" and keys[1] == "cold_start/train-greedy"
     # the train sample, then each set greedy and sampled, then each public benchmark set greedy only
     per_model = 1 + 2 * len(AXES.sets) + len(AXES.transfer)
     assert len(pieces) == (1 + len(AXES.arms) * len(AXES.seeds)) * (1 + per_model)
-    assert Piece("evals/sft-s1/bfcl_multiple-greedy", "eval:transfer", ("cold_start", "cells/sft-s1")) in pieces
+    assert Piece("sft-s1/bfcl_multiple-greedy", "eval:transfer", ("cold_start", "sft-s1")) in pieces
     assert not any(k.endswith("bfcl_multiple-sampled") for k in keys)
-    assert keys.index("cells/grpo-s0") < keys.index("cells/sft-s0") < keys.index("cells/grpo-s1")
-    assert Piece("evals/rft-s2/tooluse_axis_depth-sampled", "eval:sampled", ("cold_start", "cells/rft-s2")) in pieces
+    assert keys.index("grpo-s0") < keys.index("sft-s0") < keys.index("grpo-s1")
+    assert Piece("rft-s2/tooluse_axis_depth-sampled", "eval:sampled", ("cold_start", "rft-s2")) in pieces
     lr = plan(LR_CHOICE)  # the train-split sample only, greedy
     assert {p.kind for p in lr} == {"cold_start", "eval:train", *(f"cell:{a}" for a in LR_CHOICE.arms)}
     assert set(RUNNABLE) == {"axes", "lr_choice"}
@@ -63,15 +69,19 @@ def test_finished_pieces_are_skipped_and_a_killed_one_is_redone(tmp_path):
     clock, calls = FakeClock(), []
     out = schedule(pieces, tmp_path, fake_executor(clock, {}, calls), AXES, clock=clock)
     assert out.ran == [p.key for p in pieces] == calls and not out.skipped
-    meta = json.loads((tmp_path / "cells/grpo-s0/meta.json").read_text())
-    assert meta == {"key": "cells/grpo-s0", "kind": "cell:grpo", "what": "cells/grpo-s0", "wall_seconds": 10.0}
-    # kill one piece part-way: its folder without meta.json, with a stale file in it
-    (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/meta.json").unlink()
-    (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/partial.jsonl").write_text("stale")
+    meta = json.loads((tmp_path / "grpo-s0/meta.json").read_text())
+    assert meta == {"key": "grpo-s0", "kind": "cell:grpo", "what": "grpo-s0", "wall_seconds": 10.0}
+    assert json.loads((tmp_path / "grpo-s0/tooluse_v5-sampled.meta.json").read_text())["key"] == \
+        "grpo-s0/tooluse_v5-sampled"  # an evaluation: its records in its cell's folder, its meta beside them
+    assert (tmp_path / "grpo-s0/tooluse_v5-sampled.jsonl").read_text() == '{"id": "t", "score": 1.0}\n'
+    # kill one piece part-way: its records without its meta (stale ones)
+    (tmp_path / "grpo-s0/tooluse_v5-sampled.meta.json").unlink()
+    (tmp_path / "grpo-s0/tooluse_v5-sampled.jsonl").write_text("stale")
     calls.clear()
     out = schedule(pieces, tmp_path, fake_executor(clock, {}, calls), AXES, clock=clock)
-    assert calls == ["evals/grpo-s0/tooluse_v5-sampled"] and len(out.skipped) == len(pieces) - 1
-    assert not (tmp_path / "evals/grpo-s0/tooluse_v5-sampled/partial.jsonl").exists()
+    assert calls == ["grpo-s0/tooluse_v5-sampled"] and len(out.skipped) == len(pieces) - 1
+    assert (tmp_path / "grpo-s0/tooluse_v5-sampled.jsonl").read_text() == '{"id": "t", "score": 1.0}\n'
+    assert (tmp_path / "grpo-s0/tooluse_v5-greedy.meta.json").is_file()  # its neighbours in the folder stay
 
 
 def test_the_budget_stops_before_a_piece_that_would_not_fit_estimated_from_what_ran(tmp_path):
@@ -85,20 +95,20 @@ def test_the_budget_stops_before_a_piece_that_would_not_fit_estimated_from_what_
     # 2000 s: the cold start (100 s), its three evaluations (10 s each; priors 60, 80, 640 s), the grpo cell (prior
     # 960 s, took 900) and its evaluations (now estimated at 10 s) fit; 940 s are left for the sft cell's 960
     out = schedule(pieces, tmp_path, fake_executor(clock, seconds, calls), AXES, budget_seconds=2000, clock=clock)
-    assert out.ran == ["cold_start", "evals/cold_start/train-greedy", "evals/cold_start/tooluse_v5-greedy",
-                       "evals/cold_start/tooluse_v5-sampled", "cells/grpo-s0", "evals/grpo-s0/train-greedy",
-                       "evals/grpo-s0/tooluse_v5-greedy", "evals/grpo-s0/tooluse_v5-sampled"]
-    assert out.stopped_before == "cells/sft-s0"
+    assert out.ran == ["cold_start", "cold_start/train-greedy", "cold_start/tooluse_v5-greedy",
+                       "cold_start/tooluse_v5-sampled", "grpo-s0", "grpo-s0/train-greedy",
+                       "grpo-s0/tooluse_v5-greedy", "grpo-s0/tooluse_v5-sampled"]
+    assert out.stopped_before == "sft-s0"
     done = finished(tmp_path)
     # what ran now estimates its kind: the evaluations took 10 s each here, the grpo cell 900 s
     assert estimate(Piece("x", "eval:sampled"), done, AXES) == 10.0
     assert estimate(Piece("x", "cell:grpo"), done, AXES) == 900.0
     # an arm with no finished cell: the finished cells of its algorithm's other arms (LR_CHOICE: other rates)
-    lr_done = {"cells/grpo_lr2e-4-s0": {"kind": "cell:grpo_lr2e-4", "wall_seconds": 630.0}}
+    lr_done = {"grpo_lr2e-4-s0": {"kind": "cell:grpo_lr2e-4", "wall_seconds": 630.0}}
     assert estimate(Piece("x", "cell:grpo_lr6e-5"), lr_done, LR_CHOICE) == 630.0
     assert estimate(Piece("x", "cell:sft"), {"a": {"kind": "cell:grpo", "wall_seconds": 5.0}}, AXES) == 960.0
     lines = status_lines(AXES, tmp_path)
-    assert "  done     cells/grpo-s0 (15.0 min)" in lines and "  not run  cells/sft-s0 (about 16.0 min)" in lines
+    assert "  done     grpo-s0 (15.0 min)" in lines and "  not run  sft-s0 (about 16.0 min)" in lines
 
 
 def test_a_cell_waits_for_its_cold_start(tmp_path):
@@ -130,32 +140,32 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert main(args) == 0
     done = finished(data)
     assert set(done) == {p.key for p in plan(AXES, [("grpo", 0), ("rft", 0)], ["tooluse_axis_depth", "bfcl_multiple"])}
-    bfcl = done["evals/rft-s0/bfcl_multiple-greedy"]  # a public benchmark set: its declared decoding, its checker
+    bfcl = done["rft-s0/bfcl_multiple-greedy"]  # a public benchmark set: its declared decoding, its checker
     assert bfcl["benchmark"] == "BFCL multiple" and bfcl["tasks"] == 2 and bfcl["collector"]["temperature"] == 0.0
     assert bfcl["collector"]["max_new_tokens"] == 256 and bfcl["packages"]["bfcl-eval"] and bfcl["ledger_id"] is None
-    assert bfcl["adapter_sha256"] == done["cells/rft-s0"]["adapter_sha256"]
-    rows = [json.loads(x) for x in (data / "evals/rft-s0/bfcl_multiple-greedy/tasks.jsonl").read_text().splitlines()]
+    assert bfcl["adapter_sha256"] == done["rft-s0"]["adapter_sha256"]
+    rows = [json.loads(x) for x in (data / "rft-s0/bfcl_multiple-greedy.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["multiple_0", "multiple_1"] and all(r["n"] == 1 for r in rows)
-    cell = done["cells/grpo-s0"]
+    cell = done["grpo-s0"]
     assert cell["steps"] == 1 and cell["algo"] == "grpo" and cell["commit"] and cell["machine"]
     assert cell["config"]["env_kwargs"]["families"] == list(AXES.train_families)
     assert cell["config"]["stages"]["rl"]["lr"] == 6e-5 and cell["config"]["stages"]["sft"]["env_kwargs"] == {
         "families": list(AXES.train_families)}
     assert (work / "cells/grpo-s0/adapter/adapter_config.json").is_file()
-    sampled = done["evals/grpo-s0/tooluse_axis_depth-sampled"]
+    sampled = done["grpo-s0/tooluse_axis_depth-sampled"]
     assert sampled["eval_n"] == 8 and sampled["report"]["pass_at_k"]["8"] >= sampled["report"]["pass_at_k"]["1"]
-    tasks_file = data / "evals/grpo-s0/tooluse_axis_depth-sampled/tasks.jsonl"
+    tasks_file = data / "grpo-s0/tooluse_axis_depth-sampled.jsonl"
     rows = [json.loads(x) for x in tasks_file.read_text().splitlines()]
     assert [r["n"] for r in rows] == [8, 8]
-    train = done["evals/cold_start/train-greedy"]
+    train = done["cold_start/train-greedy"]
     assert train["tasks"] == 2 and train["kl_to_base"]["tokens"] > 0 and train["kl_to_base"]["token_mean"] >= 0
     assert (data / "train_sample.jsonl").is_file() and (data / "setup.json").is_file()
     assert not (tmp_path / "ledger.jsonl").exists()  # --tasks: a smoke test, no ledger row
-    stamps = {k: (data / k / "meta.json").stat().st_mtime_ns for k in done}
+    stamps = {k: meta_of(data, k).stat().st_mtime_ns for k in done}
     capsys.readouterr()
     assert main(args) == 0
     assert "ran 0, already there" in capsys.readouterr().out
-    assert {k: (data / k / "meta.json").stat().st_mtime_ns for k in done} == stamps
+    assert {k: meta_of(data, k).stat().st_mtime_ns for k in done} == stamps
     with pytest.raises(SystemExit, match=r"other settings \(overrides, pipeline differ\); use another --data"):
         main([*args, "stages.rl.collector.max_turns=3"])
     moved = tmp_path / "moved"  # the work folder moved between sessions: the same settings
@@ -165,14 +175,14 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     import shutil
 
     shutil.rmtree(moved / "cold_start")
-    (data / "evals/cold_start/train-greedy/meta.json").unlink()
+    (data / "cold_start/train-greedy.meta.json").unlink()
     capsys.readouterr()
     assert main([*args[:6], str(moved), *args[7:]]) == 0
     assert "ran 1," in capsys.readouterr().out
-    assert finished(data)["evals/cold_start/train-greedy"]["adapter_sha256"] == done["cold_start"]["adapter_sha256"]
+    assert finished(data)["cold_start/train-greedy"]["adapter_sha256"] == done["cold_start"]["adapter_sha256"]
     # ... and refused when it comes out another (here: the recorded hash changed), leaving no adapter behind
     shutil.rmtree(moved / "cold_start")
-    (data / "evals/cold_start/train-greedy/meta.json").unlink()
+    (data / "cold_start/train-greedy.meta.json").unlink()
     meta = json.loads((data / "cold_start/meta.json").read_text())
     (data / "cold_start/meta.json").write_text(json.dumps({**meta, "adapter_sha256": "0" * 16}))
     with pytest.raises(SystemExit, match=r"trained again here is not the recorded one .*recorded 0{16}"):
@@ -180,7 +190,7 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     assert not (moved / "cold_start").exists()
     (data / "cold_start/meta.json").write_text(json.dumps(meta))
     # another run's adapter in the work folder: refused before anything is evaluated from it
-    (data / "evals/grpo-s0/train-greedy/meta.json").unlink()
+    (data / "grpo-s0/train-greedy.meta.json").unlink()
     weights = next((moved / "cells/grpo-s0/adapter").glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes() + b" ")
     with pytest.raises(SystemExit, match=r"grpo-s0/adapter is not the adapter the finished piece .*grpo-s0 recorded"):
