@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import string
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -48,8 +47,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agentrl.envs import step_loop
 from agentrl.envs.parsing import CALL_FORMATS, ActionParser, ParsedAction
-from agentrl.envs.tools import INVALID_CALL_KINDS, ToolResult, ToolSet, openai_tool_calls
+from agentrl.envs.step_loop import CallResults, Grade
+from agentrl.envs.tools import ToolResult, ToolSet
 
 logger = logging.getLogger(__name__)
 
@@ -156,14 +157,18 @@ class TextEnv(gym.Env[str, str]):
     * :meth:`task_tools` and :meth:`run_task_tool` — the tools of one task (default: the row's ``"tools"``
       schemas when it has them) and how such a tool runs;
     * :meth:`grade_reply` — grade a reply as a whole instead of running its calls (a benchmark that grades the
-      calls themselves, BFCL), or end the agent's turn with the next user message (a multi-turn benchmark);
+      calls themselves, BFCL);
+    * :meth:`user_turn` — end the agent's turn with the user's next message (a multi-turn benchmark);
+    * :meth:`run_calls` — the call runner: how a reply's tool calls run (default: each through :meth:`run_tool`,
+      within the budget; a benchmark adapter runs them through its own harness: τ², BFCL multi-turn);
+    * :meth:`episode_over` — the grade of an episode the benchmark itself ended (τ²'s simulation stopped);
     * :meth:`opening_messages` — the messages an episode starts with (default: system prompt, user prompt);
     * :attr:`supports_text_only` — ``True`` when the constructor takes ``tools_enabled=False`` (no tools).
 
     A tool that needs env state or counts its own metrics is a bound method or closure passed to
     :func:`~agentrl.envs.tools.tool` that returns a :class:`~agentrl.envs.tools.ToolResult` with ``metrics``;
     :meth:`run_tool` adds them to ``info["metrics"]``. Everything else — budgets, metrics, messages, the
-    never-raise guarantee — lives here.
+    never-raise guarantee — lives here and in the one step loop every env runs (:mod:`agentrl.envs.step_loop`).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -216,6 +221,10 @@ class TextEnv(gym.Env[str, str]):
     def episode_tools(self) -> ToolSet:
         """The tools of the current episode: the task's own (:meth:`task_tools`) or, by default, :attr:`tools`."""
         return self.tools if self._episode_tools is None else self._episode_tools
+
+    @episode_tools.setter
+    def episode_tools(self, tools: ToolSet) -> None:  # reset sets it; a benchmark adds tools mid-episode (BFCL)
+        self._episode_tools = None if tools is self.tools else tools
 
     # ------------------------------------------------------------------ hooks for subclasses
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -282,13 +291,36 @@ class TextEnv(gym.Env[str, str]):
         return ToolResult(f"Error: {name}() cannot be run in this environment (the task gives only its schema)",
                           "not_executable")
 
-    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | str | None:
+    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | None:
         """``(reward, correct)`` to end the episode on this reply without running its calls, or ``None`` (the
         default) for the usual handling. An env whose benchmark grades the calls themselves (BFCL's AST checker)
         returns the grade here; the reply's calls still appear as ``tool_calls`` in ``info["messages"]``, and the
-        termination is ``"invalid"`` for a reply the parser could not read, else ``"answered"``. A string instead
-        ends the agent's turn, not the episode: it is the next user message (the observation, ``obs_role`` "user",
-        reward 0; BFCL's multi-turn entries), unless the ``max_turns`` budget is spent."""
+        termination is ``"invalid"`` for a reply the parser could not read, else ``"answered"``. (A string from
+        here, the next user message before :meth:`user_turn` existed, still works, with a DeprecationWarning.)"""
+        return None
+
+    def user_turn(self, parsed: ParsedAction, task: dict[str, Any]) -> str | None:
+        """The user's next message when this reply ends the agent's turn but not the episode, else ``None`` (the
+        default: the reply is an answer, calls or invalid). Asked after :meth:`grade_reply`. The message is the
+        observation (``obs_role`` "user", reward 0) and joins the messages (``""``: nothing was said, e.g. the
+        user left; then :meth:`episode_over` ends the episode); a spent ``max_turns`` budget ends it there.
+        BFCL's multi-turn entries bring their next question; τ² hands a text reply to its user simulator."""
+        return None
+
+    def run_calls(self, calls: list[dict[str, Any]]) -> CallResults:
+        """The call runner: run a reply's tool calls (``{"name", "arguments", "id"}`` each, in order), add each
+        result as a ``tool`` message naming its call, count them in :attr:`metrics`, and return the observation.
+        Default: :func:`~agentrl.envs.step_loop.run_each`, each call through :meth:`run_tool` until the
+        tool-call budget runs out. A benchmark adapter overrides it to run calls as its own harness does (τ²'s
+        orchestrator; BFCL's executor, which checks no schema), keeping :attr:`episode_tools` its one tool list."""
+        return step_loop.run_each(self, calls)
+
+    def episode_over(self) -> Grade | tuple[float, bool] | None:
+        """The grade of an episode the benchmark itself has ended (its own simulation stopped: τ²'s user said
+        goodbye, the agent's stop, τ²'s step limit), else ``None`` (the default: only this env's rules end it).
+        Asked before a reply is read and after each user turn and each batch of calls; a
+        :class:`~agentrl.envs.step_loop.Grade` says the termination (``"answered"``, ``"invalid"``, ``"budget"``)
+        and whether it is truncated."""
         return None
 
     def extra_info(self) -> dict[str, Any]:
@@ -327,15 +359,7 @@ class TextEnv(gym.Env[str, str]):
     def run_tool(self, parsed: ParsedAction) -> str:
         """Run a parsed tool call through :meth:`ToolSet.call`; count its errors and metrics; return the
         observation."""
-        result = self.episode_tools.call(parsed.name or "", parsed.arguments or {})
-        if result.error_kind is not None:
-            self.metrics.tool_errors += 1
-            if result.error_kind in INVALID_CALL_KINDS:
-                self.metrics.invalid_calls += 1
-        extra = self.metrics.extra
-        for key, value in result.metrics.items():
-            extra[key] = extra.get(key, 0) + value
-        return result.content
+        return step_loop.tally(self.metrics, self.episode_tools.call(parsed.name or "", parsed.arguments or {}))
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -349,8 +373,7 @@ class TextEnv(gym.Env[str, str]):
         self.task = task
         self.metrics = EpisodeMetrics()
         self._done = False
-        own = self.task_tools(task)
-        self._episode_tools = None if own is self.tools else own
+        self.episode_tools = self.task_tools(task)
         self.on_reset(task)
         self.messages = self.opening_messages(task)
         user = str(self.messages[-1]["content"])
@@ -373,57 +396,7 @@ class TextEnv(gym.Env[str, str]):
                                 termination="error")
 
     def _step(self, action: str):
-        if not isinstance(action, str):
-            action = "" if action is None else str(action)
-        self.metrics.turns += 1
-        self.messages.append({"role": "assistant", "content": action})
-        parsed = self.parser.parse(action)
-        calls = (parsed.calls or []) if parsed.kind == "tool_call" else []
-        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
-        if calls:
-            self.messages[-1]["tool_calls"] = openai_tool_calls(calls, ids)
-        assert self.task is not None, "step() before reset()"
-        graded = self.grade_reply(parsed, self.task)
-        if isinstance(graded, str):  # the agent's turn ends; the episode goes on with the next user message
-            if self.metrics.turns >= self.budgets.max_turns:
-                return self._finish(graded, parsed, reward=self.rewards.invalid, termination="budget", truncated=True)
-            self.messages.append({"role": "user", "content": graded})
-            return graded, 0.0, False, False, self._info(parsed, "user")
-        if graded is not None:
-            ok = parsed.kind != "invalid"
-            self.metrics.invalid_calls += not ok
-            return self._finish("", parsed, reward=graded[0], termination="answered" if ok else "invalid",
-                                correct=graded[1], answer=parsed.answer, format_ok=ok)
-
-        if parsed.kind == "answer":
-            reward, correct = self.score(parsed.answer or "", self.task)
-            return self._finish("", parsed, reward=reward, termination="answered", correct=correct,
-                                answer=parsed.answer)
-        if parsed.kind == "invalid":
-            self.metrics.invalid_calls += 1
-            return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
-                                termination="invalid", format_ok=False)
-
-        # Tool calls: each runs in order, each counts against the budget, each result is a tool message.
-        results, credit = [], 0.0
-        for call, call_id in zip(calls, ids, strict=True):
-            if self.metrics.tool_calls >= self.budgets.max_tool_calls:
-                return self._finish(f"Tool-call budget of {self.budgets.max_tool_calls} exhausted before an answer.",
-                                    parsed, reward=self.rewards.invalid + credit, termination="budget", truncated=True)
-            self.metrics.tool_calls += 1
-            t0 = time.perf_counter()
-            out = self.run_tool(ParsedAction("tool_call", name=call["name"], arguments=call["arguments"]))
-            self.metrics.tool_latency_s += time.perf_counter() - t0
-            credit += float(self.call_reward(call["name"], call["arguments"], self.task))
-            out = clip_head(out, self.budgets.max_obs_chars)
-            self.messages.append({"role": "tool", "name": call["name"], "tool_call_id": call_id, "content": out})
-            results.append((call["name"], out))
-        obs = results[0][1] if len(results) == 1 else "\n\n".join(
-            f"Result {k} ({name}):\n{out}" for k, (name, out) in enumerate(results, 1))
-        if self.metrics.turns >= self.budgets.max_turns:
-            return self._finish(obs, parsed, reward=self.rewards.invalid + credit, termination="budget",
-                                truncated=True, obs_role="tool")
-        return obs, credit, False, False, self._info(parsed, "tool")
+        return step_loop.step(self, action)  # the one step loop, its hooks above (envs/step_loop.py)
 
     def _finish(self, obs, parsed, *, reward, termination, truncated=False, correct=False, answer=None,
                 format_ok=None, obs_role="user"):
@@ -489,11 +462,3 @@ class TextEnv(gym.Env[str, str]):
                 "reward": reward,
                 "correct": bool(info.get("correct", False))}
 
-
-def clip_head(text: str, max_chars: int) -> str:
-    """Keep the last ``max_chars`` characters, marking the cut (tracebacks and results live at the end)."""
-    if len(text) <= max_chars:
-        return text
-    marker = "...[truncated]\n"
-    keep = max(0, max_chars - len(marker))
-    return marker + text[len(text) - keep:]

@@ -437,6 +437,58 @@ def test_envs_never_import_algos():
             assert "agentrl.algos" not in path.read_text(encoding="utf-8"), name
 
 
+#: The benchmark adapters (envs/<folder>/): thin layers over a benchmark's package, under the one step loop.
+BENCHMARK_ADAPTERS = ("bfcl", "tau_bench", "humaneval")
+#: What builds a tool list: kept on an adapter beside its episode's tools, it would be a second one.
+_TOOL_LIST_MAKERS = {"function_schema", "ToolSet", "from_schemas", "Tool", "task_tools"}
+
+
+def adapter_violations(path: Path) -> list[str]:
+    """Where the adapter module ``path`` has a step loop of its own (a ``step``/``_step`` method) or a second tool
+    list: a tool list kept in an attribute beside ``tools`` (the env's) and ``episode_tools`` (this episode's),
+    e.g. ``self.functions = [function_schema(d) ...]``, or a ``"tools"`` key of its ``extra_info`` (``info["tools"]``
+    is the episode's tools)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("step", "_step"):
+            out.append(f"{path.name}:{node.lineno}: defines {node.name}() (change an episode through the step "
+                       "loop's hooks: grade_reply, user_turn, run_calls, episode_over)")
+        if isinstance(node, ast.FunctionDef) and node.name == "extra_info":
+            out += [f"{path.name}:{d.lineno}: extra_info sets 'tools' (info['tools'] is episode_tools' schemas)"
+                    for d in ast.walk(node) if isinstance(d, ast.Dict)
+                    and any(isinstance(k, ast.Constant) and k.value == "tools" for k in d.keys)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            attrs = [t.attr for target in targets for t in ast.walk(target) if isinstance(t, ast.Attribute)
+                     and isinstance(t.value, ast.Name) and t.value.id == "self"
+                     and t.attr not in ("tools", "episode_tools")]
+            makers = {getattr(c.func, "attr", getattr(c.func, "id", "")) for c in ast.walk(node.value)
+                      if isinstance(c, ast.Call)} & _TOOL_LIST_MAKERS
+            out += [f"{path.name}:{node.lineno}: self.{a} holds a second tool list ({', '.join(sorted(makers))}); "
+                    "offer tools through episode_tools" for a in attrs if makers or a == "functions"]
+    return out
+
+
+def test_benchmark_adapters_have_no_step_loop_and_one_tool_list():
+    """Each benchmark adapter (BFCL, τ², HumanEval) is one folder under envs/ that changes an episode only through
+    TextEnv's hooks (its call runner, user turns, its grade) and offers its tools through the episode's ToolSet
+    alone (envs/step_loop.py runs every env)."""
+    wrong = [f"envs/{package}/{v}" for package in BENCHMARK_ADAPTERS
+             for f in sorted((ROOT / "envs" / package).rglob("*.py")) for v in adapter_violations(f)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_adapter_check_finds_a_step_loop_and_a_second_tool_list(tmp_path):
+    """What τ² and BFCL multi-turn had before issue 58 step 3: their own ``_step``; ``self.functions`` put into
+    ``info["tools"]``."""
+    (tmp_path / "adapter.py").write_text(
+        "class Env:\n    def _step(self, action):\n        pass\n\n    def on_reset(self, task):\n"
+        "        self.functions = [function_schema(d) for d in task['tools']]\n\n    def extra_info(self):\n"
+        "        return {'tools': self.functions}\n", encoding="utf-8")
+    found = adapter_violations(tmp_path / "adapter.py")
+    assert [v.split(":")[1] for v in found] == ["2", "9", "6"], found
+
+
 def test_no_source_file_is_over_500_lines():
     files = [*_modules().values(), *(ROOT / "benchmarks").glob("*.py")]  # the harness and every script
     long = {str(p.relative_to(ROOT)): n for p in files

@@ -41,7 +41,8 @@ from agentrl.envs.bfcl.base import BFCLBase
 from agentrl.envs.bfcl.loading import BFCL, MULTI_TURN, call_string_converter, require_bfcl
 from agentrl.envs.core import MAX_TEXT_LENGTH, Budgets
 from agentrl.envs.parsing import ParsedAction
-from agentrl.envs.tools import function_schema
+from agentrl.envs.step_loop import CallResults, run_each, tally
+from agentrl.envs.tools import ToolResult
 
 #: The keys a multi-turn task row needs (a row of :func:`~agentrl.envs.bfcl.loading.load_category`).
 TASK_KEYS = ("id", "question", "tools", "ground_truth", "initial_config", "involved_classes")
@@ -185,7 +186,6 @@ class BFCLMultiTurnEnv(BFCLBase):
         self.turn = 0
         self.steps = 0
         self.record: list[list[list[str]]] = []
-        self.functions: list[dict[str, Any]] = []
         self.methods: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ prompts
@@ -205,54 +205,56 @@ class BFCLMultiTurnEnv(BFCLBase):
         forget(self.session)
         self.session = f"agentrl_{uuid.uuid4().hex}"
         self.turn, self.steps, self.record, self.verdict = 0, 0, [[]], {}
-        self.functions = [function_schema(d) for d in task["tools"]]
         self.methods = _methods(execute([], task, self.session)[1])
         # Every reply BFCL's harness could take: per turn, the steps with calls and one more.
         self.budgets = Budgets(max_turns=(step_limit() + 2) * len(task["question"]), max_tool_calls=MAX_TOOL_CALLS,
                                max_obs_chars=self.max_obs_chars)
 
-    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | str | None:
-        """Calls run (``None``); a reply without a readable call ends the turn: the next user message, or after
-        the last turn BFCL's grade. Past BFCL's step limit the entry is graded at once (the reply is not run)."""
+    def grade_reply(self, parsed: ParsedAction, task: dict[str, Any]) -> tuple[float, bool] | None:
+        """BFCL's grade after the last turn (a reply without a readable call ends it), or at once past BFCL's step
+        limit (the reply is not run); else ``None``: calls run, another reply ends the turn (:meth:`user_turn`)."""
         if self.steps > step_limit():
             return self._grade(task)
-        if parsed.kind == "tool_call" and parsed.calls:
-            self.steps += 1
-            self.record[-1].append([])  # this step's call strings, filled by run_tool
+        if _has_calls(parsed) or self.turn + 1 < len(task["question"]):
             return None
-        if self.turn + 1 >= len(task["question"]):
-            return self._grade(task)
-        self.metrics.invalid_calls += parsed.kind == "invalid"
-        return self._next_turn(task)
+        return self._grade(task)
 
-    def _next_turn(self, task: dict[str, Any]) -> str:
+    def user_turn(self, parsed: ParsedAction, task: dict[str, Any]) -> str | None:
+        """A reply without a readable call ends the turn: the next user message (an unreadable reply counts as an
+        invalid call). In ``multi_turn_miss_func`` the turn where BFCL adds the held-back functions brings them:
+        they join the episode's tools and the message describes them."""
+        if _has_calls(parsed):
+            return None
+        self.metrics.invalid_calls += parsed.kind == "invalid"
         from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC as ADDED
 
         self.turn, self.steps = self.turn + 1, 0
         self.record.append([])
-        added = [function_schema(d) for d in (task.get("missed_function") or {}).get(str(self.turn), [])]
+        added = (task.get("missed_function") or {}).get(str(self.turn), [])
         if added:  # BFCL's turn with no user message, where the held-back functions join
-            self.functions = self.functions + added
-            return f"{self.parser.describe_tools(added)}\n{ADDED}"
+            self.episode_tools = self.task_tools({**task, "tools": [*task["tools"], *added]})
+            return f"{self.parser.describe_tools(self.episode_tools.schemas()[-len(added):])}\n{ADDED}"
         return "\n\n".join(str(m["content"]) for m in task["question"][self.turn])
 
-    def run_tool(self, parsed: ParsedAction) -> str:
-        """Run one call as BFCL does: its string form, executed on this episode's objects; an error (BFCL's
-        ``Error during execution: ...`` or a class's ``{"error": ...}``) is the observation, counted. A call BFCL
-        would not resolve to a task function (a non-identifier or builtin name) is refused, not run or graded."""
-        name, args = parsed.name or "", parsed.arguments
+    def run_calls(self, calls: list[dict[str, Any]]) -> CallResults:
+        """BFCL's call runner: the reply is one step of the turn, and each call runs as BFCL's harness runs it —
+        its string form, evaluated against this episode's objects, with no schema check (BFCL makes none, and its
+        grade counts what ran); an error (BFCL's ``Error during execution: ...`` or a class's ``{"error": ...}``)
+        is the observation, counted. A call BFCL would not resolve to a task function (a non-identifier or
+        builtin name) is refused, not run or graded."""
+        self.steps += 1
+        self.record[-1].append([])  # this step's call strings
+        return run_each(self, calls, lambda name, arguments: tally(self.metrics, self._execute(name, arguments)))
+
+    def _execute(self, name: str, args: Any) -> ToolResult:
         refusal = self._refusal(name, args)
         if refusal is not None:
-            self.metrics.tool_errors += 1
-            self.metrics.invalid_calls += 1
-            return refusal
+            return ToolResult(refusal, "invalid_arguments")
         assert self.task is not None and isinstance(args, dict)
         call = call_string_converter()([{name: args}])[0]
         self.record[-1][-1].append(call)
         result = str(execute([call], self.task, self.session)[0][0])
-        if _is_error(result):
-            self.metrics.tool_errors += 1
-        return result
+        return ToolResult(result, "execution_error" if _is_error(result) else None)
 
     def _refusal(self, name: str, args: Any) -> str | None:
         if not name.isidentifier() or keyword.iskeyword(name):
@@ -273,10 +275,11 @@ class BFCLMultiTurnEnv(BFCLBase):
         return (self.rewards.correct if ok else self.rewards.wrong), ok
 
     def extra_info(self) -> dict[str, Any]:
-        """BFCL's verdict (``bfcl_error_type``, ``bfcl_error``: its message), the user turn the episode is in
-        (``bfcl_turn``, from 0) and ``tools``: the functions offered so far (held-back ones from their turn)."""
+        """BFCL's verdict (``bfcl_error_type``, ``bfcl_error``: its message) and the user turn the episode is in
+        (``bfcl_turn``, from 0). ``info["tools"]`` holds the functions offered so far (held-back ones from their
+        turn): the episode's tools."""
         return {**super().extra_info(), "bfcl_error": str(self.verdict.get("error_message", "")),
-                "bfcl_turn": self.turn, "tools": self.functions}
+                "bfcl_turn": self.turn}
 
     def demo_actions(self, task: dict[str, Any]) -> list[str] | None:
         """BFCL's ground truth: per turn one reply making the turn's calls, then ``"Done."`` (a turn whose ground
@@ -289,6 +292,10 @@ class BFCLMultiTurnEnv(BFCLBase):
     def close(self) -> None:
         forget(self.session)
         super().close()
+
+
+def _has_calls(parsed: ParsedAction) -> bool:
+    return parsed.kind == "tool_call" and bool(parsed.calls)
 
 
 def _is_error(result: str) -> bool:

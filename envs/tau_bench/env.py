@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.envs.core import Budgets, Rewards, TextEnv, clip_head
+from agentrl.envs.core import Budgets, Rewards, TextEnv
 from agentrl.envs.datasets import seeded_subset
 from agentrl.envs.parsing import ActionParser, ParsedAction
+from agentrl.envs.step_loop import CallResults, Grade, clip_head
 from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_llm, tau2_modules
-from agentrl.envs.tools import Tool, ToolSet, openai_tool_calls
+from agentrl.envs.tools import ToolResult, ToolSet, openai_tool_calls
 
 __all__ = ["TauBenchEnv"]
 
@@ -32,8 +33,9 @@ __all__ = ["TauBenchEnv"]
 _TALK = "To write to the user, reply in plain text without a tool call."
 
 
-def _not_direct(**_: Any) -> str:
-    raise RuntimeError("τ²-bench tools run through the orchestrator, not the tool set")
+def _in_orchestrator(name: str, arguments: dict[str, Any]) -> ToolResult:
+    """A τ² tool called outside a reply: it runs only inside τ²'s orchestrator, where the evaluator sees it."""
+    return ToolResult(f"Error: {name}() runs in τ²'s orchestrator: call it in a reply to step()", "not_executable")
 
 
 class TauBenchEnv(TextEnv):
@@ -106,9 +108,9 @@ class TauBenchEnv(TextEnv):
         self.test_ids = [i for i in splits.get("test", self.all_tasks) if i in self.all_tasks]
         self._domain_tools: tuple[list[Any], str] | None = None
         self._agent = self._make_agent(next(iter(self.all_tasks.values())))
-        tools = ToolSet(Tool(name=t.name, description=t.openai_schema["function"].get("description", ""),
-                             parameters=t.openai_schema["function"]["parameters"], fn=_not_direct)
-                        for t in self._agent.tools)
+        # The domain's tools, known here by their schemas: a reply's calls run in τ²'s orchestrator (run_calls)
+        tools = ToolSet.from_schemas([t.openai_schema for t in self._agent.tools], _in_orchestrator,
+                                     where=f"τ² {domain} tools")
         parser = ActionParser(call_format, answer="text")
         super().__init__(tools=tools, parser=parser, rewards=rewards, tools_in_prompt=tools_in_prompt,
                          budgets=Budgets(max_turns=max_turns, max_tool_calls=max_tool_calls,
@@ -302,81 +304,80 @@ class TauBenchEnv(TextEnv):
         seed = self.orchestrator.seed if self.orchestrator is not None else None
         return {"domain": self.domain, "user_seed": seed, "reward_info": self.reward_info}
 
-    # ------------------------------------------------------------------ one agent reply
-    def _step(self, action: str):
-        t2 = self.t2
-        if not isinstance(action, str):
-            action = "" if action is None else str(action)
-        self.metrics.turns += 1
-        self.messages.append({"role": "assistant", "content": action})
-        parsed = self.parser.parse(action)
-        if self.orchestrator.done:  # the user ended the conversation before the agent spoke
-            return self._end("", parsed, None)
+    # ------------------------------------------------------------------ the step loop's hooks
+    def episode_over(self) -> Grade | None:
+        """τ²'s grade once its simulation has stopped (the user's stop, the agent's, τ²'s step or error limit, or
+        this env's budgets, which stop it with ``MAX_STEPS``): ``answered`` for a stop, ``budget`` (truncated)
+        for a limit, else ``invalid``."""
+        if self.orchestrator is None or not self.orchestrator.done:
+            return None
+        reward, correct = self.evaluate()
+        why, reasons = self.orchestrator.termination_reason, self.t2.TerminationReason
+        if why in (reasons.MAX_STEPS, reasons.TOO_MANY_ERRORS):
+            return Grade(reward, correct, "budget", truncated=True)
+        return Grade(reward, correct, "answered" if why in (reasons.AGENT_STOP, reasons.USER_STOP) else "invalid")
+
+    def user_turn(self, parsed: ParsedAction, task: dict[str, Any]) -> str | None:
+        """A text reply goes to τ²'s user (solo mode: to τ², which takes it as an agent error); the user's answer
+        is the observation. An unreadable reply ends τ²'s simulation with ``AGENT_ERROR`` (scored, for
+        ``info["reward_info"]``) and the episode as invalid; calls go to :meth:`run_calls`."""
         if parsed.kind == "invalid":
-            self.metrics.invalid_calls += 1
-            self.evaluate(t2.TerminationReason.AGENT_ERROR)
-            return self._finish(f"Invalid reply: {parsed.error}", parsed, reward=self.rewards.invalid,
-                                termination="invalid", format_ok=False)
-        if parsed.kind == "answer":
-            self._send(t2.AssistantMessage(role="assistant", content=parsed.answer))
-            return self._after(parsed, parsed.answer, [])
-        calls = parsed.calls or []
-        ids = [str(c.get("id") or f"call{self.metrics.turns:03d}{k:02d}") for k, c in enumerate(calls)]
-        self.messages[-1]["tool_calls"] = openai_tool_calls(calls, ids)
+            self.evaluate(self.t2.TerminationReason.AGENT_ERROR)
+        if parsed.kind != "answer":
+            return None
+        self._send(self.t2.AssistantMessage(role="assistant", content=parsed.answer))
+        self._stop_at_turn_budget()
+        return self._user_said()
+
+    def run_calls(self, calls: list[dict[str, Any]]) -> CallResults:
+        """The reply's calls as one τ² agent message, run by τ²'s orchestrator against the domain's environment
+        (all of them, or none when they would pass the tool-call budget: that stops the simulation with
+        ``MAX_STEPS``); in solo mode a ``done`` call is τ²'s stop."""
+        t2, budget = self.t2, self.budgets.max_tool_calls
         if self.solo and any(c["name"] == "done" for c in calls):  # τ²'s solo agent turns `done` into its stop
             self._send(t2.AssistantMessage(role="assistant", content=t2.LLMSoloAgent.STOP_TOKEN))
-            return self._end("", parsed, None)
-        if self.metrics.tool_calls + len(calls) > self.budgets.max_tool_calls:
-            self.metrics.tool_calls = self.budgets.max_tool_calls
-            return self._end(f"Tool-call budget of {self.budgets.max_tool_calls} exhausted.", parsed, None,
-                             reason=t2.TerminationReason.MAX_STEPS)
+            return CallResults("", obs_role="user")
+        if self.metrics.tool_calls + len(calls) > budget:
+            self.metrics.tool_calls = budget
+            self._stop(t2.TerminationReason.MAX_STEPS)
+            return CallResults(f"Tool-call budget of {budget} exhausted.", obs_role="user", budget_spent=True)
         self.metrics.tool_calls += len(calls)
-        tool_calls = [t2.ToolCall(id=i, name=str(c["name"]), requestor="assistant",
-                                  arguments=c["arguments"] if isinstance(c["arguments"], dict) else {})
-                      for i, c in zip(ids, calls, strict=True)]
+        tool_calls = [t2.ToolCall(id=c["id"], name=str(c["name"]), requestor="assistant",
+                                  arguments=c["arguments"] if isinstance(c["arguments"], dict) else {}) for c in calls]
         before = len(self.orchestrator.trajectory)
         t0 = time.perf_counter()
         self._send(t2.AssistantMessage(role="assistant", content=None, tool_calls=tool_calls))
         self.metrics.tool_latency_s += time.perf_counter() - t0
         results = [m for m in self.orchestrator.trajectory[before + 1:]
                    if isinstance(m, t2.ToolMessage) and m.requestor == "assistant"][:len(calls)]
+        outs = []
         for call, result in zip(tool_calls, results, strict=False):
             if result.error:
                 self.metrics.tool_errors += 1
                 if call.name not in self.tools:
                     self.metrics.invalid_calls += 1
-            self.messages.append({"role": "tool", "name": call.name, "tool_call_id": call.id,
-                                  "content": clip_head(str(result.content or ""), self.budgets.max_obs_chars)})
-        return self._after(parsed, None, results)
+            outs.append(clip_head(str(result.content or ""), self.budgets.max_obs_chars))
+            self.messages.append({"role": "tool", "name": call.name, "tool_call_id": call.id, "content": outs[-1]})
+        self._stop_at_turn_budget()
+        if not outs:  # no result came back: what the user said, if anything
+            said = self._user_said()
+            if said:
+                self.messages.append({"role": "user", "content": said})
+            return CallResults(said, obs_role="user")
+        return CallResults(outs[0] if len(outs) == 1 else "\n\n".join(
+            f"Result {k}:\n{out}" for k, out in enumerate(outs, 1)))
 
-    def _after(self, parsed: ParsedAction, said: str | None, results: list[Any]):
-        """The observation after the agent's message: the tool results, or the user's reply; the end when the
-        simulation ended or a budget ran out."""
+    def _user_said(self) -> str:
+        """What the user said last, when the user spoke last (``""`` when the simulation ended otherwise)."""
         orch = self.orchestrator
-        tool_out = [m["content"] for m in self.messages[len(self.messages) - len(results):]] if results else []
-        if results:
-            obs = tool_out[0] if len(tool_out) == 1 else "\n\n".join(
-                f"Result {k}:\n{out}" for k, out in enumerate(tool_out, 1))
-            role = "tool"
-        else:
-            last = orch.message
-            obs = str(getattr(last, "content", "") or "") if orch.from_role == self.t2.Role.USER else ""
-            role = "user"
-            if obs:
-                self.messages.append({"role": "user", "content": obs})
-        if orch.done:
-            return self._end(obs, parsed, said, obs_role=role)
+        return str(getattr(orch.message, "content", "") or "") if orch.from_role == self.t2.Role.USER else ""
+
+    def _stop(self, reason: Any) -> None:
+        """End τ²'s simulation with ``reason`` unless it has ended already."""
+        if not self.orchestrator.done:
+            self.orchestrator.done, self.orchestrator.termination_reason = True, reason
+
+    def _stop_at_turn_budget(self) -> None:
+        """This env's ``max_turns`` spent: τ²'s simulation stops with ``MAX_STEPS`` (scored by τ²)."""
         if self.metrics.turns >= self.budgets.max_turns:
-            return self._end(obs, parsed, said, obs_role=role, reason=self.t2.TerminationReason.MAX_STEPS)
-        return obs, 0.0, False, False, self._info(parsed, role)
-
-    def _end(self, obs: str, parsed: ParsedAction, said: str | None, *, obs_role: str = "user",
-             reason: Any = None):
-        reward, correct = self.evaluate(reason)
-        why = self.orchestrator.termination_reason
-        stopped = why in (self.t2.TerminationReason.AGENT_STOP, self.t2.TerminationReason.USER_STOP)
-        budget = why in (self.t2.TerminationReason.MAX_STEPS, self.t2.TerminationReason.TOO_MANY_ERRORS)
-        termination = "answered" if stopped else "budget" if budget else "invalid"
-        return self._finish(obs, parsed, reward=reward, termination=termination, truncated=budget, correct=correct,
-                            answer=said, format_ok=not (termination == "invalid"), obs_role=obs_role)
-
+            self._stop(self.t2.TerminationReason.MAX_STEPS)
