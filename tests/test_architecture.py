@@ -334,6 +334,28 @@ def test_every_experiment_is_one_record_and_every_committed_data_folder_is_one_e
     assert not undeclared, f"committed data no record declares (benchmarks/harness/record.py): {undeclared}"
 
 
+#: The one data layout (issue 58): ``<experiment>/<arm>-s<seed>/<set>.jsonl`` beside its meta. An experiment's
+#: folder holds its meta and inputs, then one folder per (arm, seed) (the shared cold start: ``cold_start``) with
+#: per-task records (``<set>[-<mode>][.at-<fraction>|.redo<k>].jsonl``), their ``.meta.json``, a trained arm's
+#: ``meta.json`` and ``metrics.jsonl``, and a learning row's ``calls.jsonl``.
+LAYOUT_TOP = {"learning.json", "compare.json", "setup.json", "train_sample.jsonl"}
+LAYOUT_CELL = re.compile(r"(cold_start|[A-Za-z0-9_.+-]+-s\d+)")
+LAYOUT_FILE = re.compile(r"(meta\.json|metrics\.jsonl|calls\.jsonl|[A-Za-z0-9_+-]+(\.at-[0-9.]+|\.redo\d+)?"
+                         r"(\.jsonl|\.meta\.json))")
+
+
+def test_committed_experiment_data_has_one_layout():
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "docs/results/data"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    parts = [p.split("/")[3:] for p in listed if p.split("/")[3] not in NOT_EXPERIMENTS]
+    assert parts, "git ls-files found no committed experiment data"
+    off = [p for p in parts if not ((len(p) == 2 and p[1] in LAYOUT_TOP)
+                                    or (len(p) == 3 and LAYOUT_CELL.fullmatch(p[1]) and LAYOUT_FILE.fullmatch(p[2])))]
+    assert not off, f"committed data outside <experiment>/<arm>-s<seed>/<set>.jsonl: {['/'.join(p) for p in off[:5]]}"
+
+
 #: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m``
 #: does, so that ``module:Class`` references to the user's own files import (algos/cli.py).
 SYS_PATH_ALLOWED = {"algos/cli.py", "envs/humaneval/_grader.py"}  # the grader removes paths the answer may write
