@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         readme = README if Path(args.results).resolve() == RESULTS.resolve() else None
         print(f"written: {write_page(data.parent, Path(args.results), readme=readme)}")
         return 0
+    if exp.pending:  # declared before it runs, with a setting still to be decided in a commit of its own
+        raise SystemExit(f"--experiment {exp.name} is declared but may not run yet: {exp.pending}")
     from agentrl.algos.evaluation.ledger import git_state
     from agentrl.algos.run_folder import claim_run
     from agentrl.algos.training.checkpoint import RunInUse

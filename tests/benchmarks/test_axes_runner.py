@@ -51,7 +51,7 @@ def test_the_plan_is_the_declaration_in_running_order():
     assert Piece("rft-s2/tooluse_axis_depth-sampled", "eval:sampled", ("cold_start", "rft-s2")) in pieces
     lr = plan(LR_CHOICE)  # the train-split sample only, greedy
     assert {p.kind for p in lr} == {"cold_start", "eval:train", *(f"cell:{a}" for a in LR_CHOICE.arms)}
-    assert set(RUNNABLE) == {"axes", "lr_choice"}
+    assert set(RUNNABLE) == {"axes", "lr_choice", "lr_edge", "edge"}
 
 
 def test_cells_and_sets_are_checked_against_the_declaration():

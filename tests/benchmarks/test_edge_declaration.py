@@ -1,0 +1,52 @@
+"""EDGE and its learning-rate choice (issue 59, part 5) as declared in benchmarks/harness/experiments.py: the
+training mix is what the committed train-split measurement put in the band, the rates are chosen on the train
+split only, and EDGE refuses to run while a setting is still pending."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from harness import axes_cli
+from harness.experiments import AXES, EDGE, EDGE_FAMILIES, LR_EDGE, RUNNABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ROOT / "docs" / "results" / "data" / "edge_mix" / "results_n8.json"
+FORGETTING = {"days", "convert"}  # the forgetting set's families: held out of every arm's training, as in AXES
+
+
+def test_the_training_mix_is_the_measured_band_without_the_forgetting_families():
+    rows = json.loads(MEASURED.read_text())["rows"]
+    in_band = {r["candidate"] for r in rows if r["kind"] == "default" and r["in_band"]}
+    assert set(EDGE_FAMILIES) == in_band - FORGETTING
+    assert all(r["tasks"] >= 8 for r in rows if r["candidate"] in EDGE_FAMILIES)  # not the 2-task first look
+
+
+def test_the_rates_are_chosen_on_the_train_split_from_the_same_cold_start_and_mix():
+    assert LR_EDGE.sets == () and LR_EDGE.transfer == () and LR_EDGE.steps == 16
+    assert LR_EDGE.cold_start == EDGE.cold_start and LR_EDGE.train_families == EDGE.train_families
+    algos = {arm: s["algo"] for arm, s in LR_EDGE.arms.items()}
+    assert sorted(set(algos.values())) == ["grpo", "sft"] and len(LR_EDGE.seeds) == 3
+    for arm, settings in LR_EDGE.arms.items():  # GRPO's rates are tried with the sampler EDGE's GRPO uses
+        assert settings.get("stages.rl.sampler.enabled") is (True if algos[arm] == "grpo" else None)
+    assert not LR_EDGE.pending and LR_EDGE.name in RUNNABLE
+
+
+def test_edge_holds_the_axes_sets_both_cuts_and_waits_for_its_rates():
+    assert EDGE.sets == AXES.sets and EDGE.transfer == AXES.transfer and EDGE.seeds == (0, 1, 2)
+    assert EDGE.minutes > 0 and EDGE.steps is None and EDGE.cut_updates
+    assert EDGE.arms["grpo"]["stages.rl.sampler.enabled"] and EDGE.arms["rft"]["stages.rl.sampler.enabled"]
+    from agentrl.algos.recipes.main_job import MainJobStages
+
+    rl = MainJobStages().rl  # groups of 8 (the issue's "group 8"): the main job's, which no arm overrides
+    assert rl["group_size"] == 8 and not any("group_size" in k for s in EDGE.arms.values() for k in s)
+    pending = [k for s in EDGE.arms.values() for k, v in s.items() if v is None]
+    assert pending and EDGE.pending  # a rate still to be set by LR_EDGE's verdict: the declaration says so
+
+
+def test_a_pending_experiment_is_refused_before_any_piece_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.axes_run.schedule", lambda *a, **k: pytest.fail("a piece was scheduled"))
+    with pytest.raises(SystemExit, match="may not run yet: the GRPO and SFT rates"):
+        axes_cli.main(["run", "--experiment", "edge", "--data", str(tmp_path / "d"), "--work", str(tmp_path / "w")])
+    assert not (tmp_path / "d").exists() and not (tmp_path / "w").exists()
