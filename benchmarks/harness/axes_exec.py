@@ -17,7 +17,8 @@ from typing import Any
 
 from agentrl.algos.config import config_to_dict
 from agentrl.algos.evaluation.ledger import adapter_sha256
-from harness.axes_run import TRAIN, Piece
+from harness import export
+from harness.axes_run import TRAIN, Piece, cell_name
 from harness.compare_run import summarize_metrics, takes_step
 from harness.data import load_json
 from harness.experiments import AxesExperiment
@@ -69,8 +70,7 @@ def train_sample(exp: AxesExperiment, data: Path, limit: int | None = None) -> l
         env = make_text_env(exp.env, kwargs)
         rng = np.random.default_rng(exp.train_sample_seed)
         tasks = [env.sample_task(rng) for _ in range(exp.train_sample)]
-        data.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in tasks), encoding="utf-8")
+        export.write_new(path, "".join(json.dumps(t, sort_keys=True) + "\n" for t in tasks))
     tasks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return tasks[:limit]
 
@@ -199,7 +199,7 @@ class Executor:
         from harness.controls import rejection_sampling_registered
 
         cfg = arm_config(self.exp, self.cfg, arm, self.overrides)
-        algo, run_dir = arm_algo(self.exp, arm), self.work / "cells" / folder.name
+        algo, run_dir = arm_algo(self.exp, arm), self.work / "cells" / cell_name(arm, seed)
         if run_dir.exists():
             shutil.rmtree(run_dir)  # a killed cell: redo it whole (its clock restarted)
         common = dict(seed=seed, adapter=str(self.adapter("cold_start")), steps=10**9, save_every=0, progress=False,

@@ -25,9 +25,7 @@ checkout) is trained again and used only if it hashes to the recorded adapter.""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import shutil
 import statistics
 import tempfile
 import time
@@ -36,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import export
 from harness.data import read_pieces
 from harness.experiments import RUNNABLE, AxesExperiment
 from harness.layout import cell, meta_file
@@ -154,13 +153,6 @@ def meta_path(data: Path, piece: Piece) -> Path:
     return meta_file(data / f"{piece.key}.jsonl") if is_eval(piece) else data / piece.key / "meta.json"
 
 
-def write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """A piece's meta, written last and atomically: the piece counts as finished only once it is there."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 @dataclass
 class Outcome:
     ran: list[str] = dataclasses.field(default_factory=list)
@@ -174,8 +166,8 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
              budget_seconds: float | None = None, minutes: float | None = None,
              clock: Callable[[], float] = time.perf_counter) -> Outcome:
     """Run each unfinished piece whose needs are finished, in order: ``execute(piece, folder)`` does the work in
-    a folder (a training piece's own, emptied; an evaluation's a scratch one whose ``tasks.jsonl`` becomes its
-    records) and returns its meta; the wall time, kind and key are added and the meta written.
+    an empty scratch folder and returns its meta; what it made is placed in the data folder and the meta, with the
+    wall time, kind and key added, written last (:mod:`harness.export`, the one writer).
     Stops before a piece whose estimate exceeds what is left of ``budget_seconds``."""
     start, out = clock(), Outcome()
     for piece in pieces:
@@ -195,21 +187,13 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
             break
         logger.info("running %s (about %.1f min)", piece.key, need / 60)
         t0 = clock()
-        if is_eval(piece):
-            records = data / f"{piece.key}.jsonl"
-            records.unlink(missing_ok=True)  # a killed piece: redo it whole
-            with tempfile.TemporaryDirectory() as scratch:
-                meta = execute(piece, Path(scratch))
-                records.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(Path(scratch) / "tasks.jsonl", records)
-        else:
-            folder = data / piece.key
-            if folder.exists():
-                shutil.rmtree(folder)  # a killed piece: redo it whole (nothing evaluated its unfinished adapter)
-            folder.mkdir(parents=True)
-            meta = execute(piece, folder)
-        write_meta(meta_path(data, piece), {"key": piece.key, "kind": piece.kind, **meta,
-                                            "wall_seconds": clock() - t0})
+        # a killed piece is redone whole: its records, or its folder (nothing evaluated its unfinished adapter)
+        export.remove(data / f"{piece.key}.jsonl" if is_eval(piece) else data / piece.key)
+        with tempfile.TemporaryDirectory() as scratch:
+            meta = execute(piece, Path(scratch))
+            export.place_piece(Path(scratch), data, piece.key, is_eval(piece))
+        export.write_meta(meta_path(data, piece), {"key": piece.key, "kind": piece.kind, **meta,
+                                                   "wall_seconds": clock() - t0})
         out.ran.append(piece.key)
     return out
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import git_state
+from harness import export
 from harness.experiments import COMPARE, DIAGNOSTICS
 from harness.layout import ROOT
 
@@ -96,8 +97,8 @@ def check_setup(out: Path, setup: dict[str, Any], flag: str = "--out") -> None:
         if changed:
             raise SystemExit(f"{out} holds runs made with other settings ({', '.join(changed)} differ); "
                              f"use another {flag}, or the same settings")
-    else:
-        path.write_text(json.dumps(setup, indent=1) + "\n")
+    else:  # (the axes runner's --data is committed data: written by its one writer)
+        export.write_new(path, json.dumps(setup, indent=1) + "\n")
 
 
 class Runner:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.policy.base import GenerationResult, Policy
+from harness import export
 from harness.data import load_json, read_rows
 from harness.layout import ROOT, meta_file, shown
 from harness.transfer import ARMS, SETS, TRANSFER_DATA, arm_folder
@@ -108,8 +109,7 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
                     old = {str((t.task or {}).get("id")): t for t in cut}
                     entry.update(regraded=len(again), changed=sum(
                         1 for t in again if t.reward != old[str(t.task["id"])].reward))
-                    rec_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                                        encoding="utf-8")
+                    export.rewrite(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
                     by_id = {str(t.task["id"]): t for t in again}
                     kept = episodes.with_name(episodes.name.replace(".jsonl", ".before-regrade.jsonl"))
                     episodes.replace(kept)
@@ -117,7 +117,7 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
                         json.dumps(by_id.get(str((t.task or {}).get("id")), t).to_dict(), ensure_ascii=False) + "\n"
                         for t in trajectories), encoding="utf-8")
                 meta["regraded"] = entry
-                meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                export.rewrite(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
                 outcome[shown(rec_path)] = (f"{entry['regraded']} of {len(cut)} cut replies re-graded; score "
                                             f"{100 * before.get('score', 0):.1f}% -> "
                                             f"{100 * meta['scores']['score']:.1f}%")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation import ledger as ledger_module
+from harness import export
 from harness.layout import LEDGER, ROOT, shown
 from harness.transfer import (
     DECODING,
@@ -161,13 +162,6 @@ def record_paths(folder: Path, set_name: str, redo: bool) -> tuple[Path, Path] |
     return folder / f"{set_name}.redo{k}.jsonl", folder / f"{set_name}.redo{k}.meta.json"
 
 
-def write_new(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, which must not exist (mode ``x``: an earlier evaluation is never overwritten)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("x", encoding="utf-8") as f:
-        f.write(text)
-
-
 @dataclasses.dataclass
 class Options:
     """What ``benchmarks/transfer.py`` was asked for."""
@@ -284,7 +278,7 @@ def run(o: Options) -> dict[str, Any]:
             for stale in (episodes, meta_path):  # a killed evaluation's: its records were never written
                 if stale.exists():
                     logger.info("removing %s: left by an evaluation that did not finish", stale)
-                    stale.unlink()
+                    export.remove(stale)
             report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs),
                               out=episodes, progress=o.progress)
             seconds = time.perf_counter() - t0
@@ -309,8 +303,8 @@ def run(o: Options) -> dict[str, Any]:
                 "scores": scores(rows),
             }
             # the records last: they mark the measurement done (a meta without them is a killed run's)
-            write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
-            write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            export.write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+            export.write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             outcome[s.name] = f"written {shown(rec_path)}"
             logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a.name, s.name, 100 * meta["scores"]["score"], n,
                         seconds)

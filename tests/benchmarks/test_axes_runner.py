@@ -130,10 +130,12 @@ SMALL = ["stages.sft.sft.num_demos=2", "stages.sft.steps=1", "stages.sft.sft.bat
          "stages.rl.group_size=2", "eval_n=1"]
 
 
-def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, tmp_path, capsys):
+def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, tmp_path, capsys,
+                                                                    only_export_writes):
     from harness.axes_cli import main
 
     data, work = tmp_path / "data", tmp_path / "work"
+    only_export_writes.append(data.resolve())  # every piece's files reach the data through harness.export alone
     args = ["run", "--model", stopping_model_dir, "--data", str(data), "--work", str(work), "--tasks", "2",
             "--minutes", "0", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth,bfcl_multiple",
             "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]

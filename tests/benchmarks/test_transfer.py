@@ -12,6 +12,7 @@ from pathlib import Path
 
 import harness.transfer_run as transfer_run
 import pytest
+from harness import export
 from harness.layout import LEDGER
 from harness.transfer import (
     ARMS,
@@ -128,8 +129,10 @@ def options(tmp_path: Path, model: str, **kw) -> transfer_run.Options:
                                    "ledger": tmp_path / "ledger.jsonl", "limit": 2, "progress": False, **kw})
 
 
-def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny, short_budgets, tmp_path):
+def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny, short_budgets, tmp_path,
+                                                                            only_export_writes):
     model, adapters = tiny
+    only_export_writes.append((tmp_path / "data").resolve())  # records and metas through harness.export alone
     outcome = transfer_run.run(options(tmp_path, model))
     runnable = [s.name for s in SETS if not s.requires]
     for name in runnable:
@@ -263,7 +266,7 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
     assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo2.jsonl")
     assert first.read_bytes() == before and first.stat().st_mtime == 0  # the first measurement untouched
     with pytest.raises(FileExistsError):
-        transfer_run.write_new(first, "")
+        export.write_new(first, "")
     killed = tmp_path / "data" / "base-s0" / "bfcl_irrelevance.redo3.meta.json"
     killed.write_text("{}")  # a run killed after its meta, before its records: not a measurement
     assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
