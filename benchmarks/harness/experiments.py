@@ -470,31 +470,5 @@ EDGE = AxesExperiment(  # RL at the edge of competence against the two imitation
 #: Declared experiments the axes runner (``benchmarks/axes.py --experiment NAME``) runs (``pending``: refused).
 RUNNABLE = MappingProxyType({AXES.name: AXES, LR_CHOICE.name: LR_CHOICE, LR_EDGE.name: LR_EDGE, EDGE.name: EDGE})
 
-# ---------------------------------------------------------------------------------------------- the record
-# What the pages say about each committed run beside its figures (issue 45; ../shared/RESULTS-AUDIT.md §3-4). Keys
-# are the runs' data folders under docs/results/data/.
-
-#: Runs whose settings were not declared in a commit before they ran.
-UNDECLARED = frozenset({"tooluse", "tooluse_guided", "tooluse_v2", "search", "tooluse_relift", "tooluse_credit",
-                        "tooluse_vllm", "pythonmath", "compare_algorithms_lr2e-4"})
-#: Diagnostics and failed configurations: runs that show why something broke, not how two methods compare. The
-#: pages list them in a section of their own, each with this reason.
-DIAGNOSTIC_RUNS = MappingProxyType({
-    "tooluse_relift": "at lr 2e-4 the demonstration term outweighs each GRPO token by orders of magnitude: the row "
-                      "measures SFT on a few chain demonstrations per step, not ReLIFT",
-    "tooluse_credit": "the collapse of add_multiply at lr 2e-4 (the same happened without credit in vllm and "
-                      "chains); one seed, confounded with the learning rate",
-    "tooluse_vllm": "a check of the vLLM engine (sampler and trainer agree), with no SFT control; its loss is the "
-                    "lr 2e-4 collapse of add_multiply, and its cold start differs from the plain recipe's",
-    "tooluse_chains": "GRPO collapsed on rollouts weighted towards the three-call chain",
-    "compare_algorithms_lr2e-4": "the algorithms at the main job's default GRPO lr of 2e-4, which collapsed after "
-                                 "one update",
-})
-#: Notes a section must carry (selection the section's own figures do not show).
-RUN_NOTES = MappingProxyType({
-    "compare_algorithms": "GRPO's lr 6e-5 here was chosen by looking at tooluse_v3, the set this comparison reports "
-                          "on: its GRPO figures are selected, not held-out, figures",
-    "tooluse_chains": "designed after reading tooluse_v4's lr2e-5 results, and judged on tooluse_v4",
-    "tooluse_sft48": "designed after reading tooluse_v4's lr2e-5 results, and judged on tooluse_v4; its control "
-                     "degraded",
-})
+# What the pages say about each committed run beside its figures (undeclared, diagnostic, note) are fields of its
+# record: benchmarks/harness/record.py.

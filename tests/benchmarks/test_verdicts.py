@@ -53,9 +53,12 @@ def test_seed_spread_cell():
 
 
 def test_the_learning_page_opens_with_its_summary_and_keeps_diagnostics_apart():
-    from harness.experiments import DIAGNOSTIC_RUNS, UNDECLARED
     from harness.heldout import AXIS_SETS, set_status
     from harness.layout import RESULTS
+    from harness.record import RECORDS
+
+    DIAGNOSTIC_RUNS = {name for name, r in RECORDS.items() if r.diagnostic}  # the records' own fields
+    UNDECLARED = {name for name, r in RECORDS.items() if r.undeclared}
 
     text = (RESULTS / "learning.md").read_text(encoding="utf-8")  # byte-checked against the data elsewhere
     assert text.index("## Summary") < text.index("## Held-out sets") < text.index("## Diagnostics and failed")
