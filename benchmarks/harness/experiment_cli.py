@@ -32,6 +32,8 @@ def run(r: Record, rest: list[str]) -> int:
     if not r.runnable:
         raise SystemExit(f"{r.name} is kept for its data only: its declaration was replaced (see its section on "
                          f"docs/results/{r.page}); nothing runs it again")
+    if r.pending:
+        raise SystemExit(f"{r.name} is declared but may not run yet: {r.pending}")
     if r.kind == "learning":
         from harness.commands import learning_main
 
@@ -53,6 +55,7 @@ def status_lines(r: Record, data: Path = DATA) -> list[str]:
     """What is committed of ``r`` under ``data`` and what is not."""
     folder = data / r.name
     head = f"{r.name} ({r.kind}): {shown(folder)}" + ("" if r.runnable else " (kept for its data; not run again)")
+    head += f" (may not run yet: {r.pending})" if r.pending else ""
     if r.kind == "axes":
         from harness.axes_run import status_lines as pieces
 

@@ -76,6 +76,8 @@ class Record:
     """Selection its own figures do not show, which its section must state."""
     runnable: bool = True
     """False for a run kept for its data whose declaration was replaced (nothing would run it again)."""
+    pending: str = ""
+    """Why it may not run yet (a setting another declared experiment decides first); empty: it may run."""
     source: Any = field(default=None, compare=False, repr=False)
     """The declaration it was made from, which today's runner reads."""
 
@@ -175,7 +177,8 @@ def from_axes(exp: ex.AxesExperiment) -> Record:
         name=exp.name, kind="axes", env=exp.env,
         recipe=MappingProxyType({"env_kwargs": dict(exp.env_kwargs), **exp.cold_start, **budget}), arms=arms,
         seeds=exp.seeds, sets=sets, decoding=MappingProxyType({"greedy": exp.greedy, "sampled": exp.sampled}),
-        rule="; ".join(x for x in (exp.primary, exp.judge) if x), **_notes(exp.name), source=exp)
+        rule="; ".join(x for x in (exp.primary, exp.judge) if x), pending=exp.pending, **_notes(exp.name),
+        source=exp)
 
 
 def from_transfer() -> Record:

@@ -109,6 +109,11 @@ def test_bad_requests_fail_in_one_line(capsys):
         cli.main(["status", "tooluse_x"])
     with pytest.raises(SystemExit, match="compare_algorithms_lr2e-4 is kept for its data only"):
         cli.main(["run", "compare_algorithms_lr2e-4"])
+    pending = [r for r in RECORDS.values() if r.pending]  # declared, waiting on a setting another one decides
+    for r in pending:
+        assert r.pending == r.source.pending and "may not run yet" in cli.status_lines(r)[0]
+        with pytest.raises(SystemExit, match=f"{r.name} is declared but may not run yet: "):
+            cli.main(["run", r.name])
     with pytest.raises(SystemExit):
         cli.main(["status", "axes", "--budget-minutes", "3"])  # only run passes options on
     assert "unrecognized arguments: --budget-minutes 3" in capsys.readouterr().err
