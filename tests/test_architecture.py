@@ -315,7 +315,8 @@ def test_the_harness_keeps_its_layers_and_runners_never_import_pages():
 
 
 #: Folders of docs/results/data that hold no experiment (each says whose they are).
-NOT_EXPERIMENTS = {"edge_mix": "benchmarks/edge_mix.py's sample and rows (docs/sampler.md), a measurement"}
+NOT_EXPERIMENTS = {"edge_mix": "benchmarks/edge_mix.py's sample and rows (docs/sampler.md), a measurement",
+                   "soak": "benchmarks/soak.py's raw output (docs/results.md, Full-size runs), a measurement"}
 
 
 def test_every_experiment_is_one_record_and_every_committed_data_folder_is_one_experiment():
@@ -354,6 +355,38 @@ def test_committed_experiment_data_has_one_layout():
     off = [p for p in parts if not ((len(p) == 2 and p[1] in LAYOUT_TOP)
                                     or (len(p) == 3 and LAYOUT_CELL.fullmatch(p[1]) and LAYOUT_FILE.fullmatch(p[2])))]
     assert not off, f"committed data outside <experiment>/<arm>-s<seed>/<set>.jsonl: {['/'.join(p) for p in off[:5]]}"
+
+
+#: The names the harness gives paths of committed data (docs/results/data): the data folder and a record's files.
+_DATA_NAMES = {"data", "DATA", "TRANSFER_DATA", "rec_path", "meta_path", "records"}
+_WRITES = {"write_text", "write_bytes", "unlink", "rmtree", "copyfile", "copy", "copy2", "move", "rename", "replace"}
+
+
+def test_only_harness_export_writes_committed_data():
+    """Issue 58: one writer of committed data. No harness module but ``harness.export`` writes, moves or removes a
+    path named as committed data (:data:`_DATA_NAMES`: ``data / ...``, ``rec_path``, ...); a ``str.replace`` on a
+    path's ``.name`` is no write. The runners' end-to-end tests check the same at run time under the
+    ``only_export_writes`` fixture (tests/benchmarks/conftest.py), whatever the paths are called."""
+    found = []
+    for path in sorted((ROOT / "benchmarks" / "harness").glob("*.py")):
+        if path.name == "export.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = getattr(f, "attr", getattr(f, "id", ""))
+            if name not in _WRITES or (name == "replace" and isinstance(f, ast.Attribute)
+                                       and isinstance(f.value, ast.Attribute) and f.value.attr == "name"):
+                continue
+            targets = [f.value] if isinstance(f, ast.Attribute) and name not in ("rmtree", "copyfile", "copy",
+                                                                                  "copy2", "move") else []
+            targets += node.args[-1:] if name in ("copyfile", "copy", "copy2", "move") else []
+            targets += node.args[:1] if name == "rmtree" else []
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if names & _DATA_NAMES:
+                found.append(f"{path.name}:{node.lineno}: {name} on {', '.join(sorted(names & _DATA_NAMES))}")
+    assert not found, f"committed data is written through harness.export only: {found}"
 
 
 #: The one place that changes ``sys.path``: ``agentrl`` puts the working directory first, as ``python -m``
