@@ -3,7 +3,7 @@
 ::
 
     agentrl main-job                                            # base eval -> SFT cold start -> GRPO -> eval
-    agentrl main-job rl_steps=20 eval_tasks=64 --out runs/main  # the main job, resized
+    agentrl main-job stages.rl.steps=20 eval_tasks=64 --out runs/main  # the main job, resized
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo steps=50 grpo.beta=0.04 lora.r=8 --out runs/g
     agentrl train --config run.yaml --resume                    # a file of TrainConfig keys, continued
     agentrl train --env AgentRL/ToolUse-v0 --algo grpo --async asynchronous.max_staleness=2   # overlap rollouts
@@ -80,11 +80,15 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse without prefix matching: ``--adapter`` on a command that has only ``--adapter-dir`` is an error, not
-    silently that other flag."""
+    silently that other flag. Its errors are one line naming the command (``agentrl train: error: ...``), without
+    the usage block (``agentrl train --algo grpoo`` printed 11 lines of usage first), as ``agentrl-env``'s are."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

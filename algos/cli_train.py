@@ -125,6 +125,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     cfg = build_train_config(args)
     preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
+    if cfg.algo == "sft" and cfg.algorithm.data:  # a missing or malformed sft.data: one line before the model loads
+        from agentrl.algos.rollout.demonstrations import load_conversations
+
+        load_conversations(cfg.algorithm.data)
     from agentrl.algos.training.checkpoint import refuse_fresh_start
 
     # a second trainer on this --out is refused before it starts an engine; the fresh-start check runs under the lock

@@ -283,13 +283,44 @@ def test_rows_with_calls_or_sft_data_pass_the_demonstration_check(no_loading, ro
     from agentrl.algos.rollout.demonstrations import check_demonstrations
 
     argv = ["train", "--algo", "sft", "--env-kwargs", json.dumps(rows_without_calls), "--out", str(tmp_path / "r")]
+    conversations = tmp_path / "conversations.jsonl"
+    conversations.write_text(json.dumps({"messages": [{"role": "user", "content": "q"},
+                                                      {"role": "assistant", "content": "Answer: a"}]}) + "\n")
     with pytest.raises(AssertionError, match="a model was loaded"):  # sft.data: the env's demos are not needed
-        cli.main([*argv, "sft.data=conversations.jsonl"])
+        cli.main([*argv, f"sft.data={conversations}"])
     row = {"question": "What does a pen cost?", "answer": "1.5", "calls": [["price", {"item": "pen"}]]}
     Path(rows_without_calls["dataset"]).write_text(json.dumps(row) + "\n")
     check_demonstrations("AgentRL/ToolUse-v0", rows_without_calls, "sft.data=...")  # no error
     with pytest.raises(AssertionError, match="a model was loaded"):
         cli.main(argv)
+
+
+def test_a_missing_or_malformed_sft_data_file_is_one_line_before_the_model_loads(capsys, no_loading, tmp_path):
+    """``sft.data=trian.jsonl`` (a typo) was found only after the model had loaded, the run folder claimed."""
+    run = tmp_path / "run"
+    sft = ["train", "--algo", "sft", "--out", str(run)]
+    line = _one_line_error(capsys, [*sft, f"sft.data={tmp_path / 'trian.jsonl'}"])
+    assert line == f"agentrl train: error: {tmp_path / 'trian.jsonl'}: no such file or directory"
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    line = _one_line_error(capsys, [*sft, f"sft.data={tmp_path / 'bad.jsonl'}"])
+    assert f"{tmp_path / 'bad.jsonl'}:1: not JSON" in line
+    assert not run.exists()  # refused before the run folder was claimed
+
+
+@pytest.mark.parametrize("argv,says", [(["train", "--algo", "grpoo"], "agentrl train: error: argument --algo: invalid "
+                                        "choice: 'grpoo'"),
+                                       (["eval", "--tasks", "four"], "agentrl eval: error: argument --tasks: invalid "
+                                        "int value: 'four'"),
+                                       ([], "agentrl: error: the following arguments are required: command")])
+def test_a_usage_error_is_one_line_without_the_usage_block(capsys, no_loading, argv, says):
+    """argparse's own errors (a bad choice, a bad number, no command) printed the usage block (11 lines for
+    ``train``) before the error; now one line naming the command and its --help, as ``agentrl-env``'s."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err, err
+    assert err.startswith(says) and err.rstrip().endswith(f"(see {says.split(': error')[0]} --help)"), err
 
 
 # ---------------------------------------------------------------------------------------------- a reader that stops
