@@ -97,9 +97,11 @@ def _main_job(args: argparse.Namespace, cfg: Any, run_main_job: Any) -> int:
     from agentrl.algos.recipes.main_job import stage_config
 
     sft, rl = stage_config(cfg, "sft", Path(cfg.out) / "sft"), stage_config(cfg, "rl", Path(cfg.out) / "grpo")
+    rl_families = rl.env_kwargs.get("families")
     print("  base eval -> SFT cold start on", sft.env_kwargs.get("families") or "all families",
-          f"({getattr(sft.algorithm, 'num_demos', '?')} demos, {sft.steps} steps) -> {rl.algo.upper()} "
-          f"({rl.steps} steps) -> eval")
+          f"({getattr(sft.algorithm, 'num_demos', '?')} demos, {sft.steps} steps) -> {rl.algo.upper()} on",
+          f"{len(rl_families)} families" if rl_families else "all families",
+          f"({rl.steps} steps{', task sampler on' if rl.sampler.enabled else ''}) -> eval")
     policy = policy_for(args, cfg.model, run_dir=cfg.out, lora_rank=cfg.lora.r, record_dir=cfg.out,
                         trainer_on_gpu=_trains_on_gpu(cfg.device))
     try:

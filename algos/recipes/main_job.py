@@ -63,9 +63,17 @@ def _sft_stage() -> dict[str, Any]:
     return {"algo": "sft", "steps": 16, "lr": 5e-4, "save_every": 0, "sft": {"batch_size": 8, "num_demos": 32}}
 
 
+#: The GRPO stage's task families on AgentRL/ToolUse-v0 (when neither ``env_kwargs`` nor ``stages.rl.env_kwargs``
+#: names families): those whose pass rate at this job's cold start sits in the 10-90 % band on a committed
+#: train-split sample, every default family but ``stock_total`` (3 %; docs/sampler.md, issue 59).
+RL_FAMILIES = ("multiply", "add", "power", "stock", "convert", "days", "stock_value", "add_multiply")
+_TOOLUSE = "AgentRL/ToolUse-v0"
+
+
 def _rl_stage() -> dict[str, Any]:
     return {"algo": "grpo", "steps": 16, "lr": 6e-5, "tasks_per_step": 8, "group_size": 8, "save_every": 4,
-            "collector": {"max_turns": 4, "max_new_tokens": 96}, "grpo": {"scale_std": False}}
+            "collector": {"max_turns": 4, "max_new_tokens": 96}, "grpo": {"scale_std": False},
+            "sampler": {"enabled": True, "budget": 1.0}}
 
 
 @dataclass
@@ -77,11 +85,13 @@ class MainJobStages:
     """The SFT cold start: 16 steps of 8 of 32 demonstrations (sft.num_demos) at lr 5e-4, only the last
     checkpoint kept; env_kwargs.families: the task families of its demonstrations (default: all)."""
     rl: dict[str, Any] = field(default_factory=_rl_stage)
-    """GRPO on all of the env's task families, 16 steps of 8 tasks x 8 samples: Dr. GRPO's advantage (rewards
-    centred per group, not divided by their std; the token-mean loss, not Dr. GRPO's constant length); lr 6e-5
-    chosen on the train split over three seeds (docs/algorithms/grpo.md#the-learning-rate; 2e-4 undid the cold start
-    in 3 of 3). Its collector (a reply of at most 96 tokens, 4 turns) samples every evaluation too, at
-    eval_temperature."""
+    """GRPO with the task sampler on (docs/sampler.md: learnability weights and GRESO skip; budget 1, no refill, so
+    a step rolls out as many groups as without it); on ToolUse-v0 on the eight families whose pass rate at the cold
+    start sits in 10-90 % (all but stock_total; RL_FAMILIES) unless env_kwargs.families names others; 16 steps of 8
+    tasks x 8 samples: Dr. GRPO's advantage (rewards centred per group, not divided by their std; the token-mean
+    loss, not Dr. GRPO's constant length); lr 6e-5 chosen on the train split over three seeds
+    (docs/algorithms/grpo.md#the-learning-rate; 2e-4 undid the cold start in 3 of 3). Its collector (a reply of at
+    most 96 tokens, 4 turns) samples every evaluation too, at eval_temperature."""
 
     def __post_init__(self):
         for name, default in (("sft", _sft_stage()), ("rl", _rl_stage())):
@@ -126,7 +136,8 @@ def stage_config(cfg: MainJobConfig, stage: str, out: str | Path, **changes) -> 
     """Stage ``stage``'s ('sft' or 'rl') TrainConfig, training in ``out``: the main job's TrainConfig keys, the
     stage's keys merged over them key by key (``env_kwargs`` too), then ``changes`` (TrainConfig keys, e.g.
     ``algo="ppo"``, ``adapter=...``; a dict is merged likewise). A stage whose algorithm samples rollouts does so
-    with ``collector.seed = seed`` unless the stage or ``changes`` set ``collector.seed``."""
+    with ``collector.seed = seed`` unless the stage or ``changes`` set ``collector.seed``. On ToolUse-v0 the RL stage
+    draws from :data:`RL_FAMILIES` unless the base, the stage or ``changes`` name ``env_kwargs.families``."""
     if stage not in STAGE_DIRS:
         raise ValueError(f"stage must be one of {tuple(STAGE_DIRS)}, got {stage!r}")
     own = {f.name for f in dataclasses.fields(MainJobConfig)} - {f.name for f in dataclasses.fields(TrainConfig)}
@@ -134,6 +145,8 @@ def stage_config(cfg: MainJobConfig, stage: str, out: str | Path, **changes) -> 
     overrides = deep_merge(getattr(cfg.stages, stage), changes, whole=())
     d = deep_merge(base, overrides, whole=())
     d["out"] = str(out)
+    if stage == "rl" and d["env"] == _TOOLUSE and "families" not in (d.get("env_kwargs") or {}):
+        d["env_kwargs"] = {**(d.get("env_kwargs") or {}), "families": list(RL_FAMILIES)}  # the edge (issue 59)
     collector = overrides.get("collector", {})
     if (d["algo"] in algorithm_names() and algorithm_class(d["algo"]).needs_rollouts
             and isinstance(d["collector"], dict) and not (isinstance(collector, dict) and "seed" in collector)):

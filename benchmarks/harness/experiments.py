@@ -109,6 +109,9 @@ class Experiment:
 
 
 _CONTROL = Comparison(RL, CONTROL, 0.0, strict=True)
+#: Guidance acts on the groups no sample solved, which the task sampler (on in the main job since issue 59) drops:
+#: the variants with guidance run with it off, as they ran before it existed.
+_NO_SAMPLER = "stages.rl.sampler.enabled=false"
 
 EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
@@ -127,8 +130,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Variant("v2", ("env_kwargs={}",), "the main job on tooluse_v2, in its own world", "tooluse_v2"),
             Variant("vllm", (), "rollouts and evaluations sampled by a vLLM server "
                                 "(--engine vllm --no-control)"),
-            Variant("guided", ("grpo.guidance=luffy",), "LUFFY: a demonstration inside each unsolved group"),
-            Variant("relift", ("grpo.guidance=relift",),
+            Variant("guided", ("grpo.guidance=luffy", _NO_SAMPLER),
+                    "LUFFY: a demonstration inside each unsolved group"),
+            Variant("relift", ("grpo.guidance=relift", _NO_SAMPLER),
                     "ReLIFT: an NLL term on unsolved groups' demonstrations"),
             Variant("credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call"),
             Variant("lr2e-5", ("stages.rl.lr=2e-5", "stages.rl.steps=4"), "GRPO at a lower learning rate",
@@ -138,7 +142,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Variant("chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
                                '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
                                'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert","days",'
-                               '"stock_value","stock_total","add_multiply"]', "grpo.guidance=luffy",
+                               '"stock_value","stock_total","add_multiply"]', "grpo.guidance=luffy", _NO_SAMPLER,
                                "stages.rl.lr=6e-5", "stages.rl.steps=8"),
                     "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4"),
             Variant("multicall", ("stages.sft.steps=48",
@@ -269,9 +273,10 @@ COMPARE = AlgorithmComparison(
                     former_label="GRPO + turn-level credit (step_weight=1)"),
              Option("grpo_lr6e-5", "grpo", {"lr": 6e-5}, "GRPO, lr 6e-5"),
              Option("grpo_lr2e-5", "grpo", {"lr": 2e-5}, "GRPO, lr 2e-5"),
-             Option("grpo_guided", "grpo", {"grpo.guidance": "luffy"},
+             # the task sampler off, as it ran: guidance acts on the groups no sample solved, which the sampler drops
+             Option("grpo_guided", "grpo", {"grpo.guidance": "luffy", "sampler.enabled": False},
                     "GRPO + demonstrations in unsolved groups (LUFFY)"),
-             Option("grpo_relift", "grpo", {"grpo.guidance": "relift"},
+             Option("grpo_relift", "grpo", {"grpo.guidance": "relift", "sampler.enabled": False},
                     "GRPO + SFT on unsolved groups (ReLIFT)"),
              # not an option of another algorithm: its own (harness.controls.RejectionSampling)
              Option("rft", "rft", {}, "rejection sampling (SFT on own correct samples)")),
@@ -413,8 +418,9 @@ COLLAPSE_POINTS = 10.0
 # docs/results/data/edge_mix/results_n8.json, measured before this declaration) sit in the 10-90 % band for these
 # families (the forgetting set's days and convert, also in the band, stay held out as in AXES; stock_total: 3 %).
 EDGE_FAMILIES: tuple[str, ...] = ("multiply", "add", "power", "stock", "stock_value", "add_multiply")
-#: GRPO's task sampler in EDGE and LR_EDGE: on, with its documented defaults (docs/sampler.md), not tuned.
-EDGE_SAMPLER = MappingProxyType({"stages.rl.sampler.enabled": True})
+#: GRPO's task sampler in EDGE and LR_EDGE: on, with SamplerConfig's documented defaults (docs/sampler.md; refill
+#: up to 4 batches, not the main job's budget of 1), not tuned.
+EDGE_SAMPLER = MappingProxyType({"stages.rl.sampler.enabled": True, "stages.rl.sampler.budget": 4.0})
 
 #: EDGE's GRPO and SFT-continued rates under the references' loss normaliser (issue 60, N5), on the TRAIN split
 #: only: 16 steps from the main job's cold start at each rate, 3 seeds, on EDGE's mix. Its GRPO choice also becomes

@@ -68,6 +68,8 @@ QUICK_ARGS: dict[str, list[str]] = {
     "vllm_cpu_binding": ["--requests", "8", "--tokens", "32", "--repeats", "1"],
     "kl_speed": ["--episodes", "8"],
     "step_profile": ["--tiny", "--tasks", "2", "--group-size", "2", "--max-new-tokens", "16"],
+    "soak": ["--minutes", "0.25", "--clients", "4"],
+    "import_time": ["--repeats", "1"],
 }
 
 #: Arguments for ``--full`` runs (the sizes the issues' targets name).
@@ -79,7 +81,8 @@ FULL_ARGS: dict[str, list[str]] = {
 
 #: Scripts that are not benchmarks to run here.
 NOT_RUN = {"run_all", "learning", "learning_page", "compare_algorithms", "heldout", "coldstart_probe",
-           "gpu_check"}  # long learning runs and their tools; gpu_check: run it on a GPU machine
+           "gpu_check", "edge_mix", "experiment", "axes", "transfer"}  # long learning runs and measurements and
+# their tools (edge_mix trains a cold start and rolls out hundreds of episodes); gpu_check: run it on a GPU machine
 
 _NOISE = re.compile(r"(it/s\]|s/it\]|Converting and de-quantizing|Loading weights|^\s*$)")
 

@@ -9,7 +9,7 @@ import pytest
 
 from agentrl.algos import cli, cli_train
 from agentrl.algos.config import RENAMED_KEYS, config_from_dict, load_config_file
-from agentrl.algos.recipes.main_job import MainJobConfig, eval_collector, stage_config
+from agentrl.algos.recipes.main_job import RL_FAMILIES, MainJobConfig, eval_collector, stage_config
 from agentrl.algos.training.config import TrainConfig
 
 #: Each stage's TrainConfig (``dataclasses.asdict``, the sections of the algorithms not run left out) and the
@@ -33,13 +33,23 @@ def _main_job_config(overrides: list[str]) -> MainJobConfig:
     return cli_train.build_main_job_config(args)
 
 
+def _since_issue_59(before: dict) -> dict:
+    """The RL stage since issue 59: the task sampler on, without refill (budget 1), and ToolUse-v0's
+    families at the cold start's edge of competence (the only two changes)."""
+    after = json.loads(json.dumps(before))
+    after["env_kwargs"] = {**after["env_kwargs"], "families": list(RL_FAMILIES)}
+    after["sampler"] = {**json.loads(json.dumps(TrainConfig().to_dict()))["sampler"], "enabled": True, "budget": 1.0}
+    return after
+
+
 @pytest.mark.parametrize("case", sorted(NOW))
 def test_both_stages_are_field_by_field_the_ones_built_before(case):
     cfg = _main_job_config(NOW[case])
     for stage, out in (("sft", "OUT/sft"), ("rl", "OUT/grpo")):
         tc = stage_config(cfg, stage, out)
         default = json.loads(json.dumps(TrainConfig(algo=tc.algo).to_dict()))
-        _same(json.loads(json.dumps(tc.to_dict())), BEFORE[case][stage], default, f"{case}: {stage}")
+        before = _since_issue_59(BEFORE[case][stage]) if stage == "rl" else BEFORE[case][stage]
+        _same(json.loads(json.dumps(tc.to_dict())), before, default, f"{case}: {stage}")
     assert json.loads(json.dumps(dataclasses.asdict(eval_collector(cfg)))) == BEFORE[case]["eval"]
 
 
@@ -105,3 +115,16 @@ def test_an_old_main_job_key_names_its_new_one_and_the_new_one_is_a_key(old, new
         TrainConfig.from_dict({old: 1})
     value = {"stages.sft.env_kwargs.families": '["add"]'}.get(new, "3")
     assert _main_job_config([f"{new}={value}"]) != MainJobConfig()
+
+
+def test_the_rl_stage_draws_toolUse_families_at_the_edge_unless_families_are_named():
+    assert stage_config(MainJobConfig(), "rl", "r").env_kwargs["families"] == list(RL_FAMILIES)
+    assert "stock_total" not in RL_FAMILIES  # 3 % at the cold start (docs/sampler.md)
+    assert "families" not in stage_config(MainJobConfig(), "sft", "s").env_kwargs  # the cold start: every family
+    named = _main_job_config(['stages.rl.env_kwargs.families=["add"]'])
+    assert stage_config(named, "rl", "r").env_kwargs["families"] == ["add"]
+    on_base = _main_job_config(['env_kwargs={"families": ["days"]}'])
+    assert stage_config(on_base, "rl", "r").env_kwargs["families"] == ["days"]
+    other = MainJobConfig(env="AgentRL/PythonMath-v0")  # another env's tasks have no such families
+    assert "families" not in stage_config(other, "rl", "r").env_kwargs
+    assert stage_config(other, "rl", "r").sampler.enabled

@@ -23,6 +23,13 @@ def test_the_training_mix_is_the_measured_band_without_the_forgetting_families()
     assert all(r["tasks"] >= 8 for r in rows if r["candidate"] in EDGE_FAMILIES)  # not the 2-task first look
 
 
+def test_the_main_jobs_grpo_mix_is_every_default_family_in_the_measured_band():
+    from agentrl.algos.recipes.main_job import RL_FAMILIES
+
+    rows = json.loads(MEASURED.read_text())["rows"]
+    assert set(RL_FAMILIES) == {r["candidate"] for r in rows if r["kind"] == "default" and r["in_band"]}
+
+
 def test_the_rates_are_chosen_on_the_train_split_from_the_same_cold_start_and_mix():
     assert LR_EDGE.sets == () and LR_EDGE.transfer == () and LR_EDGE.steps == 16
     assert LR_EDGE.cold_start == EDGE.cold_start and LR_EDGE.train_families == EDGE.train_families
@@ -37,6 +44,9 @@ def test_edge_holds_the_axes_sets_both_cuts_and_waits_for_its_rates():
     assert EDGE.sets == AXES.sets and EDGE.transfer == AXES.transfer and EDGE.seeds == (0, 1, 2)
     assert EDGE.minutes > 0 and EDGE.steps is None and EDGE.cut_updates
     assert EDGE.arms["grpo"]["stages.rl.sampler.enabled"] and EDGE.arms["rft"]["stages.rl.sampler.enabled"]
+    from agentrl.algos.training.sampler import SamplerConfig
+
+    assert EDGE.arms["grpo"]["stages.rl.sampler.budget"] == SamplerConfig().budget  # the defaults, not the main job's
     from agentrl.algos.recipes.main_job import MainJobStages
 
     rl = MainJobStages().rl  # groups of 8 (the "group 8"): the main job's, which no arm overrides
