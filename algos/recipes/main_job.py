@@ -279,7 +279,8 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     # the GRPO stage's learning signal over all its steps (a resumed stage's too: read from its metrics.jsonl)
     rl_history = read_metrics(out / "grpo") if (out / "grpo" / "metrics.jsonl").is_file() else []
     table = with_signal_column(results_table(rows), {"rl": signal_share(rl_history)}, len(rows))
-    summary = signal_summary(rl_history)  # the line agentrl train ends with (docs/sampler.md)
+    summary = signal_summary(rl_history, sampler_on=rl_cfg.sampler.enabled, from_adapter=True)  # the stage starts
+    # from the cold start's adapter; the line agentrl train ends with (docs/sampler.md)
     plots = plot_run(out / "sft") + plot_run(out / "grpo")
     plots.append(plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL"))
     curves = plot_stages([("SFT", out / "sft"), ("GRPO", out / "grpo")], out / "plots" / "training_curves.png",

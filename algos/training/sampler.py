@@ -385,9 +385,12 @@ def gather(sampler: SignalSampler, source, position: int, rollout: Rollout, *, g
     return SampledBatch(everything, train, pos - position, seconds, metrics)
 
 
-def signal_summary(history: Sequence[dict[str, Any]]) -> str | None:
+def signal_summary(history: Sequence[dict[str, Any]], *, sampler_on: bool = False,
+                   from_adapter: bool = False) -> str | None:
     """The end-of-run line: the share of updates that held a group with signal and the share of sampled groups
-    with unequal rewards; under :data:`LOW_SIGNAL`, what to change. None when no step logged ``signal/*``."""
+    with unequal rewards; under :data:`LOW_SIGNAL`, what to change (not what the run already did: with
+    ``sampler_on`` a larger refill budget instead of turning the sampler on; with ``from_adapter`` a longer or
+    broader cold start instead of starting from one). None when no step logged ``signal/*``."""
     steps = [m for m in history if "signal/groups" in m]
     if not steps:
         return None
@@ -400,11 +403,14 @@ def signal_summary(history: Sequence[dict[str, Any]]) -> str | None:
         return line
     passed = sum(m.get("signal/all_pass_groups", 0) for m in steps)
     failed = sum(m.get("signal/all_fail_groups", 0) for m in steps)
+    sampler = ("raise the sampler's refill budget (sampler.budget)" if sampler_on
+               else "turn on the sampler (sampler.enabled=true)")
     if passed >= failed:
         fix = ("the tasks are too easy for this model: train on harder families or tiers (env_kwargs / envs), "
-               "turn on the sampler (sampler.enabled=true), or raise group_size")
+               f"{sampler}, or raise group_size")
     else:
-        fix = ("the tasks are too hard for this model: start from a cold start (--adapter from agentrl train "
-               "--algo sft), train on easier families or tiers, turn on the sampler (sampler.enabled=true), or "
+        cold = ("a longer cold start, or one on these tasks' demonstrations" if from_adapter
+                else "start from a cold start (--adapter from agentrl train --algo sft)")
+        fix = (f"the tasks are too hard for this model: {cold}, train on easier families or tiers, {sampler}, or "
                "raise group_size")
     return f"{line}. Under {LOW_SIGNAL:.0%}: {fix} (docs/sampler.md)"

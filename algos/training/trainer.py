@@ -281,7 +281,8 @@ class Trainer:
     def signal_summary(self) -> str | None:
         """The end-of-run line on the learning signal of the steps run here
         (:func:`~agentrl.algos.training.sampler.signal_summary`); None for a run without rollouts."""
-        return signal_summary(self.history)
+        return signal_summary(self.history, sampler_on=self.config.sampler.enabled,
+                              from_adapter=bool(self.config.adapter))
 
     def _check_learning_signal(self, metrics: dict[str, Any]) -> None:
         """Raise :class:`NoLearningSignal` after ``stop_without_signal`` consecutive steps with 0% format and every

@@ -88,7 +88,7 @@ def test_the_main_job_ends_with_the_grpo_stages_signal_line_and_column(tmp_path,
     header, _, base, sft, rl = [line for line in printed if line.startswith("|")]
     assert header.endswith("| Signal |")
     assert base.endswith("| – |") and sft.endswith("| – |") and rl.endswith(f"| {share:.0%} |")
-    line = signal_summary(steps)
+    line = signal_summary(steps, sampler_on=True, from_adapter=True)  # the stage: sampler on, from the cold start
     assert line.startswith("signal: ") and f"of {groups} groups sampled" in line
     assert printed[-1] == line  # the job's last line, as agentrl train's
     assert f"\n{line}\n" in (out / "results.md").read_text()

@@ -208,7 +208,12 @@ def test_the_end_of_run_line_says_what_to_change_under_30_percent():
     easy = signal_summary([step(4, 0, 0, passed=4), step(4, 1, 1, passed=3)])
     assert "50% of 2 updates" in easy and "12% of 8 groups" in easy and "too easy" in easy
     assert "sampler.enabled=true" in easy and "group_size" in easy
-    assert "too hard" in signal_summary([step(4, 0, 0, failed=4)])
+    hard = signal_summary([step(4, 0, 0, failed=4)])
+    assert "too hard" in hard and "start from a cold start" in hard and "sampler.enabled=true" in hard
+    # no advice to do what the run already did: its sampler was on, it started from an adapter
+    done = signal_summary([step(4, 0, 0, failed=4)], sampler_on=True, from_adapter=True)
+    assert "sampler.budget" in done and "sampler.enabled=true" not in done
+    assert "longer cold start" in done and "--adapter" not in done
 
 
 def test_train_config_checks_its_sampler_section():
