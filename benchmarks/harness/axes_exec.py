@@ -268,7 +268,7 @@ class Executor:
         meta = {**self.common_meta(c), "model": model_name, "adapter_sha256": sha, "set": target, "mode": mode,
                 "set_file": set_file, "eval_n": c.eval_n, "temperature": c.eval_temperature, "tasks": len(tasks),
                 "report": report.to_dict()}
-        if target == TRAIN:
+        if target == TRAIN and mode != "sampled":  # the KL on greedy replies (the forgetting item)
             meta["kl_to_base"] = kl_to_base(model, trajectories).to_dict()
         del model, policy
         gc.collect()

@@ -60,3 +60,12 @@ def test_a_pending_experiment_is_refused_before_any_piece_runs(tmp_path, monkeyp
     with pytest.raises(SystemExit, match="may not run yet: the GRPO and SFT rates"):
         axes_cli.main(["run", "--experiment", "edge", "--data", str(tmp_path / "d"), "--work", str(tmp_path / "w")])
     assert not (tmp_path / "d").exists() and not (tmp_path / "w").exists()
+
+
+def test_the_rate_choice_also_scores_the_train_sample_at_temperature_1_and_the_axes_plan_is_unchanged():
+    from harness.axes_run import plan
+
+    keys = [p.key for p in plan(LR_EDGE)]
+    assert "cold_start/train-sampled" in keys and "grpo_lr6e-5-s0/train-sampled" in keys
+    assert LR_EDGE.sampled["eval_temperature"] == 1.0 and LR_EDGE.sampled["eval_n"] == 4
+    assert not any(k.endswith("train-sampled") for k in (p.key for p in plan(AXES)))
