@@ -1,6 +1,6 @@
-"""What each piece of :mod:`harness.axes_run` does: train the cold start, train a cell, evaluate an adapter on a
-set (and, on the train-split sample, its KL to the base). Holds the base model once per process (loaded at the
-first piece that needs it)."""
+"""What each piece of :mod:`harness.axes_run` does: train the cold start, train a cell (and keep its equal-updates
+cut adapter when the experiment declares one), evaluate an adapter on a set (and, on the train-split sample, its KL
+to the base). Holds the base model once per process (loaded at the first piece that needs it)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any
 from agentrl.algos.config import config_to_dict
 from agentrl.algos.evaluation.ledger import adapter_sha256
 from harness import export
-from harness.axes_run import TRAIN, Piece, cell_name
+from harness.axes_run import CUT, TRAIN, Piece, cell_name, is_update
 from harness.compare_run import summarize_metrics, takes_step
 from harness.data import load_json
 from harness.experiments import AxesExperiment
-from harness.layout import ROOT
+from harness.layout import ROOT, meta_file
 
 #: Arm settings that are notes, not ``MainJobConfig`` fields.
 NOTES = ("about", "algo")
@@ -123,36 +123,64 @@ class Executor:
             arm, _, seed = piece.key.rpartition("-s")
             return self.cell(arm, int(seed), folder)
         model, name = piece.key.split("/")
+        if piece.kind.startswith("eval:cut-"):  # <set>-cut-greedy: the cell's equal-updates cut adapter
+            target = name.removesuffix(f"-{CUT}")
+            if (same := self.final_twin(model, target, folder)) is not None:
+                return same
+            if piece.kind == "eval:cut-transfer":
+                return self.evaluate_transfer(model, target, folder, cut=True)
+            return self.evaluate(model, target, CUT, folder)
         target, _, mode = name.rpartition("-")
         if piece.kind == "eval:transfer":
             return self.evaluate_transfer(model, target, folder)
         return self.evaluate(model, target, mode, folder)
 
-    def adapter(self, model: str) -> Path:
+    def adapter(self, model: str, cut: bool = False) -> Path:
         """The adapter of ``model`` in the work folder: the one its finished piece recorded (SystemExit, one line,
-        when it is missing or another: a cell is never trained or evaluated from another run's adapter)."""
+        when it is missing or another: a cell is never trained or evaluated from another run's adapter); ``cut``:
+        the cell's equal-updates cut adapter (``adapter_cut``, recorded in its meta's ``cut``)."""
         key = model  # its piece's folder in the data: cold_start, <arm>-s<seed>
-        path = self.work / ("cold_start" if model == "cold_start" else f"cells/{model}") / "adapter"
+        path = self.work / ("cold_start" if model == "cold_start" else f"cells/{model}") / (
+            "adapter_cut" if cut else "adapter")
         also = " and every cell trained from it" if model == "cold_start" else ""
         if model == "cold_start" and not (path / "adapter_config.json").is_file():
             self.rebuild_cold_start()
+        what = "equal-updates cut adapter" if cut else "adapter"
         if not (path / "adapter_config.json").is_file():
-            raise SystemExit(f"{path}: the adapter of {model} is not in the work folder (adapters are not committed); "
+            raise SystemExit(f"{path}: the {what} of {model} is not in the work folder (adapters are not committed); "
                              f"delete {self.data / key}{also} to train it again, or point --work at the folder that "
                              "holds it")
-        recorded = (load_json(self.data / key / "meta.json") or {}).get("adapter_sha256")
+        meta = load_json(self.data / key / "meta.json") or {}
+        recorded = (meta.get("cut") or {}).get("adapter_sha256") if cut else meta.get("adapter_sha256")
         if recorded is not None and recorded != adapter_sha256(path):
-            raise SystemExit(f"{path} is not the adapter the finished piece {self.data / key} recorded (sha256 "
+            raise SystemExit(f"{path} is not the {what} the finished piece {self.data / key} recorded (sha256 "
                              f"{recorded}): --work holds another run's; point --work at the right folder")
         return path
 
-    def adapted(self, model_name: str) -> tuple[Any, Any, str]:
-        """``(model, tokenizer, adapter sha256)``: a copy of the base model with ``model_name``'s adapter loaded."""
+    def adapted(self, model_name: str, cut: bool = False) -> tuple[Any, Any, str]:
+        """``(model, tokenizer, adapter sha256)``: a copy of the base model with ``model_name``'s adapter (``cut``:
+        its equal-updates cut adapter) loaded."""
         from agentrl.algos.models.lora import load_adapter
 
         base, tokenizer = self.base()
-        adapter = self.adapter(model_name)
+        adapter = self.adapter(model_name, cut)
         return load_adapter(copy.deepcopy(base), adapter), tokenizer, adapter_sha256(adapter)
+
+    def final_twin(self, model: str, target: str, folder: Path) -> dict[str, Any] | None:
+        """The cut evaluation of a cell whose cut adapter is its final one (the same sha256: it made no update after
+        the cut, or fewer than the cut's): the final adapter's finished greedy evaluation of ``target``, its records
+        copied into ``folder`` and its meta returned with ``same_as`` naming it (greedy decoding of the same adapter
+        on the same tasks: the same records, without evaluating again); None when there is none to copy."""
+        cell = load_json(self.data / model / "meta.json") or {}
+        sha = (cell.get("cut") or {}).get("adapter_sha256")
+        key = f"{model}/{target}-greedy"
+        final = load_json(meta_file(self.data / f"{key}.jsonl")) or {}
+        if sha is None or sha != cell.get("adapter_sha256") or final.get("adapter_sha256") != sha:
+            return None
+        shutil.copyfile(self.data / f"{key}.jsonl", folder / "tasks.jsonl")
+        logger.info("%s/%s-%s: the cut is %s's final adapter; its records are %s's", model, target, CUT, model, key)
+        return {**{k: v for k, v in final.items() if k not in ("key", "kind", "wall_seconds")}, "mode": CUT,
+                "same_as": key}
 
     def rebuild_cold_start(self) -> None:
         """The finished cold start's adapter is not in the work folder (a new checkout, another machine): train it
@@ -212,12 +240,18 @@ class Executor:
                   else stage_config(cfg, "rl", run_dir, algo=algo, **common))
             trainer = Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer)
             log, clock = MetricsLogger(run_dir, report_to=["none"]), 0.0
+            updates, cut = 0, None  # the equal-updates cut (exp.cut_updates): saved outside the timed step
             try:
                 while takes_step(clock, trainer.global_step, budget, self.exp.steps):
                     t0 = time.perf_counter()
                     metrics = trainer.step()
                     clock += time.perf_counter() - t0
                     log.log(trainer.global_step, metrics)
+                    if self.exp.cut_updates:
+                        updates += is_update(metrics)
+                        if cut is None and updates == self.exp.cut_updates:
+                            save_adapter(trainer.model, run_dir / "adapter_cut")
+                            cut = {"step": trainer.global_step, "train_seconds": clock}
             finally:
                 log.close()
                 trainer.close_collector()
@@ -226,10 +260,25 @@ class Executor:
         steps = trainer.global_step
         del trainer
         gc.collect()
-        return {**self.common_meta(cfg), "arm": arm, "algo": algo, "seed": seed, "steps": steps,
+        meta = {**self.common_meta(cfg), "arm": arm, "algo": algo, "seed": seed, "steps": steps,
                 "train_seconds": clock, "settings": dict(self.exp.arms[arm]),
                 "diagnostics": summarize_metrics(read_metrics(run_dir)),
                 "adapter_sha256": adapter_sha256(run_dir / "adapter")}
+        if self.exp.cut_updates:
+            meta["cut"] = self.cut_record(run_dir, cut, updates, steps, clock)
+        return meta
+
+    def cut_record(self, run_dir: Path, cut: dict[str, Any] | None, updates: int, steps: int, clock: float
+                   ) -> dict[str, Any]:
+        """The cell meta's ``cut``: the declared number of updates, the cell's own, the step and training seconds
+        at the cut and its adapter's sha256; ``final``: the cell made fewer updates than the cut, so its cut is its
+        final adapter (copied to ``adapter_cut``)."""
+        if cut is None:
+            shutil.copytree(run_dir / "adapter", run_dir / "adapter_cut")
+            cut = {"step": steps, "train_seconds": clock}
+        return {"updates": self.exp.cut_updates, "cell_updates": updates, **cut,
+                "final": updates < (self.exp.cut_updates or 0),
+                "adapter_sha256": adapter_sha256(run_dir / "adapter_cut")}
 
     def tasks_of(self, target: str) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
         """The tasks, env kwargs and set file of a set name (or the train-split sample)."""
@@ -252,14 +301,15 @@ class Executor:
         settings = self.exp.sampled if mode == "sampled" else self.exp.greedy
         c = dataclasses.replace(self.cfg, **dict(settings))
         tasks, env_kwargs, set_file = self.tasks_of(target)
-        model, tokenizer, sha = self.adapted(model_name)
+        model, tokenizer, sha = self.adapted(model_name, cut=mode == CUT)
         episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
         policy = HFPolicy(model, tokenizer, max_batch_tokens=c.policy_max_batch_tokens)
         try:
             report = evaluate(c.env, policy, tasks, c.eval_n, eval_collector(c),
                               env_kwargs=env_kwargs, out=episodes, progress=False,
                               ledger=self.ledger if set_file and self.tasks is None else None,
-                              ledger_fields={"stage": f"{self.exp.name}:{model_name}",
+                              ledger_fields={"stage": f"{self.exp.name}:{model_name}"
+                                                      + (":cut" if mode == CUT else ""),
                                              "adapter": sha})
         finally:
             policy.close()
@@ -274,10 +324,10 @@ class Executor:
         gc.collect()
         return meta
 
-    def evaluate_transfer(self, model_name: str, target: str, folder: Path) -> dict[str, Any]:
+    def evaluate_transfer(self, model_name: str, target: str, folder: Path, cut: bool = False) -> dict[str, Any]:
         """One greedy episode per task of a declared public benchmark set, with the tasks, decoding and budgets the
         transfer declaration fixes (:mod:`harness.transfer`), graded by the benchmark's own checker; a ledger row
-        (set ``transfer/<name>``) like the transfer runner's."""
+        (set ``transfer/<name>``) like the transfer runner's. ``cut``: of the cell's equal-updates cut adapter."""
         from agentrl.algos.evaluation.evaluate import evaluate
         from agentrl.algos.policy.hf import HFPolicy
         from agentrl.algos.rollout.trajectory import load_trajectories
@@ -293,8 +343,9 @@ class Executor:
 
         s = transfer_set(target)
         tasks = select_tasks(s)[: self.tasks]
-        model, tokenizer, sha = self.adapted(model_name)
-        episodes = self.work / "evals" / model_name / f"{target}-greedy.jsonl"
+        model, tokenizer, sha = self.adapted(model_name, cut)
+        mode = CUT if cut else "greedy"
+        episodes = self.work / "evals" / model_name / f"{target}-{mode}.jsonl"
         cfg = collector_config(s)
         policy = HFPolicy(model, tokenizer, max_batch_tokens=self.cfg.policy_max_batch_tokens)
         try:
@@ -303,14 +354,15 @@ class Executor:
             trajectories = load_trajectories(episodes)
             ledger_id = None if self.ledger is None or self.tasks is not None else record_in_ledger(
                 s, tasks, trajectories, episodes, report, policy, self.ledger,
-                {"model": self.cfg.model, "adapter": sha, "arm": f"{self.exp.name}:{model_name}"})
+                {"model": self.cfg.model, "adapter": sha,
+                 "arm": f"{self.exp.name}:{model_name}" + (":cut" if cut else "")})
         finally:
             policy.close()
         write_task_scores(folder, trajectories)
         del model, policy
         gc.collect()
         return {**self.common_meta(self.cfg), "model": model_name, "adapter_sha256": sha, "set": target,
-                "mode": "greedy", "benchmark": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
+                "mode": mode, "benchmark": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
                 "subset": s.subset, "tasks": len(tasks), "collector": dataclasses.asdict(cfg),
                 "packages": package_versions(), "ledger_id": ledger_id, "scores": scores(records(trajectories)),
                 "report": report.to_dict()}

@@ -13,7 +13,11 @@ A *piece* is one unit of work under ``docs/results/data/<experiment>/``, in the 
   records) beside ``<set>-<mode>.meta.json``; ``<model>/train-greedy`` is the fixed train-split sample, with the
   mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``);
   ``<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``AxesExperiment.transfer``), with the
-  transfer declaration's tasks and decoding (:mod:`harness.transfer`).
+  transfer declaration's tasks and decoding (:mod:`harness.transfer`);
+* ``<arm>-s<seed>/<set>-cut-greedy`` — with ``AxesExperiment.cut_updates`` (the equal-updates cut) only: one
+  greedy evaluation of the cell's cut adapter (saved right after its U-th weight-changing update, or its final
+  adapter when it made fewer; :func:`is_update`) on the train-split sample and on every declared set, public
+  benchmark sets included; the cell's meta records the cut (``cut``: step, training seconds, adapter sha256).
 
 A piece is finished when its meta exists (written last: commit, config, machine, wall time, summary). Finished
 pieces are skipped, a piece without its meta (a killed one) is redone whole, and with a budget the runner stops
@@ -54,6 +58,8 @@ CELL_OVERHEAD_SECONDS = 60.0
 #: 124 s (8 steps in 993 s), ``tooluse_sft48`` 50 s (6 steps in 298 s).
 PRIOR_STEP_SECONDS = 120.0
 TRAIN = "train"
+#: The mode of an evaluation of a cell's equal-updates cut adapter (``<set>-cut-greedy``): greedy only.
+CUT = "cut-greedy"
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,8 @@ class Piece:
     """Its name under the experiment's data folder: a training piece's folder (``grpo-s0``), an evaluation's
     records without ``.jsonl`` (``grpo-s0/tooluse_v5-greedy``)."""
     kind: str
-    """``cold_start``, ``cell:<arm>``, ``eval:greedy``, ``eval:sampled`` or ``eval:train``."""
+    """``cold_start``, ``cell:<arm>``, ``eval:greedy``, ``eval:sampled``, ``eval:train`` or ``eval:transfer``;
+    an evaluation of a cell's equal-updates cut ``eval:cut-train``, ``eval:cut-greedy`` or ``eval:cut-transfer``."""
     needs: tuple[str, ...] = ()
     """Keys of the pieces it builds on (the adapter it evaluates or starts from)."""
 
@@ -102,10 +109,27 @@ def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: I
     return pieces
 
 
+def cut_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
+    """The evaluations of a cell's equal-updates cut adapter: the train-split sample, then each set (a public
+    benchmark set too), greedy only."""
+    def kind(s: str) -> str:
+        return "eval:cut-" + ("train" if s == TRAIN else "transfer" if s in exp.transfer else "greedy")
+
+    return [Piece(f"{model}/{s}-{CUT}", kind(s), needs) for s in (TRAIN, *sets)]
+
+
+def is_update(metrics: dict[str, Any]) -> bool:
+    """Whether a trainer step changed the weights: it took an optimizer step (``train/optimizer_steps``; a GRPO
+    step whose groups all had equal rewards, or a rejection-sampling step with no correct sample, takes none). Every
+    SFT step does."""
+    return bool(metrics.get("train/optimizer_steps", 0))
+
+
 def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: list[str] | None = None
          ) -> list[Piece]:
     """Every piece of ``exp`` in running order: the cold start and its evaluations, then each cell followed by
-    its evaluations (``cells`` / ``sets``: a selection of the declared ones)."""
+    its evaluations, and those of its equal-updates cut when ``exp.cut_updates`` (``cells`` / ``sets``: a
+    selection of the declared ones)."""
     declared = [*exp.sets, *exp.transfer]
     chosen = declared if sets is None else sets
     unknown = sorted(set(chosen) - set(declared))
@@ -117,6 +141,8 @@ def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: 
         key = cell_name(arm, seed)
         pieces += [Piece(key, f"cell:{arm}", ("cold_start",)),
                    *eval_pieces(exp, cell_name(arm, seed), ("cold_start", key), chosen)]
+        if exp.cut_updates:
+            pieces += cut_pieces(exp, key, ("cold_start", key), chosen)
     return pieces
 
 
@@ -129,10 +155,14 @@ def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment,
              ) -> float:
     """Expected seconds of ``piece``: the mean wall time of the finished pieces of its kind; for a cell whose arm
     has none yet, of the finished cells of arms with the same algorithm (a learning rate does not change a step's
-    time); else the prior."""
-    seen = [m["wall_seconds"] for m in done.values() if m.get("kind") == piece.kind and "wall_seconds" in m]
+    time); else the prior. An evaluation of a cut with none of its kind finished: as one of the final adapter's
+    (a cut that is its cell's final adapter copies that one's records, ``same_as``, and counts for no kind)."""
+    seen = [m["wall_seconds"] for m in done.values() if m.get("kind") == piece.kind and "wall_seconds" in m
+            and "same_as" not in m]
     if seen:
         return statistics.fmean(seen)
+    if piece.kind.startswith("eval:cut-"):
+        return estimate(Piece(piece.key, piece.kind.replace("cut-", "", 1)), done, exp, minutes)
     if piece.kind.startswith("cell:"):
         def algo(kind: Any) -> Any:
             arm = str(kind).removeprefix("cell:")
@@ -203,12 +233,14 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
 
 def status_lines(exp: AxesExperiment, data: Path, minutes: float | None = None) -> list[str]:
     """What ``benchmarks/axes.py status`` prints: each piece, finished (its wall time) or not, and the estimated
-    time of what is left."""
+    time of what is left; the equal-updates cut's evaluations among them."""
     done = finished(data)
     lines, left = [f"{exp.name}: {data}"], 0.0
     for piece in plan(exp):
         if piece.key in done:
-            lines.append(f"  done     {piece.key} ({done[piece.key].get('wall_seconds', 0) / 60:.1f} min)")
+            same = done[piece.key].get("same_as")  # a cut that is its cell's final adapter: that one's records
+            lines.append(f"  done     {piece.key} ({done[piece.key].get('wall_seconds', 0) / 60:.1f} min"
+                         + (f"; the final adapter's: {same}" if same else "") + ")")
         else:
             need = estimate(piece, done, exp, minutes)
             left += need
