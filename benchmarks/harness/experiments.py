@@ -475,7 +475,7 @@ EDGE = AxesExperiment(  # RL at the edge of competence against the two imitation
           "against the differences found. The equal-updates cut is judged the same way, a second reading only.",
     transfer=AXES.transfer,
     pending="the GRPO and SFT rates (None here) are LR_EDGE's choices, set in a commit of this declaration once "
-            "LR_EDGE has decided, and the runner must save the equal-updates cut (cut_updates) first",
+            "LR_EDGE has decided",
 )
 
 #: Declared experiments the axes runner (``benchmarks/axes.py --experiment NAME``) runs (``pending``: refused).
