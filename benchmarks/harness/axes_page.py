@@ -17,6 +17,7 @@ from harness.tables import verdict
 COLD = "cold start"
 TRAIN = "train"
 FORGETTING = "tooluse_axis_forgetting"
+CUT = "cut-greedy"  # harness.axes_run.CUT: an evaluation of a cell's equal-updates cut adapter
 KS = (1, 2, 4, 8)
 
 
@@ -63,8 +64,8 @@ def mean_score(s: dict[str, float]) -> float:
     return statistics.fmean(s.values())
 
 
-def per_seed_cell(ax: Axes, arm: str | None, target: str) -> str:
-    done = dict(ax.row(arm, target))
+def per_seed_cell(ax: Axes, arm: str | None, target: str, mode: str = "greedy") -> str:
+    done = dict(ax.row(arm, target, mode))
     return " / ".join(pct(mean_score(done[s])) if s in done else "not run" for s, _ in ax.models(arm))
 
 
@@ -113,6 +114,11 @@ def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
         lines.append(f"| {COLD if arm is None else label(arm)} | {per_seed_cell(ax, arm, target)} | "
                      f"{mean_cell(ax.row(arm, target))} | {at_k} | {hat_k} |")
     judgements = comparisons(ax, target, rows)
+    if ax.exp.cut_updates:  # each arm at the equal-updates cut, and its comparisons: a second reading
+        for arm in ax.exp.arms:
+            lines.append(f"| {cut_label(ax, arm)} | {per_seed_cell(ax, arm, target, CUT)} | "
+                         f"{mean_cell(ax.row(arm, target, CUT))} | – | – |")
+        judgements += [(c, j) for c, j in comparisons(ax, target, [None, *ax.exp.arms], CUT) if c.b != COLD]
     if judgements:
         lines += ["", "| A vs B | A | B | A - B [95% interval] | seed SD (points) | verdict |",
                   "|---|---:|---:|---|---|---|"]
@@ -127,15 +133,22 @@ def seed_sd(j: Any) -> str:
     return " / ".join(f"{100 * statistics.stdev(s):.1f}" if len(s) >= 2 else "1 seed" for s in j.spread)
 
 
-def comparisons(ax: Axes, target: str, rows: list[str | None]) -> list[tuple[Comparison, Any]]:
+def cut_label(ax: Axes, arm: str) -> str:
+    return f"{label(arm)} at the cut ({ax.exp.cut_updates} updates)"
+
+
+def comparisons(ax: Axes, target: str, rows: list[str | None], mode: str = "greedy"
+                ) -> list[tuple[Comparison, Any]]:
     """The first arm against each other arm, then each arm against the cold start, on per-task scores averaged
-    over each row's finished seeds; the seed spread rides along (the noise floor)."""
+    over each row's finished seeds; the seed spread rides along (the noise floor). ``mode`` :data:`CUT`: the arms
+    at the equal-updates cut."""
     seeds: dict[str, list[tuple[int | None, dict[str, float]]]] = {}
     for arm in rows:
-        if done := ax.row(arm, target):
-            seeds[COLD if arm is None else label(arm)] = done
+        name = COLD if arm is None else label(arm) if mode != CUT else cut_label(ax, arm)
+        if done := ax.row(arm, target, "greedy" if arm is None else mode):
+            seeds[name] = done
     scores = {name: seed_mean(done) for name, done in seeds.items()}
-    arms = [label(a) for a in rows if a is not None]
+    arms = [(label(a) if mode != CUT else cut_label(ax, a)) for a in rows if a is not None]
     pairs = [(arms[0], b) for b in arms[1:]] + [(a, COLD) for a in arms]
     out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
     return [(c, dataclasses.replace(j, spread=tuple([mean_score(s) for _, s in seeds[n]] for n in (c.a, c.b)),
@@ -177,7 +190,13 @@ def kl_cell(ax: Axes, arm: str | None) -> str:
 def cells_table(ax: Axes) -> list[str]:
     def cell(key: str) -> str:
         m = ax.pieces.get(key)
-        return "not run" if m is None else f"{m.get('steps', '?')} steps, {m.get('train_seconds', 0) / 60:.1f} min"
+        if m is None:
+            return "not run"
+        text = f"{m.get('steps', '?')} steps, {m.get('train_seconds', 0) / 60:.1f} min"
+        if cut := m.get("cut"):  # the equal-updates cut: where it fell, or the final adapter when it made fewer
+            text += (f"; {cut['cell_updates']} updates, cut = final" if cut["final"] else
+                     f"; cut at step {cut['step']} ({cut['train_seconds'] / 60:.1f} min)")
+        return text
 
     lines = ["| Training | " + " | ".join(f"seed {s}" for s in ax.exp.seeds) + " |",
              "|---|" + "---|" * len(ax.exp.seeds), f"| {COLD} (shared) | {cell('cold_start')} |" + " |" *

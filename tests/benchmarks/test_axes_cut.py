@@ -129,6 +129,38 @@ def test_a_cut_is_estimated_as_the_final_adapters_evaluation_until_one_of_its_ki
     assert estimate(piece, done, CUT_AXES) == 70.0
 
 
+def test_the_page_shows_each_arm_at_the_cut_and_judges_the_cut_apart(tmp_path):
+    from harness.axes_page import axes_section, label
+
+    def write(key: str, meta: dict, scores: list[float] | None = None) -> None:
+        path = tmp_path / key / "meta.json" if scores is None else tmp_path / f"{key}.meta.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, **meta}))
+        if scores is not None:
+            (tmp_path / f"{key}.jsonl").write_text("".join(json.dumps({"id": f"t{i}", "score": x}) + "\n"
+                                                           for i, x in enumerate(scores)))
+
+    write("cold_start", {"steps": 48, "train_seconds": 600})
+    write("cold_start/tooluse_v5-greedy", {}, [0.5] * 20)
+    write("grpo-s0", {"steps": 9, "train_seconds": 900, "cut": {"updates": 2, "cell_updates": 1, "step": 9,
+                                                                 "train_seconds": 900, "final": True}})
+    write("sft-s0", {"steps": 80, "train_seconds": 900, "cut": {"updates": 2, "cell_updates": 80, "step": 2,
+                                                                "train_seconds": 24, "final": False}})
+    for cell, final, cut in (("grpo-s0", 0.6, 0.6), ("sft-s0", 0.4, 0.0)):
+        write(f"{cell}/tooluse_v5-greedy", {}, [final] * 20)
+        write(f"{cell}/tooluse_v5-{CUT}", {}, [cut] * 20)
+    text = "\n".join(axes_section(tmp_path, CUT_AXES))
+    grpo, sft = label("grpo"), label("sft")
+    assert f"| {grpo} | 9 steps, 15.0 min; 1 updates, cut = final | not run | not run |" in text
+    assert f"| {sft} | 80 steps, 15.0 min; cut at step 2 (0.4 min) | not run | not run |" in text
+    assert f"| {grpo} at the cut (2 updates) | 60.0 / not run / not run | 60.0 (1 seed) | – | – |" in text
+    assert f"| {sft} at the cut (2 updates) | 0.0 / not run / not run | 0.0 (1 seed) | – | – |" in text
+    assert f"| {grpo} vs {sft} | 60.0 | 40.0 | +20.0" in text  # the wall-clock reading
+    assert f"| {grpo} at the cut (2 updates) vs {sft} at the cut (2 updates) | 60.0 | 0.0 | +60.0" in text
+    assert f"| {grpo} at the cut (2 updates) vs cold start" not in text  # the cut is read against the other arms
+    assert "at the cut" not in "\n".join(axes_section(tmp_path, dataclasses.replace(CUT_AXES, cut_updates=None)))
+
+
 @pytest.fixture(scope="module")
 def stopping_model_dir(tmp_path_factory, tokenizer):
     from agentrl.algos.models import tiny_model
