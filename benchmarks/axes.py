@@ -3,7 +3,9 @@
 
 ``run`` trains the shared cold start once, then each (arm, seed) cell as declared, and evaluates the cold start
 and every finished adapter on every declared set (greedy pass@1; 8 tries at temperature 0.7 for pass@k and
-pass^k) and on a fixed train-split sample (with the mean per-token KL to the base model). Each piece writes into
+pass^k) and on a fixed train-split sample (with the mean per-token KL to the base model). An experiment that
+declares an equal-updates cut (``cut_updates``, EDGE) also keeps each cell's adapter after that many
+weight-changing updates and evaluates it greedily on every set (``<set>-cut-greedy``). Each piece writes into
 ``docs/results/data/<experiment>/`` in the one layout (a cell's folder ``<arm>-s<seed>/`` with its ``meta.json``
 and training metrics; each evaluation ``<arm>-s<seed>/<set>-<mode>.jsonl`` beside its ``.meta.json``: commit,
 config, machine, wall time) and is skipped when present, so a killed or budget-stopped run resumes where it
