@@ -423,16 +423,22 @@ EDGE_FAMILIES: tuple[str, ...] = ("multiply", "add", "power", "stock", "stock_va
 #: GRPO's task sampler in EDGE and LR_EDGE: on, with SamplerConfig's documented defaults (docs/sampler.md; refill
 #: up to 4 batches, not the main job's budget of 1), not tuned.
 EDGE_SAMPLER = MappingProxyType({"stages.rl.sampler.enabled": True, "stages.rl.sampler.budget": 4.0})
+#: GRPO's and rejection sampling's batch in EDGE and LR_EDGE (amended before any cell of either ran): 4 groups of 8
+#: per update, not the main job's 8, so that 15 minutes hold more updates than the equal-updates cut (at 8 x 8 with
+#: refill a step takes about 1-2 minutes here: fewer than 16 updates in 15 minutes).
+EDGE_BATCH = MappingProxyType({"stages.rl.tasks_per_step": 4, "stages.rl.group_size": 8})
 
 #: EDGE's GRPO and SFT-continued rates under the references' loss normaliser (issue 60, N5), on the TRAIN split
-#: only: 16 steps from the main job's cold start at each rate, 3 seeds, on EDGE's mix. Its GRPO choice also becomes
-#: the main job's default rate. ``python benchmarks/axes.py run --experiment lr_edge``.
+#: only: 16 updates (EDGE's cut) from the main job's cold start at each rate, 3 seeds, on EDGE's mix and batch. Its
+#: GRPO choice is the main job's candidate rate too (there 8 groups per step: say so where it is used).
+#: ``python benchmarks/axes.py run --experiment lr_edge``.
 LR_EDGE = AxesExperiment(
     name="lr_edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({}),  # the main job's cold start (16 SFT steps on every family)
     train_families=EDGE_FAMILIES,
     arms=MappingProxyType({  # GRPO's 6e-5 and SFT's 5e-4: the main job's and AXES's (chosen under the old normaliser)
-        **{f"grpo_lr{lr}": MappingProxyType({"algo": "grpo", "stages.rl.lr": float(lr), **EDGE_SAMPLER})
+        **{f"grpo_lr{lr}": MappingProxyType({"algo": "grpo", "stages.rl.lr": float(lr), **EDGE_SAMPLER,
+                                            **EDGE_BATCH})
            for lr in ("2e-5", "6e-5", "2e-4")},
         **{f"sft_lr{lr}": MappingProxyType({"algo": "sft", "stages.sft.lr": float(lr)})
            for lr in ("1.5e-4", "5e-4", "1.5e-3")}}),
@@ -456,18 +462,18 @@ EDGE = AxesExperiment(  # RL at the edge of competence against the two imitation
     name="edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({}),  # the main job's cold start, shared by every arm and seed
     train_families=EDGE_FAMILIES,
-    arms=MappingProxyType({  # GRPO and rejection sampling: 8 tasks x 8 samples, the sampler on, 2 warm-up steps
-        "grpo": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER}),
+    arms=MappingProxyType({  # GRPO and rejection sampling: 4 tasks x 8 samples, the sampler on, 2 warm-up steps
+        "grpo": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER, **EDGE_BATCH}),
         "sft": MappingProxyType({"stages.sft.lr": None, "about": "SFT-continued on the same families' demonstrations"}),
-        "rft": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER,
+        "rft": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER, **EDGE_BATCH,
                                  "about": "rejection sampling: the same sampler's samples, SFT on the correct ones"}),
     }),
-    seeds=(0, 1, 2), minutes=15.0, cut_updates=24,
+    seeds=(0, 1, 2), minutes=15.0, cut_updates=16,  # LR_EDGE's horizon
     sets=AXES.sets,  # tooluse_v5 and the axes' held-out halves (families never trained), fixed before AXES ran
     greedy=MappingProxyType({"eval_n": 1, "eval_temperature": 0.0}),
     sampled=MappingProxyType({"eval_n": 8, "eval_temperature": 0.7}),
     primary="GRPO vs SFT-continued and vs rejection sampling, per set: pass@1 (greedy), its interval, verdict and "
-            "seed spread at equal wall-clock (15 training minutes) and at the equal-updates cut (24 updates); "
+            "seed spread at equal wall-clock (15 training minutes) and at the equal-updates cut (16 updates); "
             "pass@k and pass^k beside the wall-clock ones; per arm: signal share, updates, tokens trained",
     judge="GRPO wins when, at equal wall-clock, its pass@1 is met (above, by the tie rule) against both "
           "SFT-continued and rejection sampling on at least two of the six sets (BFCL's three beside, not counted). "

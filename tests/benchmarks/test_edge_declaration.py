@@ -49,8 +49,12 @@ def test_edge_holds_the_axes_sets_both_cuts_and_waits_for_its_rates():
     assert EDGE.arms["grpo"]["stages.rl.sampler.budget"] == SamplerConfig().budget  # the defaults, not the main job's
     from agentrl.algos.recipes.main_job import MainJobStages
 
-    rl = MainJobStages().rl  # groups of 8 (the "group 8"): the main job's, which no arm overrides
-    assert rl["group_size"] == 8 and not any("group_size" in k for s in EDGE.arms.values() for k in s)
+    assert EDGE.arms["grpo"]["stages.rl.group_size"] == 8  # the "group 8", as the main job's
+    assert MainJobStages().rl["group_size"] == 8
+    # the rates are chosen for the batch and horizon EDGE uses: the same groups per update, 16 updates (the cut)
+    batch = {k: v for k, v in EDGE.arms["grpo"].items() if k in ("stages.rl.tasks_per_step", "stages.rl.group_size")}
+    assert batch and all(batch.items() <= s.items() for a, s in LR_EDGE.arms.items() if a.startswith("grpo"))
+    assert batch.items() <= EDGE.arms["rft"].items() and EDGE.cut_updates == LR_EDGE.steps
     pending = [k for s in EDGE.arms.values() for k, v in s.items() if v is None]
     assert pending and EDGE.pending  # a rate still to be set by LR_EDGE's verdict: the declaration says so
 
