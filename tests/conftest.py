@@ -72,6 +72,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
 
-    monkeypatch.setattr("agentrl.algos.models.load_model", refuse)
-    monkeypatch.setattr("agentrl.algos.models.load_tokenizer", refuse)
+    for where in ("agentrl.algos.models", "agentrl.algos"):  # the package's names too (what the examples import)
+        monkeypatch.setattr(f"{where}.load_model", refuse)
+        monkeypatch.setattr(f"{where}.load_tokenizer", refuse)
     monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)

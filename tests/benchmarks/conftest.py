@@ -50,3 +50,21 @@ def only_export_writes(monkeypatch):
 
         monkeypatch.setattr(os, name, wrapped)
     return guarded
+
+
+@pytest.fixture(scope="module")
+def stopping_model_dir(tmp_path_factory, tokenizer):
+    """A tiny model that ends its replies soon (``end_scale``), saved as a folder."""
+    from helpers import save_model_dir
+
+    from agentrl.algos.models import tiny_model
+
+    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
+
+
+@pytest.fixture
+def small_stages() -> list[str]:
+    """``MainJobConfig`` overrides that make every stage of a runner's end-to-end test a few tiny steps."""
+    return ["stages.sft.sft.num_demos=2", "stages.sft.steps=1", "stages.sft.sft.batch_size=2",
+            "stages.rl.collector.max_new_tokens=8", "stages.rl.collector.max_turns=2", "stages.rl.tasks_per_step=1",
+            "stages.rl.group_size=2", "eval_n=1"]

@@ -15,7 +15,6 @@ import pytest
 from harness import axes_run
 from harness.axes_run import CUT, Piece, estimate, finished, is_update, plan, schedule, status_lines
 from harness.experiments import AXES, EDGE, LR_CHOICE, LR_EDGE
-from helpers import save_model_dir
 
 #: sha256 (first 16 hex) of ``[[key, kind, needs], ...]`` of the finished experiments' plans as the runner made them
 #: before the cut existed (computed from the runner at 8b5ce4e): without ``cut_updates`` they plan exactly those.
@@ -161,23 +160,13 @@ def test_the_page_shows_each_arm_at_the_cut_and_judges_the_cut_apart(tmp_path):
     assert "at the cut" not in "\n".join(axes_section(tmp_path, dataclasses.replace(CUT_AXES, cut_updates=None)))
 
 
-@pytest.fixture(scope="module")
-def stopping_model_dir(tmp_path_factory, tokenizer):
-    from agentrl.algos.models import tiny_model
-
-    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
-
-
-SMALL = ["stages.sft.sft.num_demos=2", "stages.sft.steps=1", "stages.sft.sft.batch_size=2",
-         "stages.rl.collector.max_new_tokens=8", "stages.rl.collector.max_turns=2", "stages.rl.tasks_per_step=1",
-         "stages.rl.group_size=2", "eval_n=1"]
 #: AXES with a cut after 1 update in cells of 2 steps, greedy only (a smoke test of the mechanics, not a result).
 TINY = dataclasses.replace(AXES, name="tiny_cut", minutes=0.0, steps=2, cut_updates=1,
                            sampled=MappingProxyType({}))
 
 
-def test_end_to_end_a_cell_saves_its_cut_and_the_cut_is_evaluated(stopping_model_dir, tmp_path, capsys, monkeypatch,
-                                                                  only_export_writes):
+def test_end_to_end_a_cell_saves_its_cut_and_the_cut_is_evaluated(stopping_model_dir, small_stages, tmp_path, capsys,
+                                                                  monkeypatch, only_export_writes):
     from harness import axes_cli
     from harness.axes_cli import main
 
@@ -189,7 +178,7 @@ def test_end_to_end_a_cell_saves_its_cut_and_the_cut_is_evaluated(stopping_model
     only_export_writes.append(data.resolve())
     args = ["run", "--experiment", TINY.name, "--model", stopping_model_dir, "--data", str(data), "--work", str(work),
             "--tasks", "2", "--cells", "sft:0,grpo:0", "--sets", "tooluse_axis_depth,bfcl_multiple",
-            "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]
+            "--ledger", str(tmp_path / "ledger.jsonl"), *small_stages]
     assert main(args) == 0
     done = finished(data)
     assert set(done) == {p.key for p in plan(TINY, [("sft", 0), ("grpo", 0)], ["tooluse_axis_depth", "bfcl_multiple"])}

@@ -12,7 +12,6 @@ import pytest
 from harness import axes_run
 from harness.axes_run import Piece, estimate, finished, parse_cells, plan, schedule, status_lines
 from harness.experiments import AXES, LR_CHOICE, RUNNABLE
-from helpers import save_model_dir
 
 
 class FakeClock:
@@ -118,19 +117,7 @@ def test_a_cell_waits_for_its_cold_start(tmp_path):
     assert calls == [] and out.blocked == [p.key for p in pieces]
 
 
-@pytest.fixture(scope="module")
-def stopping_model_dir(tmp_path_factory, tokenizer):
-    from agentrl.algos.models import tiny_model
-
-    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
-
-
-SMALL = ["stages.sft.sft.num_demos=2", "stages.sft.steps=1", "stages.sft.sft.batch_size=2",
-         "stages.rl.collector.max_new_tokens=8", "stages.rl.collector.max_turns=2", "stages.rl.tasks_per_step=1",
-         "stages.rl.group_size=2", "eval_n=1"]
-
-
-def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, tmp_path, capsys,
+def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_model_dir, small_stages, tmp_path, capsys,
                                                                     only_export_writes):
     from harness.axes_cli import main
 
@@ -138,7 +125,7 @@ def test_end_to_end_on_a_tiny_model_resumes_without_redoing_anything(stopping_mo
     only_export_writes.append(data.resolve())  # every piece's files reach the data through harness.export alone
     args = ["run", "--model", stopping_model_dir, "--data", str(data), "--work", str(work), "--tasks", "2",
             "--minutes", "0", "--cells", "grpo:0,rft:0", "--sets", "tooluse_axis_depth,bfcl_multiple",
-            "--ledger", str(tmp_path / "ledger.jsonl"), *SMALL]
+            "--ledger", str(tmp_path / "ledger.jsonl"), *small_stages]
     assert main(args) == 0
     done = finished(data)
     assert set(done) == {p.key for p in plan(AXES, [("grpo", 0), ("rft", 0)], ["tooluse_axis_depth", "bfcl_multiple"])}

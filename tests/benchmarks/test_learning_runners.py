@@ -23,7 +23,7 @@ from harness.data import family_table
 from harness.experiments import EXPERIMENTS, experiment
 from harness.layout import SETS, set_name
 from harness.learning_run import all_commands, heldout_path
-from helpers import ROOT, save_model_dir
+from helpers import ROOT
 
 BENCH = ROOT / "benchmarks"
 
@@ -243,14 +243,6 @@ def test_eval_tasks_file_errors_name_the_key(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- runners
-
-
-@pytest.fixture(scope="module")
-def stopping_model_dir(tmp_path_factory, tokenizer):
-    """A tiny model that ends its replies soon (``end_scale``), saved as a folder."""
-    from agentrl.algos.models import tiny_model
-
-    return str(save_model_dir(tmp_path_factory.mktemp("tiny"), tiny_model(tokenizer, end_scale=5.0), tokenizer))
 
 
 @pytest.fixture(scope="module")

@@ -20,15 +20,6 @@ def _load(name: str):
     return module
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error")
-
-    monkeypatch.setattr("agentrl.algos.load_model", refuse)
-    monkeypatch.setattr("agentrl.algos.load_tokenizer", refuse)
-
-
 @pytest.mark.parametrize("name", ["trl_grpo", "trl_environment_factory"])
 @pytest.mark.parametrize("argv,says", [(["--env", "AgentRL/ToolUsee-v0"], "did you mean 'AgentRL/ToolUse-v0'?"),
                                        (["--steps", "0"], "argument --steps: a whole number above 0 is needed"),

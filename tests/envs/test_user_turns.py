@@ -49,8 +49,8 @@ class TwoQuestions(TextEnv):
         return (1.0, True) if self.answers == ["a", "b"] else (0.0, False)
 
 
-def test_a_string_from_grade_reply_is_the_next_user_message_and_the_episode_goes_on():
-    env = TwoQuestions()
+def _play_two_questions(env) -> None:
+    """A tool call, the first answer (the env asks the second question as the user), the second answer (graded)."""
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step('<tool_call>\n{"name": "echo", "arguments": {"text": "x"}}\n</tool_call>')
     assert (obs, info["obs_role"], term) == ("x", "tool", False)
@@ -59,6 +59,10 @@ def test_a_string_from_grade_reply_is_the_next_user_message_and_the_episode_goes
     assert info["messages"][-2:] == [{"role": "assistant", "content": "a"}, {"role": "user", "content": "second?"}]
     obs, reward, term, trunc, info = env.step("b")
     assert (reward, term, info["correct"], info["termination"]) == (1.0, True, True, "answered")
+
+
+def test_a_string_from_grade_reply_is_the_next_user_message_and_the_episode_goes_on():
+    _play_two_questions(TwoQuestions())
 
 
 def test_the_turn_budget_ends_the_episode_at_a_turn_boundary():
@@ -93,15 +97,7 @@ class TwoQuestionsByHook(TwoQuestions):
 
 
 def test_user_turn_is_the_next_user_message_and_grade_reply_grades_the_last_reply(recwarn):
-    env = TwoQuestionsByHook()
-    env.reset(seed=0)
-    obs, reward, term, trunc, info = env.step('<tool_call>\n{"name": "echo", "arguments": {"text": "x"}}\n</tool_call>')
-    assert (obs, info["obs_role"], term) == ("x", "tool", False)
-    obs, reward, term, trunc, info = env.step("a")
-    assert (obs, reward, term, trunc, info["obs_role"]) == ("second?", 0.0, False, False, "user")
-    assert info["messages"][-2:] == [{"role": "assistant", "content": "a"}, {"role": "user", "content": "second?"}]
-    obs, reward, term, trunc, info = env.step("b")
-    assert (reward, term, info["correct"], info["termination"]) == (1.0, True, True, "answered")
+    _play_two_questions(TwoQuestionsByHook())
     assert not [w for w in recwarn if w.category is DeprecationWarning]
     env = TwoQuestionsByHook(max_turns=1)
     env.reset(seed=0)
