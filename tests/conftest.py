@@ -72,7 +72,10 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
 
-    for where in ("agentrl.algos.models", "agentrl.algos"):  # the package's names too (what the examples import)
+    # the package's names too (what the examples import), patched first: agentrl.algos resolves them lazily from
+    # agentrl.algos.models, so patching that first would make the package's "old" value the refusal, and undo
+    # would leave it in place for every later test
+    for where in ("agentrl.algos", "agentrl.algos.models"):
         monkeypatch.setattr(f"{where}.load_model", refuse)
         monkeypatch.setattr(f"{where}.load_tokenizer", refuse)
     monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)
