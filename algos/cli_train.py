@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from agentrl.algos.config import apply_overrides, config_from_dict, deep_merge, 
 from agentrl.algos.config_reference import config_keys_help
 from agentrl.algos.objectives import algorithm_names
 from agentrl.algos.rollout.env_factory import EXECUTORS
-from agentrl.algos.run_folder import claim_run
+from agentrl.algos.run_folder import claim_run, refuse_resume_without_run
 from agentrl.envs.cli import json_object
 
 MAIN_JOB_ENV = "AgentRL/ToolUse-v0"
@@ -78,13 +79,13 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     from agentrl.algos.recipes.main_job import run_main_job
 
     cfg = build_main_job_config(args)
+    stages = [Path(cfg.out) / "sft", Path(cfg.out) / "grpo"]
+    check = _start_check(args.resume, [Path(cfg.out), *stages] if args.resume else stages, cfg.out)
     preflight([(cfg.env, cfg.env_kwargs)], cfg.model)
-    from agentrl.algos.training.checkpoint import refuse_fresh_start
-
     # one writer for the whole job: a second main-job (or train) on this --out is refused in one line; a fresh
-    # start is refused over a finished run, checked under the lock so no other job can change it until this ends
-    with claim_run(cfg.out, check=None if args.resume else lambda: refuse_fresh_start(
-            [Path(cfg.out) / "sft", Path(cfg.out) / "grpo"], cfg.out)):
+    # start is refused over a finished run (a --resume where there is none), checked under the lock so no other
+    # job can change it until this ends
+    with claim_run(cfg.out, check=check):
         return _main_job(args, cfg, run_main_job)
 
 
@@ -126,15 +127,14 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"`agentrl main-job`", file=sys.stderr)
         return 2
     cfg = build_train_config(args)
+    check = _start_check(args.resume, [Path(cfg.out)], cfg.out)
     preflight([(c.id, c.env_kwargs) for c in cfg.env_mixture()] or [(cfg.env, cfg.env_kwargs)], cfg.model, cfg.adapter)
     if cfg.algo == "sft" and cfg.algorithm.data:  # a missing or malformed sft.data: one line before the model loads
         from agentrl.algos.rollout.demonstrations import load_conversations
 
         load_conversations(cfg.algorithm.data)
-    from agentrl.algos.training.checkpoint import refuse_fresh_start
-
-    # a second trainer on this --out is refused before it starts an engine; the fresh-start check runs under the lock
-    with claim_run(cfg.out, check=None if args.resume else lambda: refuse_fresh_start([cfg.out], cfg.out)):
+    # a second trainer on this --out is refused before it starts an engine; the start check runs under the lock
+    with claim_run(cfg.out, check=check):
         return _train(args, cfg)
 
 
@@ -170,6 +170,20 @@ def _train(args: argparse.Namespace, cfg: Any) -> int:
     if summary:
         print(summary)
     return 0
+
+
+def _start_check(resume: bool, run_dirs: list[Path], out: str) -> Callable[[], None]:
+    """What a command checks once it holds ``out``'s lock, before any model loads: with ``--resume`` that one of
+    ``run_dirs`` holds a run to continue (:func:`~agentrl.algos.run_folder.refuse_resume_without_run`; checked at
+    once too when ``out`` does not exist, so a refused command leaves no folder behind), without it that none
+    holds a trained run a fresh start would overwrite."""
+    if resume:
+        if not Path(out).exists():
+            refuse_resume_without_run(run_dirs, out)
+        return lambda: refuse_resume_without_run(run_dirs, out)
+    from agentrl.algos.training.checkpoint import refuse_fresh_start
+
+    return lambda: refuse_fresh_start(run_dirs, out)
 
 
 # ---------------------------------------------------------------------------------------------- flags

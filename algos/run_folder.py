@@ -15,7 +15,7 @@ import datetime
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,32 @@ def claim_run(run_dir: str | Path, *, writes: str | None = None,
         unlock_run(run_dir, name)
 
 
+class NoRunToResume(ValueError):
+    """``--resume`` was asked of a folder that holds no run to continue."""
+
+
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a run that ``--resume`` can continue: a trainer's ``config.json``,
+    ``checkpoints/``, ``adapter/`` or ``metrics.jsonl``, or a whole-folder writer in its ``writers.jsonl`` (a run
+    killed before its first checkpoint; an ``agentrl eval --out FILE`` into the folder is not a run)."""
+    run_dir = Path(run_dir)
+    if any((run_dir / name).exists() for name in ("config.json", "checkpoints", "adapter", "metrics.jsonl")):
+        return True
+    try:
+        return any("writes" not in row for row in writers(run_dir))
+    except (OSError, ValueError):  # an unreadable or torn writers.jsonl still says a run was started here
+        return True
+
+
+def refuse_resume_without_run(run_dirs: Sequence[str | Path], out: str | Path) -> None:
+    """Raise :class:`NoRunToResume` (one line) unless one of ``run_dirs`` :func:`holds_run`: a ``--resume`` there
+    would silently start a fresh run. ``out`` is the folder the user named."""
+    if not any(holds_run(d) for d in run_dirs):
+        where = "does not exist" if not Path(out).exists() else "holds no run to continue"
+        raise NoRunToResume(f"--resume: {out} {where} (no config.json, checkpoints/ or {WRITERS_FILE}); "
+                            f"drop --resume to start a fresh run there, or pass the --out of the run to continue")
+
+
 def writers(run_dir: str | Path) -> list[dict[str, Any]]:
     """The commands that wrote ``run_dir``, oldest first (``[]`` when it records none)."""
     path = Path(run_dir) / WRITERS_FILE
@@ -75,4 +101,5 @@ def writers(run_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-__all__ = ["WRITERS_FILE", "claim_run", "writer_record", "writers"]
+__all__ = ["WRITERS_FILE", "NoRunToResume", "claim_run", "holds_run", "refuse_resume_without_run", "writer_record",
+           "writers"]

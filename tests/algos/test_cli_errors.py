@@ -17,6 +17,7 @@ from agentrl.algos import cli
 from agentrl.algos.models import ModelUnavailable, check_model_available, load_tokenizer
 from agentrl.algos.models.lora import adapter_base_model, check_adapter_base
 from agentrl.algos.rollout.env_factory import check_env_id
+from agentrl.algos.run_folder import holds_run, writers
 
 
 def _one_line_error(capsys, argv) -> str:
@@ -91,6 +92,37 @@ def test_a_fresh_start_over_a_trained_run_is_refused_naming_what_it_holds(capsys
     from agentrl.algos.training.checkpoint import trained_here
 
     assert trained_here(tmp_path / "main" / "grpo") is None and trained_here(tmp_path / "empty") is None
+
+
+@pytest.mark.parametrize("command", [["train", "--algo", "grpo"], ["train"], ["main-job"]])
+def test_resume_where_there_is_no_run_is_refused_in_one_line(capsys, no_loading, tmp_path, command):
+    """`--resume` on a folder with no run used to start a fresh run with a log warning only."""
+    missing = tmp_path / "typo"
+    line = _one_line_error(capsys, [*command, "--resume", "--out", str(missing)])
+    assert line.endswith(f"--resume: {missing} does not exist (no config.json, checkpoints/ or writers.jsonl); drop "
+                         "--resume to start a fresh run there, or pass the --out of the run to continue"), line
+    assert not missing.exists()  # refused before the folder is made
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "writers.jsonl").write_text('{"command": "agentrl eval --out x", "writes": "x.jsonl"}\n')  # not a run
+    line = _one_line_error(capsys, [*command, "--resume", "--out", str(empty)])
+    assert f"--resume: {empty} holds no run to continue" in line and "drop --resume" in line
+    assert len(writers(empty)) == 1  # a refused command is not recorded as a writer
+
+
+def test_resume_continues_a_run_killed_before_its_first_checkpoint(capsys, no_loading, tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("agentrl.algos.recipes.main_job.run_main_job",
+                        lambda cfg, resume, policy: seen.append(resume) or {"table": "", "timings": {},
+                                                                              "out": Path(cfg.out)})
+    run = tmp_path / "main"
+    assert cli.main(["main-job", "--out", str(run), "eval_tasks=2"]) == 0  # a run started: writers.jsonl
+    assert cli.main(["main-job", "--resume", "--out", str(run)]) == 0
+    assert seen == [False, True] and len(writers(run)) == 2
+    for kept in ("config.json", "checkpoints", "adapter", "metrics.jsonl"):  # what a trainer leaves
+        (tmp_path / f"has-{kept}" / kept).mkdir(parents=True)
+        assert holds_run(tmp_path / f"has-{kept}"), kept
+    assert not holds_run(tmp_path / "nowhere")
 
 
 def test_a_missing_adapter_folder_is_refused_before_the_model_loads(capsys, no_loading, tmp_path):
