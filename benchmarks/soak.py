@@ -12,20 +12,28 @@ time; loopback only.
   body and drops its socket, and one in ten sends a body that is not JSON and must get HTTP 400.
 * ``sandbox``: one :class:`agentrl.envs.Sandbox`, ``--clients`` threads each running ``print(1)``; with
   ``--faults``, one run in ten kills its own worker (``os.kill(os.getppid(), 9)``) and one in ten fills the
-  sandbox's ``/tmp``.
+  sandbox's ``/tmp`` (``FILL_TMP``).
 
-For each: requests, errors, p50/p99 latency, and the server's resources at the start and the end (RSS MiB, open
-files, child processes; from /proc, the server process and its children): flat means no leak. Prints a markdown
-table with the command, the machine and the date; injected faults are not timed, and any error of the timed
-requests after a fault counts. Not covered: the managed engine (``--engine managed``: a vLLM server this
-2-core machine cannot load under 8 clients; its restart and SIGTERM paths have tests in tests/algos), a full disk
-under a trainer's run folder (needs a size-limited mount; the sandbox's full ``/tmp`` is the only full disk here),
-and a killed worker of the OpenEnv and retriever servers (each is one process: killing it is killing the server).
+For each: requests, errors, p50/p99 latency, and the server's resources (RSS MiB, open files, child processes;
+from /proc, the server process and its children), read every ``run/60`` seconds (0.5-5 s), reported three ways:
+at the start (before the first request: the old column, which counts warm-up as growth), warm (the median of the
+readings from ``--warmup`` to twice ``--warmup`` of the run's time, 10-20 % by default: caches, pools and
+allocator arenas filled; a median, so one reading taken while a killed worker restarts does not set it) and at
+the end, with the growth from warm to end and the RSS slope over the second half (Theil-Sen: the median of the
+pairwise slopes, in MiB a minute). Flat (no leak) means growth from warm near 0 and a slope near 0, and open files
+and children back where they were. Prints a markdown table with the command, the machine and the date;
+injected faults are not timed, and any error of the timed requests after a fault counts. The sandbox pool runs in
+this process, so its RSS includes the clients' latency list (8 bytes a request). Not covered: the managed engine
+(``--engine managed``: a vLLM server this 2-core machine cannot load under 8 clients; its restart and SIGTERM
+paths have tests in tests/algos), a full disk under a trainer's run folder (needs a size-limited mount; the
+sandbox's full ``/tmp`` is the only full disk here), and a killed worker of the OpenEnv and retriever servers
+(each is one process: killing it is killing the server).
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import datetime
 import os
 import platform
@@ -66,9 +74,13 @@ def resources(pid: int) -> dict[str, float]:
     return {"rss_mib": rss / 2**20, "open_files": files, "children": len(seen) - 1}
 
 
-def hammer(clients: int, seconds: float, work) -> tuple[list[float], int]:
-    """``clients`` threads calling ``work(rng)`` until ``seconds`` pass: (latencies of the successes, errors)."""
-    lat, errors, lock, end = [], [0], threading.Lock(), time.monotonic() + seconds
+def hammer(clients: int, seconds: float, work, pid: int | None = None):
+    """``clients`` threads calling ``work(rng)`` until ``seconds`` pass: (latencies of the successes, errors,
+    readings), where readings are ``(seconds since the start, resources(pid))`` taken by this thread every
+    ``seconds / 60`` (0.5-5 s) while the clients run (none without ``pid``)."""
+    lat, errors, lock = array.array("d"), [0], threading.Lock()
+    t_start = time.monotonic()
+    end = t_start + seconds
 
     def loop(k: int) -> None:
         rng = random.Random(k)
@@ -87,9 +99,25 @@ def hammer(clients: int, seconds: float, work) -> tuple[list[float], int]:
     threads = [threading.Thread(target=loop, args=(k,)) for k in range(clients)]
     for t in threads:
         t.start()
+    readings, every = [], min(5.0, max(0.5, seconds / 60))
+    while pid is not None and time.monotonic() < end:
+        time.sleep(min(every, max(0.0, end - time.monotonic())))
+        readings.append((time.monotonic() - t_start, resources(pid)))
     for t in threads:
         t.join()
-    return lat, errors[0]
+    return list(lat), errors[0], readings
+
+
+def warm_and_slope(readings: list, seconds: float, warmup: float) -> tuple[dict | None, float]:
+    """The warm-up reading: the median of each resource over the readings from ``warmup`` to twice ``warmup`` of
+    the run's time (the last reading if none; a median, so a reading taken while a killed worker restarts does not
+    set it), and the RSS slope in MiB a minute over the second half's readings, Theil-Sen (the median of the
+    pairwise slopes, robust to such readings; nan with fewer than 3)."""
+    window = [r for t, r in readings if warmup * seconds <= t <= 2 * warmup * seconds] or [r for _, r in readings[-1:]]
+    warm = {k: statistics.median(r[k] for r in window) for k in window[0]} if window else None
+    half = [(t / 60, r["rss_mib"]) for t, r in readings if t >= seconds / 2]
+    pairs = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(half) for x2, y2 in half[i + 1:] if x2 > x1]
+    return warm, statistics.median(pairs) if len(half) >= 3 and pairs else float("nan")
 
 
 def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
@@ -125,10 +153,10 @@ def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
             finally:
                 env.close()
 
-        lat, errors = hammer(clients, seconds, episode)
+        lat, errors, readings = hammer(clients, seconds, episode, server.pid)
         time.sleep(2)  # sessions closed by the clients wind down
         return {"target": "openenv (ToolUse-v0 episodes)", "lat": lat, "errors": errors, "start": start,
-                "end": resources(server.pid), "alive": server.poll() is None}
+                "readings": readings, "end": resources(server.pid), "alive": server.poll() is None}
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -178,13 +206,19 @@ def soak_retriever(clients: int, seconds: float, faults: bool) -> dict:
             if status != 200 or len(payload["result"]) != 1 or len(payload["result"][0]) != 3:
                 raise RuntimeError(f"HTTP {status}: {str(payload)[:200]}")
 
-        lat, errors = hammer(clients, seconds, query)
+        lat, errors, readings = hammer(clients, seconds, query, server.pid)
         time.sleep(2)  # handler threads of the last connections wind down
         return {"target": f"retriever (one question a request; faults: {counts})", "lat": lat, "errors": errors,
-                "start": start, "end": resources(server.pid), "alive": server.poll() is None}
+                "start": start, "readings": readings, "end": resources(server.pid), "alive": server.poll() is None}
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+#: Fills the sandbox's 64 MiB ``/tmp`` in 1 MiB writes to files under its 16 MiB file-size limit (a 1 GiB buffer
+#: would stop at that limit instead, and its RSS would swamp the readings).
+FILL_TMP = ("for i in range(8):\n    with open(f'/tmp/fill{i}', 'wb') as f:\n"
+            "        for _ in range(15): f.write(b'0' * (1 << 20))")
 
 
 def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
@@ -204,15 +238,16 @@ def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
                 return False
             if faults and roll < 0.2:
                 counts["disk"] += 1
-                sb.run("open('/tmp/fill', 'wb').write(b'0' * (1 << 30))")  # the tmpfs limit: an error
+                sb.run(FILL_TMP)  # an error; the next run finds /tmp wiped
                 return False
             r = sb.run("print(1)")
             if r.status != "ok" or r.stdout != "1\n":
                 raise RuntimeError(f"{r.status}: {r.stderr[-200:]}")
 
-        lat, errors = hammer(clients, seconds, run)
+        lat, errors, readings = hammer(clients, seconds, run, pid)
+        hammer(min(clients, 4), 2.0, lambda rng: sb.run("print(1)"))  # killed workers restarted, as at the start
         return {"target": f"sandbox (print(1); faults: {counts})", "lat": lat, "errors": errors, "start": start,
-                "end": resources(pid), "alive": True}
+                "readings": readings, "end": resources(pid), "alive": True}
 
 
 TARGETS = {"openenv": soak_openenv, "retriever": soak_retriever, "sandbox": soak_sandbox}
@@ -224,23 +259,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients (1-64)")
     ap.add_argument("--minutes", type=float, default=1.0, help="per target (at most 60)")
     ap.add_argument("--faults", action="store_true", help="inject faults (see the module docstring)")
+    ap.add_argument("--warmup", type=float, default=0.1,
+                    help="share of each run before the warm readings begin; they end at twice it (default 0.1)")
     args = ap.parse_args(argv)
-    if not 1 <= args.clients <= 64 or not 0 < args.minutes <= 60:
-        ap.error("--clients must be 1-64 and --minutes in (0, 60]")
+    if not 1 <= args.clients <= 64 or not 0 < args.minutes <= 60 or not 0 <= args.warmup < 0.5:
+        ap.error("--clients must be 1-64, --minutes in (0, 60] and --warmup in [0, 0.5)")
     targets = list(TARGETS) if args.target == "all" else [args.target]
-    rows = [TARGETS[t](args.clients, 60 * args.minutes, args.faults) for t in targets]
+    seconds = 60 * args.minutes
+    rows = [TARGETS[t](args.clients, seconds, args.faults) for t in targets]
     print(f"command: python benchmarks/soak.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
-          f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
-    print("| target | requests | errors | p50 ms | p99 ms | RSS MiB start → end | open files | children | alive |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"readings every {min(5.0, max(0.5, seconds / 60)):g} s; warm: the median of the readings from "
+          f"{args.warmup * seconds:.0f} s to {2 * args.warmup * seconds:.0f} s of {seconds:.0f} s "
+          f"({100 * args.warmup:g}-{200 * args.warmup:g}% of the run), growth from there to the end; slope: "
+          "Theil-Sen (the median of pairwise slopes) over the readings of the second half\n")
+    print("| target | requests | errors | p50 ms | p99 ms | RSS MiB start → end | RSS MiB warm → end (growth) | "
+          "RSS MiB/min, 2nd half | open files start → warm → end | children start → warm → end | alive |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = sorted(r["lat"]) or [float("nan")]
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         s, e = r["start"], r["end"]
+        w, slope = warm_and_slope(r["readings"], seconds, args.warmup)
+        w = w or s
         print(f"| {r['target']} | {len(r['lat'])} | {r['errors']} | {1000 * statistics.median(lat):.1f} | "
-              f"{1000 * p99:.1f} | {s['rss_mib']:.0f} → {e['rss_mib']:.0f} | {s['open_files']} → {e['open_files']} | "
-              f"{s['children']} → {e['children']} | {r['alive']} |")
+              f"{1000 * p99:.1f} | {s['rss_mib']:.0f} → {e['rss_mib']:.0f} | {w['rss_mib']:.1f} → {e['rss_mib']:.1f} "
+              f"({e['rss_mib'] - w['rss_mib']:+.1f}) | {slope:+.2f} | {s['open_files']} → {w['open_files']:g} → "
+              f"{e['open_files']} | {s['children']} → {w['children']:g} → {e['children']} | {r['alive']} |")
     return 0
 
 
