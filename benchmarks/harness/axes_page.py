@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.data import TIE_RULE, judged, load_json, read_pieces, read_scores
-from harness.experiments import AXES, COLLAPSE_POINTS, COMPARE, LR_CHOICE, AxesExperiment, Comparison
+from harness.experiments import AXES, COLLAPSE_POINTS, COMPARE, LR_CHOICE, LR_EDGE, AxesExperiment, Comparison
 from harness.tables import verdict
 
 COLD = "cold start"
@@ -374,3 +374,77 @@ def decision(exp: AxesExperiment, outcome: dict[str, list[tuple[bool, float]]]) 
     chosen = min((a for a in stable if reward[a] >= best - 0.02), key=rate.__getitem__)
     return (f"**Decision**: {chosen} (rl_lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean "
             "last-quarter reward " + ", ".join(f"{a} {reward[a]:.3f}" for a in stable) + ".")
+
+
+def lr_edge_section(folder: Path, exp: AxesExperiment = LR_EDGE) -> list[str]:
+    """EDGE's two rates chosen on the train split (LR_EDGE.judge): per algorithm, each rate's seeds against the cold
+    start, greedy (the collapse rule) and pass@1 of 4 tries at temperature 1 (the score), GRPO's updates and signal
+    share, and the decision once every cell of that algorithm is in."""
+    ax = Axes(exp, folder)
+    lines = ["## EDGE's learning rates, chosen on the train split (pre-declared)", "",
+             *header(ax, f"python benchmarks/axes.py run --experiment {exp.name}")]
+    if not ax.pieces:
+        return lines
+    cold, cold_t1 = ax.scores("cold_start", TRAIN), ax.scores("cold_start", TRAIN, "sampled")
+    lines += [f"Cold start on the train-split sample: greedy {pct(None if cold is None else mean_score(cold))}%, "
+              f"pass@1 at temperature 1 {pct(None if cold_t1 is None else mean_score(cold_t1))}%.", "",
+              "| Rate | seed | updates | greedy (%) | vs cold start (points) | collapsed | pass@1 at T=1 (%) | vs cold "
+              "start (points) | GRPO groups with signal | rollouts per update |",
+              "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+    outcome: dict[str, list[tuple[bool, float]]] = {}
+    for arm in exp.arms:
+        for seed, model in ax.models(arm):
+            cell, greedy, t1 = ax.pieces.get(model), ax.scores(model, TRAIN), ax.scores(model, TRAIN, "sampled")
+            if cell is None or greedy is None or t1 is None or cold is None or cold_t1 is None:
+                lines.append(f"| {arm} | {seed} | not run | | | | | | | |")
+                continue
+            delta = 100 * (mean_score(greedy) - mean_score(cold))
+            collapsed = delta < -COLLAPSE_POINTS
+            outcome.setdefault(arm, []).append((collapsed, mean_score(t1)))
+            updates, signal, per_update = cell_signal(ax, model, cell)
+            lines.append(f"| {arm} | {seed} | {updates} | {pct(mean_score(greedy))} | {delta:+.1f} | "
+                         f"{'**yes**' if collapsed else 'no'} | {pct(mean_score(t1))} | "
+                         f"{100 * (mean_score(t1) - mean_score(cold_t1)):+.1f} | {signal} | {per_update} |")
+    lines.append("")
+    for algo in ("grpo", "sft"):
+        lines += [edge_decision(exp, algo, outcome), ""]
+    return [*lines, "GRPO's rate is chosen at EDGE's batch (4 groups of 8 per update); where the main job (8 groups "
+            "of 8) uses it, it is a candidate carried over, not a rate chosen at that batch.", ""]
+
+
+def cell_signal(ax: Axes, model: str, cell: dict[str, Any]) -> tuple[str, str, str]:
+    """A cell's weight updates, and for a sampled RL cell its share of rolled-out groups with unequal rewards and
+    the rollouts it spent per update (``metrics.jsonl``); SFT: its steps, and dashes."""
+    from agentrl.algos.evaluation.run_log import read_metrics
+
+    path = ax.folder / model / "metrics.jsonl"
+    rows = read_metrics(path) if path.is_file() else []
+    updates = sum(float(r.get("train/optimizer_steps", 0.0)) for r in rows)
+    groups = sum(float(r.get("signal/groups", 0.0)) for r in rows)
+    if not groups:
+        return str(cell.get("steps", "?")) if cell.get("algo") == "sft" else f"{updates:g}", "–", "–"
+    with_signal = sum(float(r.get("signal/groups_with_signal", 0.0)) for r in rows)
+    rollouts = sum(float(r.get("signal/rollouts", 0.0)) for r in rows)
+    return (f"{updates:g}", f"{100 * with_signal / groups:.0f}%",
+            f"{rollouts / updates:.0f}" if updates else "no update")
+
+
+def edge_decision(exp: AxesExperiment, algo: str, outcome: dict[str, list[tuple[bool, float]]]) -> str:
+    """LR_EDGE.judge for one algorithm: among rates where no seed collapsed, the highest mean pass@1 at temperature
+    1; within 2 points of it, the lower rate; if every rate collapsed, the lowest (said so)."""
+    arms = [a for a in exp.arms if exp.arms[a]["algo"] == algo]
+    n, total = sum(len(outcome.get(a, [])) for a in arms), len(arms) * len(exp.seeds)
+    name = {"grpo": "GRPO", "sft": "SFT-continued"}.get(algo, algo)
+    if n < total:
+        return f"**{name}: not decided yet**: {n} of {total} cells trained and evaluated."
+    rate = {a: float(next(v for k, v in exp.arms[a].items() if k.endswith(".lr"))) for a in arms}
+    stable = [a for a in arms if not any(c for c, _ in outcome[a])]
+    if not stable:
+        lowest = min(arms, key=rate.__getitem__)
+        return (f"**{name}: {lowest}** (lr {rate[lowest]:g}): every rate collapsed on some seed; by the rule, the "
+                "lowest: none passed.")
+    score = {a: statistics.fmean(s for _, s in outcome[a]) for a in stable}
+    best = max(score.values())
+    chosen = min((a for a in stable if score[a] >= best - 0.02), key=rate.__getitem__)
+    return (f"**{name}: {chosen}** (lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean pass@1 at "
+            "temperature 1: " + ", ".join(f"{a} {100 * score[a]:.1f}%" for a in stable) + ".")

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.axes_page import axes_section, lr_choice_section, readme_rows
+from harness.axes_page import axes_section, lr_choice_section, lr_edge_section, readme_rows
 from harness.compare_page import compare_section
 from harness.data import (
     TIE_RULE,
@@ -46,13 +46,16 @@ from harness.experiments import (
     CONTROL,
     EXPERIMENTS,
     LR_CHOICE,
+    LR_EDGE,
     RL,
+    diagnostic,
     experiment,
+    note,
+    undeclared,
 )
 from harness.figures import ENGINE_CHART, EVAL_CHART, figure_names
 from harness.heldout import AXIS_SETS, SPECS, set_status
 from harness.layout import DATA, LEDGER, RESULTS, RESULTS_PAGE, ROOT, shown
-from harness.record import diagnostic, note, undeclared
 from harness.results_page import ARCHIVE_COMMIT, archive_text, refresh_learning
 from harness.run_page import write_run_page
 from harness.tables import cell, commit_text, engine_training, signal_table, verdict
@@ -408,7 +411,8 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
         section[2:2] = run_marks(cmp_dir.name)
         (diagnostics if diagnostic(cmp_dir.name) else lines).extend(section)
     if not quick:  # the pre-declared experiments run in pieces by benchmarks/axes.py
-        lines += axes_section(data / AXES.name) + lr_choice_section(data / LR_CHOICE.name)
+        lines += (axes_section(data / AXES.name) + lr_choice_section(data / LR_CHOICE.name)
+                  + lr_edge_section(data / LR_EDGE.name))
     if diagnostics:
         lines += ["## Diagnostics and failed configurations", "",
                   "Runs that show why something broke, not how two methods compare: each says why it is here.", "",

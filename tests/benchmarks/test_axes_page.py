@@ -1,13 +1,14 @@
-"""The learning page's sections of the axes experiment and the train-split lr choice, from partial data in a tmp
-folder: what ran is shown with its verdicts, seed spread, pass@k / pass^k and KL; the rest says "not run"."""
+"""The learning page's sections of the axes experiment and the train-split lr choices (LR_CHOICE, LR_EDGE), from
+partial data in a tmp folder: what ran is shown with its verdicts, seed spread, pass@k / pass^k and KL; the rest
+says "not run"."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from harness.axes_page import axes_section, decision, lr_choice_section, readme_rows
-from harness.experiments import AXES, LR_CHOICE
+from harness.axes_page import axes_section, decision, edge_decision, lr_choice_section, lr_edge_section, readme_rows
+from harness.experiments import AXES, LR_CHOICE, LR_EDGE
 
 
 def piece(folder: Path, key: str, scores: list[float] | None = None, **meta) -> None:
@@ -153,3 +154,43 @@ def test_the_axes_rows_of_the_ledger_are_not_selections():
     others = [row(1, "rl", 0.5, "a"), row(2, "sft_control", 0.6, "b")]
     axes = [row(3, "axes:grpo-s0", 0.9, "c"), row(4, "axes:cold_start", 0.1, "d")]
     assert selections(others + axes) == {2: 2}  # without the axes rows: best of the two others
+
+
+
+def sampled(data, key, scores):
+    """A temperature-1 evaluation: per-task pass@1 of 4 tries."""
+    piece(data, f"{key}/train-sampled", scores)
+
+
+def test_lr_edge_rows_show_both_scores_updates_and_signal(tmp_path):
+    data = tmp_path / "lr_edge"
+    piece(data, "cold_start/train-greedy", [1.0] * 9 + [0.0])  # 90%
+    sampled(data, "cold_start", [0.5] * 10)  # 50%
+    piece(data, "grpo_lr6e-5-s0", steps=16, algo="grpo")
+    (data / "grpo_lr6e-5-s0" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i, "train/optimizer_steps": float(i % 2), "signal/groups": 8.0,
+                    "signal/groups_with_signal": 6.0, "signal/rollouts": 64.0}) + "\n" for i in range(4)))
+    piece(data, "grpo_lr6e-5-s0/train-greedy", [1.0] * 7 + [0.0] * 3)  # 70%: 20 points down, collapsed
+    sampled(data, "grpo_lr6e-5-s0", [0.75] * 10)
+    piece(data, "sft_lr5e-4-s1", steps=16, algo="sft")
+    piece(data, "sft_lr5e-4-s1/train-greedy", [1.0] * 9 + [0.0])
+    text = "\n".join(lr_edge_section(data))
+    assert "Cold start on the train-split sample: greedy 90.0%, pass@1 at temperature 1 50.0%." in text
+    # 2 updates in 4 steps; 24 of 32 groups with signal; 256 rollouts / 2 updates
+    assert "| grpo_lr6e-5 | 0 | 2 | 70.0 | -20.0 | **yes** | 75.0 | +25.0 | 75% | 128 |" in text
+    assert "| sft_lr5e-4 | 1 | not run |" in text  # its temperature-1 evaluation is missing
+    assert "**GRPO: not decided yet**: 1 of 9 cells" in text and "**SFT-continued: not decided yet**: 0 of 9" in text
+
+
+def test_lr_edge_applies_its_rule_per_algorithm():
+    grpo = {"grpo_lr2e-5": [(False, 0.70)] * 3, "grpo_lr6e-5": [(False, 0.71)] * 3, "grpo_lr2e-4": [(True, 0.9)] * 3}
+    # 2e-4 collapsed; 2e-5 within 2 points of 6e-5's best: the lower rate
+    assert edge_decision(LR_EDGE, "grpo", grpo).startswith("**GRPO: grpo_lr2e-5** (lr 2e-05)")
+    grpo["grpo_lr2e-5"] = [(False, 0.68)] * 3
+    assert edge_decision(LR_EDGE, "grpo", grpo).startswith("**GRPO: grpo_lr6e-5** (lr 6e-05)")
+    grpo["grpo_lr2e-5"] = [(False, 0.9), (True, 0.9), (False, 0.9)]  # one seed collapsed: the rate is out
+    assert edge_decision(LR_EDGE, "grpo", grpo).startswith("**GRPO: grpo_lr6e-5**")
+    sft = {a: [(True, 0.9)] * 3 for a in LR_EDGE.arms if a.startswith("sft")}
+    assert edge_decision(LR_EDGE, "sft", sft).startswith("**SFT-continued: sft_lr1.5e-4** (lr 0.00015)")
+    assert "none passed" in edge_decision(LR_EDGE, "sft", sft)
+    assert "not decided yet" in edge_decision(LR_EDGE, "sft", {"sft_lr1.5e-4": [(False, 0.9)] * 3})
