@@ -310,6 +310,10 @@ class VerifiersTextEnv(TextEnv):
         turn_timeout_s: how long to wait for the verifiers env's next turn before ending the episode as an error.
     """
 
+    grades_cut_replies = True
+    """verifiers hands a reply cut by the token budget (``finish_reason == "length"``) to its env like any other
+    (``trace.is_truncated`` only reports it): a trainer steps a cut reply here, and the verifiers rubric grades it."""
+
     def __init__(self, env_config: dict[str, Any] | None = None, *, num_tasks: int | None = None,
                  max_turns: int = 16, correct_at: float = 1.0, turn_timeout_s: float = 300.0,
                  render_mode: str | None = None):
@@ -317,8 +321,7 @@ class VerifiersTextEnv(TextEnv):
                          rewards=Rewards(correct=1.0, wrong=0.0, invalid=0.0), tools_in_prompt=False,
                          render_mode=render_mode)
         vf = _verifiers()
-        self.correct_at = correct_at
-        self.turn_timeout_s = turn_timeout_s
+        self.correct_at, self.turn_timeout_s = correct_at, turn_timeout_s
         self._vf_env = vf.load_environment(_seated(vf, env_config or {}))
         tasks = self._vf_env.taskset if num_tasks is None else self._vf_env.taskset.take(num_tasks)
         if not tasks.bounded:
@@ -439,19 +442,16 @@ class VerifiersTextEnv(TextEnv):
         raise NotImplementedError("a verifiers env scores its own episodes")
 
     def _step(self, action: str):
-        if not isinstance(action, str):
-            action = "" if action is None else str(action)
+        action = action if isinstance(action, str) else "" if action is None else str(action)
         self.metrics.turns += 1
         self.messages.append({"role": "assistant", "content": action})
         parsed = ParsedAction(kind="answer", answer=action)
         kind, value = self._call(self._next(action), self.turn_timeout_s + 5)
         if kind == "end":
-            traces = value.traces
-            reward = float(traces[0].reward) if traces else 0.0
+            traces, reward = value.traces, float(value.traces[0].reward) if value.traces else 0.0
             for trace in traces:
                 self.metrics.extra.update({f"vf_{k}": float(v) for k, v in trace.metrics.items() if v is not None})
-            errors = [e.message for e in value.errors] + [e.message for t in traces for e in t.errors]
-            if errors:
+            if errors := [e.message for e in value.errors] + [e.message for t in traces for e in t.errors]:
                 logger.warning("the verifiers episode ended with errors: %s", errors)
             return self._finish("", parsed, reward=reward, correct=reward >= self.correct_at, answer=action,
                                 termination="answered" if value.ok else "error")

@@ -132,6 +132,7 @@ def results() -> dict:
                                    "actions": guesses}
         cases[f"import {name}"] = {"kind": "import", "taskset_id": "vf-guess", "task_id": "guess-0",
                                    "guesses": guesses, **({"max_turns": 2} if name == "budget" else {})}
+    cases["native cut solved"] = {**cases["native solved"], "finish_reasons": ["length"] * len(GUESSES["solved"])}
     proc = subprocess.run([str(VENV_PYTHON), str(SCRIPT)], input=json.dumps({"cases": list(cases.values())}),
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -262,6 +263,18 @@ def test_a_verifiers_env_played_as_our_text_env_gets_the_reward_verifiers_gives(
     assert [s["obs"] for s in steps[1:-2]] == [r[-1]["content"] for r in native["requests"][1:]]
     assert all(s["reward"] == 0.0 and not s["terminated"] for s in steps[1:-2])
     assert steps[-1]["after_end"][1:] == [0.0, True, False]  # a step after the end is answered, not raised
+
+
+def test_a_verifiers_env_played_as_ours_grades_cut_replies_as_verifiers_does(results):
+    """Issue 60: verifiers hands a reply cut by the token budget to its env like any other (the trace only reports
+    it: ``is_truncated``), so ``VerifiersTextEnv`` declares ``grades_cut_replies`` and a trainer steps its cut
+    replies instead of ending the episode with the no-answer reward."""
+    cut, whole = results["native cut solved"], results["native solved"]
+    assert cut["finish_reasons"] == ["length"] * len(GUESSES["solved"]) and cut["is_truncated"]
+    assert not whole["is_truncated"]
+    assert cut["ok"] and cut["reward"] == whole["reward"] == 1.0  # the cut replies were graded, the last solved it
+    assert cut["requests"] == whole["requests"]  # the same turns: no cut reply ended the exchange
+    assert results["import solved"]["capabilities"]["grades_cut_replies"] is True
 
 
 def test_a_non_number_reply_is_the_verifiers_env_s_business_and_the_budget_ends_an_episode(results):

@@ -8,10 +8,11 @@ Reads ``{"cases": [...]}`` (JSON) on stdin and prints one JSON list of results o
   runner does), the model being a real OpenAI-compatible HTTP server on 127.0.0.1 that replies ``actions`` in
   order, each with its ``finish_reasons`` entry (default ``"stop"``; ``"length"``: cut by the token budget);
 * ``{"kind": "taskset", "env_id", "env_kwargs", "split", "num_tasks", "seed"}``: the task data of the taskset;
-* ``{"kind": "native", "taskset_id", "task_id", "actions"}``: a verifiers env (tests/envs/bridges/vf_guess.py)
-  played by verifiers itself, its seat pinned to our in-process chat harness (``agentrl-gym``), the model scripted;
+* ``{"kind": "native", "taskset_id", "task_id", "actions", "finish_reasons"?}``: a verifiers env
+  (tests/envs/bridges/vf_guess.py) played by verifiers itself, its seat pinned to our in-process chat harness
+  (``agentrl-gym``), the model scripted;
 * ``{"kind": "import", "taskset_id", "task_id", "guesses"}``: the same env played as our ``VerifiersTextEnv``,
-  one scripted guess per ``step``.
+  one scripted guess per ``step``, and the capabilities it declares.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from chat_server import ScriptedChatServer  # noqa: E402
 
 from agentrl.envs.bridges.verifiers import PLUGIN_ID, VerifiersTextEnv, load_environment, plugin_module
+from agentrl.envs.capabilities import capabilities
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,11 +74,12 @@ async def native(model: ScriptedModel, case: dict) -> dict:
         "agent": {"harness": {"id": PLUGIN_ID}, "runtime": {"type": "subprocess"}}}))
     [task] = [t for t in env.taskset if t.data.id == case["task_id"]]
     model.replies, model.requests, model.paths = list(case["actions"]), [], []
-    model.finish_reasons = []
+    model.finish_reasons = list(case.get("finish_reasons", []))
     async with env.serving():
         ep = await env.run_episode(task, model.ctx)
     [trace] = ep.traces
-    return {"ok": ep.ok, "reward": trace.reward, "metrics": trace.metrics,
+    return {"ok": ep.ok, "reward": trace.reward, "metrics": trace.metrics, "is_truncated": trace.is_truncated,
+            "finish_reasons": [c.finish_reason for c in trace.calls],
             "requests": [body["messages"] for body in model.requests]}
 
 
@@ -92,7 +95,7 @@ def play_imported(case: dict) -> dict:
             if terminated or truncated:
                 break
         steps.append({"after_end": env.step("one more")[:4]})
-        return {"steps": steps, "messages": info["messages"]}
+        return {"steps": steps, "messages": info["messages"], "capabilities": capabilities(env)}
     finally:
         env.close()
 
