@@ -14,7 +14,10 @@ counts.
 from __future__ import annotations
 
 import os
+import socket
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from typing import Any
 
@@ -27,7 +30,7 @@ from agentrl.envs.step_loop import CallResults, Grade, clip_head
 from agentrl.envs.tau_bench.loader import DOMAINS, agent_classes, load_tasks, tau2_llm, tau2_modules
 from agentrl.envs.tools import ToolResult, ToolSet, openai_tool_calls
 
-__all__ = ["TauBenchEnv"]
+__all__ = ["TauBenchEnv", "UserSimulatorUnreachable", "check_user_server"]
 
 #: What the agent is told about talking to the user (after τ²'s own system prompt and the call format).
 _TALK = "To write to the user, reply in plain text without a tool call."
@@ -36,6 +39,50 @@ _TALK = "To write to the user, reply in plain text without a tool call."
 def _in_orchestrator(name: str, arguments: dict[str, Any]) -> ToolResult:
     """A τ² tool called outside a reply: it runs only inside τ²'s orchestrator, where the evaluator sees it."""
     return ToolResult(f"Error: {name}() runs in τ²'s orchestrator: call it in a reply to step()", "not_executable")
+
+
+#: Seconds :func:`check_user_server` waits for the user simulator's server to accept a connection.
+CONNECT_TIMEOUT_S = 3.0
+
+
+class UserSimulatorUnreachable(ConnectionError, ValueError):
+    """Nothing answers at ``user_url`` (a ``ValueError`` too: the CLIs print it as their one-line error)."""
+
+
+def check_user_server(api_base: str, domain: str, model: str = "default",
+                      timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse at once, in one line, a user simulator URL where nothing accepts a connection (one TCP connect).
+
+    Without it a missing server failed only at the first ``reset``: after τ²'s litellm import (3-8 s) and the
+    OpenAI client's two retries with backoff under litellm (``max_retries=2``: 3 attempts, about 3 s), 12.4 s in
+    all on the shared 2-core machine. URLs it cannot probe pass: a value without ``http(s)://host`` (``agentrl
+    eval`` resolves ``"policy"`` later) and a host reached through a proxy (``$HTTP(S)_PROXY``, as the client does).
+
+    Raises:
+        UserSimulatorUnreachable: the connection was refused, timed out or the host is unknown; the message names
+            the URL, how to start a server of ``model`` there and the domains that run without one (solo mode).
+    """
+    parts = urllib.parse.urlsplit(api_base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as e:  # a port that is not a number
+        raise ValueError(f"TauBench user_url {api_base!r} is not a URL: {e}") from None
+    if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname):
+        return
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as e:
+        why = f"no answer within {timeout_s:g} s" if isinstance(e, TimeoutError) else (
+            e.strerror or str(e) or type(e).__name__).lower()
+        solo = (f"or leave out user_url to play {domain!r} solo (no user simulator)" if DOMAINS.get(domain) else
+                f"or play a domain with a solo mode ({', '.join(sorted(d for d in DOMAINS if DOMAINS[d]))}) "
+                "without user_url")
+        serve = f"vllm serve {model if model != 'default' else 'MODEL'} --port {port}"
+        raise UserSimulatorUnreachable(
+            f"TauBench user simulator: nothing answers at {api_base} ({why}): start an OpenAI-compatible chat "
+            f"server there (e.g. `{serve}`), {solo}") from None
 
 
 class TauBenchEnv(TextEnv):
@@ -66,6 +113,7 @@ class TauBenchEnv(TextEnv):
 
     Raises:
         ValueError: an unknown domain or split, or no user simulator for a domain without a solo mode.
+        UserSimulatorUnreachable: nothing answers at ``user_url`` (:func:`check_user_server`; a ``ValueError``).
         ImportError: τ²-bench is not installed (the message names the install command).
     """
 
@@ -83,6 +131,11 @@ class TauBenchEnv(TextEnv):
                              "server that plays the user)")
         if not solo and not user_url:
             raise ValueError("TauBench solo=False needs user_url= (an OpenAI-compatible server that plays the user)")
+        api_base = ""
+        if not solo:  # a missing server is one line now, not at the first reset (before τ²'s imports, too)
+            api_base = str(user_url).rstrip("/")
+            api_base = api_base if api_base.endswith("/v1") else api_base + "/v1"
+            check_user_server(api_base, domain, user_model)
         t2 = self.t2 = tau2_modules()
         self.domain, self.solo = domain, solo
         self.max_steps = t2.DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)
@@ -91,10 +144,9 @@ class TauBenchEnv(TextEnv):
         self.user_llm_args: dict[str, Any] = {}
         if not solo:
             tau2_llm()  # the user simulator calls litellm: imported (or refused in one line) now, not at a step
-            base = str(user_url).rstrip("/")
             self.user_llm = f"openai/{user_model}"  # litellm's OpenAI-compatible route
             self.user_llm_args = {**t2.DEFAULT_LLM_ARGS_USER, "temperature": float(user_temperature),
-                                  "api_base": base if base.endswith("/v1") else base + "/v1",
+                                  "api_base": api_base,
                                   "api_key": user_api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"}
         data = load_tasks(domain)
         self.all_tasks: dict[str, Any] = data["tasks"]

@@ -398,6 +398,18 @@ def test_the_policy_as_user_without_a_policy_server_is_refused_before_loading(ca
     assert "--engine vllm" in line and "user_url" in line
 
 
+def test_a_user_simulator_url_where_nothing_listens_is_one_line_before_loading(capsys, no_loading, monkeypatch):
+    for proxy in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    with socket.socket() as s:  # bound, never listening: a connect is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    line = _one_line_error(capsys, ["eval", "--env", "AgentRL/TauBench-v0", "--env-kwargs",
+                                    json.dumps({"domain": "mock", "user_url": f"http://127.0.0.1:{port}"})])
+    assert f"nothing answers at http://127.0.0.1:{port}/v1 (connection refused)" in line
+    assert "vllm serve" in line and "leave out user_url" in line
+
+
 def test_the_policy_as_user_is_the_policys_server_and_base_model():
     from agentrl.algos.cli_eval import with_policy_user
     from agentrl.algos.policy.openai import OpenAIPolicy

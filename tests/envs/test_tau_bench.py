@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import subprocess
 import sys
+import time
 
+import gymnasium as gym
 import pytest
 from chat_server import ScriptedChatServer
 
-from agentrl.envs.tau_bench.env import TauBenchEnv
+from agentrl.envs.tau_bench.env import TauBenchEnv, UserSimulatorUnreachable, check_user_server
 from agentrl.envs.tau_bench.loader import TAU2, tau2_modules
 
 GREETING = "Hi! How can I help you today?"
@@ -260,6 +263,32 @@ def test_user_simulator_talks_through_an_openai_compatible_server(t2, user_serve
     assert [(m["role"], m.get("content")) for m in requests[1]["messages"][1:]][-1] == (
         "user", "Your task 'Important Meeting' has been created.")
     env.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, never listening: a connect is refused
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("domain, solo_hint", [
+    ("mock", "or leave out user_url to play 'mock' solo (no user simulator)"),
+    ("airline", "or play a domain with a solo mode (mock, telecom) without user_url")])
+def test_no_server_at_user_url_is_one_line_when_the_env_is_made(t2, domain, solo_hint, monkeypatch):
+    """It failed only at the first reset, after the litellm import and the OpenAI client's retries (12.4 s)."""
+    for proxy in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    port = _closed_port()
+    start = time.perf_counter()
+    with pytest.raises(UserSimulatorUnreachable) as e:
+        gym.make("AgentRL/TauBench-v0", domain=domain, user_url=f"http://127.0.0.1:{port}",
+                 user_model="Qwen/Qwen2.5-7B-Instruct")
+    assert time.perf_counter() - start < 1.0  # one refused connect: no import, no retry
+    assert str(e.value) == (f"TauBench user simulator: nothing answers at http://127.0.0.1:{port}/v1 (connection "
+                            f"refused): start an OpenAI-compatible chat server there (e.g. `vllm serve "
+                            f"Qwen/Qwen2.5-7B-Instruct --port {port}`), {solo_hint}")
+    assert isinstance(e.value, ValueError)  # so the CLIs' one-line error prints it
+    check_user_server("policy/v1", "mock")  # agentrl eval's "policy" is resolved later: not probed here
 
 
 def test_solo_text_reply_is_tau2s_agent_error_and_a_broken_call_is_invalid(mock_solo):

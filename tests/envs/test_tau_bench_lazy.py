@@ -44,11 +44,13 @@ def test_the_stand_in_calls_the_real_function_on_first_use():
 
 
 def test_with_a_user_simulator_a_missing_litellm_is_the_install_line_at_make():
-    code = ("import sys; sys.modules['litellm'] = None\n"
+    code = ("import socket, sys; sys.modules['litellm'] = None\n"
             "import gymnasium, agentrl.envs\n"
             "gymnasium.register_envs(agentrl.envs)\n"
             "gymnasium.make('AgentRL/TauBench-v0', domain='mock')  # solo: fine without it\n"
-            "try:\n    gymnasium.make('AgentRL/TauBench-v0', domain='mock', user_url='http://127.0.0.1:9')\n"
+            "server = socket.create_server(('127.0.0.1', 0))  # something listens at user_url (else: refused first)\n"
+            "url = f'http://127.0.0.1:{server.getsockname()[1]}'\n"
+            "try:\n    gymnasium.make('AgentRL/TauBench-v0', domain='mock', user_url=url)\n"
             "except ImportError as e:\n    print(e)\n")
     r = _run(code)
     assert r.returncode == 0, r.stderr[-3000:]
