@@ -75,6 +75,14 @@ def test_the_site_is_at_most_10_mb_shows_the_figures_drawn_from_committed_data_a
     assert "<code>grpo_env.png</code>" in run_page and "learning_page.py --figures" in run_page
 
 
+def test_the_site_leaves_out_source_maps_and_search_languages_it_does_not_use(site):
+    """Issue 61: lunr's language files (0.9 MB), never loaded for an English-only search (_mkdocs/site_size.py)."""
+    assert json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["config"]["lang"] == ["en"]
+    assert not (site / "assets" / "javascripts" / "lunr").exists() and not list(site.rglob("*.map"))
+    files = _hook("site_size").search_files  # Material's search worker's loader, mirrored
+    assert files(["en"]) == set() and "wordcut.js" in files(["th"]) and "min/lunr.multi.min.js" in files(["en", "ja"])
+
+
 class _Links(HTMLParser):
     """The ids of a page and the links (href, src) it holds."""
 
