@@ -11,22 +11,26 @@ time; loopback only.
   fresh connection and checking it gets three documents back. With ``--faults``, one request in four sends half its
   body and drops its socket, and one in ten sends a body that is not JSON and must get HTTP 400.
 * ``sandbox``: one :class:`agentrl.envs.Sandbox`, ``--clients`` threads each running ``print(1)``; with
-  ``--faults``, one run in ten kills its own worker (``os.kill(os.getppid(), 9)``) and one in ten fills the
-  sandbox's ``/tmp`` (``FILL_TMP``).
+  ``--faults``, every 5 s a run kills its own worker (``os.kill(os.getppid(), 9)``) and every 5 s one fills the
+  sandbox's ``/tmp`` (``FILL_TMP``); by time, not one request in N, so that most readings see a warm pool (a
+  restarted worker holds a fraction of its memory until its interpreter has started). The start reading comes after
+  2 s of runs (every worker started).
 
-For each: requests, errors, p50/p99 latency, and the server's resources (RSS MiB, open files, child processes;
-from /proc, the server process and its children), read every ``run/60`` seconds (0.5-5 s), reported three ways:
-at the start (before the first request: the old column, which counts warm-up as growth), warm (the median of the
-readings from ``--warmup`` to twice ``--warmup`` of the run's time, 10-20 % by default: caches, pools and
-allocator arenas filled; a median, so one reading taken while a killed worker restarts does not set it) and at
-the end, with the growth from warm to end and the RSS slope over the second half (Theil-Sen: the median of the
-pairwise slopes, in MiB a minute). Flat (no leak) means growth from warm near 0 and a slope near 0, and open files
-and children back where they were. Prints a markdown table with the command, the machine and the date;
-injected faults are not timed, and any error of the timed requests after a fault counts. The sandbox pool runs in
-this process, so its RSS includes the clients' latency list (8 bytes a request). Not covered: the managed engine
-(``--engine managed``: a vLLM server this 2-core machine cannot load under 8 clients; its restart and SIGTERM
-paths have tests in tests/algos), a full disk under a trainer's run folder (needs a size-limited mount; the
-sandbox's full ``/tmp`` is the only full disk here), and a killed worker of the OpenEnv and retriever servers
+For each: requests, errors, p50/p99 latency, and the server's resources (RSS MiB, open files, child processes; from
+/proc, the server process and its children), read every ``run/60`` seconds (0.5-5 s), reported three ways: at the
+start (before the first request: the old column, which counts warm-up as growth), warm (the median of the readings
+from ``--warmup`` to twice ``--warmup`` of the run's time, 10-20 % by default: caches, pools and allocator arenas
+filled) and at the end, with the growth from warm to end and the RSS slope over the second half (Theil-Sen: the
+median of the pairwise slopes, in MiB a minute). Warm and slope use only the readings with at least the start's
+child processes (one taken while a killed worker restarts is left out), and the sandbox's mid-run readings stop at
+its pool's own processes (the process each run forks below its worker comes and goes with every request; the idle
+start and end read the whole tree, so one left behind shows). Flat (no leak) means growth from warm near 0 and a
+slope near 0, and open files and children back where they were. Prints a markdown table with the command, the
+machine and the date; injected faults are not timed, and any error of the timed requests after a fault counts. The
+sandbox pool runs in this process, so its RSS includes the clients' latency list (8 bytes a request). Not covered:
+the managed engine (``--engine managed``: a vLLM server this 2-core machine cannot load under 8 clients; its restart
+and SIGTERM paths have tests in tests/algos), a full disk under a trainer's run folder (needs a size-limited mount;
+the sandbox's full ``/tmp`` is the only full disk here), and a killed worker of the OpenEnv and retriever servers
 (each is one process: killing it is killing the server).
 """
 
@@ -57,13 +61,15 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def resources(pid: int) -> dict[str, float]:
-    """RSS (MiB) of ``pid`` and its descendants, their open files, and the number of descendants."""
-    todo, seen = [pid], []
+def resources(pid: int, max_depth: int | None = None) -> dict[str, float]:
+    """RSS (MiB) of ``pid`` and its descendants (down to ``max_depth`` levels below it), their open files, and the
+    number of those descendants."""
+    todo, seen = [(pid, 0)], []
     while todo:
-        p = todo.pop()
+        p, depth = todo.pop()
         seen.append(p)
-        todo += _children(p)
+        if max_depth is None or depth < max_depth:
+            todo += [(c, depth + 1) for c in _children(p)]
     rss = files = 0
     for p in seen:
         try:
@@ -74,10 +80,10 @@ def resources(pid: int) -> dict[str, float]:
     return {"rss_mib": rss / 2**20, "open_files": files, "children": len(seen) - 1}
 
 
-def hammer(clients: int, seconds: float, work, pid: int | None = None):
+def hammer(clients: int, seconds: float, work, read=None):
     """``clients`` threads calling ``work(rng)`` until ``seconds`` pass: (latencies of the successes, errors,
-    readings), where readings are ``(seconds since the start, resources(pid))`` taken by this thread every
-    ``seconds / 60`` (0.5-5 s) while the clients run (none without ``pid``)."""
+    readings), where readings are ``(seconds since the start, read())`` taken by this thread every
+    ``seconds / 60`` (0.5-5 s) while the clients run (none without ``read``)."""
     lat, errors, lock = array.array("d"), [0], threading.Lock()
     t_start = time.monotonic()
     end = t_start + seconds
@@ -100,24 +106,25 @@ def hammer(clients: int, seconds: float, work, pid: int | None = None):
     for t in threads:
         t.start()
     readings, every = [], min(5.0, max(0.5, seconds / 60))
-    while pid is not None and time.monotonic() < end:
+    while read is not None and time.monotonic() < end:
         time.sleep(min(every, max(0.0, end - time.monotonic())))
-        readings.append((time.monotonic() - t_start, resources(pid)))
+        readings.append((time.monotonic() - t_start, read()))
     for t in threads:
         t.join()
     return list(lat), errors[0], readings
 
 
-def warm_and_slope(readings: list, seconds: float, warmup: float) -> tuple[dict | None, float]:
+def warm_and_slope(readings: list, seconds: float, warmup: float, start: dict) -> tuple[dict | None, float, int]:
     """The warm-up reading: the median of each resource over the readings from ``warmup`` to twice ``warmup`` of
-    the run's time (the last reading if none; a median, so a reading taken while a killed worker restarts does not
-    set it), and the RSS slope in MiB a minute over the second half's readings, Theil-Sen (the median of the
-    pairwise slopes, robust to such readings; nan with fewer than 3)."""
+    the run's time (the last reading if none), the RSS slope in MiB a minute over the second half's readings,
+    Theil-Sen (the median of the pairwise slopes; nan with fewer than 3), and how many readings were used: those
+    with at least the start's child processes (a reading taken while a killed worker restarts is left out)."""
+    readings = [(t, r) for t, r in readings if r["children"] >= start["children"]]
     window = [r for t, r in readings if warmup * seconds <= t <= 2 * warmup * seconds] or [r for _, r in readings[-1:]]
     warm = {k: statistics.median(r[k] for r in window) for k in window[0]} if window else None
     half = [(t / 60, r["rss_mib"]) for t, r in readings if t >= seconds / 2]
     pairs = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(half) for x2, y2 in half[i + 1:] if x2 > x1]
-    return warm, statistics.median(pairs) if len(half) >= 3 and pairs else float("nan")
+    return warm, statistics.median(pairs) if len(half) >= 3 and pairs else float("nan"), len(readings)
 
 
 def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
@@ -153,7 +160,7 @@ def soak_openenv(clients: int, seconds: float, faults: bool) -> dict:
             finally:
                 env.close()
 
-        lat, errors, readings = hammer(clients, seconds, episode, server.pid)
+        lat, errors, readings = hammer(clients, seconds, episode, lambda: resources(server.pid))
         time.sleep(2)  # sessions closed by the clients wind down
         return {"target": "openenv (ToolUse-v0 episodes)", "lat": lat, "errors": errors, "start": start,
                 "readings": readings, "end": resources(server.pid), "alive": server.poll() is None}
@@ -206,7 +213,7 @@ def soak_retriever(clients: int, seconds: float, faults: bool) -> dict:
             if status != 200 or len(payload["result"]) != 1 or len(payload["result"][0]) != 3:
                 raise RuntimeError(f"HTTP {status}: {str(payload)[:200]}")
 
-        lat, errors, readings = hammer(clients, seconds, query, server.pid)
+        lat, errors, readings = hammer(clients, seconds, query, lambda: resources(server.pid))
         time.sleep(2)  # handler threads of the last connections wind down
         return {"target": f"retriever (one question a request; faults: {counts})", "lat": lat, "errors": errors,
                 "start": start, "readings": readings, "end": resources(server.pid), "alive": server.poll() is None}
@@ -228,23 +235,32 @@ def soak_sandbox(clients: int, seconds: float, faults: bool) -> dict:
         hammer(min(clients, 4), 2.0, lambda rng: sb.run("print(1)"))  # every worker started before the start row
         pid = os.getpid()
         start = resources(pid)
-        counts = {"killed": 0, "disk": 0}
+        counts, due, lock = {"killed": 0, "disk": 0}, {"killed": 0.0, "disk": 0.0}, threading.Lock()
+
+        def fault_due(kind: str, every_s: float) -> bool:
+            """One fault of ``kind`` every ``every_s`` seconds at most: by time, not by request, so the fault rate
+            does not follow the throughput and most readings see a pool whose workers are warm."""
+            with lock:
+                if not faults or time.monotonic() < due[kind]:
+                    return False
+                due[kind] = time.monotonic() + every_s
+                counts[kind] += 1
+                return True
 
         def run(rng: random.Random) -> None:
-            roll = rng.random()
-            if faults and roll < 0.1:
-                counts["killed"] += 1
+            if fault_due("killed", 5.0):
                 sb.run("import os; os.kill(os.getppid(), 9)")  # a sandbox_error, then a fresh worker
                 return False
-            if faults and roll < 0.2:
-                counts["disk"] += 1
+            if fault_due("disk", 5.0):
                 sb.run(FILL_TMP)  # an error; the next run finds /tmp wiped
                 return False
             r = sb.run("print(1)")
             if r.status != "ok" or r.stdout != "1\n":
                 raise RuntimeError(f"{r.status}: {r.stderr[-200:]}")
 
-        lat, errors, readings = hammer(clients, seconds, run, pid)
+        # mid-run readings: the pool's own processes (bwrap, bwrap, worker), not the process each run forks below
+        # its worker, which comes and goes with every request; start and end (idle) read the whole tree
+        lat, errors, readings = hammer(clients, seconds, run, lambda: resources(pid, max_depth=3))
         hammer(min(clients, 4), 2.0, lambda rng: sb.run("print(1)"))  # killed workers restarted, as at the start
         return {"target": f"sandbox (print(1); faults: {counts})", "lat": lat, "errors": errors, "start": start,
                 "readings": readings, "end": resources(pid), "alive": True}
@@ -273,20 +289,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"readings every {min(5.0, max(0.5, seconds / 60)):g} s; warm: the median of the readings from "
           f"{args.warmup * seconds:.0f} s to {2 * args.warmup * seconds:.0f} s of {seconds:.0f} s "
           f"({100 * args.warmup:g}-{200 * args.warmup:g}% of the run), growth from there to the end; slope: "
-          "Theil-Sen (the median of pairwise slopes) over the readings of the second half\n")
+          "Theil-Sen (the median of pairwise slopes) over the readings of the second half; readings with fewer "
+          "child processes than at the start (a killed worker restarting) are left out; the sandbox's mid-run "
+          "readings leave out the process each run forks below its worker\n")
     print("| target | requests | errors | p50 ms | p99 ms | RSS MiB start → end | RSS MiB warm → end (growth) | "
-          "RSS MiB/min, 2nd half | open files start → warm → end | children start → warm → end | alive |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "RSS MiB/min, 2nd half | open files start → warm → end | children start → warm → end | readings used | "
+          "alive |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = sorted(r["lat"]) or [float("nan")]
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         s, e = r["start"], r["end"]
-        w, slope = warm_and_slope(r["readings"], seconds, args.warmup)
+        w, slope, used = warm_and_slope(r["readings"], seconds, args.warmup, s)
         w = w or s
         print(f"| {r['target']} | {len(r['lat'])} | {r['errors']} | {1000 * statistics.median(lat):.1f} | "
               f"{1000 * p99:.1f} | {s['rss_mib']:.0f} → {e['rss_mib']:.0f} | {w['rss_mib']:.1f} → {e['rss_mib']:.1f} "
               f"({e['rss_mib'] - w['rss_mib']:+.1f}) | {slope:+.2f} | {s['open_files']} → {w['open_files']:g} → "
-              f"{e['open_files']} | {s['children']} → {w['children']:g} → {e['children']} | {r['alive']} |")
+              f"{e['open_files']} | {s['children']} → {w['children']:g} → {e['children']} | "
+              f"{used}/{len(r['readings'])} | {r['alive']} |")
     return 0
 
 
