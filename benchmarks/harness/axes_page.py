@@ -431,20 +431,24 @@ def cell_signal(ax: Axes, model: str, cell: dict[str, Any]) -> tuple[str, str, s
 
 def edge_decision(exp: AxesExperiment, algo: str, outcome: dict[str, list[tuple[bool, float]]]) -> str:
     """LR_EDGE.judge for one algorithm: among rates where no seed collapsed, the highest mean pass@1 at temperature
-    1; within 2 points of it, the lower rate; if every rate collapsed, the lowest (said so)."""
+    1; within 2 points of it, the lower rate; if every rate collapsed, the lowest (said so). A rate with a collapsed
+    seed is out whatever its other seeds do, so the rule is decided once every other rate has all its seeds in."""
     arms = [a for a in exp.arms if exp.arms[a]["algo"] == algo]
     n, total = sum(len(outcome.get(a, [])) for a in arms), len(arms) * len(exp.seeds)
     name = {"grpo": "GRPO", "sft": "SFT-continued"}.get(algo, algo)
-    if n < total:
-        return f"**{name}: not decided yet**: {n} of {total} cells trained and evaluated."
+    out = [a for a in arms if any(c for c, _ in outcome.get(a, []))]
+    said = f" Out by the collapse rule already: {', '.join(out)}." if out else ""
+    if any(a not in out and len(outcome.get(a, [])) < len(exp.seeds) for a in arms):
+        return f"**{name}: not decided yet**: {n} of {total} cells trained and evaluated.{said}"
     rate = {a: float(next(v for k, v in exp.arms[a].items() if k.endswith(".lr"))) for a in arms}
-    stable = [a for a in arms if not any(c for c, _ in outcome[a])]
+    stable = [a for a in arms if a not in out]
+    unrun = f" ({total - n} cells of collapsed rates not run: the rule does not need them)" if n < total else ""
     if not stable:
         lowest = min(arms, key=rate.__getitem__)
         return (f"**{name}: {lowest}** (lr {rate[lowest]:g}): every rate collapsed on some seed; by the rule, the "
-                "lowest: none passed.")
+                f"lowest: none passed{unrun}.")
     score = {a: statistics.fmean(s for _, s in outcome[a]) for a in stable}
     best = max(score.values())
     chosen = min((a for a in stable if score[a] >= best - 0.02), key=rate.__getitem__)
     return (f"**{name}: {chosen}** (lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean pass@1 at "
-            "temperature 1: " + ", ".join(f"{a} {100 * score[a]:.1f}%" for a in stable) + ".")
+            "temperature 1: " + ", ".join(f"{a} {100 * score[a]:.1f}%" for a in stable) + f"{unrun}.")

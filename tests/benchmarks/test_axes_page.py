@@ -194,3 +194,10 @@ def test_lr_edge_applies_its_rule_per_algorithm():
     assert edge_decision(LR_EDGE, "sft", sft).startswith("**SFT-continued: sft_lr1.5e-4** (lr 0.00015)")
     assert "none passed" in edge_decision(LR_EDGE, "sft", sft)
     assert "not decided yet" in edge_decision(LR_EDGE, "sft", {"sft_lr1.5e-4": [(False, 0.9)] * 3})
+    # a rate with a collapsed seed is out: its other seeds are not needed, the others' are
+    early = {"sft_lr1.5e-4": [(False, 0.9)] * 3, "sft_lr5e-4": [(True, 0.7)], "sft_lr1.5e-3": [(False, 0.8)] * 2}
+    assert edge_decision(LR_EDGE, "sft", early) == ("**SFT-continued: not decided yet**: 6 of 9 cells trained and "
+                                                    "evaluated. Out by the collapse rule already: sft_lr5e-4.")
+    early["sft_lr1.5e-3"].append((True, 0.8))
+    assert edge_decision(LR_EDGE, "sft", early).startswith("**SFT-continued: sft_lr1.5e-4** (lr 0.00015)")
+    assert "(2 cells of collapsed rates not run: the rule does not need them)." in edge_decision(LR_EDGE, "sft", early)
