@@ -1,6 +1,6 @@
 """The algorithms side by side on ToolUse-v0: GRPO, PPO (clip-higher), online DPO, SFT-continued, from ONE cold start.
 
-``--algos`` also takes options of an algorithm as rows of their own (the ``Option`` records of ``COMPARE`` in
+``--algos`` also takes options of an algorithm as rows of their own (the arms of ``COMPARE`` marked ``option`` in
 ``benchmarks/harness/experiments.py``): ``grpo_turns`` is GRPO with turn credit (GiGPO's turn-level advantage,
 ``grpo.turn_weight=1``); ``grpo_lr6e-5`` and ``grpo_lr2e-5`` are GRPO at lower learning rates; ``grpo_guided`` and
 ``grpo_relift`` are GRPO with demonstration guidance (``grpo.guidance=luffy``, LUFFY; ``grpo.guidance=relift``,

@@ -321,18 +321,28 @@ NOT_EXPERIMENTS = {"edge_mix": "benchmarks/edge_mix.py's sample and rows (docs/s
 
 def test_every_experiment_is_one_record_and_every_committed_data_folder_is_one_experiment():
     """Issue 58 step 1: one record type (:class:`harness.record.Record`) for every experiment, found by the name
-    of its folder of committed data, and no committed folder that no record declares."""
+    of its folder of committed data, and no committed folder that no record declares. The declarations are that
+    type themselves: no other dataclass in the declaring modules (a transfer *set* is a set, not an experiment)."""
+    import dataclasses
     import subprocess
 
-    from harness.record import RECORDS, Record
+    from harness import experiments, transfer
+    from harness.experiments import RECORDS
+    from harness.record import Record
 
     assert RECORDS and all(type(r) is Record and r.name == name for name, r in RECORDS.items())
+    instances = {type(v).__name__ for module in (experiments, transfer) for v in vars(module).values()
+                 if dataclasses.is_dataclass(v) and not isinstance(v, type)}
+    assert instances <= {"Record", "Comparison", "TransferSet"}, instances
+    classes = {n for module in (experiments, transfer) for n, v in vars(module).items()
+               if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == module.__name__}
+    assert classes <= {"TransferSet"}, f"a second declaration type beside harness.record.Record: {classes}"
     listed = subprocess.run(["git", "ls-files", "docs/results/data"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.split()
     folders = {path.split("/")[3] for path in listed if path.count("/") > 3} - set(NOT_EXPERIMENTS)
     assert folders, "git ls-files found no committed data"
     undeclared = sorted(folders - set(RECORDS))
-    assert not undeclared, f"committed data no record declares (benchmarks/harness/record.py): {undeclared}"
+    assert not undeclared, f"committed data no record declares (benchmarks/harness/experiments.py): {undeclared}"
 
 
 #: The one data layout (issue 58): ``<experiment>/<arm>-s<seed>/<set>.jsonl`` beside its meta. An experiment's

@@ -21,19 +21,17 @@ from harness import export
 from harness.axes_run import CUT, TRAIN, Piece, cell_name, is_update
 from harness.compare_run import summarize_metrics, takes_step
 from harness.data import load_json
-from harness.experiments import AxesExperiment
 from harness.layout import ROOT, meta_file
+from harness.record import Record
 
-#: Arm settings that are notes, not ``MainJobConfig`` fields.
-NOTES = ("about", "algo")
 logger = logging.getLogger("axes")
 
 
-def arm_algo(exp: AxesExperiment, arm: str) -> str:
-    return str(exp.arms[arm].get("algo", arm))
+def arm_algo(exp: Record, arm: str) -> str:
+    return exp.algo(arm)
 
 
-def base_config(exp: AxesExperiment, overrides: list[str], model: str | None, work: Path):
+def base_config(exp: Record, overrides: list[str], model: str | None, work: Path):
     """The shared ``MainJobConfig``: the declaration's world and cold-start settings, then ``overrides``."""
     from agentrl.algos.config import apply_overrides, config_from_dict, deep_merge, nested
     from agentrl.algos.recipes.main_job import MainJobConfig
@@ -43,14 +41,14 @@ def base_config(exp: AxesExperiment, overrides: list[str], model: str | None, wo
     return config_from_dict(MainJobConfig, apply_overrides(deep_merge(preset, nested(exp.cold_start)), overrides))
 
 
-def arm_config(exp: AxesExperiment, cfg, arm: str, overrides: list[str]):
+def arm_config(exp: Record, cfg, arm: str, overrides: list[str]):
     """One arm's ``MainJobConfig``: the shared one, the arm's declared settings, trained on the declared families
     (``env_kwargs.families`` for rollouts, ``stages.sft.env_kwargs.families`` for SFT), then ``overrides`` again
     (they win)."""
     from agentrl.algos.config import apply_overrides, config_from_dict, config_to_dict, deep_merge, nested
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    d = deep_merge(config_to_dict(cfg), nested({k: v for k, v in exp.arms[arm].items() if k not in NOTES}), whole=())
+    d = deep_merge(config_to_dict(cfg), nested(exp.settings(arm)), whole=())
     if exp.train_families:
         d["env_kwargs"] = {**d["env_kwargs"], "families": list(exp.train_families)}
         d["stages"]["sft"]["env_kwargs"] = {**d["stages"]["sft"].get("env_kwargs", {}),
@@ -58,7 +56,7 @@ def arm_config(exp: AxesExperiment, cfg, arm: str, overrides: list[str]):
     return config_from_dict(MainJobConfig, apply_overrides(d, overrides))
 
 
-def train_sample(exp: AxesExperiment, data: Path, limit: int | None = None) -> list[dict[str, Any]]:
+def train_sample(exp: Record, data: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """The fixed train-split sample (drawn once, then read back from ``<data>/train_sample.jsonl``)."""
     import numpy as np
 
@@ -86,7 +84,7 @@ def write_task_scores(folder: Path, trajectories: list[Any]) -> None:
 class Executor:
     """Runs pieces of one experiment; ``work`` holds adapters and episodes (not committed)."""
 
-    def __init__(self, exp: AxesExperiment, data: Path, work: Path, overrides: list[str], model: str | None = None,
+    def __init__(self, exp: Record, data: Path, work: Path, overrides: list[str], model: str | None = None,
                  ledger: Path | None = None, tasks: int | None = None, minutes: float | None = None):
         self.exp, self.data, self.work, self.overrides = exp, data, work, overrides
         self.ledger, self.tasks, self.minutes = ledger, tasks, minutes

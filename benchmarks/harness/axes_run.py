@@ -12,9 +12,9 @@ A *piece* is one unit of work under ``docs/results/data/<experiment>/``, in the 
   (pass@1) or ``sampled`` (N tries: pass@k and pass^k), in its model's folder: ``<set>-<mode>.jsonl`` (per-task
   records) beside ``<set>-<mode>.meta.json``; ``<model>/train-greedy`` is the fixed train-split sample, with the
   mean per-token KL(adapter || base) on those replies (``agentrl.algos.evaluation.kl``);
-  ``<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``AxesExperiment.transfer``), with the
+  ``<model>/<benchmark set>-greedy`` one on a declared public benchmark set (``Record.transfer``), with the
   transfer declaration's tasks and decoding (:mod:`harness.transfer`);
-* ``<arm>-s<seed>/<set>-cut-greedy`` — with ``AxesExperiment.cut_updates`` (the equal-updates cut) only: one
+* ``<arm>-s<seed>/<set>-cut-greedy`` — with ``Record.cut_updates`` (the equal-updates cut) only: one
   greedy evaluation of the cell's cut adapter (saved right after its U-th weight-changing update, or its final
   adapter when it made fewer; :func:`is_update`) on the train-split sample and on every declared set, public
   benchmark sets included; the cell's meta records the cut (``cut``: step, training seconds, adapter sha256).
@@ -40,8 +40,9 @@ from typing import Any
 
 from harness import export
 from harness.data import read_pieces
-from harness.experiments import RUNNABLE, AxesExperiment
+from harness.experiments import RUNNABLE
 from harness.layout import cell, meta_file
+from harness.record import Record
 
 logger = logging.getLogger("axes")
 
@@ -78,7 +79,7 @@ def cell_name(arm: str, seed: int) -> str:
     return cell(arm, seed)
 
 
-def parse_cells(text: str | None, exp: AxesExperiment) -> list[tuple[str, int]]:
+def parse_cells(text: str | None, exp: Record) -> list[tuple[str, int]]:
     """``"grpo:0,sft:1"`` -> ``[("grpo", 0), ("sft", 1)]``; None: every declared (arm, seed), seed by seed.
     ValueError naming the declared arms and seeds."""
     declared = [(a, s) for s in exp.seeds for a in exp.arms]
@@ -94,11 +95,11 @@ def parse_cells(text: str | None, exp: AxesExperiment) -> list[tuple[str, int]]:
     return out
 
 
-def modes(exp: AxesExperiment) -> list[str]:
+def modes(exp: Record) -> list[str]:
     return ["greedy"] + (["sampled"] if exp.sampled else [])
 
 
-def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
+def eval_pieces(exp: Record, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
     """The train-split sample, then each set in each mode; a public benchmark set (``exp.transfer``) greedy only."""
     pieces = [Piece(f"{model}/{TRAIN}-greedy", "eval:train", needs)]
     if exp.train_sampled:  # pass@1 at the sampled settings' temperature too (LR_EDGE's judge)
@@ -109,7 +110,7 @@ def eval_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: I
     return pieces
 
 
-def cut_pieces(exp: AxesExperiment, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
+def cut_pieces(exp: Record, model: str, needs: tuple[str, ...], sets: Iterable[str]) -> list[Piece]:
     """The evaluations of a cell's equal-updates cut adapter: the train-split sample, then each set (a public
     benchmark set too), greedy only."""
     def kind(s: str) -> str:
@@ -125,7 +126,7 @@ def is_update(metrics: dict[str, Any]) -> bool:
     return bool(metrics.get("train/optimizer_steps", 0))
 
 
-def plan(exp: AxesExperiment, cells: list[tuple[str, int]] | None = None, sets: list[str] | None = None
+def plan(exp: Record, cells: list[tuple[str, int]] | None = None, sets: list[str] | None = None
          ) -> list[Piece]:
     """Every piece of ``exp`` in running order: the cold start and its evaluations, then each cell followed by
     its evaluations, and those of its equal-updates cut when ``exp.cut_updates`` (``cells`` / ``sets``: a
@@ -151,7 +152,7 @@ def finished(data: Path) -> dict[str, dict[str, Any]]:
     return read_pieces(data)
 
 
-def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: AxesExperiment, minutes: float | None = None
+def estimate(piece: Piece, done: dict[str, dict[str, Any]], exp: Record, minutes: float | None = None
              ) -> float:
     """Expected seconds of ``piece``: the mean wall time of the finished pieces of its kind; for a cell whose arm
     has none yet, of the finished cells of arms with the same algorithm (a learning rate does not change a step's
@@ -195,7 +196,7 @@ class Outcome:
     """The piece the budget stopped at (None: nothing left that could run)."""
 
 
-def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], dict[str, Any]], exp: AxesExperiment,
+def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], dict[str, Any]], exp: Record,
              budget_seconds: float | None = None, minutes: float | None = None,
              clock: Callable[[], float] = time.perf_counter) -> Outcome:
     """Run each unfinished piece whose needs are finished, in order: ``execute(piece, folder)`` does the work in
@@ -231,7 +232,7 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
     return out
 
 
-def status_lines(exp: AxesExperiment, data: Path, minutes: float | None = None) -> list[str]:
+def status_lines(exp: Record, data: Path, minutes: float | None = None) -> list[str]:
     """What ``benchmarks/axes.py status`` prints: each piece, finished (its wall time) or not, and the estimated
     time of what is left; the equal-updates cut's evaluations among them."""
     done = finished(data)
@@ -251,7 +252,7 @@ def status_lines(exp: AxesExperiment, data: Path, minutes: float | None = None) 
     return lines
 
 
-def experiment_named(name: str) -> AxesExperiment:
+def experiment_named(name: str) -> Record:
     if name not in RUNNABLE:
         raise ValueError(f"--experiment {name!r}: declared ones are {', '.join(RUNNABLE)}")
     return RUNNABLE[name]

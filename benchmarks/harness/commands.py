@@ -146,7 +146,7 @@ def compare_main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=f"The algorithms side by side on {env}: GRPO, PPO "
                                              "(clip-higher), online DPO and SFT-continued, from ONE cold "
                                              "start.")
-    options = ", ".join(o.name for o in COMPARE.options)
+    options = ", ".join(COMPARE.options)
     add = ap.add_argument
     add("--algos", default=",".join(COMPARE.algos),
         help=f"comma-separated, of {', '.join(COMPARE.algos)} and the options {options}")

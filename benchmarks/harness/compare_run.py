@@ -174,9 +174,9 @@ class Runner:
         # the RL stage with this algorithm: its section settings (ppo.*, dpo.*: only the run's own is kept), then
         # an option's changes (grpo.turn_weight=1, lr=6e-5) on top of the main job's
         changes: dict[str, Any] = {name: apply_overrides({}, items) for name, items in self.sections.items()}
-        option = COMPARE.option(algo)
-        changes = deep_merge(changes, {"algo": option.algo, **nested(option.settings)} if option else {"algo": algo},
-                             whole=())
+        option = algo in COMPARE.options
+        changes = deep_merge(changes, {"algo": COMPARE.algo(algo), **nested(COMPARE.settings(algo))} if option
+                             else {"algo": algo}, whole=())
         try:
             tc = stage_config(self.cfg, "rl", run_dir, **changes, **common)
             tc.validate()  # e.g. ReLIFT's term against the group (check_relift_balance)
@@ -316,14 +316,14 @@ def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
 
     git_state(ROOT)  # the commit this run starts from: what every later record of this process names
     machine()  # the machine and the load it starts under (cached: compare.json records these)
-    options = [o.name for o in COMPARE.options]
+    options = list(COMPARE.options)
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     unknown = sorted(set(algos) - set(COMPARE.algos) - set(options))
     if unknown or not algos:
         raise SystemExit(f"--algos: unknown {unknown} (choose from {', '.join([*COMPARE.algos, *options])})")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     fractions = parse_fractions(args.eval_points)
-    minutes = args.minutes if args.minutes is not None else (0.03 if args.quick else 10.0)
+    minutes = args.minutes if args.minutes is not None else (0.03 if args.quick else COMPARE.minutes)
     suffix = "_quick" if args.quick else ""
     out = compare_out(args)
     out.mkdir(parents=True, exist_ok=True)
@@ -353,7 +353,8 @@ def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
         "cold_start": cold.to_dict(),
         "cold_start_by_family": by_family(out / "eval" / "cold_start.jsonl", cfg.eval_n),
         "cold_start_source": cold_info["source"], "model": cfg.model, "sections": sections,
-        "options": {a: {"algo": o.algo, "settings": dict(o.settings)} for a in algos if (o := COMPARE.option(a))},
+        "options": {a: {"algo": COMPARE.algo(a), "settings": COMPARE.settings(a)} for a in algos
+                    if a in COMPARE.options},
         "labels": {a: COMPARE.label(a) for a in algos},
         "command": " ".join(["python benchmarks/compare_algorithms.py", *shown]),
         "started": started.isoformat(timespec="minutes"), "invocation_seconds": time.perf_counter() - t0,

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation import ledger
-from harness.experiments import COMPARE, RL, RUNNABLE, Comparison, Experiment, experiment
+from harness.experiments import COMPARE, LEARNING_ARMS, RL, RUNNABLE, experiment
 from harness.heldout import SPECS
 from harness.layout import COLD_START_DIR, ROOT, cell, records_file, set_name
-from harness.record import LEARNING_ARMS
+from harness.record import Comparison, Record
 
 
 def load_json(path: Path) -> dict[str, Any] | None:
@@ -95,7 +95,7 @@ def baseline(run: dict[str, Any], runs: list[tuple[Path, dict[str, Any]]]
     return next(((r, d) for d, r in same_set if not r.get("variant")), None)
 
 
-def runs_of(data: Path, exp: Experiment, quick: bool) -> tuple[tuple[Path, dict[str, Any] | None],
+def runs_of(data: Path, exp: Record, quick: bool) -> tuple[tuple[Path, dict[str, Any] | None],
                                                                list[tuple[Path, dict[str, Any]]]]:
     """``((plain data dir, its learning.json or None), [(variant data dir, learning.json), ...])`` of
     ``exp``."""
@@ -285,8 +285,8 @@ def compare_judged(summary: dict[str, Any], data_dir: Path) -> list[tuple[Compar
         pairs += [(label(a), label("sft")) for a in summary["runs"] if a != "sft"]
     if "rft" in summary["runs"]:  # the rejection-sampling control: on-policy data without the failures
         pairs += [(label(a), label("rft")) for a in summary["runs"] if a not in ("sft", "rft")]
-    pairs += [(label(a), label(o.algo)) for a in summary["runs"]
-              if (o := COMPARE.option(a)) and o.algo != a and o.algo in summary["runs"]]
+    pairs += [(label(a), label(algo)) for a in summary["runs"]
+              if a in COMPARE.options and (algo := COMPARE.algo(a)) != a and algo in summary["runs"]]
     out = judged(scores, [Comparison(a, b, 0.0, strict=True) for a, b in pairs])
     return [(cmp, dataclasses.replace(j, spread=(seed_scores.get(cmp.a, [1.0]), seed_scores.get(cmp.b, [1.0]))))
             for cmp, j in out]

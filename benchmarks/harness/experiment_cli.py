@@ -1,7 +1,7 @@
 """The command line of ``benchmarks/experiment.py``: ``run``, ``status`` and ``page`` of any declared experiment
-(a :class:`harness.record.Record`, named by its data folder), through the runner and the page that serve its
-kind today (``learning.py``, ``compare_algorithms.py``, ``axes.py``, ``transfer.py``; their own command lines
-keep working)."""
+(a :class:`harness.record.Record` of ``harness.experiments.RECORDS``, named by its data folder), through the runner
+and the page that serve its kind today (``learning.py``, ``compare_algorithms.py``, ``axes.py``, ``transfer.py``;
+their own command lines keep working)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 
 from harness.data import load_json
+from harness.experiments import RECORDS, record
 from harness.layout import DATA, LEDGER, README, RESULTS, cell, shown
-from harness.record import RECORDS, Record, record
+from harness.record import Record
 
 USAGE = """python benchmarks/experiment.py status [EXPERIMENT]       # what is committed, what is left
 python benchmarks/experiment.py run EXPERIMENT [ARGS...]     # run it (ARGS: its runner's options)
@@ -23,8 +24,7 @@ def _short(text: str, width: int = 100) -> str:
 
 
 def _learning_args(r: Record) -> list[str]:
-    exp, variant = r.source
-    return ["--env", exp.env, *(["--variant", variant.name] if variant else [])]
+    return ["--env", r.env, *(["--variant", r.variant] if r.variant else [])]
 
 
 def run(r: Record, rest: list[str]) -> int:
@@ -59,13 +59,13 @@ def status_lines(r: Record, data: Path = DATA) -> list[str]:
     if r.kind == "axes":
         from harness.axes_run import status_lines as pieces
 
-        return [head, *pieces(r.source, folder)[1:]]
+        return [head, *pieces(r, folder)[1:]]
     if r.kind == "learning":
         run_ = load_json(folder / "learning.json")
         if run_ is None:
             return [head, "  not run"]
         evals = run_.get("evals", {})
-        rows = [f"  {'done' if a.label in evals else 'not run':8} {a.name} ({a.label})" for a in r.arms]
+        rows = [f"  {'done' if r.label(a) in evals else 'not run':8} {a} ({r.label(a)})" for a in r.arms]
         return [head, f"  ran at {run_.get('commit', '?')[:7]} on {run_.get('started', '?')}: "
                       f"{_short(run_.get('command', '?'))}", *rows]
     if r.kind == "comparison":
@@ -74,18 +74,19 @@ def status_lines(r: Record, data: Path = DATA) -> list[str]:
             return [head, "  not run"]
         runs = summary.get("runs", {})
         seeds = summary.get("seeds", [])
-        rows = [f"  {'done' if runs.get(a.name) else 'not run':8} {a.name} (seeds run: "
-                f"{', '.join(str(x['seed']) for x in runs.get(a.name, [])) or 'none'}; the run's seeds: "
+        rows = [f"  {'done' if runs.get(a) else 'not run':8} {a} (seeds run: "
+                f"{', '.join(str(x['seed']) for x in runs.get(a, [])) or 'none'}; the run's seeds: "
                 f"{', '.join(map(str, seeds))})" for a in r.arms]
         return [head, f"  ran at {str(summary.get('commit'))[:7]} on {summary.get('started', '?')}", *rows]
     lines, done = [head], 0
-    for a in r.arms:
-        measured = [s for s in r.sets if (folder / cell(a.name, r.seeds[0]) / f"{s}.meta.json").is_file()]
+    for a, notes in r.arms.items():
+        measured = [s for s in r.sets if (folder / cell(a, r.seeds[0]) / f"{s}.meta.json").is_file()]
         done += len(measured)
         left = [s for s in r.sets if s not in measured]
-        lines.append(f"  {a.name}: {len(measured)} of {len(r.sets)} sets"
-                     + (f"; not run: {', '.join(left)}" if left else "") + (f" ({a.requires})" if a.requires
-                                                                             and left else ""))
+        requires = notes.get("requires", "")
+        lines.append(f"  {a}: {len(measured)} of {len(r.sets)} sets"
+                     + (f"; not run: {', '.join(left)}" if left else "") + (f" ({requires})" if requires and left
+                                                                             else ""))
     return [*lines, f"{done} of {len(r.arms) * len(r.sets)} evaluations done"]
 
 
@@ -118,7 +119,7 @@ def page(name: str, data: Path = DATA, results: Path = RESULTS, ledger: Path = L
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/experiment.py", usage=USAGE,
-                                 description="Run, list or render any declared experiment (harness/record.py).")
+                                 description="Run, list or render any declared experiment (harness/experiments.py).")
     ap.add_argument("command", choices=["run", "status", "page", "list"])
     ap.add_argument("experiment", nargs="?", help=f"a declared experiment: {', '.join(RECORDS)}")
     ap.add_argument("--data", default=str(DATA), help="the committed data (docs/results/data); status and page")
@@ -130,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             for r in RECORDS.values():
-                print(json.dumps({"name": r.name, "kind": r.kind, "sets": list(r.sets),
-                                  "arms": [a.name for a in r.arms], "seeds": list(r.seeds)}))
+                print(json.dumps({"name": r.name, "kind": r.kind, "sets": list(r.evaluated),
+                                  "arms": list(r.arms), "seeds": list(r.seeds)}))
             return 0
         if args.command == "status":
             if args.experiment:

@@ -1,21 +1,25 @@
-"""Every experiment of the learning harness, declared once: :data:`EXPERIMENTS` (the proofs of learning, one
-per env) and :data:`COMPARE` (the algorithms side by side).
-
-An :class:`Experiment` names its env, the fixed held-out set every evaluation of it uses (and the first, burnt
-set kept to re-derive old figures), the recipe's ``MainJobConfig`` overrides (full run and ``--quick``), its
-named :class:`Variant` records (``benchmarks/learning.py --variant NAME`` looks one up), the
-:class:`Comparison` rows its page section judges, each goal as numbers from which the goal's prose is derived,
-and the page section's title. Runners read the settings, renderers the comparisons and titles; nothing else
-declares an experiment. """
+"""Every experiment of the harness, declared once, each as one :class:`~harness.record.Record`: the proofs of
+learning (:data:`EXPERIMENTS`, one per env, and their variants), the algorithms side by side (:data:`COMPARE`), the
+pre-declared experiments run in resumable pieces (:data:`RUNNABLE`: AXES, LR_CHOICE, LR_EDGE, EDGE), and, from
+:mod:`harness.transfer`, the public-benchmark transfer. :data:`RECORDS` holds them all by the name of their data
+folder; runners read the settings, renderers the comparisons, titles and notes; nothing else declares an
+experiment."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from harness import record as _record
+from harness.record import Record, make_arm
+from harness.transfer import TRANSFER
+
 TOOLUSE, SEARCH, PYTHONMATH = "AgentRL/ToolUse-v0", "AgentRL/Search-v0", "AgentRL/PythonMath-v0"
+#: Two names :mod:`harness.axes_page` still imports from here (import them from :mod:`harness.record`): the record
+#: type it annotates the pre-declared experiments with, and a judged comparison.
+AxesExperiment, Comparison = _record.Record, _record.Comparison
 
 #: The row labels of a learning run (the main job's stages and the controls).
 BASE, COLD_START, RL = "base", "SFT (cold start)", "RL (GRPO)"
@@ -25,235 +29,160 @@ STAGE_LABELS = MappingProxyType({"base": BASE, "sft": COLD_START, "rl": RL})
 #: PythonMath-v0's text-only pipeline (the same stages with ``tools_enabled=False``): stage -> row label.
 TEXT_LABELS = MappingProxyType({"base": "base, text-only", "sft": "SFT text-only (cold start)",
                                 "rl": "RL text-only (GRPO)"})
+_TEXT_ONLY = MappingProxyType({"tools_enabled": False})
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """A judged comparison: row ``a`` against row ``b`` on the set's primary metric, with the goal
-    ``a - b >= goal`` points (``strict``: ``a - b > goal``)."""
-
-    a: str
-    b: str
-    goal: float
-    strict: bool = False
-
-    @property
-    def goal_text(self) -> str:
-        """The goal as a table cell: ``>= +15``, ``> +0``."""
-        return f"> +{self.goal:g}" if self.strict else f">= +{self.goal:g}"
-
-    @property
-    def prose(self) -> str:
-        """The goal as a sentence part: ``RL (GRPO) >= SFT (cold start) + 15 points``."""
-        points = f" + {self.goal:g} points" if self.goal else ""
-        return f"{self.a} {'>' if self.strict else '>='} {self.b}{points}"
+def learning_arms(text_only: str = "") -> Mapping[str, Mapping[str, Any]]:
+    """A learning run's arms: the main job's stages and the SFT control, then with ``text_only="baseline"`` the base
+    model with the env's tools off, with ``"pipeline"`` the whole pipeline again with the tools off."""
+    arms = {"base": make_arm(label=BASE), "sft": make_arm(label=COLD_START, algo="sft"),
+            "rl": make_arm(label=RL, algo="grpo"),
+            "sft_control": make_arm(label=CONTROL, algo="sft",
+                                    about="the cold start trained further with SFT for the GRPO stage's wall time")}
+    if text_only == "baseline":
+        arms["base_text_only"] = make_arm(_TEXT_ONLY, label=TEXT_ONLY_BASE)
+    elif text_only == "pipeline":
+        arms |= {f"{stage}_text_only": make_arm(_TEXT_ONLY, label=label, **({"algo": algo} if algo else {}))
+                 for (stage, label), algo in zip(TEXT_LABELS.items(), ("", "sft", "grpo"), strict=True)}
+    return MappingProxyType(arms)
 
 
-@dataclass(frozen=True)
-class Variant:
-    """A named variant of an experiment's recipe: its own run directory, page and data
-    (``<experiment>_<name>``), compared with the plain recipe's RL."""
-
-    name: str
-    overrides: tuple[str, ...] = ()
-    """``MainJobConfig`` ``key=value`` overrides on top of the experiment's (the command line's come
-    after)."""
-    about: str = ""
-    heldout: str | None = None
-    """Its fixed held-out set when not the experiment's (a set fixed for what was chosen on the earlier ones);
-    ``--heldout`` overrides it."""
+#: A learning run's row labels -> its arms: the folders of their records (``<arm>-s<seed>/<set>.jsonl``).
+LEARNING_ARMS: Mapping[str, str] = MappingProxyType({s["label"]: a for a, s in learning_arms("pipeline").items()})
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """One proof-of-learning experiment: the main job on one env, its controls and what its page judges."""
-
-    name: str
-    """Short name: run directories, pages and data folders (``tooluse``, ``tooluse_<variant>``)."""
-    env: str
-    heldout: str
-    """The fixed held-out set every evaluation uses (``benchmarks/heldout/<name>.jsonl``)."""
-    first_set: str
-    """The first (v1) set of the env: burnt (settings were chosen on it), kept to re-derive old figures."""
-    title: str
-    """The page section's title."""
-    full: Mapping[str, Any]
-    """``MainJobConfig`` overrides of the full run, keys dotted as on the command line (``stages.rl.steps``)."""
-    quick: Mapping[str, Any]
-    """``MainJobConfig`` overrides of ``--quick`` (CI-sized budgets: a smoke test, not a result)."""
-    comparisons: tuple[Comparison, ...]
-    metric: str
-    """What the goals' points are of (the set's primary metric, in words)."""
-    also: str = ""
-    """Parts of the goal no comparison row judges (read from the per-family tables)."""
-    text_only_baseline: bool = False
-    """Evaluate the base model with the env's tools off (a row of its own)."""
-    text_only_pipeline: bool = False
-    """Run the whole pipeline a second time with the tools off (ReTool's comparison)."""
-    variants: tuple[Variant, ...] = ()
-
-    @property
-    def goal(self) -> str:
-        """The goal's prose, derived from :attr:`comparisons` (and :attr:`also`)."""
-        parts = [c.prose + (f" of {self.metric}" if i == 0 else "") for i, c in enumerate(self.comparisons)]
-        return "; ".join(parts + ([self.also] if self.also else [])) + "."
-
-    def variant(self, name: str) -> Variant:
-        """The declared variant ``name`` (``--variant NAME``); ValueError naming the declared ones."""
-        for v in self.variants:
-            if v.name == name:
-                return v
-        declared = ", ".join(v.name for v in self.variants)
-        raise ValueError(f"--variant {name!r} is not declared for {self.env}: declare it in "
-                         f"benchmarks/harness/experiments.py (declared: {declared})")
+def variant(plain: Record, name: str, overrides: tuple[str, ...] = (), about: str = "", heldout: str | None = None,
+            **notes: Any) -> Record:
+    """A named variant of a learning run's recipe (``benchmarks/learning.py --variant NAME``): its own run
+    directory, page and data (``<plain>_<name>``), its ``MainJobConfig`` overrides on top of the plain recipe's (the
+    command line's come after), its own fixed set when it names one (a set fixed for what was chosen on the earlier
+    ones; ``--heldout`` overrides it), compared with the plain recipe's RL. ``notes``: the record's notes fields."""
+    return dataclasses.replace(plain, name=f"{plain.name}_{name}", variant=name, overrides=overrides,
+                               sets=(heldout or plain.heldout,), title=f"{plain.title}: {about}",
+                               **{"undeclared": False, "diagnostic": "", "note": "", **notes})
 
 
 _CONTROL = Comparison(RL, CONTROL, 0.0, strict=True)
 #: Guidance acts on the groups no sample solved, which the task sampler (on in the main job since issue 59) drops:
 #: the variants with guidance run with it off, as they ran before it existed.
 _NO_SAMPLER = "stages.rl.sampler.enabled=false"
+_AFTER_V4 = "designed after reading tooluse_v4's lr2e-5 results, and judged on tooluse_v4"
 
-EXPERIMENTS: tuple[Experiment, ...] = (
-    Experiment(
-        name="tooluse", env=TOOLUSE, heldout="tooluse_v3", first_set="tooluse",
-        title="ToolUse-v0: the main job (base -> SFT cold start -> GRPO) and the SFT control",
-        # the full run is the main job as it is; every run also trains in the world its set was drawn from
-        # (the set's sidecar env_kwargs: tooluse_v3's {"items": 999}, heldout.set_env_kwargs)
-        full={},
-        quick={"eval_tasks": 8, "stages.sft.sft.num_demos": 16, "stages.sft.steps": 2,
-               "stages.sft.sft.batch_size": 4, "stages.rl.steps": 2, "stages.rl.tasks_per_step": 2,
-               "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 64,
-               "stages.rl.collector.max_turns": 3},
-        comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL), metric="held-out success on the fixed set",
-        also="no family losing more than 10 points, and the three-call chain stock_total above 0% after RL",
-        variants=(
-            Variant("v2", ("env_kwargs={}",), "the main job on tooluse_v2, in its own world", "tooluse_v2"),
-            Variant("vllm", (), "rollouts and evaluations sampled by a vLLM server "
-                                "(--engine vllm --no-control)"),
-            Variant("guided", ("grpo.guidance=luffy", _NO_SAMPLER),
-                    "LUFFY: a demonstration inside each unsolved group"),
-            Variant("relift", ("grpo.guidance=relift", _NO_SAMPLER),
-                    "ReLIFT: an NLL term on unsolved groups' demonstrations"),
-            Variant("credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call"),
-            Variant("lr2e-5", ("stages.rl.lr=2e-5", "stages.rl.steps=4"), "GRPO at a lower learning rate",
-                    "tooluse_v4"),
-            Variant("sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=6"),
-                    "a 48-step cold start", "tooluse_v4"),
-            Variant("chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
-                               '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
-                               'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert","days",'
-                               '"stock_value","stock_total","add_multiply"]', "grpo.guidance=luffy", _NO_SAMPLER,
-                               "stages.rl.lr=6e-5", "stages.rl.steps=8"),
-                    "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4"),
-            Variant("multicall", ("stages.sft.steps=48",
-                                  'env_kwargs.families=["stock_total","stock_total","stock_value","add_multiply"]',
-                                  'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert",'
-                                  '"days","stock_value","stock_total","add_multiply"]', "stages.rl.lr=6e-5",
-                                  "stages.rl.steps=8"),
-                    "GRPO on the multi-call families only", "tooluse_v5"),
-        )),
-    Experiment(
-        name="search", env=SEARCH, heldout="search_v2", first_set="search",
-        title="Search-v0 (offline BM25): base, text-only, SFT, GRPO and the SFT control",
-        # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as
-        # "a longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
-        # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1
-        # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md at commit 6e899db).
-        full={"eval_tasks": 32, "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8, "stages.rl.steps": 32,
-              "stages.rl.tasks_per_step": 4, "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 64,
-              "stages.rl.collector.max_turns": 3},
-        quick={"eval_tasks": 8, "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2,
-               "stages.sft.sft.batch_size": 4, "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2,
-               "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 48,
-               "stages.rl.collector.max_turns": 2},
-        comparisons=(Comparison(RL, COLD_START, 10.0), _CONTROL,
-                     Comparison(RL, TEXT_ONLY_BASE, 0.0, strict=True)),
-        metric="Macro-EM on the fixed dev questions", text_only_baseline=True,
-        variants=(Variant("rerun", (), "the plain recipe again: the run-to-run spread"),)),
-    Experiment(
-        name="pythonmath", env=PYTHONMATH, heldout="pythonmath_v2", first_set="pythonmath",
-        title="PythonMath-v0 (ReTool): base, SFT, GRPO and the SFT control, with the code tool and text-only",
-        # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on
-        # train tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out
-        # set (128 tasks of all three tiers; tier 3 is reported as what this model does not learn).
-        full={"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 128, "eval_n": 4, "eval_temperature": 0.7,
-              "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8, "stages.sft.sft.batch_size": 8,
-              "stages.rl.steps": 32, "stages.rl.tasks_per_step": 8, "stages.rl.group_size": 4,
-              "stages.rl.collector.max_new_tokens": 128, "stages.rl.collector.max_turns": 3},
-        quick={"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
-               "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2, "stages.sft.sft.batch_size": 4,
-               "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2, "stages.rl.group_size": 4,
-               "stages.rl.collector.max_new_tokens": 96, "stages.rl.collector.max_turns": 2},
-        comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL, Comparison(RL, TEXT_LABELS["rl"], 20.0)),
-        metric="Average@4", text_only_pipeline=True,
-        variants=(
-            Variant("sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=20"),
-                    "a 48-step cold start", "pythonmath_v3"),
-            Variant("tier1demos", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum","floor_div",'
-                                   '"square_sum"]', "stages.sft.steps=24"), "demonstrations of tier 1 only",
-                    "pythonmath_v4"),
-            Variant("tier1count", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum","floor_div",'
-                                   '"square_sum","count_multiples"]', "stages.sft.steps=24"),
-                    "tier-1 demonstrations plus count_multiples'", "pythonmath_v5"),
-        )),
+_TOOLUSE = Record(
+    name="tooluse", kind="learning", env=TOOLUSE, arms=learning_arms(), sets=("tooluse_v3",), first_set="tooluse",
+    title="ToolUse-v0: the main job (base -> SFT cold start -> GRPO) and the SFT control",
+    # the full run is the main job as it is; every run also trains in the world its set was drawn from
+    # (the set's sidecar env_kwargs: tooluse_v3's {"items": 999}, heldout.set_env_kwargs)
+    full=MappingProxyType({}),
+    quick=MappingProxyType({"eval_tasks": 8, "stages.sft.sft.num_demos": 16, "stages.sft.steps": 2,
+                            "stages.sft.sft.batch_size": 4, "stages.rl.steps": 2, "stages.rl.tasks_per_step": 2,
+                            "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 64,
+                            "stages.rl.collector.max_turns": 3}),
+    comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL), metric="held-out success on the fixed set",
+    also="no family losing more than 10 points, and the three-call chain stock_total above 0% after RL",
+    undeclared=True)
+_SEARCH = Record(
+    name="search", kind="learning", env=SEARCH, arms=learning_arms("baseline"), sets=("search_v2",),
+    first_set="search", title="Search-v0 (offline BM25): base, text-only, SFT, GRPO and the SFT control",
+    # rl_steps 32 (was 8: SFT 34.6 -> GRPO 36.3 Macro-EM, with 32: 33.8 -> 37.6), chosen before running as
+    # "a longer RL budget", not tuned on the dev questions. Tried and not kept: env_kwargs
+    # {"balance_sources": true} (fanoutqa as often as wiki_description): GRPO 58.6% / Macro-EM 32.1
+    # against 68.8% / 37.6 on the v1 set (docs/results/archive/learning_search_balanced.md at commit 6e899db).
+    full=MappingProxyType({"eval_tasks": 32, "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8,
+                           "stages.rl.steps": 32, "stages.rl.tasks_per_step": 4, "stages.rl.group_size": 4,
+                           "stages.rl.collector.max_new_tokens": 64, "stages.rl.collector.max_turns": 3}),
+    quick=MappingProxyType({"eval_tasks": 8, "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2,
+                            "stages.sft.sft.batch_size": 4, "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2,
+                            "stages.rl.group_size": 4, "stages.rl.collector.max_new_tokens": 48,
+                            "stages.rl.collector.max_turns": 2}),
+    comparisons=(Comparison(RL, COLD_START, 10.0), _CONTROL, Comparison(RL, TEXT_ONLY_BASE, 0.0, strict=True)),
+    metric="Macro-EM on the fixed dev questions", undeclared=True)
+_PYTHONMATH = Record(
+    name="pythonmath", kind="learning", env=PYTHONMATH, arms=learning_arms("pipeline"), sets=("pythonmath_v2",),
+    first_set="pythonmath",
+    title="PythonMath-v0 (ReTool): base, SFT, GRPO and the SFT control, with the code tool and text-only",
+    # tiers 1-2: what the 135M model can learn with the interpreter (docs/envs/python_math.md, probe on
+    # train tasks); 32 demonstrations x 8 steps leave room for GRPO. Evaluated on the whole fixed held-out
+    # set (128 tasks of all three tiers; tier 3 is reported as what this model does not learn).
+    full=MappingProxyType({"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 128, "eval_n": 4, "eval_temperature": 0.7,
+                           "stages.sft.sft.num_demos": 32, "stages.sft.steps": 8, "stages.sft.sft.batch_size": 8,
+                           "stages.rl.steps": 32, "stages.rl.tasks_per_step": 8, "stages.rl.group_size": 4,
+                           "stages.rl.collector.max_new_tokens": 128, "stages.rl.collector.max_turns": 3}),
+    quick=MappingProxyType({"env_kwargs": {"tiers": [1, 2]}, "eval_tasks": 4, "eval_n": 4, "eval_temperature": 0.7,
+                            "stages.sft.sft.num_demos": 8, "stages.sft.steps": 2, "stages.sft.sft.batch_size": 4,
+                            "stages.rl.steps": 1, "stages.rl.tasks_per_step": 2, "stages.rl.group_size": 4,
+                            "stages.rl.collector.max_new_tokens": 96, "stages.rl.collector.max_turns": 2}),
+    comparisons=(Comparison(RL, COLD_START, 15.0), _CONTROL, Comparison(RL, TEXT_LABELS["rl"], 20.0)),
+    metric="Average@4", undeclared=True)
+
+#: The plain recipe of each env's proof of learning.
+EXPERIMENTS: tuple[Record, ...] = (_TOOLUSE, _SEARCH, _PYTHONMATH)
+#: The declared variants of each recipe, in order.
+VARIANTS: tuple[Record, ...] = (
+    variant(_TOOLUSE, "v2", ("env_kwargs={}",), "the main job on tooluse_v2, in its own world", "tooluse_v2",
+            undeclared=True),
+    variant(_TOOLUSE, "vllm", (), "rollouts and evaluations sampled by a vLLM server (--engine vllm --no-control)",
+            undeclared=True, diagnostic="a check of the vLLM engine (sampler and trainer agree), with no SFT "
+                                        "control; its loss is the lr 2e-4 collapse of add_multiply, and its cold "
+                                        "start differs from the plain recipe's"),
+    variant(_TOOLUSE, "guided", ("grpo.guidance=luffy", _NO_SAMPLER),
+            "LUFFY: a demonstration inside each unsolved group", undeclared=True),
+    variant(_TOOLUSE, "relift", ("grpo.guidance=relift", _NO_SAMPLER),
+            "ReLIFT: an NLL term on unsolved groups' demonstrations", undeclared=True,
+            diagnostic="at lr 2e-4 the demonstration term outweighs each GRPO token by orders of magnitude: the row "
+                       "measures SFT on a few chain demonstrations per step, not ReLIFT"),
+    variant(_TOOLUSE, "credit", ("env_kwargs.call_credit=0.1",), "a partial reward per valid tool call",
+            undeclared=True, diagnostic="the collapse of add_multiply at lr 2e-4 (the same happened without credit "
+                                        "in vllm and chains); one seed, confounded with the learning rate"),
+    variant(_TOOLUSE, "lr2e-5", ("stages.rl.lr=2e-5", "stages.rl.steps=4"), "GRPO at a lower learning rate",
+            "tooluse_v4"),
+    variant(_TOOLUSE, "sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=6"),
+            "a 48-step cold start", "tooluse_v4", note=_AFTER_V4 + "; its control degraded"),
+    variant(_TOOLUSE, "chains", ('env_kwargs.families=["stock_total","stock_total","stock_total","stock_total",'
+                                 '"multiply","add","power","stock","convert","days","stock_value","add_multiply"]',
+                                 'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert","days",'
+                                 '"stock_value","stock_total","add_multiply"]', "grpo.guidance=luffy", _NO_SAMPLER,
+                                 "stages.rl.lr=6e-5", "stages.rl.steps=8"),
+            "GRPO rollouts weighted towards the three-call chain, with guidance", "tooluse_v4",
+            diagnostic="GRPO collapsed on rollouts weighted towards the three-call chain", note=_AFTER_V4),
+    variant(_TOOLUSE, "multicall", ("stages.sft.steps=48",
+                                    'env_kwargs.families=["stock_total","stock_total","stock_value","add_multiply"]',
+                                    'stages.sft.env_kwargs.families=["multiply","add","power","stock","convert",'
+                                    '"days","stock_value","stock_total","add_multiply"]', "stages.rl.lr=6e-5",
+                                    "stages.rl.steps=8"),
+            "GRPO on the multi-call families only", "tooluse_v5"),
+    variant(_SEARCH, "rerun", (), "the plain recipe again: the run-to-run spread"),
+    variant(_PYTHONMATH, "sft48", ("stages.sft.steps=48", "stages.rl.lr=6e-5", "stages.rl.steps=20"),
+            "a 48-step cold start", "pythonmath_v3"),
+    variant(_PYTHONMATH, "tier1demos", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum",'
+                                        '"floor_div","square_sum"]', "stages.sft.steps=24"),
+            "demonstrations of tier 1 only", "pythonmath_v4"),
+    variant(_PYTHONMATH, "tier1count", ('stages.sft.env_kwargs.families=["mul_sub","pow_mod","range_sum",'
+                                        '"floor_div","square_sum","count_multiples"]', "stages.sft.steps=24"),
+            "tier-1 demonstrations plus count_multiples'", "pythonmath_v5"),
 )
 
 
-def experiment(env: str) -> Experiment:
-    """The experiment of ``env`` (KeyError naming the declared envs)."""
+def experiment(env: str) -> Record:
+    """The plain learning run of ``env`` (KeyError naming the declared envs)."""
     for e in EXPERIMENTS:
         if e.env == env:
             return e
     raise KeyError(f"no experiment of {env} (declared: {', '.join(e.env for e in EXPERIMENTS)})")
 
 
-@dataclass(frozen=True)
-class Option:
-    """An option of an algorithm compared as a row of its own (``compare_algorithms.py --algos NAME``)."""
-
-    name: str
-    algo: str
-    settings: Mapping[str, Any]
-    """Changes to its run's TrainConfig on top of the main job's (``grpo.<key>``: a field of its GRPO
-    section)."""
-    label: str
-    former_label: str | None = None
-    """The label its rows had in a ``compare.json`` written before the comparison recorded its labels."""
-
-
-@dataclass(frozen=True)
-class AlgorithmComparison:
-    """The algorithms side by side on one env, from one cold start, for the same wall time each."""
-
-    env: str
-    heldout: str
-    algos: tuple[str, ...]
-    labels: Mapping[str, str]
-    options: tuple[Option, ...]
-    quick: Mapping[str, Any]
-    """``MainJobConfig`` overrides of ``--quick``."""
-    quick_tasks: int
-    sections: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and
-    win)."""
-
-    def option(self, name: str) -> Option | None:
-        return next((o for o in self.options if o.name == name), None)
-
-    def label(self, name: str) -> str:
-        """The row label of an algorithm or option (what a new ``compare.json`` records in ``labels``)."""
-        o = self.option(name)
-        return o.label if o else self.labels.get(name, name)
-
-    def labels_of(self, summary: Mapping[str, Any]) -> dict[str, str]:
-        """Row labels of a comparison's ``compare.json``: the ones it recorded, else (written before it
-        recorded them) the labels of that time."""
-        recorded = summary.get("labels") or {}
-        def then(a: str) -> str:
-            o = self.option(a)
-            return (o.former_label or o.label) if o else self.label(a)
-
-        return {a: recorded.get(a) or then(a) for a in summary["runs"]}
+def learning_record(env: str, name: str | None = None) -> Record:
+    """The learning run of ``env``: its plain recipe, or its declared variant ``name`` (``--variant NAME``;
+    ValueError naming the declared ones)."""
+    plain = experiment(env)
+    if not name:
+        return plain
+    declared = [v for v in VARIANTS if v.env == env]
+    for v in declared:
+        if v.variant == name:
+            return v
+    raise ValueError(f"--variant {name!r} is not declared for {env}: declare it in "
+                     f"benchmarks/harness/experiments.py (declared: {', '.join(v.variant for v in declared)})")
 
 
 #: ``grpo_turns``: turn credit, GiGPO's turn-level advantage with its paper's weight, 1
@@ -265,25 +194,37 @@ class AlgorithmComparison:
 #: guidance"). PPO runs two epochs over each rollout batch: with one, its group-mean surrogate is the main
 #: job's Dr. GRPO objective and the comparison would show one algorithm twice
 #: (docs/results/archive/learning_compare_ppo_epochs2.md at commit 6e899db: the archive is in the history only).
-COMPARE = AlgorithmComparison(
-    env=TOOLUSE, heldout="tooluse_v3", algos=("grpo", "ppo", "dpo", "sft"),
-    labels=MappingProxyType({"grpo": "GRPO (Dr. GRPO)", "ppo": "PPO (clip-higher)", "dpo": "online DPO",
-                             "sft": "SFT-continued"}),
-    options=(Option("grpo_turns", "grpo", {"grpo.turn_weight": 1.0}, "GRPO + turn credit (turn_weight=1)",
-                    former_label="GRPO + turn-level credit (step_weight=1)"),
-             Option("grpo_lr6e-5", "grpo", {"lr": 6e-5}, "GRPO, lr 6e-5"),
-             Option("grpo_lr2e-5", "grpo", {"lr": 2e-5}, "GRPO, lr 2e-5"),
-             # the task sampler off, as it ran: guidance acts on the groups no sample solved, which the sampler drops
-             Option("grpo_guided", "grpo", {"grpo.guidance": "luffy", "sampler.enabled": False},
-                    "GRPO + demonstrations in unsolved groups (LUFFY)"),
-             Option("grpo_relift", "grpo", {"grpo.guidance": "relift", "sampler.enabled": False},
-                    "GRPO + SFT on unsolved groups (ReLIFT)"),
-             # not an option of another algorithm: its own (harness.controls.RejectionSampling)
-             Option("rft", "rft", {}, "rejection sampling (SFT on own correct samples)")),
+#: An option (``option=True``) runs only when ``--algos`` names it; its settings change its run's TrainConfig on
+#: top of the main job's (``grpo.<key>``: a field of its GRPO section).
+COMPARE = Record(
+    name="compare_algorithms", kind="comparison", env=TOOLUSE, sets=("tooluse_v3",), seeds=(0, 1), minutes=10.0,
+    arms=MappingProxyType({
+        "grpo": make_arm(algo="grpo", label="GRPO (Dr. GRPO)"), "ppo": make_arm(algo="ppo", label="PPO (clip-higher)"),
+        "dpo": make_arm(algo="dpo", label="online DPO"), "sft": make_arm(algo="sft", label="SFT-continued"),
+        "grpo_turns": make_arm({"grpo.turn_weight": 1.0}, algo="grpo", option=True,
+                               label="GRPO + turn credit (turn_weight=1)",
+                               former_label="GRPO + turn-level credit (step_weight=1)"),
+        "grpo_lr6e-5": make_arm({"lr": 6e-5}, algo="grpo", option=True, label="GRPO, lr 6e-5"),
+        "grpo_lr2e-5": make_arm({"lr": 2e-5}, algo="grpo", option=True, label="GRPO, lr 2e-5"),
+        # the task sampler off, as it ran: guidance acts on the groups no sample solved, which the sampler drops
+        "grpo_guided": make_arm({"grpo.guidance": "luffy", "sampler.enabled": False}, algo="grpo", option=True,
+                                label="GRPO + demonstrations in unsolved groups (LUFFY)"),
+        "grpo_relift": make_arm({"grpo.guidance": "relift", "sampler.enabled": False}, algo="grpo", option=True,
+                                label="GRPO + SFT on unsolved groups (ReLIFT)"),
+        # not an option of another algorithm: its own (harness.controls.RejectionSampling)
+        "rft": make_arm(algo="rft", option=True, label="rejection sampling (SFT on own correct samples)")}),
     quick=MappingProxyType({"stages.sft.sft.num_demos": 8, "stages.sft.steps": 2, "stages.sft.sft.batch_size": 4,
                             "stages.rl.tasks_per_step": 2, "stages.rl.group_size": 4,
                             "stages.rl.collector.max_new_tokens": 32, "stages.rl.collector.max_turns": 2}),
-    quick_tasks=4, sections=MappingProxyType({"ppo": ("epochs=2",), "dpo": ()}))
+    quick_tasks=4, sections=MappingProxyType({"ppo": ("epochs=2",), "dpo": ()}),
+    primary="each algorithm against the cold start, for the same training wall time, on the fixed set",
+    title="The algorithms side by side",
+    note="GRPO's lr 6e-5 here was chosen by looking at tooluse_v3, the set this comparison reports on: its GRPO "
+         "figures are selected, not held-out, figures")
+#: The comparison before GRPO's lr became 6e-5, kept for its data (its settings are in its compare.json).
+COMPARE_LR2E_4 = dataclasses.replace(
+    COMPARE, name="compare_algorithms_lr2e-4", runnable=False, undeclared=True, note="",
+    diagnostic="the algorithms at the main job's default GRPO lr of 2e-4, which collapsed after one update")
 #: Per-step metrics whose run means the algorithms comparison records and its page shows (when an algorithm
 #: logs them), with their labels.
 DIAGNOSTICS = {
@@ -300,59 +241,8 @@ DIAGNOSTICS = {
 }
 
 
-@dataclass(frozen=True)
-class AxesExperiment:
-    """The pre-declared experiment on the generalisation axes (issue 45): one cold start, then each arm for the
-    same wall time and seeds, every arm evaluated on every axis set. Declared before anything ran; whatever it
-    shows is the result. A change to a setting is a new commit of this declaration made before the run starts."""
-
-    name: str
-    env: str
-    env_kwargs: Mapping[str, Any]
-    cold_start: Mapping[str, Any]
-    """``MainJobConfig`` settings (dotted keys) of the shared cold start (SFT on demonstrations of chains of at most
-    2 calls)."""
-    train_families: tuple[str, ...]
-    """What every arm's continued training draws from: chains of at most 2 calls, without the forgetting set's
-    families (``days``, ``convert``)."""
-    arms: Mapping[str, Mapping[str, Any]]
-    """Arm (a ``compare_algorithms.py --algos`` name) -> its settings (``MainJobConfig`` keys, dotted, and the
-    notes ``algo`` and ``about``)."""
-    seeds: tuple[int, ...]
-    minutes: float
-    """Training wall time of each (arm, seed), evaluation not counted (the algorithms comparison's rule)."""
-    sets: tuple[str, ...]
-    """Every set each final adapter (and the cold start) is evaluated on."""
-    greedy: Mapping[str, Any]
-    """pass@1: one greedy episode per task."""
-    sampled: Mapping[str, Any]
-    """pass@k and pass^k (k = 1 ... n): n episodes per task at this temperature."""
-    primary: str
-    """The headline comparison of each set; the tie rule and the seed spread are the pages' (harness.data)."""
-    steps: int | None = None
-    """A step budget per (arm, seed) instead of :attr:`minutes` (None: wall time decides)."""
-    train_sample: int = 32
-    """Tasks of the fixed train-split sample (the arms' families, drawn with :attr:`train_sample_seed`): every
-    adapter and the cold start are evaluated on it greedily, and the mean per-token KL(adapter || base) on those
-    greedy replies is recorded beside it (the forgetting item; ``agentrl.algos.evaluation.kl``)."""
-    train_sample_seed: int = 12345
-    judge: str = ""
-    """How the experiment decides (stated before it runs), where it decides more than :attr:`primary` says."""
-    transfer: tuple[str, ...] = ()
-    """Public benchmark sets (:data:`harness.transfer.SETS` names) the cold start and every adapter are also
-    evaluated on, with the transfer declaration's tasks and decoding (one greedy episode per task: pass@1 only),
-    graded by the benchmark's own checker."""
-    train_sampled: bool = False
-    """Also evaluate the train-split sample with :attr:`sampled`'s settings (pass@1 at its temperature)."""
-    cut_updates: int | None = None
-    """The equal-updates cut: each cell also keeps its adapter after this many weight-changing updates, evaluated
-    greedily on every set beside the final one (fewer updates in the cell: its final adapter, said on the page)."""
-    pending: str = ""
-    """Why it may not run yet (a setting another declared experiment decides, set in a commit before it runs)."""
-
-
-AXES = AxesExperiment(
-    name="axes", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+AXES = Record(
+    kind="axes", name="axes", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({
         "stages.sft.steps": 48,
         "stages.sft.env_kwargs.families": ("multiply", "add", "power", "stock", "convert", "days", "stock_value",
@@ -387,8 +277,8 @@ AXES = AxesExperiment(
 #: at three rates, three seeds each, from ONE shared cold start. No held-out set is looked at: each adapter is judged
 #: on a fixed sample of 128 train-split tasks (greedy) and on its training reward. Declared before anything ran;
 #: the lead decides when it runs (``python benchmarks/axes.py run --experiment lr_choice``).
-LR_CHOICE = AxesExperiment(
-    name="lr_choice", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+LR_CHOICE = Record(
+    kind="axes", name="lr_choice", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({}),  # the main job's cold start as it is (MainJobConfig's defaults)
     train_families=(),  # every family, as the main job trains
     arms=MappingProxyType({
@@ -432,8 +322,8 @@ EDGE_BATCH = MappingProxyType({"stages.rl.tasks_per_step": 4, "stages.rl.group_s
 #: only: 16 updates (EDGE's cut) from the main job's cold start at each rate, 3 seeds, on EDGE's mix and batch. Its
 #: GRPO choice is the main job's candidate rate too (there 8 groups per step: say so where it is used).
 #: ``python benchmarks/axes.py run --experiment lr_edge``.
-LR_EDGE = AxesExperiment(
-    name="lr_edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+LR_EDGE = Record(
+    kind="axes", name="lr_edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({}),  # the main job's cold start (16 SFT steps on every family)
     train_families=EDGE_FAMILIES,
     arms=MappingProxyType({  # GRPO's 6e-5 and SFT's 5e-4: the main job's and AXES's (chosen under the old normaliser)
@@ -458,8 +348,8 @@ LR_EDGE = AxesExperiment(
           "reward: with the sampler on, each rate's reward is measured on the tasks its own sampler chose.)",
 )
 
-EDGE = AxesExperiment(  # RL at the edge of competence against the two imitation arms (issue 59, part 5)
-    name="edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+EDGE = Record(  # RL at the edge of competence against the two imitation arms (issue 59, part 5)
+    kind="axes", name="edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
     cold_start=MappingProxyType({}),  # the main job's cold start, shared by every arm and seed
     train_families=EDGE_FAMILIES,
     arms=MappingProxyType({  # GRPO and rejection sampling: 4 tasks x 8 samples, the sampler on, 2 warm-up steps
@@ -487,5 +377,32 @@ EDGE = AxesExperiment(  # RL at the edge of competence against the two imitation
 #: Declared experiments the axes runner (``benchmarks/axes.py --experiment NAME``) runs (``pending``: refused).
 RUNNABLE = MappingProxyType({AXES.name: AXES, LR_CHOICE.name: LR_CHOICE, LR_EDGE.name: LR_EDGE, EDGE.name: EDGE})
 
-# What the pages say about each committed run beside its figures (undeclared, diagnostic, note) are fields of its
-# record: benchmarks/harness/record.py.
+
+#: Every experiment, by name (its data folder): each learning run then its variants, the comparisons, the
+#: experiments run in pieces, the transfer.
+RECORDS: Mapping[str, Record] = MappingProxyType({r.name: r for r in (
+    *(r for e in EXPERIMENTS for r in (e, *(v for v in VARIANTS if v.env == e.env))), COMPARE, COMPARE_LR2E_4,
+    *RUNNABLE.values(), TRANSFER)})
+
+
+def record(name: str) -> Record:
+    """The record ``name``; ValueError naming the declared ones."""
+    if name not in RECORDS:
+        raise ValueError(f"no experiment {name!r}; declared: {', '.join(RECORDS)}")
+    return RECORDS[name]
+
+
+def undeclared(name: str) -> bool:
+    """Whether the run in data folder ``name`` was not declared before it ran (a ``_quick`` run's folder names
+    no record: it carries no notes)."""
+    return name in RECORDS and RECORDS[name].undeclared
+
+
+def diagnostic(name: str) -> str:
+    """Why the run in data folder ``name`` is a diagnostic (empty: it is not one)."""
+    return RECORDS[name].diagnostic if name in RECORDS else ""
+
+
+def note(name: str) -> str:
+    """The note the section of the run in data folder ``name`` must carry (empty: none)."""
+    return RECORDS[name].note if name in RECORDS else ""

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness.experiments import LEARNING_ARMS
 from harness.layout import ARM_OF_STAGE, COLD_START_DIR, ROOT, cell, records_file, set_name
-from harness.record import LEARNING_ARMS
 
 
 def write_new(path: Path, text: str) -> None:
@@ -71,7 +71,7 @@ def export_run(out: Path, dest: Path, summary: dict[str, Any], episodes: dict[st
                stages: tuple[str, ...] = ("sft", "grpo", "sft_control")) -> Path:
     """Copy what the page needs from a learning run into ``dest`` (committed), in the one layout: each row's
     per-task scores as ``<arm>-s<seed>/<set>.jsonl`` (from ``episodes``: row label -> episodes file; the arm of a
-    label is :data:`harness.record.LEARNING_ARMS`'), each training stage's metrics as its arm's
+    label is :data:`harness.experiments.LEARNING_ARMS`'), each training stage's metrics as its arm's
     ``<arm>-s<seed>/metrics.jsonl``, and ``learning.json`` (``summary`` plus ``evals``: row label -> its per-task
     file), the run's meta."""
     if dest.exists():

@@ -6,7 +6,7 @@ the set was made (env, split, positions, generator command, date, "fixed before 
 its declared ``primary_metric`` (what a goal on the set is stated in) and its content hash ``sha256``, by
 which the ledger ``benchmarks/heldout/ledger.jsonl`` (``agentrl.algos.evaluation.ledger``) recognises it:
 every evaluation on a set the harness makes appends a row there. Each experiment names the set it evaluates on
-(``Experiment.heldout`` in :mod:`harness.experiments`); how the sets are drawn is :mod:`harness.heldout_draw`.
+(its record's ``heldout``, :mod:`harness.experiments`); how the sets are drawn is :mod:`harness.heldout_draw`.
 
 **v2 (issue 28)** — ``tooluse_v2``, ``search_v2``, ``pythonmath_v2``: fresh positions, no question text shared
 with the train split, fixed before any tuning (sidecar ``"fixed_before_tuning": true``,
@@ -271,7 +271,7 @@ def read(name_or_path: str | Path) -> list[dict[str, Any]]:
 
 
 def path_for_env(env: str, name: str | None = None) -> Path:
-    """The committed held-out file of ``env``: its experiment's set (``Experiment.heldout``), or the set
+    """The committed held-out file of ``env``: its experiment's set (its record's ``heldout``), or the set
     ``name`` (KeyError for an env without one, ValueError for a set of another env)."""
     spec = SPECS[name or experiment(env).heldout]
     if spec.env != env:

@@ -290,7 +290,7 @@ V2_POSITIONS = (f"test-split positions from {START_V2} on (generator index 2k+1)
                  "before), in the v1 set or earlier in this set")
 
 
-#: The first (v1) sets' generators, by set name (each env's ``Experiment.first_set``).
+#: The first (v1) sets' generators, by set name (each env's learning record's ``first_set``).
 FIRST_SETS = {"tooluse": make_tooluse, "search": make_search, "pythonmath": make_pythonmath}
 
 

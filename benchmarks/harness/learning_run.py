@@ -31,13 +31,14 @@ from harness.experiments import (
     STAGE_LABELS,
     TEXT_LABELS,
     TEXT_ONLY_BASE,
-    Experiment,
     experiment,
+    learning_record,
 )
 from harness.export import export_run
 from harness.heldout import SPECS, names_for_env, path_for_env, read, set_env_kwargs
 from harness.layout import ROOT, SCRIPTS
 from harness.machine import machine
+from harness.record import Record
 
 logger = logging.getLogger("learning")
 
@@ -149,7 +150,7 @@ class Setup:
     """A learning run, configured: its experiment, name, run directory, MainJobConfig, the overrides it was
     given (the declared variant's, then the command line's) and the ledger it appends to."""
 
-    exp: Experiment
+    exp: Record
     name: str
     out: Path
     cfg: Any
@@ -164,17 +165,14 @@ def configure(args) -> Setup:
     from agentrl.algos.config import apply_overrides, config_from_dict, nested
     from agentrl.algos.recipes.main_job import MainJobConfig, stage_config
 
-    exp = experiment(args.env)
-    variant = None
-    if args.variant:
-        if not args.variant.replace("-", "").isalnum():
-            raise SystemExit(f"--variant {args.variant!r}: use letters, digits and '-' (it names files)")
-        try:
-            variant = exp.variant(args.variant)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-    heldout_name = args.heldout or (variant.heldout if variant else None)
-    name = exp.name + (f"_{args.variant}" if args.variant else "") + ("_quick" if args.quick else "")
+    if args.variant and not args.variant.replace("-", "").isalnum():
+        raise SystemExit(f"--variant {args.variant!r}: use letters, digits and '-' (it names files)")
+    try:
+        exp = learning_record(args.env, args.variant)  # the plain recipe's record, or its variant's
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    heldout_name = args.heldout or (exp.heldout if exp.variant else None)
+    name = exp.name + ("_quick" if args.quick else "")
     out = Path(args.out or f"runs/learning-{name.replace('_', '-')}")
     preset = nested(exp.quick if args.quick else exp.full)
     try:
@@ -190,7 +188,7 @@ def configure(args) -> Setup:
         preset["eval_tasks_file"] = str(heldout_file.relative_to(ROOT))
     if args.model:
         preset["model"] = args.model
-    overrides = [*(variant.overrides if variant else ()), *args.overrides]
+    overrides = [*exp.overrides, *args.overrides]
     preset.update(env=args.env, out=str(out))
     cfg = config_from_dict(MainJobConfig, apply_overrides(preset, overrides))
     try:

@@ -1,13 +1,15 @@
-"""One experiment record (issue 58, step 1): every committed experiment of the harness as the same
-:class:`Record` — its recipe, arms x seeds, sets and decoding, how it is judged, and the notes the pages carry
-beside its figures — keyed by the folder of its committed data (``docs/results/data/<name>/``).
+"""One experiment record (issue 58, step 1): every experiment of the harness is declared as one :class:`Record` —
+its recipe, arms x seeds, sets and decoding, how it is judged, and the notes the pages carry beside its figures —
+named by the folder of its committed data (``docs/results/data/<name>/``).
 
-``python benchmarks/experiment.py run|status|page NAME`` looks a record up here (:func:`record`). The records are
-made from today's declarations by one adapter each (:func:`from_learning`, :func:`from_comparison`,
-:func:`from_axes`, :func:`from_transfer`); a record's :attr:`Record.kind` names the runner and the page section
-that still serve it until the one piece runner and the one page module replace them. The notes that used to be
-three tables keyed by folder name (undeclared runs, diagnostics, run notes) are each record's own fields:
-:attr:`Record.undeclared`, :attr:`Record.diagnostic`, :attr:`Record.note`.
+The declarations are :mod:`harness.experiments` (the learning runs, the algorithms comparison, the pre-declared
+experiments run in pieces) and :mod:`harness.transfer` (the public-benchmark transfer); ``harness.experiments.RECORDS``
+holds them all by name, and ``python benchmarks/experiment.py run|status|page NAME`` looks one up there. A record's
+:attr:`Record.kind` names the runner and the page section that serve it until one piece runner replaces them; the
+fields a kind does not use keep their defaults.
+
+An arm is a mapping: its settings (config keys, dotted as on the command line) and its notes (:data:`NOTES`:
+``algo``, ``label``, ``about``, ...), written with :func:`make_arm`; :meth:`Record.settings` strips the notes.
 """
 
 from __future__ import annotations
@@ -17,55 +19,122 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from harness import experiments as ex
-from harness import transfer as tr
-from harness.experiments import Comparison
-
 #: The runners and page sections a record's kind is served by today.
 KINDS = ("learning", "comparison", "axes", "transfer")
+#: Keys of an arm that are notes about it, not settings of its training run.
+NOTES = ("algo", "about", "label", "former_label", "option", "adapter", "made_by", "requires")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One row of an experiment: a set of weights, or a stage of a learning run, trained with its settings."""
+def _empty() -> Any:
+    return field(default_factory=lambda: _EMPTY)
 
-    name: str
-    label: str = ""
-    settings: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    """What it changes on top of the recipe (``MainJobConfig`` keys, dotted; never notes)."""
-    algo: str = ""
-    """The algorithm that trains it (empty: none, or the recipe's)."""
-    about: str = ""
-    adapter: str | None = None
-    """The adapter folder a stated command makes (public-benchmark arms)."""
-    made_by: str = ""
-    requires: str = ""
-    """What must exist before it runs (empty: runnable now)."""
+
+def make_arm(settings: Mapping[str, Any] | None = None, **notes: Any) -> Mapping[str, Any]:
+    """An arm: its notes (:data:`NOTES`; ValueError naming an unknown one), then ``settings``."""
+    unknown = sorted(set(notes) - set(NOTES))
+    if unknown:
+        raise ValueError(f"arm notes {unknown} are not notes (choose from {', '.join(NOTES)}); settings go in "
+                         f"the settings mapping")
+    return MappingProxyType({**notes, **(settings or {})})
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A judged comparison: row (or arm) ``a`` against ``b`` on the set's primary metric, with the goal
+    ``a - b >= goal`` points (``strict``: ``a - b > goal``)."""
+
+    a: str
+    b: str
+    goal: float
+    strict: bool = False
+
+    @property
+    def goal_text(self) -> str:
+        """The goal as a table cell: ``>= +15``, ``> +0``."""
+        return f"> +{self.goal:g}" if self.strict else f">= +{self.goal:g}"
+
+    @property
+    def prose(self) -> str:
+        """The goal as a sentence part: ``RL (GRPO) >= SFT (cold start) + 15 points``."""
+        points = f" + {self.goal:g} points" if self.goal else ""
+        return f"{self.a} {'>' if self.strict else '>='} {self.b}{points}"
 
 
 @dataclass(frozen=True)
 class Record:
-    """One experiment: what runs, on what, judged how, and what the pages must say beside its figures."""
+    """One experiment: what runs, on what, judged how, and what the pages must say beside its figures. Declared
+    before it runs; a change to a setting is a new commit of its declaration made before the run it changes."""
 
     name: str
     """Its folder of committed data under ``docs/results/data/`` and its name on the command line."""
     kind: str
     """Which of :data:`KINDS` runs it and renders its section today."""
     env: str
-    recipe: Mapping[str, Any]
-    """Settings every arm starts from (``MainJobConfig`` keys, dotted as on the command line)."""
-    arms: tuple[Arm, ...]
-    seeds: tuple[int, ...]
-    sets: tuple[str, ...]
-    """The fixed sets every arm is evaluated on (``benchmarks/heldout/<name>.jsonl``, ``train`` for the
-    train-split sample, or a public benchmark set of :mod:`harness.transfer`)."""
-    decoding: Mapping[str, Any]
-    judge: tuple[Comparison, ...] = ()
+    arms: Mapping[str, Mapping[str, Any]]
+    """Arm -> its settings and notes (:func:`make_arm`). Its folder of records is ``<arm>-s<seed>/``."""
+    seeds: tuple[int, ...] = (0,)
+    sets: tuple[str, ...] = ()
+    """The fixed sets every arm is evaluated on: held-out sets (``benchmarks/heldout/<name>.jsonl``), or a transfer
+    record's public benchmark sets (:data:`harness.transfer.SETS`)."""
+    env_kwargs: Mapping[str, Any] = _empty()
+    cold_start: Mapping[str, Any] = _empty()
+    """``MainJobConfig`` settings (dotted keys) of the cold start every arm shares (kind ``axes``)."""
+    train_families: tuple[str, ...] = ()
+    """What every arm's continued training draws from (empty: every family)."""
+    minutes: float = 0.0
+    """Training wall time of each (arm, seed), evaluation not counted."""
+    steps: int | None = None
+    """A step budget per (arm, seed) instead of :attr:`minutes` (None: wall time decides)."""
+    greedy: Mapping[str, Any] = _empty()
+    """pass@1: one greedy episode per task (a transfer record: its decoding, shared by every set)."""
+    sampled: Mapping[str, Any] = _empty()
+    """pass@k and pass^k (k = 1 ... n): n episodes per task at this temperature (empty: none)."""
+    primary: str = ""
+    """The headline comparison of each set; the tie rule and the seed spread are the pages' (harness.data)."""
+    judge: str = ""
+    """How it decides (stated before it runs), where it decides more than :attr:`primary` says."""
+    comparisons: tuple[Comparison, ...] = ()
     """The judged comparisons (row or arm ``a`` against ``b``)."""
-    rule: str = ""
-    """How it is judged, in words (the goal, the primary comparison, the decision rule)."""
+    train_sample: int = 32
+    """Tasks of the fixed train-split sample (the arms' families, drawn with :attr:`train_sample_seed`): every
+    adapter and the cold start are evaluated on it greedily, and the mean per-token KL(adapter || base) on those
+    greedy replies is recorded beside it (the forgetting item; ``agentrl.algos.evaluation.kl``)."""
+    train_sample_seed: int = 12345
+    transfer: tuple[str, ...] = ()
+    """Public benchmark sets (:data:`harness.transfer.SETS` names) the cold start and every adapter are also
+    evaluated on, with the transfer declaration's tasks and decoding (one greedy episode per task: pass@1 only),
+    graded by the benchmark's own checker."""
+    train_sampled: bool = False
+    """Also evaluate the train-split sample with :attr:`sampled`'s settings (pass@1 at its temperature)."""
+    cut_updates: int | None = None
+    """The equal-updates cut: each cell also keeps its adapter after this many weight-changing updates, evaluated
+    greedily on every set beside the final one (fewer updates in the cell: its final adapter, said on the page)."""
+    pending: str = ""
+    """Why it may not run yet (a setting another declared experiment decides, set in a commit before it runs)."""
+    # --- a learning run (kind "learning": the main job and its controls, ``benchmarks/learning.py``)
     title: str = ""
+    """Its page section's title."""
+    full: Mapping[str, Any] = _empty()
+    """``MainJobConfig`` overrides of the full run, keys dotted as on the command line (``stages.rl.steps``)."""
+    quick: Mapping[str, Any] = _empty()
+    """``MainJobConfig`` overrides of ``--quick`` (CI-sized budgets: a smoke test, not a result)."""
+    first_set: str = ""
+    """The env's first (v1) set: burnt (settings were chosen on it), kept to re-derive old figures."""
+    metric: str = ""
+    """What the goals' points are of (the set's primary metric, in words)."""
+    also: str = ""
+    """Parts of the goal no comparison row judges (read from the per-family tables)."""
+    variant: str = ""
+    """A variant of a learning run's recipe (``learning.py --variant NAME``; its record is ``<plain>_<NAME>``)."""
+    overrides: tuple[str, ...] = ()
+    """A variant's ``MainJobConfig`` ``key=value`` overrides on top of the plain recipe's (the command line's after)."""
+    # --- the algorithms comparison (kind "comparison", ``benchmarks/compare_algorithms.py``)
+    quick_tasks: int = 0
+    """Tasks of the fixed set a ``--quick`` comparison evaluates."""
+    sections: Mapping[str, tuple[str, ...]] = _empty()
+    """Section settings every run starts from (the command line's ``ppo.*`` / ``dpo.*`` come after and win)."""
+    # --- the notes the pages carry beside its figures
     page: str = "learning.md"
     """The page under ``docs/results/`` that shows it."""
     undeclared: bool = False
@@ -76,156 +145,65 @@ class Record:
     """Selection its own figures do not show, which its section must state."""
     runnable: bool = True
     """False for a run kept for its data whose declaration was replaced (nothing would run it again)."""
-    pending: str = ""
-    """Why it may not run yet (a setting another declared experiment decides first); empty: it may run."""
-    source: Any = field(default=None, compare=False, repr=False)
-    """The declaration it was made from, which today's runner reads."""
 
-    def arm(self, name: str) -> Arm:
+    def arm(self, name: str) -> Mapping[str, Any]:
         """The declared arm ``name``; ValueError naming the declared ones."""
-        for a in self.arms:
-            if a.name == name:
-                return a
-        raise ValueError(f"{self.name}: no arm {name!r} (declared: {', '.join(a.name for a in self.arms)})")
+        if name not in self.arms:
+            raise ValueError(f"{self.name}: no arm {name!r} (declared: {', '.join(self.arms)})")
+        return self.arms[name]
 
+    def settings(self, arm: str) -> dict[str, Any]:
+        """Arm ``arm``'s settings without its notes."""
+        return {k: v for k, v in self.arm(arm).items() if k not in NOTES}
 
-# --------------------------------------------------------------------------------------------- the notes
-#: Runs whose settings were not declared in a commit before they ran (issue 45; ../shared/RESULTS-AUDIT.md §3-4).
-_UNDECLARED = frozenset({"tooluse", "tooluse_guided", "tooluse_v2", "search", "tooluse_relift", "tooluse_credit",
-                         "tooluse_vllm", "pythonmath", "compare_algorithms_lr2e-4"})
-#: Diagnostics and failed configurations: the pages list them in a section of their own, each with this reason.
-_DIAGNOSTIC = MappingProxyType({
-    "tooluse_relift": "at lr 2e-4 the demonstration term outweighs each GRPO token by orders of magnitude: the row "
-                      "measures SFT on a few chain demonstrations per step, not ReLIFT",
-    "tooluse_credit": "the collapse of add_multiply at lr 2e-4 (the same happened without credit in vllm and "
-                      "chains); one seed, confounded with the learning rate",
-    "tooluse_vllm": "a check of the vLLM engine (sampler and trainer agree), with no SFT control; its loss is the "
-                    "lr 2e-4 collapse of add_multiply, and its cold start differs from the plain recipe's",
-    "tooluse_chains": "GRPO collapsed on rollouts weighted towards the three-call chain",
-    "compare_algorithms_lr2e-4": "the algorithms at the main job's default GRPO lr of 2e-4, which collapsed after "
-                                 "one update",
-})
-#: Notes a section must carry (selection the section's own figures do not show).
-_NOTES = MappingProxyType({
-    "compare_algorithms": "GRPO's lr 6e-5 here was chosen by looking at tooluse_v3, the set this comparison reports "
-                          "on: its GRPO figures are selected, not held-out, figures",
-    "tooluse_chains": "designed after reading tooluse_v4's lr2e-5 results, and judged on tooluse_v4",
-    "tooluse_sft48": "designed after reading tooluse_v4's lr2e-5 results, and judged on tooluse_v4; its control "
-                     "degraded",
-})
+    def algo(self, arm: str) -> str:
+        """The algorithm that trains ``arm`` (its ``algo`` note, else its name)."""
+        return str(self.arm(arm).get("algo", arm))
 
+    def label(self, arm: str) -> str:
+        """The row label of an arm (its name when it declares none, or is not declared)."""
+        return str(self.arms.get(arm, _EMPTY).get("label", arm))
 
-def _notes(name: str) -> dict[str, Any]:
-    return {"undeclared": name in _UNDECLARED, "diagnostic": _DIAGNOSTIC.get(name, ""), "note": _NOTES.get(name, "")}
+    def labels_of(self, summary: Mapping[str, Any]) -> dict[str, str]:
+        """Row labels of a comparison's ``compare.json``: the ones it recorded, else (written before it recorded
+        them) the labels of that time (an arm's ``former_label``)."""
+        recorded = summary.get("labels") or {}
+        return {a: recorded.get(a) or self.arms.get(a, _EMPTY).get("former_label") or self.label(a)
+                for a in summary["runs"]}
 
+    @property
+    def algos(self) -> tuple[str, ...]:
+        """A comparison's algorithms (its default ``--algos``): the arms that are not options."""
+        return tuple(a for a, s in self.arms.items() if not s.get("option"))
 
-def _dotted(overrides: tuple[str, ...]) -> dict[str, str]:
-    """``("a.b=1", ...)`` -> ``{"a.b": "1"}`` (the command line's overrides, values as written)."""
-    return dict(o.split("=", 1) for o in overrides)
+    @property
+    def options(self) -> tuple[str, ...]:
+        """A comparison's options: arms run only when ``--algos`` names them."""
+        return tuple(a for a, s in self.arms.items() if s.get("option"))
 
+    @property
+    def heldout(self) -> str:
+        """A learning run's or comparison's fixed held-out set (its one set)."""
+        return self.sets[0]
 
-# ------------------------------------------------------------------------------------------- the adapters
-#: A learning run's row labels -> its arms: the folders of their records (``<arm>-s<seed>/<set>.jsonl``).
-LEARNING_ARMS: Mapping[str, str] = MappingProxyType({
-    ex.BASE: "base", ex.COLD_START: "sft", ex.RL: "rl", ex.CONTROL: "sft_control",
-    **{label: f"{stage}_text_only" for stage, label in ex.TEXT_LABELS.items()}})
+    @property
+    def text_only_baseline(self) -> bool:
+        """A learning run that evaluates the base model with the env's tools off (a row of its own)."""
+        return "base_text_only" in self.arms and not self.text_only_pipeline
 
+    @property
+    def text_only_pipeline(self) -> bool:
+        """A learning run that runs the whole pipeline a second time with the tools off (ReTool's comparison)."""
+        return "rl_text_only" in self.arms
 
-def from_learning(exp: ex.Experiment, variant: ex.Variant | None = None) -> Record:
-    """A proof-of-learning run (``benchmarks/learning.py``): the main job's stages and its controls are the
-    arms, one seed, the experiment's (or the variant's) fixed set."""
-    arm = LEARNING_ARMS.__getitem__
-    rows = [Arm(arm(ex.BASE), ex.BASE), Arm(arm(ex.COLD_START), ex.COLD_START, algo="sft"),
-            Arm(arm(ex.RL), ex.RL, algo="grpo"),
-            Arm(arm(ex.CONTROL), ex.CONTROL, algo="sft", about="the cold start trained further with SFT for the "
-                                                               "GRPO stage's wall time")]
-    if exp.text_only_baseline:
-        rows.append(Arm(arm(ex.TEXT_ONLY_BASE), ex.TEXT_ONLY_BASE, {"tools_enabled": False}))
-    if exp.text_only_pipeline:
-        rows += [Arm(arm(label), label, {"tools_enabled": False}) for label in ex.TEXT_LABELS.values()]
-    name = exp.name if variant is None else f"{exp.name}_{variant.name}"
-    recipe = {**exp.full, **(_dotted(variant.overrides) if variant else {})}
-    heldout = (variant.heldout if variant else None) or exp.heldout
-    return Record(
-        name=name, kind="learning", env=exp.env, recipe=MappingProxyType(recipe), arms=tuple(rows), seeds=(0,),
-        sets=(heldout,), decoding=MappingProxyType({"n": recipe.get("eval_n", 1),
-                                                    "temperature": recipe.get("eval_temperature", 0.0)}),
-        judge=exp.comparisons, rule=exp.goal,
-        title=exp.title if variant is None else f"{exp.title}: {variant.about}", **_notes(name),
-        source=(exp, variant))
+    @property
+    def goal(self) -> str:
+        """A learning run's goal in prose, derived from :attr:`comparisons` (and :attr:`also`)."""
+        parts = [c.prose + (f" of {self.metric}" if i == 0 else "") for i, c in enumerate(self.comparisons)]
+        return "; ".join(parts + ([self.also] if self.also else [])) + "."
 
-
-def from_comparison(cmp: ex.AlgorithmComparison, name: str = "compare_algorithms", runnable: bool = True) -> Record:
-    """The algorithms side by side (``benchmarks/compare_algorithms.py``): each algorithm and option an arm."""
-    arms = [Arm(a, cmp.label(a), algo=a) for a in cmp.algos]
-    arms += [Arm(o.name, o.label, MappingProxyType(dict(o.settings)), algo=o.algo) for o in cmp.options]
-    return Record(
-        name=name, kind="comparison", env=cmp.env, recipe=MappingProxyType({}), arms=tuple(arms), seeds=(0, 1),
-        sets=(cmp.heldout,), decoding=MappingProxyType({"n": 1, "temperature": 0.0}),
-        rule="each algorithm against the cold start, for the same training wall time, on the fixed set",
-        title="The algorithms side by side", runnable=runnable, **_notes(name), source=cmp)
-
-
-def from_axes(exp: ex.AxesExperiment) -> Record:
-    """A pre-declared experiment run in resumable pieces (``benchmarks/axes.py``): its arms without the notes
-    that sat among their settings (``algo``, ``about``)."""
-    arms = tuple(Arm(a, settings=MappingProxyType({k: v for k, v in s.items() if k not in ("algo", "about")}),
-                     algo=s.get("algo", a), about=s.get("about", "")) for a, s in exp.arms.items())
-    sets = (*exp.sets, "train", *exp.transfer)
-    budget = {"minutes": exp.minutes} if exp.steps is None else {"steps": exp.steps}
-    return Record(
-        name=exp.name, kind="axes", env=exp.env,
-        recipe=MappingProxyType({"env_kwargs": dict(exp.env_kwargs), **exp.cold_start, **budget}), arms=arms,
-        seeds=exp.seeds, sets=sets, decoding=MappingProxyType({"greedy": exp.greedy, "sampled": exp.sampled}),
-        rule="; ".join(x for x in (exp.primary, exp.judge) if x), pending=exp.pending, **_notes(exp.name),
-        source=exp)
-
-
-def from_transfer() -> Record:
-    """The public-benchmark transfer experiment (``benchmarks/transfer.py``): each set of weights an arm, every
-    declared benchmark set evaluated once per arm."""
-    arms = tuple(Arm(a.name, a.label, a.settings, about=a.about, adapter=a.adapter, made_by=a.made_by,
-                     requires=a.requires) for a in tr.ARMS)
-    return Record(
-        name=tr.TRANSFER_DATA.name, kind="transfer", env="", recipe=MappingProxyType({}), arms=arms, seeds=(0,),
-        sets=tuple(s.name for s in tr.SETS), decoding=tr.DECODING, judge=tr.COMPARISONS,
-        rule="each trained arm above the weights it started from, per set (the learning pages' tie rule)",
-        title="Transfer to public benchmarks", page=tr.TRANSFER_PAGE.name, **_notes(tr.TRANSFER_DATA.name),
-        source=tr)
-
-
-def _all() -> tuple[Record, ...]:
-    out = []
-    for exp in ex.EXPERIMENTS:
-        out += [from_learning(exp), *(from_learning(exp, v) for v in exp.variants)]
-    # the comparison before GRPO's lr became 6e-5, kept for its data (its settings are in its compare.json)
-    out += [from_comparison(ex.COMPARE), from_comparison(ex.COMPARE, "compare_algorithms_lr2e-4", runnable=False)]
-    out += [from_axes(e) for e in ex.RUNNABLE.values()]
-    return (*out, from_transfer())
-
-
-#: Every experiment, by name (its data folder).
-RECORDS: Mapping[str, Record] = MappingProxyType({r.name: r for r in _all()})
-
-
-def record(name: str) -> Record:
-    """The record ``name``; ValueError naming the declared ones."""
-    if name not in RECORDS:
-        raise ValueError(f"no experiment {name!r}; declared: {', '.join(RECORDS)}")
-    return RECORDS[name]
-
-
-def undeclared(name: str) -> bool:
-    """Whether the run in data folder ``name`` was not declared before it ran (a ``_quick`` run's folder names
-    no record: it carries no notes)."""
-    return name in RECORDS and RECORDS[name].undeclared
-
-
-def diagnostic(name: str) -> str:
-    """Why the run in data folder ``name`` is a diagnostic (empty: it is not one)."""
-    return RECORDS[name].diagnostic if name in RECORDS else ""
-
-
-def note(name: str) -> str:
-    """The note the section of the run in data folder ``name`` must carry (empty: none)."""
-    return RECORDS[name].note if name in RECORDS else ""
+    @property
+    def evaluated(self) -> tuple[str, ...]:
+        """Every set an arm is evaluated on: :attr:`sets`, then (kind ``axes``) the train-split sample and the
+        public benchmark sets."""
+        return (*self.sets, "train", *self.transfer) if self.kind == "axes" else self.sets

@@ -1,9 +1,10 @@
 """The transfer experiment, declared before anything evaluates (issue 44, item 6; issue 45's rules): does training
 on this project's envs carry over to public benchmarks whose tools nobody here wrote?
 
-Each :data:`ARMS` entry is one set of weights (the base model, or an adapter that a stated command trains); each
-:data:`SETS` entry is one public benchmark set, with its task subset and its decoding fixed here. Every arm is
-evaluated once on every set (``python benchmarks/transfer.py --arm NAME``), and the page
+:data:`TRANSFER` is the experiment's :class:`~harness.record.Record`: each of its :data:`ARMS` is one set of weights
+(the base model, or an adapter that a stated command trains); each :data:`SETS` entry is one public benchmark set,
+with its task subset and its decoding fixed here. Every arm is evaluated once on every set (``python
+benchmarks/transfer.py --arm NAME``), and the page
 (``docs/results/transfer.md``) judges :data:`COMPARISONS` on the per-task records with the learning pages' rules
 (paired bootstrap interval over tasks, met / missed / tie: ``harness.data.TIE_RULE``).
 
@@ -23,13 +24,13 @@ Rules this declaration keeps:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.experiments import Comparison
 from harness.layout import DATA, RESULTS, cell
+from harness.record import Comparison, Record, make_arm
 
 #: Where the runner writes the per-task records (``<arm>-s0/<set>.jsonl`` beside ``<arm>-s0/<set>.meta.json``: the
 #: one layout, ``harness.layout.cell``) and the page generated from them.
@@ -115,23 +116,6 @@ SETS: tuple[TransferSet, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One set of weights evaluated on every set."""
-
-    name: str
-    label: str
-    adapter: str | None
-    """The adapter folder the lead's command makes (``None``: the base model, no adapter)."""
-    made_by: str
-    """The command that trains it (empty for the base model)."""
-    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    """``MainJobConfig`` overrides of its training run (beyond ``--out``)."""
-    requires: str = ""
-    """What must exist before it runs (empty: runnable now)."""
-    about: str = ""
-
-
 #: ToolUse-v0's procedural-tools families (generated tool names, parameters, types and questions; never BFCL's;
 #: envs/tool_use/procedural.py): every one of them, for demonstrations and GRPO alike. Named here once they existed
 #: (amended before the arms ran: the first declaration said "every procedural* family").
@@ -148,27 +132,35 @@ _RUN1_SFT_GONE = ("; measured on the five single-turn BFCL sets only: a second m
 _RUN1_GRPO_KEPT = ("; its adapter was saved (runs/run1/grpo/adapter, the sha256 its records name) before a second "
                    "main-job run in the same folder would have overwritten it")
 
-ARMS: tuple[Arm, ...] = (
-    Arm("base", "base (SmolLM2-135M)", None, "", about="the embedded SmolLM2-135M-Instruct"),
-    Arm("main_sft", "main job: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
-        about="the cold start of one default main-job run (no overrides), at the commit it ran from" + _RUN1_SFT_GONE),
-    Arm("main_grpo", "main job: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",
-        about="the GRPO adapter of that same run" + _RUN1_GRPO_KEPT),
+#: Each arm is one set of weights, with its notes: ``adapter``, the adapter folder the lead's command makes (none: the
+#: base model); ``made_by``, the command that trains it (empty for the base model); ``requires``, what must exist
+#: before it runs (empty: runnable now); its settings: ``MainJobConfig`` overrides of its training run.
+ARMS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "base": make_arm(label="base (SmolLM2-135M)", about="the embedded SmolLM2-135M-Instruct"),
+    "main_sft": make_arm(label="main job: SFT cold start", adapter="runs/main/sft/adapter",
+                         made_by="agentrl main-job --out runs/main",
+                         about="the cold start of one default main-job run (no overrides), at the commit it ran from"
+                               + _RUN1_SFT_GONE),
+    "main_grpo": make_arm(label="main job: GRPO", adapter="runs/main/grpo/adapter",
+                          made_by="agentrl main-job --out runs/main",
+                          about="the GRPO adapter of that same run" + _RUN1_GRPO_KEPT),
     # added before either of its adapters was evaluated: the same command again, at a later commit (seed 0 as
     # before; its weights differ from run 1's, as CPU runs of one seed do at another commit)
-    Arm("main2_sft", "main job, run 2: SFT cold start", "runs/main/sft/adapter", "agentrl main-job --out runs/main",
-        about="the cold start of a second default main-job run (no overrides): every set, the first run's BFCL "
-              "sets again (a replication) and the sets run 1 did not reach"),
-    Arm("main2_grpo", "main job, run 2: GRPO", "runs/main/grpo/adapter", "agentrl main-job --out runs/main",
-        about="the GRPO adapter of run 2"),
-    Arm("procedural_sft", "procedural tools: SFT cold start", "runs/procedural/sft/adapter",
-        _PROCEDURAL_RUN, settings=_PROCEDURAL, requires=_NEEDS_PROCEDURAL,
-        about="the main job's recipe and budgets (its defaults) on the procedural-tools families only: "
-              "demonstrations and GRPO rollouts of tasks that each bring their own generated functions"),
-    Arm("procedural", "procedural tools: SFT -> GRPO", "runs/procedural/grpo/adapter", _PROCEDURAL_RUN,
-        settings=_PROCEDURAL, requires=_NEEDS_PROCEDURAL,
-        about="the GRPO adapter of that run"),
-)
+    "main2_sft": make_arm(label="main job, run 2: SFT cold start", adapter="runs/main/sft/adapter",
+                          made_by="agentrl main-job --out runs/main",
+                          about="the cold start of a second default main-job run (no overrides): every set, the first "
+                                "run's BFCL sets again (a replication) and the sets run 1 did not reach"),
+    "main2_grpo": make_arm(label="main job, run 2: GRPO", adapter="runs/main/grpo/adapter",
+                           made_by="agentrl main-job --out runs/main", about="the GRPO adapter of run 2"),
+    "procedural_sft": make_arm(_PROCEDURAL, label="procedural tools: SFT cold start",
+                               adapter="runs/procedural/sft/adapter", made_by=_PROCEDURAL_RUN,
+                               requires=_NEEDS_PROCEDURAL,
+                               about="the main job's recipe and budgets (its defaults) on the procedural-tools "
+                                     "families only: demonstrations and GRPO rollouts of tasks that each bring their "
+                                     "own generated functions"),
+    "procedural": make_arm(_PROCEDURAL, label="procedural tools: SFT -> GRPO", adapter="runs/procedural/grpo/adapter",
+                           made_by=_PROCEDURAL_RUN, requires=_NEEDS_PROCEDURAL, about="the GRPO adapter of that run"),
+})
 
 #: The judged comparisons (row ``a`` above row ``b``; a tie by the learning pages' rule), by arm name.
 COMPARISONS: tuple[Comparison, ...] = (
@@ -177,6 +169,14 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("procedural", "main_sft", 0.0, strict=True),
     Comparison("procedural", "procedural_sft", 0.0, strict=True),
 )
+
+
+#: The transfer experiment: every arm evaluated once on every set (``python benchmarks/transfer.py --arm NAME``).
+TRANSFER = Record(
+    name=TRANSFER_DATA.name, kind="transfer", env="", arms=ARMS, seeds=(SEED,), sets=tuple(s.name for s in SETS),
+    greedy=DECODING, comparisons=COMPARISONS,
+    primary="each trained arm above the weights it started from, per set (the learning pages' tie rule)",
+    title="Transfer to public benchmarks", page=TRANSFER_PAGE.name)
 
 
 def transfer_set(name: str) -> TransferSet:
@@ -192,9 +192,8 @@ def arm_folder(data: Path, name: str) -> Path:
     return data / cell(name, SEED)
 
 
-def arm(name: str) -> Arm:
-    """The declared arm ``name``; ValueError naming the declared ones."""
-    for a in ARMS:
-        if a.name == name:
-            return a
-    raise ValueError(f"unknown transfer arm {name!r}; declared: {', '.join(a.name for a in ARMS)}")
+def arm(name: str) -> Mapping[str, Any]:
+    """The declared arm ``name`` (its notes and settings); ValueError naming the declared ones."""
+    if name not in ARMS:
+        raise ValueError(f"unknown transfer arm {name!r}; declared: {', '.join(ARMS)}")
+    return ARMS[name]

@@ -30,11 +30,12 @@ from harness.transfer import ARMS, SETS, TRANSFER_DATA, TRANSFER_PAGE
 
 def commands() -> list[str]:
     """The commands that make every arm's weights and measure them, in order."""
-    training = list(dict.fromkeys(a.made_by for a in ARMS if a.made_by.startswith("agentrl ")))
+    made_by = [a.get("made_by", "") for a in ARMS.values()]
+    training = list(dict.fromkeys(m for m in made_by if m.startswith("agentrl ")))
     out = [f"{c}   # note the commit it starts from for --trained-at" for c in training]
-    for a in ARMS:
-        adapter = f" --adapter {a.adapter} --trained-at <commit>" if a.adapter else ""
-        out.append(f"flock /tmp/torch.lock python benchmarks/transfer.py --arm {a.name}{adapter}")
+    for name, a in ARMS.items():
+        adapter = f" --adapter {a['adapter']} --trained-at <commit>" if a.get("adapter") else ""
+        out.append(f"flock /tmp/torch.lock python benchmarks/transfer.py --arm {name}{adapter}")
     return [*out, "python benchmarks/transfer.py --page"]
 
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/transfer.py",
                                  description="The transfer experiment: evaluate one arm on the public benchmark "
                                              "sets, or write docs/results/transfer.md from the committed records.")
-    ap.add_argument("--arm", choices=[a.name for a in ARMS], help="the declared arm to evaluate")
+    ap.add_argument("--arm", choices=list(ARMS), help="the declared arm to evaluate")
     ap.add_argument("--adapter", help="the arm's adapter folder (every arm but base)")
     ap.add_argument("--sets", help=f"comma-separated declared sets (default: all: {', '.join(s.name for s in SETS)})")
     ap.add_argument("--trained-at", help="the commit the adapter's training run started from (recorded)")

@@ -17,8 +17,8 @@ from typing import Any
 
 from agentrl.algos.evaluation.intervals import paired_bootstrap
 from harness.data import TIE_RULE, judged, load_json, read_ledger, read_rows
-from harness.experiments import Comparison
 from harness.layout import LEDGER, meta_file, shown
+from harness.record import Comparison
 from harness.tables import cell, commit_text, verdict
 from harness.transfer import (
     ARMS,
@@ -26,11 +26,10 @@ from harness.transfer import (
     DECODING,
     PACKAGES,
     SETS,
+    TRANSFER,
     TRANSFER_DATA,
     TRANSFER_PAGE,
-    Arm,
     TransferSet,
-    arm,
     arm_folder,
 )
 
@@ -41,11 +40,11 @@ Measured = dict[str, Any]
 def measurements(data: Path) -> dict[tuple[str, str], Measured]:
     """(arm, set) -> its first measurement, for each declared pair with records in ``data``."""
     out = {}
-    for a in ARMS:
+    for name in ARMS:
         for s in SETS:
-            path = arm_folder(data, a.name) / f"{s.name}.jsonl"
+            path = arm_folder(data, name) / f"{s.name}.jsonl"
             if path.is_file():
-                out[(a.name, s.name)] = {"rows": read_rows(path),
+                out[(name, s.name)] = {"rows": read_rows(path),
                                          "meta": load_json(meta_file(path)) or {}}
     return out
 
@@ -53,12 +52,12 @@ def measurements(data: Path) -> dict[tuple[str, str], Measured]:
 def redos(data: Path) -> list[tuple[str, str, Path, Measured]]:
     """Every later measurement kept beside a first one: ``(arm, set, records file, measurement)``."""
     out = []
-    for a in ARMS:
+    for name in ARMS:
         for s in SETS:
-            for path in sorted(arm_folder(data, a.name).glob(f"{s.name}.redo*.jsonl")):
+            for path in sorted(arm_folder(data, name).glob(f"{s.name}.redo*.jsonl")):
                 if path.name.removeprefix(f"{s.name}.redo").removesuffix(".jsonl").isdigit():
                     meta = load_json(meta_file(path)) or {}
-                    out.append((a.name, s.name, path, {"rows": read_rows(path), "meta": meta}))
+                    out.append((name, s.name, path, {"rows": read_rows(path), "meta": meta}))
     return out
 
 
@@ -79,27 +78,27 @@ def score_cell(rows: list[dict[str, Any]]) -> str:
     return f"{100 * point:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
 
 
-def why_zero(a: Arm, rows: list[dict[str, Any]]) -> str:
+def why_zero(label: str, rows: list[dict[str, Any]]) -> str:
     """What the records say about a score of 0 (empty for a score above 0)."""
     if not rows or share(rows, "score") > 0:
         return ""
     called, parsed = share(rows, "called_tool"), share(rows, "format_ok")
     if called == 0:
-        return f"{a.label} scores 0: no episode called a tool ({100 * parsed:.0f}% of final replies parsed)"
-    return (f"{a.label} scores 0: {100 * called:.0f}% of episodes called a tool, none was graded correct "
+        return f"{label} scores 0: no episode called a tool ({100 * parsed:.0f}% of final replies parsed)"
+    return (f"{label} scores 0: {100 * called:.0f}% of episodes called a tool, none was graded correct "
             f"({100 * parsed:.0f}% of final replies parsed)")
 
 
-def regraded_text(a: Arm, meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+def regraded_text(label: str, meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """What ``benchmarks/transfer.py --regrade-cut`` (:mod:`harness.transfer_regrade`) did to one measurement."""
     r = meta.get("regraded")
     if not r:
         return ""
     if not r.get("regraded"):
-        return f"{a.label} {r['cut']} not re-graded ({r.get('why')}: they stay at 0)"
+        return f"{label} {r['cut']} not re-graded ({r.get('why')}: they stay at 0)"
     before, after = 100 * float((r.get("scores_before") or {}).get("score", 0.0)), 100 * share(rows, "score")
     moved = f", {before:.1f}% -> {after:.1f}%" if r.get("changed") else ""
-    return f"{a.label} {r['regraded']} ({r.get('changed')} changed{moved})"
+    return f"{label} {r['regraded']} ({r.get('changed')} changed{moved})"
 
 
 def regrade_sentence(found: dict[tuple[str, str], Measured]) -> str:
@@ -117,13 +116,13 @@ def regrade_sentence(found: dict[tuple[str, str], Measured]) -> str:
 
 def arms_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     lines = ["## Arms", "", "| Arm | Weights | Made by | Measured sets |", "|---|---|---|---|"]
-    for a in ARMS:
-        done = [s.name for s in SETS if (a.name, s.name) in found]
+    for name, a in ARMS.items():
+        done = [s.name for s in SETS if (name, s.name) in found]
         status = (f"{len(done)} of {len(SETS)}" if done
-                  else "not run" + (f" (needs {a.requires})" if a.requires else ""))
-        weights = f"`{a.adapter}`" if a.adapter else "no adapter"
-        lines.append(f"| `{a.name}`: {cell(a.label)} | {weights}: {cell(a.about)} | "
-                     f"{cell('`' + a.made_by + '`') if a.made_by else '-'} | {status} |")
+                  else "not run" + (f" (needs {a['requires']})" if a.get("requires") else ""))
+        weights = f"`{a['adapter']}`" if a.get("adapter") else "no adapter"
+        lines.append(f"| `{name}`: {cell(a['label'])} | {weights}: {cell(a.get('about', ''))} | "
+                     f"{cell('`' + a['made_by'] + '`') if a.get('made_by') else '-'} | {status} |")
     return lines + [""]
 
 
@@ -146,18 +145,18 @@ def scores_section(s: TransferSet, found: dict[tuple[str, str], Measured]) -> li
              "|---|---|---:|---:|---:|---|"]
     notes: list[str] = []
     regraded: list[str] = []
-    for a in ARMS:
-        m = found.get((a.name, s.name))
+    for name in ARMS:
+        m, label = found.get((name, s.name)), TRANSFER.label(name)
         if m is None:
-            lines.append(row(cell(a.label), "not run", "", "", "", ""))
+            lines.append(row(cell(label), "not run", "", "", "", ""))
             continue
         rows, meta = m["rows"], m["meta"]
         limit = f" (**smoke test, first {meta['limit']}: not a result**)" if meta.get("limit") else ""
-        lines.append(f"| {cell(a.label)} | {score_cell(rows)} | {100 * share(rows, 'called_tool'):.1f}% | "
+        lines.append(f"| {cell(label)} | {score_cell(rows)} | {100 * share(rows, 'called_tool'):.1f}% | "
                      f"{100 * share(rows, 'format_ok'):.1f}% | {len(rows)}{limit} | {commit_text(meta)} |")
-        if note := why_zero(a, rows):
+        if note := why_zero(label, rows):
             notes.append(f"- {note}.")
-        if text := regraded_text(a, meta, rows):
+        if text := regraded_text(label, meta, rows):
             regraded.append(text)
     if regraded:
         notes.append("- Re-graded replies cut by the token budget (scored 0 ungraded when measured; see above): "
@@ -188,8 +187,10 @@ def judgements(found: dict[tuple[str, str], Measured]) -> list[tuple[Comparison,
 def cross_run(c: Comparison) -> bool:
     """Whether the comparison's two arms come from different training runs (other data, another cold start): it is
     shown with no verdict, as the learning pages show such rows."""
-    a, b = arm(c.a), arm(c.b)
-    return (a.made_by, dict(a.settings)) != (b.made_by, dict(b.settings))
+    def run(name: str) -> tuple[str, dict[str, Any]]:
+        return TRANSFER.arm(name).get("made_by", ""), TRANSFER.settings(name)
+
+    return run(c.a) != run(c.b)
 
 
 def short_verdict(j: Any) -> str:
@@ -215,7 +216,7 @@ def pair_note(found: dict[tuple[str, str], Measured], c: Comparison) -> str:
 def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
     """One line per comparison (every measured set's difference, interval and verdict) and the arms that score 0
     on every set they were measured on."""
-    labels = {a.name: a.label for a in ARMS}
+    labels = {name: TRANSFER.label(name) for name in ARMS}
     lines = ["## Summary", "", "Computed from the records on this page (A - B in points, 95% interval, verdict; smoke "
              "tests left out):", ""]
     by_pair: dict[Comparison, list[tuple[TransferSet, Any]]] = {}
@@ -232,15 +233,15 @@ def summary_section(found: dict[tuple[str, str], Measured]) -> list[str]:
         further = pair_note(found, c)
         lines.append(f"- **{labels[c.a]} vs {labels[c.b]}**{further}: {text}.")
     for arm_ in ARMS:
-        mine = [m for (name, _), m in found.items() if name == arm_.name and not m["meta"].get("limit")]
+        mine = [m for (name, _), m in found.items() if name == arm_ and not m["meta"].get("limit")]
         if mine and all(share(m["rows"], "score") == 0 for m in mine):
-            lines.append(f"- **{arm_.label}** scores 0 on every set it was measured on ({len(mine)}): the "
+            lines.append(f"- **{labels[arm_]}** scores 0 on every set it was measured on ({len(mine)}): the "
                          "call and format columns below say why.")
     return lines + [""]
 
 
 def comparisons_section(found: dict[tuple[str, str], Measured]) -> list[str]:
-    labels = {a.name: a.label for a in ARMS}
+    labels = {name: TRANSFER.label(name) for name in ARMS}
     lines = ["## Comparisons", "",
              "Each row pairs two arms over the same tasks of one set: A - B in points with its paired bootstrap 95% "
              "interval over tasks, the tasks where they differ (A right and B wrong, B right and A wrong) and the "

@@ -75,17 +75,17 @@ def regrade_cut(data: Path = TRANSFER_DATA, out: Path = ROOT / "runs" / "transfe
     state = git_state(ROOT)
     tokenizer = None
     outcome: dict[str, str] = {}
-    for a in ARMS:
+    for name in ARMS:
         for s in SETS:
             if s.env != "AgentRL/BFCL-v0":
                 continue
-            folder = arm_folder(data, a.name)
+            folder = arm_folder(data, name)
             for rec_path in sorted(folder.glob(f"{s.name}.jsonl")) + sorted(folder.glob(f"{s.name}.redo*.jsonl")):
                 meta_path = meta_file(rec_path)
                 meta = load_json(meta_path) or {}
                 if meta.get("regraded"):
                     continue
-                episodes = out / a.name / rec_path.name.replace(".jsonl", ".episodes.jsonl")
+                episodes = out / name / rec_path.name.replace(".jsonl", ".episodes.jsonl")
                 if not episodes.is_file():
                     outcome[shown(rec_path)] = f"not re-graded: its episodes ({shown(episodes)}) are not here"
                     continue

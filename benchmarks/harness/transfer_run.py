@@ -39,7 +39,6 @@ from harness.transfer import (
     PACKAGES,
     SETS,
     TRANSFER_DATA,
-    Arm,
     TransferSet,
     arm,
     arm_folder,
@@ -185,14 +184,14 @@ class Options:
     command: str = ""
 
 
-def check_options(o: Options) -> tuple[Arm, list[TransferSet]]:
+def check_options(o: Options) -> tuple[str, list[TransferSet]]:
     """The arm and sets ``o`` names; ValueError in one line for what cannot run."""
     a = arm(o.arm)
     sets = [transfer_set(n) for n in o.sets] if o.sets else list(SETS)
-    if a.adapter is None and o.adapter:
-        raise ValueError(f"--arm {a.name} is the base model: it takes no --adapter")
-    if a.adapter is not None and not o.adapter:
-        raise ValueError(f"--arm {a.name} needs --adapter (declared: {a.adapter}, made by: {a.made_by})")
+    if a.get("adapter") is None and o.adapter:
+        raise ValueError(f"--arm {o.arm} is the base model: it takes no --adapter")
+    if a.get("adapter") is not None and not o.adapter:
+        raise ValueError(f"--arm {o.arm} needs --adapter (declared: {a['adapter']}, made by: {a['made_by']})")
     if o.adapter and not (Path(o.adapter) / "adapter_config.json").is_file():
         raise ValueError(f"--adapter {o.adapter}: no adapter_config.json there")
     if o.limit is not None:
@@ -200,7 +199,7 @@ def check_options(o: Options) -> tuple[Arm, list[TransferSet]]:
             raise ValueError(f"--limit must be >= 1, got {o.limit}")
         if o.data.resolve() == TRANSFER_DATA.resolve():
             raise ValueError(f"--limit is for smoke tests: pass --data to a scratch folder, not {shown(TRANSFER_DATA)}")
-    return a, sets
+    return o.arm, sets
 
 
 def check_same_weights(folder: Path, adapter_hash: str) -> None:
@@ -243,7 +242,7 @@ def run(o: Options) -> dict[str, Any]:
 
     a, sets = check_options(o)
     state = git_state(ROOT)  # the commit this run starts from (what its records and ledger rows name)
-    folder = arm_folder(o.data, a.name)
+    folder = arm_folder(o.data, a)
     todo: list[tuple[TransferSet, tuple[Path, Path]]] = []
     outcome: dict[str, Any] = {}
     for s in sets:
@@ -274,7 +273,7 @@ def run(o: Options) -> dict[str, Any]:
             cfg = collector_config(s)
             started = datetime.datetime.now(datetime.timezone.utc)
             t0 = time.perf_counter()
-            episodes = o.out / a.name / rec_path.name.replace(".jsonl", ".episodes.jsonl")
+            episodes = o.out / a / rec_path.name.replace(".jsonl", ".episodes.jsonl")
             for stale in (episodes, meta_path):  # a killed evaluation's: its records were never written
                 if stale.exists():
                     logger.info("removing %s: left by an evaluation that did not finish", stale)
@@ -288,10 +287,10 @@ def run(o: Options) -> dict[str, Any]:
             rows = records(trajectories)
             row_id = None if ledger_path is None else record_in_ledger(
                 s, tasks, trajectories, episodes, report, policy, ledger_path,
-                {"model": model_name, "adapter": adapter_hash, "arm": a.name})
+                {"model": model_name, "adapter": adapter_hash, "arm": a})
             n = len(rows)
             meta = {
-                "arm": a.name, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
+                "arm": a, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
                 "subset": s.subset, "tasks": n, "limit": o.limit, "model": model_name,
                 "adapter": o.adapter, "adapter_sha256": adapter_hash, "trained_at": o.trained_at,
                 "adapter_run": adapter_run(o.adapter),
@@ -306,7 +305,7 @@ def run(o: Options) -> dict[str, Any]:
             export.write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
             export.write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             outcome[s.name] = f"written {shown(rec_path)}"
-            logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a.name, s.name, 100 * meta["scores"]["score"], n,
+            logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a, s.name, 100 * meta["scores"]["score"], n,
                         seconds)
     finally:
         policy.close()

@@ -53,7 +53,7 @@ def test_the_axes_experiment_is_declared_on_committed_sets_with_three_seeds_and_
     from agentrl.envs.tool_use import env as tool_use
 
     assert all(heldout.SPECS[s].path.is_file() for s in AXES.sets) and len(AXES.seeds) >= 3
-    assert set(AXES.arms) <= {*COMPARE.algos, *(o.name for o in COMPARE.options)}  # compare_algorithms.py --algos
+    assert set(AXES.arms) <= {*COMPARE.algos, *COMPARE.options}  # compare_algorithms.py --algos
     assert not set(AXES.train_families) & set(draw.FORGETTING_FAMILIES)
     trained = tool_use.make_tasks(400, "train", families=list(AXES.cold_start["stages.sft.env_kwargs.families"]))
     assert max(len(t["calls"]) for t in trained) == 2  # the depth set's 3-4-call chains are beyond training

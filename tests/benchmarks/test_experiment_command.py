@@ -1,4 +1,4 @@
-"""``benchmarks/experiment.py`` (issue 58, step 1): every declared experiment is one ``Record`` with its notes as
+"""``benchmarks/experiment.py`` (issue 58, step 1): every experiment is declared as one ``Record`` with its notes as
 fields, and the one command runs, reports and renders any of them through the runner and page of its kind (the
 committed pages come out byte for byte). Nothing here trains: runners are replaced by recorders."""
 
@@ -9,34 +9,45 @@ import pytest
 from harness import experiments as ex
 from harness import transfer as tr
 from harness.axes_run import status_lines as axes_status
+from harness.experiments import RECORDS, diagnostic, note, record, undeclared
 from harness.layout import DATA, LEDGER
-from harness.record import RECORDS, diagnostic, note, record, undeclared
+from harness.record import NOTES, make_arm
 from helpers import ROOT
 
 
 def test_every_declaration_is_a_record_named_by_its_data_folder():
-    learning = {e.name for e in ex.EXPERIMENTS} | {f"{e.name}_{v.name}" for e in ex.EXPERIMENTS for v in e.variants}
+    learning = {e.name for e in ex.EXPERIMENTS} | {v.name for v in ex.VARIANTS}
     assert {n for n, r in RECORDS.items() if r.kind == "learning"} == learning
     assert {n for n, r in RECORDS.items() if r.kind == "axes"} == set(ex.RUNNABLE)
-    assert record("transfer").sets == tuple(s.name for s in tr.SETS)
-    assert [a.name for a in record("transfer").arms] == [a.name for a in tr.ARMS]
+    assert RECORDS["axes"] is ex.AXES and RECORDS["transfer"] is tr.TRANSFER  # the declarations themselves
+    assert record("transfer").sets == tuple(s.name for s in tr.SETS) and record("transfer").arms is tr.ARMS
     assert record("tooluse_lr2e-5").sets == ("tooluse_v4",) and record("tooluse").sets == ("tooluse_v3",)
-    assert record("tooluse_lr2e-5").recipe["stages.rl.lr"] == "2e-5"
-    assert record("pythonmath").decoding == {"n": 4, "temperature": 0.7}
-    assert "rl_text_only" in [a.name for a in record("pythonmath").arms]
+    assert record("tooluse_guided").sets == ("tooluse_v3",)  # a variant without a set of its own: the plain one's
+    assert record("tooluse_lr2e-5").overrides == ("stages.rl.lr=2e-5", "stages.rl.steps=4")
+    assert ex.learning_record(ex.TOOLUSE, "lr2e-5") is record("tooluse_lr2e-5")
+    assert ex.learning_record(ex.TOOLUSE) is record("tooluse") and not record("tooluse").variant
+    assert record("pythonmath").full["eval_n"] == 4 and record("pythonmath").text_only_pipeline
+    assert record("search").text_only_baseline and not record("tooluse").text_only_baseline
+    assert "rl_text_only" in record("pythonmath").arms and "rl_text_only" not in record("search").arms
+    assert record("axes").evaluated == (*ex.AXES.sets, "train", *ex.AXES.transfer)
     with pytest.raises(ValueError, match="no experiment 'nope'; declared: tooluse, "):
         record("nope")
 
 
-def test_an_arm_s_notes_are_its_fields_not_settings():
+def test_an_arm_s_notes_are_apart_from_its_settings():
     for r in RECORDS.values():
         for a in r.arms:
-            assert not {"about", "algo"} & set(a.settings), (r.name, a.name)
-    rft = record("axes").arm("rft")
-    assert rft.about.startswith("rejection sampling") and rft.algo == "rft" and rft.settings["stages.rl.lr"] == 6e-5
-    assert record("lr_choice").arm("grpo_lr2e-4").algo == "grpo"
+            assert not set(NOTES) & set(r.settings(a)), (r.name, a)
+    axes = record("axes")
+    assert axes.arm("rft")["about"].startswith("rejection sampling") and axes.algo("rft") == "rft"
+    assert axes.settings("rft")["stages.rl.lr"] == 6e-5 and axes.algo("grpo") == "grpo"  # no note: its name
+    assert record("lr_choice").algo("grpo_lr2e-4") == "grpo"
+    assert ex.COMPARE.settings("grpo_lr2e-5") == {"lr": 2e-5} and ex.COMPARE.algo("grpo_lr2e-5") == "grpo"
+    assert ex.COMPARE.algos == ("grpo", "ppo", "dpo", "sft") and "rft" in ex.COMPARE.options
     with pytest.raises(ValueError, match="no arm 'ppo' \\(declared: grpo, sft, rft\\)"):
         record("axes").arm("ppo")
+    with pytest.raises(ValueError, match=r"arm notes \['lr'\] are not notes"):
+        make_arm(lr=1e-4)
 
 
 def test_undeclared_runs_diagnostics_and_notes_are_fields_of_their_records():
@@ -111,7 +122,7 @@ def test_bad_requests_fail_in_one_line(capsys):
         cli.main(["run", "compare_algorithms_lr2e-4"])
     pending = [r for r in RECORDS.values() if r.pending]  # declared, waiting on a setting another one decides
     for r in pending:
-        assert r.pending == r.source.pending and "may not run yet" in cli.status_lines(r)[0]
+        assert "may not run yet" in cli.status_lines(r)[0]
         with pytest.raises(SystemExit, match=f"{r.name} is declared but may not run yet: "):
             cli.main(["run", r.name])
     with pytest.raises(SystemExit):

@@ -46,7 +46,7 @@ def test_the_readme_summary_is_the_axes_experiment_in_at_most_8_rows_then_a_coun
 
 
 def test_the_declared_runs_table_lists_only_runs_declared_before_they_ran_one_row_each():
-    from harness.record import RECORDS
+    from harness.experiments import RECORDS
 
     DIAGNOSTIC_RUNS = {name for name, r in RECORDS.items() if r.diagnostic}
     UNDECLARED = {name for name, r in RECORDS.items() if r.undeclared}

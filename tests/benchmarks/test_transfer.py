@@ -67,7 +67,7 @@ def test_subsets_are_the_first_tasks_by_id_and_names_resolve():
     s = transfer_set("bfcl_multiple")
     assert [t["id"] for t in transfer_run.select_tasks(s)][:3] == ["multiple_0", "multiple_1", "multiple_2"]
     assert transfer_run.natural_key("HumanEval/100") > transfer_run.natural_key("HumanEval/99")
-    assert {c.a for c in COMPARISONS} | {c.b for c in COMPARISONS} <= {a.name for a in ARMS}
+    assert {c.a for c in COMPARISONS} | {c.b for c in COMPARISONS} <= set(ARMS)
     with pytest.raises(ValueError, match="declared: bfcl_simple_python"):
         transfer_set("bfcl_simple")
     with pytest.raises(ValueError, match="declared: base, main_sft"):
@@ -84,7 +84,7 @@ def test_the_procedural_arms_train_on_every_procedural_family_with_the_main_jobs
 
     assert set(PROCEDURAL_FAMILIES) == set(FAMILIES)
     for name in ("procedural_sft", "procedural"):
-        argv = shlex.split(arm(name).made_by)
+        argv = shlex.split(arm(name)["made_by"])
         assert argv[:2] == ["agentrl", "main-job"]
         cfg = build_main_job_config(build_parser().parse_args(argv[1:]))
         assert cfg.env_kwargs == {"families": list(PROCEDURAL_FAMILIES)}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from harness.data import COLD_START, judged, same_cold_start, sign_test_p
-from harness.experiments import Comparison
+from harness.record import Comparison
 from harness.tables import seed_spread, verdict
 
 
@@ -53,9 +53,9 @@ def test_seed_spread_cell():
 
 
 def test_the_learning_page_opens_with_its_summary_and_keeps_diagnostics_apart():
+    from harness.experiments import RECORDS
     from harness.heldout import AXIS_SETS, set_status
     from harness.layout import RESULTS
-    from harness.record import RECORDS
 
     DIAGNOSTIC_RUNS = {name for name, r in RECORDS.items() if r.diagnostic}  # the records' own fields
     UNDECLARED = {name for name, r in RECORDS.items() if r.undeclared}
