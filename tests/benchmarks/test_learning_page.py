@@ -4,6 +4,7 @@ filled from a small crafted dataset shows each comparison's interval, verdict, c
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import harness.pages as page
@@ -28,21 +29,36 @@ def test_the_readme_summary_is_the_one_the_committed_data_gives():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = page.README_MARKS
     block = text.split(start, 1)[1].split(end, 1)[0].strip()
-    assert block == page.summary_table(), (
+    assert block == page.readme_summary(), (
         "README.md's learning summary differs from what docs/results/data gives: run python benchmarks/learning.py "
         "--page and commit README.md with the data")
 
 
-def test_the_readme_summary_is_the_axes_experiment_in_at_most_8_rows_then_a_count_of_the_earlier_runs():
-    from harness.axes_page import readme_sets, set_name
+def test_the_readme_summary_is_three_sentences_and_a_link_that_say_what_the_learning_page_s_table_says():
+    """Issue 61: the README's results are three sentences and a link; every figure in them is one of the learning
+    page's summary table (:func:`harness.axes_page.readme_rows`: the same data, judged the same way)."""
+    from harness.axes_page import readme_rows
     from harness.experiments import AXES
+    from harness.layout import DATA
 
-    table = page.summary_table()
-    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Set: ")]
-    assert [r.split("|")[1].strip() for r in rows] == [set_name(AXES, s) for s in readme_sets(AXES)]
-    assert len(rows) <= 8 and "`tooluse_axis_depth`" in table and "BFCL simple_python" in table
+    summary = page.readme_summary()
+    assert "|" not in summary and "\n" not in summary and summary.count("](") == 1
+    assert summary.endswith("[docs/results.md](docs/results.md).")
+    assert len(re.findall(r"\.(?= [A-Z])", summary)) == 3  # three sentences, then the link
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]] for r in readme_rows(DATA / AXES.name)
+            if r.startswith("| ") and not r.startswith("| Set: ")}
+    own = [rows[f"`{s}`"] for s in AXES.sets]
+    for i, other in enumerate(("SFT-continued", "rejection sampling")):  # the table's verdict columns, counted
+        kinds = [re.search(r"\*\*(\w+)\*\*", r[4 + i]).group(1) for r in own]
+        counted = " and ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds), key=lambda k: (-kinds.count(k), k)))
+        assert f"against {other} {counted}" in summary
+    bfcl = rows["BFCL simple_python"]  # the first public benchmark set: cold start, GRPO, SFT-continued, RFT
+    assert f"GRPO scored {bfcl[1].split()[0]}% (cold start {bfcl[0]}%)" in summary
+    for i, other in enumerate(("SFT-continued", "rejection sampling")):
+        diff, interval = bfcl[4 + i].split(";")[0].split(" ", 1)
+        assert f"{other} at {bfcl[2 + i].split()[0]}% ({diff} points, 95% interval {interval}," in summary
     counted = page.declared_runs_table()[-1]
-    assert table.rsplit("\n", 1)[1].startswith("Before it: " + counted[0].lower() + counted[1:-1] + " (one seed")
+    assert "Before it, " + counted[0].lower() + counted[1:-1] + " (one seed" in summary
 
 
 def test_the_declared_runs_table_lists_only_runs_declared_before_they_ran_one_row_each():
@@ -151,7 +167,7 @@ def test_a_page_from_crafted_data(tmp_path):
     # the README's rows are the axes experiment's (none here), and its count of earlier runs lists only runs
     # declared before they ran: a plain "tooluse" folder is one of the undeclared ones, so there is no count
     block = summary.split(start, 1)[1].split(end, 1)[0].strip()
-    assert block == "The pre-declared experiment `axes` has not run yet."
+    assert block == "The pre-declared experiment `axes` has not run yet. Results: [docs/results.md](docs/results.md)."
 
 
 def test_an_engine_run_shows_its_training_beside_the_in_process_run(tmp_path):
