@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.data import TIE_RULE, judged, load_json, read_pieces, read_scores
-from harness.experiments import AXES, COLLAPSE_POINTS, COMPARE, LR_CHOICE, LR_EDGE, AxesExperiment, Comparison
+from harness.experiments import AXES, COLLAPSE_POINTS, COMPARE, LR_CHOICE, LR_EDGE
+from harness.record import Comparison, Record
 from harness.tables import verdict
 
 COLD = "cold start"
@@ -29,7 +30,7 @@ def label(arm: str) -> str:
 class Axes:
     """The committed pieces of one experiment's data folder."""
 
-    def __init__(self, exp: AxesExperiment, folder: Path):
+    def __init__(self, exp: Record, folder: Path):
         self.exp, self.folder = exp, folder
         self.pieces = read_pieces(folder) if folder.is_dir() else {}
         self.setup = load_json(folder / "setup.json") or {}
@@ -88,7 +89,7 @@ def sampled_cells(ax: Axes, arm: str | None, target: str) -> tuple[str, str]:
     return " / ".join(avg("pass_at_k", k) for k in KS), " / ".join(avg("pass_hat_k", k) for k in KS[1:])
 
 
-def set_name(exp: AxesExperiment, target: str) -> str:
+def set_name(exp: Record, target: str) -> str:
     """A set's name in a table: the train-split sample, a public benchmark set's label, else the set file's stem."""
     if target == TRAIN:
         return "train-split sample"
@@ -257,7 +258,7 @@ def header(ax: Axes, command: str) -> list[str]:
     return lines
 
 
-def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
+def axes_section(folder: Path, exp: Record = AXES) -> list[str]:
     """The axes experiment's section: its cells, every set's pass@1 / pass@k / pass^k with the comparisons, and
     the forgetting table (forgetting set beside the train-split score and the KL to the base)."""
     ax = Axes(exp, folder)
@@ -285,13 +286,13 @@ def axes_section(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
     return [*lines, ""]
 
 
-def readme_sets(exp: AxesExperiment) -> tuple[str, ...]:
+def readme_sets(exp: Record) -> tuple[str, ...]:
     """The README's rows, at most 8 (issue 45): every declared held-out set, then the public benchmark sets while
     there is room (AXES: BFCL simple_python and multiple); the train-split sample and the rest are on the page."""
     return (*exp.sets, *exp.transfer)[:8]
 
 
-def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
+def readme_rows(folder: Path, exp: Record = AXES) -> list[str]:
     """The README's results rows: one per set of :func:`readme_sets`, with the greedy pass@1 of the cold start and
     of each arm (the mean over its finished seeds) and the first arm against each other arm: its interval, each
     side's seed SD (the noise floor) and verdict; then a line saying how many cells are in, their steps, and which
@@ -331,7 +332,7 @@ def readme_rows(folder: Path, exp: AxesExperiment = AXES) -> list[str]:
             + ", ".join(trained(a) for a in exp.arms) + f". On the learning page also: {', '.join(left)}."]
 
 
-def lr_choice_section(folder: Path, exp: AxesExperiment = LR_CHOICE) -> list[str]:
+def lr_choice_section(folder: Path, exp: Record = LR_CHOICE) -> list[str]:
     """The train-split lr choice: each rate's seeds against the cold start on the train-split sample, the
     collapse rule, the last quarter's training reward and the decision once every cell is in."""
     ax = Axes(exp, folder)
@@ -358,7 +359,7 @@ def lr_choice_section(folder: Path, exp: AxesExperiment = LR_CHOICE) -> list[str
     return [*lines, "", decision(exp, outcome), ""]
 
 
-def decision(exp: AxesExperiment, outcome: dict[str, list[tuple[bool, float]]]) -> str:
+def decision(exp: Record, outcome: dict[str, list[tuple[bool, float]]]) -> str:
     """The declared rule applied (LR_CHOICE.judge), or how many cells are still missing."""
     n = sum(len(v) for v in outcome.values())
     total = len(exp.arms) * len(exp.seeds)
@@ -376,7 +377,7 @@ def decision(exp: AxesExperiment, outcome: dict[str, list[tuple[bool, float]]]) 
             "last-quarter reward " + ", ".join(f"{a} {reward[a]:.3f}" for a in stable) + ".")
 
 
-def lr_edge_section(folder: Path, exp: AxesExperiment = LR_EDGE) -> list[str]:
+def lr_edge_section(folder: Path, exp: Record = LR_EDGE) -> list[str]:
     """EDGE's two rates chosen on the train split (LR_EDGE.judge): per algorithm, each rate's seeds against the cold
     start, greedy (the collapse rule) and pass@1 of 4 tries at temperature 1 (the score), GRPO's updates and signal
     share, and the decision once every cell of that algorithm is in."""
@@ -429,7 +430,7 @@ def cell_signal(ax: Axes, model: str, cell: dict[str, Any]) -> tuple[str, str, s
             f"{rollouts / updates:.0f}" if updates else "no update")
 
 
-def edge_decision(exp: AxesExperiment, algo: str, outcome: dict[str, list[tuple[bool, float]]]) -> str:
+def edge_decision(exp: Record, algo: str, outcome: dict[str, list[tuple[bool, float]]]) -> str:
     """LR_EDGE.judge for one algorithm: among rates where no seed collapsed, the highest mean pass@1 at temperature
     1; within 2 points of it, the lower rate; if every rate collapsed, the lowest (said so). A rate with a collapsed
     seed is out whatever its other seeds do, so the rule is decided once every other rate has all its seeds in."""
