@@ -12,14 +12,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from harness import record as _record
-from harness.record import Record, make_arm
+from harness.record import Comparison, Record, make_arm
 from harness.transfer import TRANSFER
 
 TOOLUSE, SEARCH, PYTHONMATH = "AgentRL/ToolUse-v0", "AgentRL/Search-v0", "AgentRL/PythonMath-v0"
-#: Two names :mod:`harness.axes_page` still imports from here (import them from :mod:`harness.record`): the record
-#: type it annotates the pre-declared experiments with, and a judged comparison.
-AxesExperiment, Comparison = _record.Record, _record.Comparison
 
 #: The row labels of a learning run (the main job's stages and the controls).
 BASE, COLD_START, RL = "base", "SFT (cold start)", "RL (GRPO)"

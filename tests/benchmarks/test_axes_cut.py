@@ -1,4 +1,4 @@
-"""The equal-updates cut in the axes runner (issue 59 part 5; ``AxesExperiment.cut_updates``): each cell keeps its
+"""The equal-updates cut in the axes runner (issue 59 part 5; ``Record.cut_updates``): each cell keeps its
 adapter after its U-th weight-changing update (its final one when it made fewer) and new pieces evaluate it greedily
 on every set; experiments without a cut plan what they planned before. End to end on a tiny random model (no
 learning figure is asserted)."""
