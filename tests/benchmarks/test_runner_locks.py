@@ -1,0 +1,80 @@
+"""One writer per run folder for the benchmark runners too (issue 60, N1): ``learning.py``, ``compare_algorithms.py``,
+``axes.py run`` and ``transfer.py`` hold their run folder's lock for their whole work, so a second one on a folder
+another command holds is refused in one line naming the holder's pid, before it trains or evaluates anything."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+#: Another command holding a run folder as ``agentrl main-job`` would: says so, then runs until killed.
+HOLDER = ("import sys, time\nfrom agentrl.algos.run_folder import claim_run\n"
+          "sys.argv = ['agentrl', 'main-job', '--out', sys.argv[1]]\n"
+          "with claim_run(sys.argv[-1]):\n    print('held', flush=True)\n    time.sleep(600)\n")
+
+
+@pytest.fixture
+def held(tmp_path):
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield run, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _never_runs(*args, **kwargs):
+    raise AssertionError("the second runner ran: it would have written over the first one's run folder")
+
+
+def _refusal(script: str, run, pid: int) -> str:
+    return (rf"^{re.escape(script)}: {re.escape(str(run))} is in use: `agentrl main-job --out {re.escape(str(run))}` "
+            rf"\(pid {pid}\) still runs there; wait for it to end or stop it \(kill {pid}\), or pass another --out$")
+
+
+def test_a_second_learning_run_is_refused_in_one_line(held, monkeypatch):
+    from harness import commands
+
+    run, proc = held
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(commands, "_run_learning", _never_runs)
+    with pytest.raises(SystemExit, match=_refusal("learning.py", run, proc.pid)):
+        commands.learning_main(["--env", "AgentRL/ToolUse-v0", "--out", str(run)])
+
+
+def test_a_second_comparison_is_refused_in_one_line(held, monkeypatch):
+    from harness import commands, compare_run
+
+    run, proc = held
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(compare_run, "_run_compare", _never_runs)
+    with pytest.raises(SystemExit, match=_refusal("compare_algorithms.py", run, proc.pid)):
+        commands.compare_main(["--out", str(run)])
+
+
+def test_a_second_axes_run_is_refused_in_one_line(held, monkeypatch):
+    from harness import axes_cli
+
+    run, proc = held
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(axes_cli, "_run_pieces", _never_runs)
+    with pytest.raises(SystemExit, match=_refusal("axes.py", run, proc.pid)):
+        axes_cli.main(["run", "--experiment", "axes", "--work", str(run)])
+
+
+def test_a_second_transfer_run_is_refused_in_one_line(held, monkeypatch, capsys, tmp_path):
+    from harness import transfer_cli, transfer_run
+
+    run, proc = held
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(transfer_run, "run", _never_runs)
+    args = ["--arm", "base", "--out", str(run), "--data", str(tmp_path / "data")]
+    assert transfer_cli.main(args) == 2
+    assert re.match(_refusal("transfer.py", run, proc.pid), capsys.readouterr().err.rstrip("\n"))
