@@ -109,7 +109,7 @@ def set_lines(ax: Axes, target: str, rows: list[str | None]) -> list[str]:
         title = "the fixed train-split sample" if target == TRAIN else f"`{target}`"
     lines = [f"#### {title}", "", "| Row | greedy pass@1, per seed (%) | mean | pass@1 / 2 / 4 / 8 (8 tries) "
              "| pass^2 / 4 / 8 |", "|---|---|---:|---|---|"]
-    sampled = ax.exp.sampled and target != TRAIN and target not in ax.exp.transfer
+    sampled = target != TRAIN and ax.exp.samples(target)
     for arm in rows:
         at_k, hat_k = sampled_cells(ax, arm, target) if sampled else ("–", "–")
         lines.append(f"| {COLD if arm is None else label(arm)} | {per_seed_cell(ax, arm, target)} | "

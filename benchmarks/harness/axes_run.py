@@ -106,7 +106,8 @@ def eval_pieces(exp: Record, model: str, needs: tuple[str, ...], sets: Iterable[
         pieces.append(Piece(f"{model}/{TRAIN}-sampled", "eval:train-sampled", needs))
     for s in sets:
         pieces += ([Piece(f"{model}/{s}-greedy", "eval:transfer", needs)] if s in exp.transfer else
-                   [Piece(f"{model}/{s}-{m}", f"eval:{m}", needs) for m in modes(exp)])
+                   [Piece(f"{model}/{s}-{m}", f"eval:{m}", needs) for m in modes(exp)
+                    if m == "greedy" or exp.samples(s)])
     return pieces
 
 

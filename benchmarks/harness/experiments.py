@@ -358,9 +358,14 @@ EDGE = Record(  # RL at the edge of competence against the two imitation arms (i
     sets=AXES.sets,  # tooluse_v5 and the axes' held-out halves (families never trained), fixed before AXES ran
     greedy=MappingProxyType({"eval_n": 1, "eval_temperature": 0.0}),
     sampled=MappingProxyType({"eval_n": 8, "eval_temperature": 0.7}),
+    # Third amendment, before any piece of EDGE ran (2026-12-07): 8 tries at temperature 0.7 on tooluse_v5 only,
+    # not on every set. They were 6 x ~10.7 min of each cell's ~117 min here (~9.6 of ~19 hours for the whole
+    # experiment on this 2-core machine) and no verdict reads them; the judge is greedy pass@1.
+    sampled_sets=("tooluse_v5",),
     primary="GRPO vs SFT-continued and vs rejection sampling, per set: pass@1 (greedy), its interval, verdict and "
             "seed spread at equal wall-clock (15 training minutes) and at the equal-updates cut (16 updates); "
-            "pass@k and pass^k beside the wall-clock ones; per arm: signal share, updates, tokens trained",
+            "pass@k and pass^k on tooluse_v5 beside the wall-clock ones; per arm: signal share, updates, tokens "
+            "trained",
     judge="GRPO wins when, at equal wall-clock, its pass@1 is met (above, by the tie rule) against both "
           "SFT-continued and rejection sampling on at least two of the six sets (BFCL's three beside, not counted). "
           "Otherwise a null with its power: each arm's signal share, updates, tokens trained and the seed spread "

@@ -107,6 +107,8 @@ class Record:
     graded by the benchmark's own checker."""
     train_sampled: bool = False
     """Also evaluate the train-split sample with :attr:`sampled`'s settings (pass@1 at its temperature)."""
+    sampled_sets: tuple[str, ...] | None = None
+    """The sets evaluated with :attr:`sampled`'s settings too (None: every set but the public benchmark ones)."""
     cut_updates: int | None = None
     """The equal-updates cut: each cell also keeps its adapter after this many weight-changing updates, evaluated
     greedily on every set beside the final one (fewer updates in the cell: its final adapter, said on the page)."""
@@ -145,6 +147,11 @@ class Record:
     """Selection its own figures do not show, which its section must state."""
     runnable: bool = True
     """False for a run kept for its data whose declaration was replaced (nothing would run it again)."""
+
+    def samples(self, target: str) -> bool:
+        """Whether set ``target`` is evaluated with :attr:`sampled`'s settings (pass@k, pass^k) beside greedy."""
+        return bool(self.sampled) and target not in self.transfer and (
+            self.sampled_sets is None or target in self.sampled_sets)
 
     def arm(self, name: str) -> Mapping[str, Any]:
         """The declared arm ``name``; ValueError naming the declared ones."""

@@ -73,3 +73,17 @@ def test_the_rate_choice_also_scores_the_train_sample_at_temperature_1_and_the_a
     assert "cold_start/train-sampled" in keys and "grpo_lr6e-5-s0/train-sampled" in keys
     assert LR_EDGE.sampled["eval_temperature"] == 1.0 and LR_EDGE.sampled["eval_n"] == 4
     assert not any(k.endswith("train-sampled") for k in (p.key for p in plan(AXES)))
+
+
+def test_edge_samples_only_tooluse_v5_and_the_other_plans_sample_every_set():
+    """The third amendment (before any EDGE piece): 8 tries at temperature 0.7 on tooluse_v5 only; greedy on every
+    set, both cuts; AXES keeps its sampled evaluation of every held-out set."""
+    from harness.axes_run import plan
+
+    edge = {p.key for p in plan(EDGE)}
+    assert {k for k in edge if k.endswith("-sampled")} == {f"{m}/tooluse_v5-sampled" for m in
+                                                           ["cold_start", *(f"{a}-s{s}" for a in EDGE.arms
+                                                                            for s in EDGE.seeds)]}
+    assert all(f"grpo-s0/{s}-greedy" in edge and f"grpo-s0/{s}-cut-greedy" in edge for s in EDGE.sets)
+    axes = {p.key for p in plan(AXES)}
+    assert AXES.sampled_sets is None and all(f"grpo-s0/{s}-sampled" in axes for s in AXES.sets)
