@@ -324,12 +324,30 @@ def nested_dicts_to_configs(config) -> None:
             setattr(config, f.name, config_from_dict(type(default), value, base=default, _prefix=f"{f.name}."))
 
 
+def _drop_omitted(config, d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (``dataclasses.asdict(config)``) without the fields, at any depth, whose metadata ``omit_if`` equals
+    their value: a key added later is written only when set away from the behaviour before it existed, so the
+    configs (and experiment setups) recorded earlier stay equal to the new ones that do the same."""
+    for f in dataclasses.fields(config):
+        v, sub = getattr(config, f.name), d.get(f.name)
+        if "omit_if" in f.metadata and v == f.metadata["omit_if"]:
+            d.pop(f.name, None)
+        elif dataclasses.is_dataclass(v) and isinstance(sub, dict):
+            _drop_omitted(v, sub)
+        elif isinstance(v, (list, tuple)) and isinstance(sub, (list, tuple)) and len(v) == len(sub):
+            for item, item_d in zip(v, sub, strict=True):
+                if dataclasses.is_dataclass(item) and isinstance(item_d, dict):
+                    _drop_omitted(item, item_d)
+    return d
+
+
 def config_to_dict(config) -> dict[str, Any]:
     """``dataclasses.asdict(config)`` with each tagged section written under its tag's value (``"grpo": {...}``,
-    where :func:`config_from_dict` reads it back)."""
+    where :func:`config_from_dict` reads it back), less the fields at their ``omit_if`` value
+    (:func:`_drop_omitted`)."""
     tagged = tagged_sections(config)
     out: dict[str, Any] = {}
-    for k, v in dataclasses.asdict(config).items():
+    for k, v in _drop_omitted(config, dataclasses.asdict(config)).items():
         if k in tagged:
             if v is not None:
                 out[getattr(config, tagged[k].tag)] = v

@@ -391,8 +391,8 @@ class Trainer:
             trim_heap()  # glibc: the rollout's freed KV caches (small blocks) leave the RSS before the update grows it
         metrics.update(self.apply_update_rows(rows, self.loss_temperature))
         metrics["time/train"] = time.perf_counter() - t0
-        metrics["perf/tokens_per_s"] = (metrics["train/real_tokens"] / metrics["time/train"]
-                                        if metrics["time/train"] else 0.0)
+        busy = metrics["time/train"] - metrics.get("time/compile", 0.0)  # compiling is not the update's speed
+        metrics["perf/tokens_per_s"] = metrics["train/real_tokens"] / busy if busy > 0 else 0.0
         self.global_step += 1
         metrics["train/data_position"] = self.data_pos
         if self.manages_heap:
@@ -417,7 +417,7 @@ class Trainer:
                             pad_id=self.pad_id, micro_batch_tokens=self.micro_batch_tokens,
                             logprob_chunk=cfg.logprob_chunk, max_grad_norm=cfg.max_grad_norm, reference=self.reference,
                             sampled=sampled, after_step=publish, ranks=self.ranks, trim=self.manages_heap,
-                            correction=self.correction if sampled else None)
+                            correction=self.correction if sampled else None, compile_mode=cfg.compile)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -35,6 +35,7 @@ from agentrl.algos.objectives.batching import TrainRow, collate, pack_microbatch
 from agentrl.algos.objectives.logprobs import MIN_SHARED_PREFIX, prefix_pass, token_logprobs
 from agentrl.algos.objectives.ppo import RolloutCorrection, importance_weights
 from agentrl.algos.rollout.trajectory import shared_prefix_len
+from agentrl.algos.training.compiled import compiled_passes
 from agentrl.algos.training.distributed import Ranks, all_reduce_gradients, gather_objects
 from agentrl.algos.training.fused_lora import fused_lora
 from agentrl.algos.training.memory_plan import (
@@ -206,7 +207,8 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                  temperature: float, pad_id: int, micro_batch_tokens: int | str, logprob_chunk: int,
                  max_grad_norm: float, reference: Reference | None = None, sampled: bool | None = None,
                  after_step: Callable[[], None] | None = None, ranks: Ranks | None = None,
-                 trim: bool = False, correction: RolloutCorrection | None = None) -> dict[str, Any]:
+                 trim: bool = False, correction: RolloutCorrection | None = None,
+                 compile_mode: str = "off") -> dict[str, Any]:
     """``algo.epochs`` optimizer steps over ``row_groups``; returns the ``train/*`` metrics.
 
     ``temperature`` divides the logits of the loss's logprobs (the rollout temperature, or 1 when
@@ -231,6 +233,10 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     ``correction`` (:func:`resolve_correction`; only when ``sampled`` and ``algo.token_level``): the loss gets
     ``batch["old_logprobs"]`` = the first epoch's own logprobs (``pi_old``), ``batch["rollout_logprobs"]`` =
     the rows' recorded ones, and ``batch["is_weights"]`` (see the module docstring).
+
+    ``compile_mode`` (TrainConfig ``compile``): the passes run :func:`~agentrl.algos.training.compiled.compiled_passes`
+    (compiled decoder-layer MLPs and norms, eager where compiling fails); the seconds spent compiling in this call
+    are returned as ``time/compile``.
     """
     if algo.needs_reference and reference is None:
         raise ValueError(f"{type(algo).__name__} needs a reference policy: pass reference=Reference(model) "
@@ -260,6 +266,7 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
                                            chunk_size=logprob_chunk, positions=batch["loss_mask"]))
     passes = contextlib.ExitStack()  # the policy's forward and backward passes run PEFT's LoRA layers fused
     passes.enter_context(fused_lora(model))
+    clock = passes.enter_context(compiled_passes(model, compile_mode))
     try:
         for epoch in range(algo.epochs):
             optimizer.zero_grad(set_to_none=True)
@@ -312,7 +319,10 @@ def apply_update(model, optimizer, algo: Algorithm, row_groups: Sequence[RowGrou
     if ranks.distributed:
         everyone = gather_objects(stats, ranks)
         stats.merge(everyone[: ranks.rank] + everyone[ranks.rank + 1:])
-    return stats.result()
+    out = stats.result()
+    if clock is not None:
+        out["time/compile"] = clock.seconds
+    return out
 
 
 @torch.no_grad()
