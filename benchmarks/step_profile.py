@@ -40,6 +40,7 @@ Never asserts.
 
     python benchmarks/step_profile.py --out /tmp/profile.json      # the main job's shape (minutes on 2 cores)
     python benchmarks/step_profile.py --tasks 4                    # fewer tasks per step
+    python benchmarks/step_profile.py --compile on                 # the update's passes compiled (before: off)
     python benchmarks/step_profile.py --tiny --tasks 1 --group-size 2 --max-new-tokens 8   # seconds
 """
 
@@ -313,7 +314,8 @@ def build(args, out: Path):
     cfg = dataclasses.replace(rl, steps=1, save_every=0, progress=False, report_to=["none"], collector=collector,
                               tasks_per_step=args.tasks or rl.tasks_per_step, gradient_checkpointing=ckpt,
                               group_size=args.group_size or rl.group_size, adapter=args.adapter or rl.adapter,
-                              sampler=dataclasses.replace(rl.sampler, enabled=False), seed=args.seed)
+                              sampler=dataclasses.replace(rl.sampler, enabled=False), seed=args.seed,
+                              compile=args.compile or rl.compile)
     if args.tiny:
         tokenizer = load_tokenizer(cfg.model)
         model = tiny_model(tokenizer, hidden_size=64, seed=args.seed, end_scale=5.0)
@@ -383,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gradient-checkpointing", choices=("auto", "true", "false"),
                     help="default: the main job's ('auto': the memory plan decides)")
     ap.add_argument("--adapter", help="a trained LoRA adapter folder to start from (e.g. a main job's sft/adapter)")
+    ap.add_argument("--compile", choices=("off", "on", "auto"), help="TrainConfig compile (default: the main job's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep-skips", action="store_true", help="no reward tie-break: equal-reward groups are skipped")
     ap.add_argument("--no-warmup", action="store_true", help="profile the first step (one-time costs included)")
@@ -434,6 +437,7 @@ def main(argv: list[str] | None = None) -> dict:
                             "tokens": counts.tokens.get(name, 0) if name in FLOP_PHASES else 0, "flops": flops,
                             "over_ideal": s - flops / own_rate}
     gap, update_s = max(PHASES, key=lambda n: phases_out[n]["over_ideal"]), metrics.get("time/train", 0.0)
+    update_s -= metrics.get("time/compile", 0.0)  # compiling (--compile; mostly in the warm-up) is not the update
     update_flops = sum(counts.flops.get(n, 0.0) for n in ("forward", "recompute", "backward"))
     result = {
         "command": " ".join(["python benchmarks/step_profile.py", *(sys.argv[1:] if argv is None else argv)]),
@@ -444,13 +448,12 @@ def main(argv: list[str] | None = None) -> dict:
                   "max_new_tokens": cfg.collector.max_new_tokens, "max_turns": cfg.collector.max_turns,
                   "gradient_checkpointing": checkpointing, "micro_batch_tokens": micro_batch_tokens,
                   "every_group_trains": not args.keep_skips, "warm_up": not args.no_warmup,
-                  "profiler": not args.no_profiler},
+                  "profiler": not args.no_profiler, "compile": cfg.compile},
         "matmul": {**rates, "shape": f"[4096, {hidden}] x [{hidden}, {hidden}]"},
         "phases": phases_out, "wall_s": wall, "trainer_step_s": metrics.get("time/step"), "largest_gap": gap,
-        "env_busy_in_threads_s": pool.busy,
-        "update": {"seconds": update_s, "flops": update_flops,
+        "env_busy_in_threads_s": pool.busy, "update": {"seconds": update_s, "flops": update_flops,
                    "of_matmul_rate": update_flops / update_s / own_rate if update_s else None},
-        "step": {k: metrics[k] for k in ("time/rollout", "time/train", "perf/rollout_tokens_per_s",
+        "step": {k: metrics[k] for k in ("time/rollout", "time/train", "time/compile", "perf/rollout_tokens_per_s",
                                          "train/real_tokens", "train/padded_tokens", "train/loss_tokens",
                                          "train/skipped_groups", "train/groups", "reward/mean", "rollout/turns",
                                          "rollout/response_length", "rollout/num_trajectories",
@@ -472,7 +475,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"and {step.get('rollout/response_length', 0):.0f} sampled tokens each (mean), "
           f"{step.get('train/real_tokens')} tokens trained ({step.get('train/groups')} groups); rollout "
           f"{step.get('time/rollout', 0):.2f} s, update {update_s:.2f} s; env busy in its threads {pool.busy:.2f} s "
-          "(overlapped with decoding, not in the sum)")
+          f"(overlapped with decoding, not in the sum); compiling {step.get('time/compile', 0):.2f} s apart")
     print("matmul rate: " + ", ".join(f"{n} {r / 1e9:,.1f} GFLOP/s" for n, r in rates.items() if r)
           + f" ({result['matmul']['shape']})")
     print("\n".join(table(result)))
