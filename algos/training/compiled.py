@@ -42,7 +42,7 @@ COMPILE_MODES = ("off", "on", "auto")
 
 #: module class -> its compiled forward (one per process: graphs are reused across steps and models)
 _COMPILED: dict[type, Any] = {}
-_STATE: dict[str, Any] = {"failed": None, "probed": False}
+_STATE: dict[str, Any] = {"failed": None, "probed": set()}  # probed: (class, dtype, device) keys
 _LOCK = threading.Lock()
 
 
@@ -89,11 +89,14 @@ def _fail(err: BaseException) -> None:
 
 
 def _probe(module: torch.nn.Module) -> None:
-    """Compile ``module``'s forward and backward on 3 tokens (once per process); a failure disables compiling."""
-    if _STATE["probed"]:
-        return
-    _STATE["probed"] = True
+    """Compile ``module``'s forward and backward on 3 tokens (once per class, dtype and device in a process: a
+    backward graph may compile lazily, in a backward pass, where a failure could not fall back); a failure
+    disables compiling."""
     p = next(module.parameters(), None)
+    key = (type(module), p.dtype if p is not None else None, p.device if p is not None else None)
+    if key in _STATE["probed"]:
+        return
+    _STATE["probed"].add(key)
     width = getattr(module, "hidden_size", None) or (p.shape[-1] if p is not None else None)
     if p is None or width is None:
         return
@@ -162,7 +165,9 @@ def compiled_passes(model, mode: str = "off") -> Iterator[CompileClock | None]:
     handler.register_end_callback(clock.end)
     try:
         with _LOCK:
-            _probe(targets[0])
+            for m in {type(t): t for t in targets}.values():  # one module of each class
+                if not _STATE["failed"]:
+                    _probe(m)
         if _STATE["failed"]:
             yield clock
             return

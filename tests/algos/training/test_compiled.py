@@ -107,7 +107,9 @@ def test_micro_batches_of_other_shapes_reuse_the_graphs(tokenizer):
 
 
 def _grpo(tokenizer, tmp_path, mode, steps=1):
-    cfg = tiny_train_config(tmp_path / mode, steps=steps, compile=mode, stop_without_signal=0, tasks_per_step=4, lr=1e-4)
+    # 4 tasks and a small lr: both steps' groups still differ in reward, so both steps update
+    cfg = tiny_train_config(tmp_path / mode, steps=steps, compile=mode, stop_without_signal=0, tasks_per_step=4,
+                            lr=1e-4)
     trainer = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer)
     return trainer.train()
 
@@ -131,7 +133,7 @@ def test_a_failing_compiler_logs_one_line_and_the_update_runs_eager(tokenizer, t
             raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
         return call
 
-    monkeypatch.setattr(compiled, "_STATE", {"failed": None, "probed": False})
+    monkeypatch.setattr(compiled, "_STATE", {"failed": None, "probed": set()})
     monkeypatch.setattr(compiled, "_COMPILED", {})
     monkeypatch.setattr(torch, "compile", no_compiler)
     eager = _grpo(tokenizer, tmp_path, "off", steps=2)
@@ -143,6 +145,27 @@ def test_a_failing_compiler_logs_one_line_and_the_update_runs_eager(tokenizer, t
     for e, f in zip(eager, fell_back, strict=True):  # eager: the same numbers
         assert f["train/loss"] == pytest.approx(e["train/loss"], rel=1e-6, abs=1e-9)
         assert f["train/grad_norm"] == pytest.approx(e["train/grad_norm"], rel=1e-6, abs=1e-9)
+
+
+def test_a_call_that_fails_after_the_probe_reruns_eager_and_turns_compiling_off(tokenizer, monkeypatch, caplog):
+    def unsupported(fn, **_kwargs):
+        def call(*_args, **_kw):
+            raise torch._dynamo.exc.Unsupported("an op dynamo cannot trace")
+        return call
+
+    monkeypatch.setattr(compiled, "_STATE", {"failed": None, "probed": set()})
+    monkeypatch.setattr(compiled, "_COMPILED", {})
+    monkeypatch.setattr(compiled, "_probe", lambda module: None)  # the probe passed; a later call fails
+    monkeypatch.setattr(torch, "compile", unsupported)
+    model = _lora_model(tokenizer)
+    ids, mask = _batch(2, 15)
+    lp_e, loss_e, g_e = _pass(model, ids, mask, "off")
+    with caplog.at_level(logging.WARNING, logger="agentrl.algos.training.compiled"):
+        lp_f, loss_f, g_f = _pass(model, ids, mask, "on")
+        _pass(model, ids, mask, "on")
+    assert len([r for r in caplog.records if r.name == "agentrl.algos.training.compiled"]) == 1
+    assert "Unsupported" in compiled.failure()
+    assert torch.equal(lp_f, lp_e) and loss_f == loss_e and all(torch.equal(g_f[k], g_e[k]) for k in g_e)
 
 
 def test_the_compile_key(tokenizer):
