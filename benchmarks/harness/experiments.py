@@ -350,7 +350,9 @@ EDGE = Record(  # RL at the edge of competence against the two imitation arms (i
     train_families=EDGE_FAMILIES,
     arms=MappingProxyType({  # GRPO and rejection sampling: 4 tasks x 8 samples, the sampler on, 2 warm-up steps
         "grpo": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER, **EDGE_BATCH}),
-        "sft": MappingProxyType({"stages.sft.lr": None, "about": "SFT-continued on the same families' demonstrations"}),
+        # LR_EDGE's SFT decision (docs/results/learning.md): every rate collapsed on some seed, so the rule's lowest
+        "sft": MappingProxyType({"stages.sft.lr": 1.5e-4,
+                                 "about": "SFT-continued on the same families' demonstrations"}),
         "rft": MappingProxyType({"stages.rl.lr": None, "stages.rl.warmup_steps": 2, **EDGE_SAMPLER, **EDGE_BATCH,
                                  "about": "rejection sampling: the same sampler's samples, SFT on the correct ones"}),
     }),
@@ -371,8 +373,8 @@ EDGE = Record(  # RL at the edge of competence against the two imitation arms (i
           "Otherwise a null with its power: each arm's signal share, updates, tokens trained and the seed spread "
           "against the differences found. The equal-updates cut is judged the same way, a second reading only.",
     transfer=AXES.transfer,
-    pending="the GRPO and SFT rates (None here) are LR_EDGE's choices, set in a commit of this declaration once "
-            "LR_EDGE has decided",
+    pending="the GRPO rates (None here) are LR_EDGE's choice, set in a commit of this declaration once LR_EDGE "
+            "has decided for GRPO (its SFT rate is set: 1.5e-4)",
 )
 
 #: Declared experiments the axes runner (``benchmarks/axes.py --experiment NAME``) runs (``pending``: refused).

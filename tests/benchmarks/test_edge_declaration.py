@@ -61,7 +61,7 @@ def test_edge_holds_the_axes_sets_both_cuts_and_waits_for_its_rates():
 
 def test_a_pending_experiment_is_refused_before_any_piece_runs(tmp_path, monkeypatch):
     monkeypatch.setattr("harness.axes_run.schedule", lambda *a, **k: pytest.fail("a piece was scheduled"))
-    with pytest.raises(SystemExit, match="may not run yet: the GRPO and SFT rates"):
+    with pytest.raises(SystemExit, match="may not run yet: the GRPO rates"):
         axes_cli.main(["run", "--experiment", "edge", "--data", str(tmp_path / "d"), "--work", str(tmp_path / "w")])
     assert not (tmp_path / "d").exists() and not (tmp_path / "w").exists()
 
