@@ -79,3 +79,17 @@ def no_loading(monkeypatch):
         monkeypatch.setattr(f"{where}.load_model", refuse)
         monkeypatch.setattr(f"{where}.load_tokenizer", refuse)
     monkeypatch.setattr("agentrl.algos.training.launch.train", refuse)
+
+
+@pytest.fixture
+def held(tmp_path):
+    """A live process that holds ``tmp_path/run`` as ``agentrl main-job --out RUN`` would: ``(run, process)``."""
+    from helpers import hold_run
+
+    run = tmp_path / "run"
+    proc = hold_run(run)
+    try:
+        yield run, proc
+    finally:
+        proc.kill()
+        proc.wait()

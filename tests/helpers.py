@@ -472,3 +472,23 @@ def adapter_loads(log_path: str | Path, start: int = 0) -> list[str]:
         f.seek(start)
         text = f.read().decode("utf-8", "replace")
     return re.findall(r"Loaded new LoRA adapter: name '([^']+)'", text)
+
+
+#: Another command holding a run folder (or one file of it) as the CLI does: says so, then runs until killed.
+RUN_HOLDER = ("import sys, time\nfrom agentrl.algos.run_folder import claim_run\n"
+              "run, writes = sys.argv[1], sys.argv[2]\nsys.argv = ['agentrl', 'main-job', '--out', run]\n"
+              "with claim_run(run, writes=writes or None):\n    print('held', flush=True)\n    time.sleep(600)\n")
+
+
+def hold_run(run: Path, writes: str = ""):
+    """A live process holding ``run`` (or only its file ``writes``) as ``agentrl main-job --out RUN`` would, once
+    it says so: a ``subprocess.Popen`` to kill."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, "-c", RUN_HOLDER, str(run), writes], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    assert proc.stdout.readline().strip() == "held"
+    return proc

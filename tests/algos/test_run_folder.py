@@ -5,44 +5,16 @@ holder's pid and command, and the folder records which commands and which commit
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import hold_run
 
 from agentrl.algos import cli
 from agentrl.algos.evaluation.ledger import git_state
 from agentrl.algos.run_folder import WRITERS_FILE, claim_run, writers
 from agentrl.algos.training.checkpoint import RunInUse
-
-#: Another command holding a run folder (or one file of it) as the CLI does: says so, then runs until killed.
-HOLDER = ("import sys, time\nfrom agentrl.algos.run_folder import claim_run\nrun, writes = sys.argv[1], sys.argv[2]\n"
-          "sys.argv = ['agentrl', 'main-job', '--out', run]\n"
-          "with claim_run(run, writes=writes or None):\n    print('held', flush=True)\n    time.sleep(600)\n")
-
-
-def _env():
-    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-
-
-def _hold(run: Path, writes: str = "") -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run), writes], stdout=subprocess.PIPE, text=True,
-                            env=_env())
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
-@pytest.fixture
-def held(tmp_path):
-    """A live process that holds ``tmp_path/run`` as ``agentrl main-job --out RUN`` would."""
-    run = tmp_path / "run"
-    proc = _hold(run)
-    try:
-        yield run, proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _never_runs(*args, **kwargs):
@@ -79,7 +51,7 @@ def test_a_second_eval_writing_the_same_file_is_refused_and_another_file_is_not(
                                                                                   monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     run = tmp_path / "evals"
-    proc = _hold(run, "a.jsonl")
+    proc = hold_run(run, "a.jsonl")
     try:
         monkeypatch.setattr("agentrl.algos.evaluation.evaluate.evaluate", _never_runs)
         args = ["eval", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--tasks", "1", "--out"]
@@ -101,7 +73,7 @@ def test_the_lock_is_held_for_the_whole_command_and_given_back_after_it(tmp_path
 
     def stages(cfg, resume, policy):
         try:
-            _hold(run).kill()
+            hold_run(run).kill()
             seen["second"] = "ran"
         except AssertionError:
             seen["second"] = "refused"
@@ -111,7 +83,7 @@ def test_the_lock_is_held_for_the_whole_command_and_given_back_after_it(tmp_path
     monkeypatch.setattr("agentrl.algos.rollout.demonstrations.check_demonstrations", lambda *a: None)
     assert cli.main(["main-job", "--env", "Test/Score-v0", "--model", str(tiny_dir), "--out", str(run)]) == 0
     assert seen == {"second": "refused"}
-    _hold(run).kill()  # given back when the command ended
+    hold_run(run).kill()  # given back when the command ended
 
 
 def test_a_run_folder_records_the_command_and_commit_that_wrote_it(tmp_path, monkeypatch):
@@ -131,7 +103,7 @@ def test_a_run_folder_records_the_command_and_commit_that_wrote_it(tmp_path, mon
 
 def test_claim_run_refuses_another_process_and_runs_its_check_under_the_lock(tmp_path, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
-    proc = _hold(tmp_path / "run")
+    proc = hold_run(tmp_path / "run")
     try:
         with pytest.raises(RunInUse, match=rf"\(pid {proc.pid}\)"), claim_run(tmp_path / "run"):
             pass

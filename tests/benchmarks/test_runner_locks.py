@@ -4,30 +4,9 @@ another command holds is refused in one line naming the holder's pid, before it 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-
-#: Another command holding a run folder as ``agentrl main-job`` would: says so, then runs until killed.
-HOLDER = ("import sys, time\nfrom agentrl.algos.run_folder import claim_run\n"
-          "sys.argv = ['agentrl', 'main-job', '--out', sys.argv[1]]\n"
-          "with claim_run(sys.argv[-1]):\n    print('held', flush=True)\n    time.sleep(600)\n")
-
-
-@pytest.fixture
-def held(tmp_path):
-    run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        yield run, proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _never_runs(*args, **kwargs):
