@@ -366,15 +366,23 @@ def decision(exp: Record, outcome: dict[str, list[tuple[bool, float]]]) -> str:
     if n < total:
         return f"**Not decided yet**: {n} of {total} cells trained and evaluated."
     rate = {a: float(exp.arms[a].get("stages.rl.lr", 0.0)) for a in exp.arms}
-    stable = [a for a in exp.arms if not any(c for c, _ in outcome[a])]
+    chosen, stable, reward = choose(list(exp.arms), rate, outcome)
     if not stable:
-        lowest = min(exp.arms, key=rate.__getitem__)
-        return f"**Decision**: every rate collapsed on some seed; by the rule, the lowest, {lowest}: none passed."
-    reward = {a: statistics.fmean(r for _, r in outcome[a]) for a in stable}
-    best = max(reward.values())
-    chosen = min((a for a in stable if reward[a] >= best - 0.02), key=rate.__getitem__)
+        return f"**Decision**: every rate collapsed on some seed; by the rule, the lowest, {chosen}: none passed."
     return (f"**Decision**: {chosen} (rl_lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean "
             "last-quarter reward " + ", ".join(f"{a} {reward[a]:.3f}" for a in stable) + ".")
+
+
+def choose(arms: list[str], rate: dict[str, float], outcome: dict[str, list[tuple[bool, float]]]
+           ) -> tuple[str, list[str], dict[str, float]]:
+    """The lr rules' shared core: ``(chosen, rates where no seed collapsed, their mean score)``: the best mean score
+    among those, within 0.02 of it the lower rate; if every rate collapsed, the lowest (``stable`` empty)."""
+    stable = [a for a in arms if not any(c for c, _ in outcome.get(a, []))]
+    if not stable:
+        return min(arms, key=rate.__getitem__), [], {}
+    score = {a: statistics.fmean(s for _, s in outcome[a]) for a in stable}
+    best = max(score.values())
+    return min((a for a in stable if score[a] >= best - 0.02), key=rate.__getitem__), stable, score
 
 
 def lr_edge_section(folder: Path, exp: Record = LR_EDGE) -> list[str]:
@@ -442,14 +450,10 @@ def edge_decision(exp: Record, algo: str, outcome: dict[str, list[tuple[bool, fl
     if any(a not in out and len(outcome.get(a, [])) < len(exp.seeds) for a in arms):
         return f"**{name}: not decided yet**: {n} of {total} cells trained and evaluated.{said}"
     rate = {a: float(next(v for k, v in exp.arms[a].items() if k.endswith(".lr"))) for a in arms}
-    stable = [a for a in arms if a not in out]
+    chosen, stable, score = choose(arms, rate, outcome)
     unrun = f" ({total - n} cells of collapsed rates not run: the rule does not need them)" if n < total else ""
     if not stable:
-        lowest = min(arms, key=rate.__getitem__)
-        return (f"**{name}: {lowest}** (lr {rate[lowest]:g}): every rate collapsed on some seed; by the rule, the "
+        return (f"**{name}: {chosen}** (lr {rate[chosen]:g}): every rate collapsed on some seed; by the rule, the "
                 f"lowest: none passed{unrun}.")
-    score = {a: statistics.fmean(s for _, s in outcome[a]) for a in stable}
-    best = max(score.values())
-    chosen = min((a for a in stable if score[a] >= best - 0.02), key=rate.__getitem__)
     return (f"**{name}: {chosen}** (lr {rate[chosen]:g}); did not collapse: {', '.join(stable)}; mean pass@1 at "
             "temperature 1: " + ", ".join(f"{a} {100 * score[a]:.1f}%" for a in stable) + f"{unrun}.")
