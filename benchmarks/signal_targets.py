@@ -22,14 +22,12 @@ import json
 import sys
 from pathlib import Path
 
+from agentrl.algos.evaluation.run_log import read_metrics
+
 DATA = Path(__file__).resolve().parent.parent / "docs" / "results" / "data"
 RL_ALGOS = ("grpo", "rft", "ppo", "dpo")
 JUDGED = ("grpo", "ppo", "dpo")  # the group-relative ones: an all-equal group gives them nothing
 SIGNAL, UPDATES, ROLLOUTS = 0.50, 0.90, 2.0  # the targets
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def step_counts(row: dict) -> tuple[float, float, float]:
@@ -63,7 +61,7 @@ def arm_figures(folder: Path) -> dict[str, dict[str, float]]:
         a["plain"] = plain_rollouts(meta.get("config", {}))
         a["judged"] = float(meta["algo"] in JUDGED)
         a["cells"] += 1
-        for row in read_jsonl(metrics):
+        for row in read_metrics(metrics):  # one record per step (a resumed run's repeated steps merged)
             groups, signal, rollouts = step_counts(row)
             updates = float(row.get("train/optimizer_steps", 0.0))
             a["steps"] += 1

@@ -12,7 +12,8 @@ def cell(folder, name, algo, rows, **config):
     (folder / name).mkdir(parents=True)
     (folder / name / "meta.json").write_text(json.dumps({"arm": name.rsplit("-s", 1)[0], "algo": algo,
                                                          "config": config}))
-    (folder / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / name / "metrics.jsonl").write_text("".join(json.dumps({"step": i, **r}) + "\n"
+                                                         for i, r in enumerate(rows, 1)))
 
 
 def test_sampler_and_plain_cells_pool_their_steps_per_arm(tmp_path, capsys):
