@@ -23,8 +23,10 @@ job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epoch
 each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed
 ``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
 
-Resumable: a finished run (``<out>/<algo>-s<seed>/result.json``), the cold start and its evaluation are read back;
-a run killed part-way is redone from its start (its time budget would not be comparable otherwise). ``<out>``
+Resumable, in pieces of the one piece runner (``harness.compare_exec``): the cold start, its evaluation, each
+(algorithm, seed) run (its adapter saved at each evaluation point) and each evaluation; a finished piece is read
+back, a run killed part-way is redone from its start (its time budget would not be comparable otherwise), and
+``--budget-minutes M`` stops before a piece that would not fit in M minutes. ``<out>``
 remembers its settings (``setup.json``) and refuses an invocation with other ones; more algorithms or seeds may
 be added to it.
 

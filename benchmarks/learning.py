@@ -26,8 +26,11 @@ text shared with the train split; ``--quick`` takes its first rows), set as ``Ma
 Writes ``docs/results/learning_<env>.md`` (the table, settings, timings, the goal and the command; rendered from the
 run's committed data, ``harness.run_page``), copies the
 training curves and the eval bar chart into ``docs/results/<env>/`` and leaves ``<out>/learning.json`` (the
-figures, command, wall time, peak RSS, machine) for the results page. Runs resume: a finished stage (eval report,
-trained adapter) in ``--out`` is read back, not redone, so a killed run continues where it stopped.
+figures, command, wall time, peak RSS, machine) for the results page. A run is pieces of the one piece runner
+(``harness.learning_exec``: the base model's evaluation, the cold start, GRPO, the SFT control, each evaluation,
+the text-only rows): a finished piece in ``--out`` is skipped, not redone, so a killed run continues where it
+stopped (a training stage from its last checkpoint), and ``--budget-minutes M`` stops before a piece that would not
+fit in M minutes (run the same command again to go on; the page and data are written once every piece is done).
 
 At the end of a run the page's raw data is copied to ``docs/results/data/<env>[_quick]/`` (``--data``): per-task
 eval scores of every row (``eval/*.jsonl``), the training stages' metrics and ``learning.json`` with the commit; commit

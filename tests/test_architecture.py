@@ -287,12 +287,14 @@ HARNESS_LAYERS = [
     ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",  # runners
      "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
+     "harness.learning_exec", "harness.compare_exec",
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
      "harness.pages", "harness.transfer_page", "harness.axes_page"),  # renderers
     ("harness.commands", "harness.suite", "harness.axes_cli", "harness.transfer_cli", "harness.experiment_cli"),
 ]
 HARNESS_RUNNERS = {"harness.controls", "harness.learning_run", "harness.compare_run", "harness.failure_modes",
-                   "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec"}
+                   "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
+                   "harness.learning_exec", "harness.compare_exec"}
 HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page", "harness.run_page",
                      "harness.results_page", "harness.pages", "harness.transfer_page", "harness.axes_page"}
 

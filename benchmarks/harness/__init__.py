@@ -11,8 +11,11 @@ lower ones:
 2. :mod:`harness.heldout_draw`, :mod:`harness.heldout` (the fixed held-out sets), :mod:`harness.machine`;
 3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
    writer of that data), :mod:`harness.speed` (the speed history: its reader, writer and table);
-4. runners: :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`,
-   :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
+4. runners: :mod:`harness.axes_run` (the one piece runner: a piece per cell / evaluation, skipped when finished,
+   a budget) with the pieces' work of each kind, :mod:`harness.axes_exec`, :mod:`harness.learning_exec`,
+   :mod:`harness.compare_exec`; :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`
+   (a learning run's and the comparison's configuration and record), :mod:`harness.suite`,
+   :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
    :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,
    :mod:`harness.pages`. A runner never imports a renderer, a renderer never imports a runner;
 5. :mod:`harness.commands`: the command lines of ``benchmarks/learning.py`` and

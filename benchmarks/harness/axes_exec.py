@@ -10,6 +10,7 @@ import gc
 import json
 import logging
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -19,12 +20,38 @@ from agentrl.algos.config import config_to_dict
 from agentrl.algos.evaluation.ledger import adapter_sha256
 from harness import export
 from harness.axes_run import CUT, TRAIN, Piece, cell_name, is_update
-from harness.compare_run import summarize_metrics, takes_step
 from harness.data import load_json
+from harness.experiments import DIAGNOSTICS
 from harness.layout import ROOT, meta_file
 from harness.record import Record
 
 logger = logging.getLogger("axes")
+
+
+def takes_step(clock: float, steps: int, budget: float, max_steps: int | None) -> bool:
+    """Whether a run with ``steps`` steps in ``clock`` seconds takes one more within ``budget`` seconds: the
+    first step always; another while the budget's end is nearer the next step's expected end than its start
+    (``clock`` plus half the mean step time is below the budget). Runs so end at the step count whose time is
+    nearest the budget, over or under by at most about half a step, where "start while time is left" let the
+    last step overrun by up to a whole one (half the budget, with two steps in it)."""
+    if max_steps is not None and steps >= max_steps:
+        return False
+    return steps == 0 or clock + 0.5 * clock / steps < budget
+
+
+def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Run means of :data:`DIAGNOSTICS` and the first/last rollout reward (only the keys the run logged)."""
+    out = {}
+    for key in DIAGNOSTICS:
+        values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+        if values:
+            out[key] = statistics.fmean(values)
+    rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
+    if rewards:
+        k = max(1, len(rewards) // 4)
+        out["reward_first_quarter"] = statistics.fmean(rewards[:k])
+        out["reward_last_quarter"] = statistics.fmean(rewards[-k:])
+    return out
 
 
 def arm_algo(exp: Record, arm: str) -> str:

@@ -53,7 +53,13 @@ logger = logging.getLogger("axes")
 PRIOR_SECONDS = {"cold_start": 1150.0, "eval:greedy": 80.0, "eval:sampled": 640.0, "eval:train": 60.0,
                  "eval:train-sampled": 240.0,  # 4 tries at temperature 1 of the 128 train-split tasks
                  # a public benchmark set: the transfer runs' BFCL simple_python, 400 tasks in 197 s (bf16)
-                 "eval:transfer": 200.0}
+                 "eval:transfer": 200.0,
+                 # a learning run's pieces (harness.learning_exec): an evaluation of the 128 tasks, the main job's
+                 # 16-step cold start (14.4 min in the committed comparison), its GRPO stage and the SFT control
+                 # for the GRPO stage's time (tooluse's full run: 26 min in all on a 2-core Xeon with AMX)
+                 "learning:eval": 80.0, "learning:sft": 900.0, "learning:rl": 1200.0, "learning:control": 1200.0,
+                 # the algorithms comparison's (harness.compare_exec): its cold start, an evaluation of 128 tasks
+                 "compare:cold_start": 900.0, "compare:eval": 80.0}
 CELL_OVERHEAD_SECONDS = 60.0
 #: A GRPO step of 8 tasks x 8 samples on that machine since the shared-prefix update (d019e38): ``tooluse_chains``
 #: 124 s (8 steps in 993 s), ``tooluse_sft48`` 50 s (6 steps in 298 s).
@@ -197,16 +203,41 @@ class Outcome:
     """The piece the budget stopped at (None: nothing left that could run)."""
 
 
+class DataStore:
+    """Where the pieces of a pre-declared experiment lie: its folder of committed data. A piece is made in an empty
+    scratch folder and placed there, its meta (with the wall time, kind and key added) written last
+    (:mod:`harness.export`, the one writer); a piece without its meta (a killed one) is redone whole."""
+
+    def __init__(self, data: Path):
+        self.data = data
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        return finished(self.data)
+
+    def run(self, piece: Piece, execute: Callable[[Piece, Path], dict[str, Any]]) -> dict[str, Any]:
+        # a killed piece is redone whole: its records, or its folder (nothing evaluated its unfinished adapter)
+        export.remove(self.data / f"{piece.key}.jsonl" if is_eval(piece) else self.data / piece.key)
+        with tempfile.TemporaryDirectory() as scratch:
+            meta = execute(piece, Path(scratch))
+            export.place_piece(Path(scratch), self.data, piece.key, is_eval(piece))
+        return meta
+
+    def finish(self, piece: Piece, meta: dict[str, Any]) -> None:
+        export.write_meta(meta_path(self.data, piece), meta)
+
+
 def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], dict[str, Any]], exp: Record,
              budget_seconds: float | None = None, minutes: float | None = None,
-             clock: Callable[[], float] = time.perf_counter) -> Outcome:
-    """Run each unfinished piece whose needs are finished, in order: ``execute(piece, folder)`` does the work in
-    an empty scratch folder and returns its meta; what it made is placed in the data folder and the meta, with the
-    wall time, kind and key added, written last (:mod:`harness.export`, the one writer).
-    Stops before a piece whose estimate exceeds what is left of ``budget_seconds``."""
+             clock: Callable[[], float] = time.perf_counter, store: Any = None) -> Outcome:
+    """The one piece runner: run each unfinished piece whose needs are finished, in order, through ``store``
+    (default :class:`DataStore` of ``data``; a learning run's or a comparison's:
+    :class:`harness.learning_exec.RunStore`, its run folder): ``store.run(piece, execute)`` does the work and
+    returns its meta, ``store.finish`` records it with the wall time, kind and key added. Stops before a piece whose
+    estimate exceeds what is left of ``budget_seconds``."""
+    store = DataStore(data) if store is None else store
     start, out = clock(), Outcome()
     for piece in pieces:
-        done = finished(data)
+        done = store.finished()
         if piece.key in done:
             out.skipped.append(piece.key)
             continue
@@ -222,13 +253,8 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
             break
         logger.info("running %s (about %.1f min)", piece.key, need / 60)
         t0 = clock()
-        # a killed piece is redone whole: its records, or its folder (nothing evaluated its unfinished adapter)
-        export.remove(data / f"{piece.key}.jsonl" if is_eval(piece) else data / piece.key)
-        with tempfile.TemporaryDirectory() as scratch:
-            meta = execute(piece, Path(scratch))
-            export.place_piece(Path(scratch), data, piece.key, is_eval(piece))
-        export.write_meta(meta_path(data, piece), {"key": piece.key, "kind": piece.kind, **meta,
-                                                   "wall_seconds": clock() - t0})
+        meta = store.run(piece, execute)
+        store.finish(piece, {"key": piece.key, "kind": piece.kind, **meta, "wall_seconds": clock() - t0})
         out.ran.append(piece.key)
     return out
 

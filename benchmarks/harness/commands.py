@@ -63,6 +63,8 @@ def learning_main(argv: list[str] | None = None) -> int:
     add("--runs", default="runs", help="where --all finds the run directories (runs/)")
     add("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
     add("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's time)")
+    add("--budget-minutes", type=float,
+        help="stop before a piece (a stage, an evaluation) that would not finish within this; run again to resume")
     add("--no-control", action="store_true",
         help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
     add("--no-text-only", action="store_true",
@@ -119,6 +121,8 @@ def learning_main(argv: list[str] | None = None) -> int:
             data = _run_learning(args, argv, setup)
     except RunInUse as e:
         raise SystemExit(f"learning.py: {e}") from None
+    if data is None:  # stopped by --budget-minutes: no page until every piece is finished
+        return 0
     path = write_run_page(data, Path(args.results))
     print(path.read_text(encoding="utf-8"))
     print(f"written: {path}")
@@ -154,6 +158,8 @@ def compare_main(argv: list[str] | None = None) -> int:
     add("--minutes", type=float, help="training wall time per run (default 10; --quick 0.03)")
     add("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
     add("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
+    add("--budget-minutes", type=float,
+        help="stop before a piece (a run, an evaluation) that would not finish within this; run again to resume")
     add("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
     add("--heldout", help="held-out task file (default benchmarks/heldout/tooluse_v3.jsonl)")
     add("--model", help="model alias or path (default: the main job's)")
@@ -165,6 +171,8 @@ def compare_main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _logging()
     summary, data = run_compare(args, argv)
+    if summary is None or data is None:  # stopped by --budget-minutes: no page until every piece is finished
+        return 0
     results = Path(args.results)
     compare_plots(summary, data, results / data.name)
     path = write_page_file(summary, results, data, args.quick)

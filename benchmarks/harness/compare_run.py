@@ -1,19 +1,17 @@
 """The algorithms comparison's runner (``benchmarks/compare_algorithms.py``): GRPO, PPO (clip-higher), online
 DPO, SFT-continued and the declared options (:data:`harness.experiments.COMPARE`) from one cold start, each
-for the same wall time, evaluated on the fixed held-out set at points of its budget. It writes
+for the same wall time, evaluated on the fixed held-out set at points of its budget, in pieces of the one piece
+runner (:mod:`harness.compare_exec`, :func:`harness.axes_run.schedule`). It writes
 ``<out>/compare.json`` and copies the data the pages read (:mod:`harness.export`); it renders nothing
 (:mod:`harness.compare_page` does)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
-import gc
 import hashlib
 import json
 import logging
-import shutil
 import statistics
 import sys
 import time
@@ -22,7 +20,7 @@ from typing import Any
 
 from agentrl.algos.evaluation.ledger import git_state
 from harness import export
-from harness.experiments import COMPARE, DIAGNOSTICS
+from harness.experiments import COMPARE
 from harness.layout import ROOT
 
 logger = logging.getLogger("compare_algorithms")
@@ -62,29 +60,6 @@ def resolve_cold_start(path: str) -> Path:
     raise ValueError(f"--cold-start: no adapter (adapter_config.json) in {p}, {p / 'adapter'} or {p / 'sft/adapter'}")
 
 
-def by_family(episodes: Path, n: int) -> dict[str, float]:
-    """Average@N per task family of saved eval episodes."""
-    from agentrl.algos.evaluation.report import summarize
-    from agentrl.algos.rollout.trajectory import load_trajectories
-
-    return summarize(load_trajectories(episodes), n, source_key="family").em_by_source
-
-
-def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Run means of :data:`DIAGNOSTICS` and the first/last rollout reward (only the keys the run logged)."""
-    out = {}
-    for key in DIAGNOSTICS:
-        values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
-        if values:
-            out[key] = statistics.fmean(values)
-    rewards = [r["reward/mean"] for r in records if "reward/mean" in r]
-    if rewards:
-        k = max(1, len(rewards) // 4)
-        out["reward_first_quarter"] = statistics.fmean(rewards[:k])
-        out["reward_last_quarter"] = statistics.fmean(rewards[-k:])
-    return out
-
-
 def check_setup(out: Path, setup: dict[str, Any], flag: str = "--out") -> None:
     """Record the settings every run of ``out`` shares in ``<out>/setup.json``; refuse to mix runs made with
     other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be
@@ -99,173 +74,6 @@ def check_setup(out: Path, setup: dict[str, Any], flag: str = "--out") -> None:
                              f"use another {flag}, or the same settings")
     else:  # (the axes runner's --data is committed data: written by its one writer)
         export.write_new(path, json.dumps(setup, indent=1) + "\n")
-
-
-class Runner:
-    """Holds the base model once; makes the cold start, evaluates, and runs one (algorithm, seed)."""
-
-    def __init__(self, cfg, out: Path, tasks: list[dict[str, Any]], sections: dict[str, list[str]],
-                 ledger: Path | None = None):
-        from agentrl.algos.models import load_model
-
-        self.cfg, self.out, self.tasks, self.ledger = cfg, out, tasks, ledger
-        self.sections = sections
-        self.base, self.tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
-                                               attn_implementation=cfg.attn_implementation)
-
-    def eval_config(self):
-        from agentrl.algos.recipes.main_job import eval_collector
-
-        return eval_collector(self.cfg)
-
-    def evaluate(self, policy, path: Path):
-        from agentrl.algos.evaluation.evaluate import evaluate
-        from agentrl.algos.evaluation.report import load_report
-
-        if path.with_suffix(".summary.json").is_file():
-            return load_report(path)
-        return evaluate(self.cfg.env, policy, self.tasks, self.cfg.eval_n, self.eval_config(),
-                        env_kwargs=self.cfg.env_kwargs, out=path, progress=self.cfg.progress, ledger=self.ledger)
-
-    def cold_start(self, given: str | None) -> tuple[Path, dict[str, Any]]:
-        """The shared cold-start adapter (made once in ``<out>/cold_start`` unless ``given``) and its
-        provenance."""
-        from agentrl.algos.recipes.main_job import stage_config
-        from agentrl.algos.training.trainer import Trainer
-
-        if given:
-            return resolve_cold_start(given), {"source": str(given), "seconds": None}
-        run_dir = self.out / "cold_start"
-        info_path = run_dir / "cold_start.json"
-        if (run_dir / "adapter" / "adapter_config.json").is_file() and info_path.is_file():
-            return run_dir / "adapter", json.loads(info_path.read_text())
-        t0 = time.perf_counter()
-        tc = stage_config(self.cfg, "sft", run_dir, progress=False, report_to=["none"])
-        Trainer(tc, model=copy.deepcopy(self.base), tokenizer=self.tokenizer).train()
-        families = self.cfg.stages.sft.get("env_kwargs", {}).get("families", [])
-        info = {"source": f"made here: the main job's SFT stage ({tc.steps} steps of "
-                          f"{tc.algorithm.batch_size} on {tc.algorithm.num_demos} demos of "
-                          f"{', '.join(families) or 'all families'})",
-                "seconds": time.perf_counter() - t0}
-        info_path.write_text(json.dumps(info) + "\n")
-        return run_dir / "adapter", info
-
-    def eval_cold_start(self, adapter: Path):
-        from agentrl.algos.models.lora import load_adapter
-        from agentrl.algos.policy.hf import HFPolicy
-
-        path = self.out / "eval" / "cold_start.jsonl"
-        if path.with_suffix(".summary.json").is_file():
-            return self.evaluate(None, path)
-        model = load_adapter(copy.deepcopy(self.base), adapter)
-        report = self.evaluate(HFPolicy(model, self.tokenizer), path)
-        del model
-        gc.collect()
-        return report
-
-    def train_config(self, algo: str, seed: int, adapter: Path, run_dir: Path):
-        from agentrl.algos.config import apply_overrides, deep_merge, nested
-        from agentrl.algos.recipes.main_job import stage_config
-
-        common = dict(seed=seed, adapter=str(adapter), steps=10**9, save_every=0, progress=False,
-                      report_to=["none"])
-        if algo == "sft":
-            return stage_config(self.cfg, "sft", run_dir, **common)
-        # the RL stage with this algorithm: its section settings (ppo.*, dpo.*: only the run's own is kept), then
-        # an option's changes (grpo.turn_weight=1, lr=6e-5) on top of the main job's
-        changes: dict[str, Any] = {name: apply_overrides({}, items) for name, items in self.sections.items()}
-        option = algo in COMPARE.options
-        changes = deep_merge(changes, {"algo": COMPARE.algo(algo), **nested(COMPARE.settings(algo))} if option
-                             else {"algo": algo}, whole=())
-        try:
-            tc = stage_config(self.cfg, "rl", run_dir, **changes, **common)
-            tc.validate()  # e.g. ReLIFT's term against the group (check_relift_balance)
-        except ValueError as e:
-            raise SystemExit(f"--algos {algo}: {e}") from None
-        return tc
-
-    def run(self, algo: str, seed: int, adapter: Path, seconds: float, fractions: list[float],
-            max_steps: int | None) -> dict[str, Any]:
-        """One (algorithm, seed): train for ``seconds`` of wall time, evaluating at each fraction of it."""
-        from agentrl.algos.evaluation.ledger import git_state
-        from agentrl.algos.evaluation.run_log import MetricsLogger, read_metrics
-        from agentrl.algos.models.lora import save_adapter
-        from agentrl.algos.policy.hf import HFPolicy
-        from agentrl.algos.training.trainer import Trainer
-
-        run_dir = self.out / f"{algo}-s{seed}"
-        done = run_dir / "result.json"
-        if done.is_file():
-            result = json.loads(done.read_text())
-            return result if "commit" in result else {**result, **ledger_commit(run_dir, result, self.ledger)}
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # a killed run: redo it whole (its clock restarted)
-        trainer = Trainer(self.train_config(algo, seed, adapter, run_dir), model=copy.deepcopy(self.base),
-                          tokenizer=self.tokenizer)
-        if algo == "sft" and seed == self.cfg.seed:
-            from agentrl.algos.recipes.main_job import stage_config
-
-            cold = stage_config(self.cfg, "sft", run_dir)  # continue the cold start's demos
-            trainer.data_pos = cold.steps * cold.algorithm.batch_size
-        policy = trainer.policy or HFPolicy(trainer.model, self.tokenizer)
-        log = MetricsLogger(run_dir, report_to=["none"])
-        points, clock, pending = [], 0.0, list(fractions)
-        try:
-            while pending:
-                if takes_step(clock, trainer.global_step, pending[0] * seconds, max_steps):
-                    t0 = time.perf_counter()
-                    metrics = trainer.step()
-                    clock += time.perf_counter() - t0
-                    log.log(trainer.global_step, metrics)
-                    logger.info("%s seed %d step %d: %.0f of %.0f s", algo, seed, trainer.global_step, clock, seconds)
-                    continue
-                frac = pending.pop(0)
-                policy.update_weights(trainer.model)
-                episodes = run_dir / "eval" / f"at-{frac:g}.jsonl"
-                report = self.evaluate(policy, episodes)
-                points.append({"fraction": frac, "train_seconds": clock, "step": trainer.global_step,
-                               "average_at_n": report.average_at_n, "pass_at_n": report.pass_at_n})
-        finally:
-            log.close()
-            trainer.close_collector()
-        save_adapter(trainer.model, run_dir / "adapter")
-        result = {"algo": algo, "seed": seed, **git_state(ROOT), "steps": trainer.global_step, "train_seconds": clock,
-                  "points": points,
-                  "final": report.to_dict(),
-                  "final_by_family": by_family(episodes, self.cfg.eval_n),
-                  "diagnostics": summarize_metrics(read_metrics(run_dir))}
-        done.write_text(json.dumps(result, indent=1) + "\n")
-        del trainer, policy
-        gc.collect()
-        return result
-
-
-def ledger_commit(run_dir: Path, result: dict[str, Any], ledger: Path | None) -> dict[str, Any]:
-    """``{"commit", "dirty", "commit_from"}`` of a finished run whose ``result.json`` predates runs recording
-    their commit: those of the ledger row of its final evaluation (the same episodes file and score; the last
-    such row), or ``{}`` when the ledger has none."""
-    from agentrl.algos.evaluation.ledger import read
-
-    if ledger is None:
-        return {}
-    episodes = (run_dir / "eval" / f"at-{result['points'][-1]['fraction']:g}.jsonl").resolve()
-    rows = [row for row in read(ledger) if row.get("out") and Path(row["out"]).resolve() == episodes
-            and row["scores"].get("average_at_n") == result["final"]["average_at_n"]]
-    if not rows:
-        return {}
-    return {"commit": rows[-1]["commit"], "dirty": rows[-1].get("dirty", False),
-            "commit_from": f"ledger row {rows[-1]['id']} (its final evaluation)"}
-
-
-def takes_step(clock: float, steps: int, budget: float, max_steps: int | None) -> bool:
-    """Whether a run with ``steps`` steps in ``clock`` seconds takes one more within ``budget`` seconds: the
-    first step always; another while the budget's end is nearer the next step's expected end than its start
-    (``clock`` plus half the mean step time is below the budget). Runs so end at the step count whose time is
-    nearest the budget, over or under by at most about half a step, where "start while time is left" let the
-    last step overrun by up to a whole one (half the budget, with two steps in it)."""
-    if max_steps is not None and steps >= max_steps:
-        return False
-    return steps == 0 or clock + 0.5 * clock / steps < budget
 
 
 def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -286,7 +94,7 @@ def aggregate(cold: float, results: list[dict[str, Any]]) -> dict[str, Any]:
             "steps": [r["steps"] for r in results], "diagnostics": diag}
 
 
-def run_compare(args, argv) -> tuple[dict[str, Any], Path]:
+def run_compare(args, argv) -> tuple[dict[str, Any] | None, Path | None]:
     """The comparison ``args`` (``benchmarks/compare_algorithms.py``'s command line) asks for; returns its
     summary (``<out>/compare.json``) and the folder its committed data was copied to
     (``<results>/data/<name>``). The rejection-sampling control (algo ``rft``) is registered for the run only."""
@@ -306,12 +114,16 @@ def compare_out(args) -> Path:
     return Path(args.out or f"runs/compare-algorithms{'-quick' if args.quick else ''}")
 
 
-def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
+def _run_compare(args, argv) -> tuple[dict[str, Any] | None, Path | None]:
     from agentrl.algos.config import apply_overrides, config_from_dict, nested
     from agentrl.algos.evaluation.ledger import dumps
+    from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.recipes.main_job import MainJobConfig, peak_rss_gib
+    from harness.axes_run import schedule
+    from harness.compare_exec import Executor, by_family, finished_by, plan, result
     from harness.export import export_compare
     from harness.heldout import path_for_env, read, set_env_kwargs
+    from harness.learning_exec import RunStore
     from harness.machine import machine
 
     git_state(ROOT)  # the commit this run starts from: what every later record of this process names
@@ -339,11 +151,21 @@ def _run_compare(args, argv) -> tuple[dict[str, Any], Path]:
                       "heldout_sha256": hashlib.sha256(dumps(tasks).encode()).hexdigest()})
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
-    runner = Runner(cfg, out, tasks, sections, Path(args.ledger))
-    adapter, cold_info = runner.cold_start(args.cold_start)
-    cold = runner.eval_cold_start(adapter)
-    runs = {algo: [runner.run(algo, s, adapter, minutes * 60, fractions, args.max_steps) for s in seeds]
-            for algo in algos}
+    given = resolve_cold_start(args.cold_start) if args.cold_start else None
+    pieces = plan(algos, seeds, fractions, cold_start=given is None)
+    executor = Executor(cfg, tasks, sections, minutes * 60, fractions, args.max_steps, Path(args.ledger), given)
+    store = RunStore(out, pieces, finished_by)
+    budget = getattr(args, "budget_minutes", None)
+    done = schedule(pieces, out, executor, COMPARE, None if budget is None else 60 * budget, minutes, store=store)
+    left = [p.key for p in pieces if p.key not in store.finished()]
+    if left:
+        print(f"stopped before {done.stopped_before or left[0]}: it would not finish within --budget-minutes; "
+              f"{len(left)} of {len(pieces)} pieces left; run the same command again to resume")
+        return None, None
+    cold = load_report(out / "eval" / "cold_start.jsonl")
+    cold_info = ({"source": str(args.cold_start), "seconds": None} if given is not None
+                 else json.loads((out / "cold_start" / "cold_start.json").read_text()))
+    runs = {algo: [result(out / f"{algo}-s{s}", cfg.eval_n, Path(args.ledger)) for s in seeds] for algo in algos}
     shown = sys.argv[1:] if argv is None else argv
     summary = {
         "env": COMPARE.env, "quick": args.quick, "algos": algos, "seeds": seeds, "minutes": minutes,

@@ -1,7 +1,7 @@
-"""The learning runner's controls: the SFT control (the cold start trained further for the GRPO stage's wall
-time), the rejection-sampling control (:class:`RejectionSampling`: SFT on the policy's own correct samples) and
-the text-only baseline, each evaluated in process or on a client of the run's server; and reusing another run's
-cold start."""
+"""The learning runs' controls: the SFT control's training (the cold start trained further for the GRPO stage's
+wall time; evaluated as any piece of :mod:`harness.learning_exec`), the rejection-sampling control
+(:class:`RejectionSampling`: SFT on the policy's own correct samples), a client of the run's server, and reusing
+another run's cold start."""
 
 from __future__ import annotations
 
@@ -88,12 +88,6 @@ def rejection_sampling_registered() -> Iterator[None]:
         objectives.ALGORITHMS = saved
 
 
-def eval_config(cfg):
-    from agentrl.algos.recipes.main_job import eval_collector
-
-    return eval_collector(cfg)  # exactly the pipeline's evaluation settings (pipeline.run_main_job: eval_cfg)
-
-
 def stage_seconds(run_dir: Path) -> float:
     """Wall time of a training stage: the sum of its steps' ``time/step`` (survives resumes)."""
     from agentrl.algos.evaluation.run_log import read_metrics
@@ -113,26 +107,23 @@ def server_client(policy):
                                 lora_api=policy.lora_api)
 
 
-def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=None, ledger: Path | None = None):
-    """The cold-start adapter trained further with SFT for ``seconds``; then evaluated, in process or
-    (``policy``: the run's server policy, ``--engine``) on a new client of that server. Its TrainConfig is the
-    cold start's (``main_job.stage_config(cfg, "sft", ...)``: the same demos, lr, batch, dtype and memory budget
-    as every stage of the run), so that "the same time" buys the control what it would buy the cold start's SFT."""
-    from agentrl.algos.evaluation.evaluate import evaluate
-    from agentrl.algos.evaluation.ledger import adapter_sha256
+def train_sft_control(cfg, out: Path, seconds: float) -> dict[str, float]:
+    """The SFT control's training (a piece of :mod:`harness.learning_exec`; its evaluation is another): the
+    cold-start adapter (``<out>/sft/adapter``) trained further with SFT for ``seconds`` (the GRPO stage's recorded
+    time), into ``<out>/sft_control`` (``adapter``, ``metrics.jsonl``, plots, and ``control.json`` written last:
+    ``{"seconds", "steps"}``). Its TrainConfig is the cold start's (``main_job.stage_config(cfg, "sft", ...)``: the
+    same demos, lr, batch, dtype and memory budget as every stage of the run), so that "the same time" buys the
+    control what it would buy the cold start's SFT; it continues the cold start's data position."""
     from agentrl.algos.evaluation.plot import plot_run
-    from agentrl.algos.evaluation.report import load_report
     from agentrl.algos.evaluation.run_log import MetricsLogger
     from agentrl.algos.models import load_model
     from agentrl.algos.models.lora import save_adapter
-    from agentrl.algos.policy.hf import HFPolicy
     from agentrl.algos.recipes.main_job import stage_config
     from agentrl.algos.training.trainer import Trainer
 
-    eval_path = out / "eval" / "sft_control.jsonl"
-    if eval_path.with_suffix(".summary.json").is_file():
-        return load_report(eval_path), None
     run_dir = out / "sft_control"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a killed control: redo it whole (its clock restarted)
     model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device,
                                   attn_implementation=cfg.attn_implementation)
     cold = stage_config(cfg, "sft", out / "sft")
@@ -153,44 +144,10 @@ def run_sft_control(cfg, out: Path, seconds: float, tasks: list[dict], policy=No
         log.close()
     spent = time.perf_counter() - t0
     save_adapter(trainer.model, run_dir / "adapter")
-    sampler = server_client(policy)
-    if sampler is None:
-        sampler = HFPolicy(trainer.model, tokenizer, max_batch_tokens=cfg.policy_max_batch_tokens)
-        sampler.update_weights(trainer.model)
-    else:
-        sampler.use_adapter(run_dir / "adapter")
-    try:
-        report = evaluate(cfg.env, sampler, tasks, cfg.eval_n, eval_config(cfg), env_kwargs=cfg.env_kwargs,
-                          out=eval_path, progress=cfg.progress, ledger=ledger,
-                          ledger_fields={"stage": "sft_control", "adapter": adapter_sha256(run_dir / "adapter")})
-    finally:
-        sampler.close()
     plot_run(run_dir)
-    (run_dir / "control.json").write_text(json.dumps({"seconds": spent, "steps": trainer.global_step}) + "\n")
-    return report, {"seconds": spent, "steps": trainer.global_step}
-
-
-def run_text_only(cfg, out: Path, tasks: list[dict], policy=None, ledger: Path | None = None):
-    """The base model with the env's tools switched off (``tools_enabled=False``), in process or (``policy``)
-    on a new client of the run's server."""
-    from agentrl.algos.evaluation.evaluate import evaluate
-    from agentrl.algos.evaluation.report import load_report
-    from agentrl.algos.models import load_model
-    from agentrl.algos.policy.hf import HFPolicy
-
-    path = out / "eval" / "text_only.jsonl"
-    if path.with_suffix(".summary.json").is_file():
-        return load_report(path)
-    sampler = server_client(policy)
-    if sampler is None:
-        model, tokenizer = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
-        sampler = HFPolicy(model, tokenizer, max_batch_tokens=cfg.policy_max_batch_tokens)
-    try:
-        return evaluate(cfg.env, sampler, tasks, cfg.eval_n, eval_config(cfg), env_kwargs=cfg.env_kwargs, out=path,
-                        progress=cfg.progress, text_only=True, ledger=ledger,
-                        ledger_fields={"stage": "text_only", "adapter": "base"})
-    finally:
-        sampler.close()
+    info = {"seconds": spent, "steps": trainer.global_step}
+    (run_dir / "control.json").write_text(json.dumps(info) + "\n")
+    return info
 
 
 #: What ``--reuse-cold-start`` copies: the base model's and the cold start's evaluations and the cold-start

@@ -1,5 +1,6 @@
 """The learning runner: the main job (base -> SFT cold start -> GRPO -> eval) of one declared experiment on
-its fixed held-out set, plus its controls; it leaves ``<out>/learning.json`` and copies the run's data to
+its fixed held-out set, plus its controls, in pieces of the one piece runner (:mod:`harness.learning_exec`,
+:func:`harness.axes_run.schedule`); it leaves ``<out>/learning.json`` and copies the run's data to
 ``docs/results/data/<name>/`` (:mod:`harness.export`). It renders nothing: ``benchmarks/learning.py`` writes
 the pages from that data afterwards (:mod:`harness.run_page`, :mod:`harness.pages`)."""
 
@@ -16,19 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import dumps, git_state
-from harness.controls import (
-    reuse_cold_start,
-    run_sft_control,
-    run_text_only,
-    server_client,
-    stage_seconds,
-)
+from harness.controls import reuse_cold_start, stage_seconds
 from harness.experiments import (
     COLD_START,
     CONTROL,
     EXPERIMENTS,
     RL,
-    STAGE_LABELS,
     TEXT_LABELS,
     TEXT_ONLY_BASE,
     experiment,
@@ -198,50 +192,49 @@ def configure(args) -> Setup:
     return Setup(exp, name, out, cfg, overrides, Path(args.ledger))
 
 
-def run(args, argv, setup: Setup, policy=None) -> Path:
-    """The experiment after its configuration: the main job, the controls, ``<out>/learning.json`` and the
-    run's committed data (``<data>/<name>/``, returned)."""
-    import agentrl.algos.recipes.main_job as pipeline
+def run(args, argv, setup: Setup, policy=None) -> Path | None:
+    """The experiment after its configuration, in pieces of the one piece runner (:mod:`harness.learning_exec`):
+    the main job, the controls, then ``<out>/learning.json`` and the run's committed data (``<data>/<name>/``,
+    returned). With ``--budget-minutes`` it stops before a piece that would not fit (None: run again to resume)."""
     from agentrl.algos.evaluation.plot import plot_eval
-    from agentrl.algos.recipes.main_job import run_main_job
+    from harness.axes_run import schedule
+    from harness.learning_exec import Executor, RunStore, plan, report, rows, timings
 
     exp, cfg, out, ledger = setup.exp, setup.cfg, setup.out, setup.ledger
     if args.reuse_cold_start:
         reuse_cold_start(Path(args.reuse_cold_start), out)
     started = datetime.datetime.now().astimezone()
     t0 = time.perf_counter()
-    result = run_main_job(cfg, resume=True, policy=policy, ledger=ledger)
-    rows = [(STAGE_LABELS.get(k, k), r) for k, r in result["rows"]]
-    rl_s = stage_seconds(out / "grpo")
-    tasks = pipeline.eval_task_list(cfg)
+    pieces = plan(exp, control=not args.no_control, text_only=not args.no_text_only)
+    executor = Executor(cfg, ledger, policy, args.minutes * 60 if args.minutes else None)
+    store = RunStore(out, pieces)
+    budget = getattr(args, "budget_minutes", None)
+    done = schedule(pieces, out, executor, exp, None if budget is None else 60 * budget, store=store)
+    left = [p.key for p in pieces if p.key not in store.finished()]
+    if left:
+        print(f"stopped before {done.stopped_before or left[0]}: it would not finish within --budget-minutes; "
+              f"{len(left)} of {len(pieces)} pieces left; run the same command again to resume")
+        return None
+    ran = {k: float(m.get("wall_seconds", 0.0)) for k, m in store.finished().items() if k in done.ran}
+    times = timings(ran, time.perf_counter() - t0)
+    report(cfg, out, len(executor.tasks), times)
+    if exp.text_only_pipeline and any(p.key.startswith("text_only/") for p in pieces):
+        report(executor.text_cfg, out / "text_only", len(executor.tasks),
+               timings({k.removeprefix("text_only/"): v for k, v in ran.items() if k.startswith("text_only/")},
+                       time.perf_counter() - t0))
+    table = rows(exp, out, pieces)
     control = None
-    if not args.no_control:
-        budget = args.minutes * 60 if args.minutes else rl_s
-        report, control = run_sft_control(cfg, out, budget, tasks, policy, ledger)
-        if control is None and (out / "sft_control" / "control.json").is_file():
-            control = json.loads((out / "sft_control" / "control.json").read_text())
-        rows.append((CONTROL, report))
-    if exp.text_only_baseline:
-        rows.insert(0, (TEXT_ONLY_BASE, run_text_only(cfg, out, tasks, policy, ledger)))
-    if exp.text_only_pipeline and not (args.no_control or args.no_text_only):
-        # ReTool's comparison: the same pipeline (demonstrations, steps, budgets) with the tool switched off
-        text_policy = server_client(policy)  # the base model again: a client with no adapter loaded
-        try:
-            text_cfg = dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
-                                           out=str(out / "text_only"))
-            text = run_main_job(text_cfg, resume=True, policy=text_policy, ledger=ledger)
-        finally:
-            if text_policy is not None:
-                text_policy.close()
-        rows += [(TEXT_LABELS[k], r) for k, r in text["rows"]]
+    if (out / "sft_control" / "control.json").is_file() and not args.no_control:
+        control = json.loads((out / "sft_control" / "control.json").read_text())
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
-    plot_eval(rows, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: held-out results")
+    plot_eval(table, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: held-out results")
     plots = copy_plots(out, results_dir / setup.name)
-    by = dict(rows)
-    page = {"tasks": len(tasks), "control": control, "note": args.note, "plots": [p.name for p in plots],
-            "timings": dict(result["timings"])}
-    summary = write_summary(out, cfg, args, argv, setup.overrides, rows, started, time.perf_counter() - t0,
+    by = dict(table)
+    page = {"tasks": len(executor.tasks), "control": control, "note": args.note, "plots": [p.name for p in plots],
+            "timings": times}
+    rl_s = stage_seconds(out / "grpo")
+    summary = write_summary(out, cfg, args, argv, setup.overrides, table, started, time.perf_counter() - t0,
                             setup.name, {"sft": stage_seconds(out / "sft"), "grpo": rl_s,
                                          **({"sft_control": control["seconds"]} if control else {})}, page)
     stages = [("base", out / "eval" / "base.jsonl"), (COLD_START, out / "eval" / "sft.jsonl"),

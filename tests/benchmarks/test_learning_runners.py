@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import harness.commands as commands
-import harness.compare_run as compare_run
+import harness.compare_exec as compare_exec
 import harness.heldout as heldout_module
 import harness.heldout_draw as draw
 import pytest
@@ -334,7 +334,7 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
 
 
 def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
-    takes_step = compare_run.takes_step
+    takes_step = compare_exec.takes_step
 
     def steps_in(budget: float, step_seconds: float, max_steps: int | None = None) -> int:
         clock, steps = 0.0, 0
@@ -352,7 +352,7 @@ def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
 def test_a_comparison_option_changes_only_its_settings(tmp_path):
     from agentrl.algos.recipes.main_job import MainJobConfig
 
-    runner = object.__new__(compare_run.Runner)  # train_config needs the settings only, not the model
+    runner = object.__new__(compare_exec.Executor)  # train_config needs the settings only, not the model
     runner.cfg, runner.sections = MainJobConfig(), {"ppo": [], "dpo": []}
     plain = runner.train_config("grpo", 0, tmp_path / "adapter", tmp_path / "plain")
     low = runner.train_config("grpo_lr2e-5", 0, tmp_path / "adapter", tmp_path / "low")
@@ -378,8 +378,8 @@ def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_pat
     run_dir = tmp_path / "grpo-s0"
     result = {"points": [{"fraction": 1.0}], "final": {"average_at_n": 0.25}}
     ledger = tmp_path / "ledger.jsonl"
-    assert compare_run.ledger_commit(run_dir, result, ledger) == {}  # no ledger yet
-    assert compare_run.ledger_commit(run_dir, result, None) == {}  # none given
+    assert compare_exec.ledger_commit(run_dir, result, ledger) == {}  # no ledger yet
+    assert compare_exec.ledger_commit(run_dir, result, None) == {}  # none given
     rows = [{"id": "a", "commit": "c1", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
              "scores": {"average_at_n": 0.5}},  # another score: another evaluation of that file
             {"id": "b", "commit": "c2", "dirty": False, "out": str(tmp_path / "ppo-s0" / "eval" / "at-1.jsonl"),
@@ -387,7 +387,7 @@ def test_a_run_read_back_without_its_commit_takes_it_from_its_ledger_row(tmp_pat
             {"id": "c", "commit": "c3", "dirty": False, "out": str(run_dir / "eval" / "at-1.jsonl"),
              "scores": {"average_at_n": 0.25}}]
     ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert compare_run.ledger_commit(run_dir, result, ledger) == {"commit": "c3", "dirty": False,
+    assert compare_exec.ledger_commit(run_dir, result, ledger) == {"commit": "c3", "dirty": False,
                                                       "commit_from": "ledger row c (its final evaluation)"}
 
 

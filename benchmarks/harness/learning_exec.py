@@ -1,0 +1,274 @@
+"""A learning run (kind ``learning``: the main job and its controls, :data:`harness.experiments.EXPERIMENTS` and their
+variants) as pieces of the one piece runner, :func:`harness.axes_run.schedule` (issue 58 step 1).
+
+Its pieces lie in the run folder (``runs/learning-<name>``, not committed) in the main job's own layout, and a piece is
+finished when its output is there (a stage's ``adapter/``, an evaluation's ``.summary.json``, the control's
+``control.json``: each written last): a run resumes where it stopped, the copies ``--reuse-cold-start`` makes count as
+finished, and a training stage killed part-way continues from its last checkpoint. In running order:
+
+* ``eval/base`` — the base model on the fixed set (``eval/base.jsonl``);
+* ``sft`` — the cold start: the main job's SFT stage (``sft/``); ``eval/sft`` — its evaluation;
+* ``grpo`` — the GRPO stage, from the cold start's adapter (``grpo/``); ``eval/rl`` — its evaluation;
+* ``sft_control`` — the cold start trained further with SFT for the GRPO stage's recorded time (``sft_control/``: it
+  waits for ``grpo``, whose time it matches; ``--minutes`` gives it another budget); ``eval/sft_control``;
+* ``eval/text_only`` — (Search-v0) the base model with the env's tools off;
+* ``text_only/<piece>`` — (PythonMath-v0) the base, the cold start, GRPO and their evaluations again with the tools
+  off, in ``text_only/`` (ReTool's comparison).
+
+Each piece's meta (its wall time, what it made) is kept in ``pieces/<key>.json`` beside them; the runner's budget
+reads those times. Once every piece is finished, :func:`report` draws each pipeline's plots and writes its
+``results.md``; ``harness.learning_run`` writes ``learning.json`` and the committed data (:mod:`harness.export`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.axes_run import Piece
+from harness.controls import server_client, stage_seconds, train_sft_control
+from harness.data import load_json
+from harness.experiments import CONTROL, STAGE_LABELS, TEXT_LABELS, TEXT_ONLY_BASE
+from harness.record import Record
+
+#: The text-only pipeline's pieces' prefix and folder in the run folder.
+TEXT = "text_only/"
+#: An evaluation's label (its episodes ``eval/<label>.jsonl``) -> the stage whose adapter it evaluates (None: base).
+EVALUATED = {"base": None, "sft": "sft", "rl": "grpo", "sft_control": "sft_control", "text_only": None}
+#: This invocation's stage times as the run's page names them (the main job's), by piece.
+TIMING = {"eval/base": "eval_base", "sft": "sft", "eval/sft": "eval_sft", "grpo": "rl", "eval/rl": "eval_rl"}
+
+
+def pipeline(prefix: str = "") -> list[Piece]:
+    """The main job's pieces: the base model's evaluation, the cold start, GRPO, each evaluated."""
+    p = prefix
+    return [Piece(f"{p}eval/base", "learning:eval"), Piece(f"{p}sft", "learning:sft"),
+            Piece(f"{p}eval/sft", "learning:eval", (f"{p}sft",)), Piece(f"{p}grpo", "learning:rl", (f"{p}sft",)),
+            Piece(f"{p}eval/rl", "learning:eval", (f"{p}grpo",))]
+
+
+def plan(exp: Record, control: bool = True, text_only: bool = True) -> list[Piece]:
+    """Every piece of the learning run ``exp`` in running order (``control``: the SFT control and PythonMath-v0's
+    text-only pipeline; ``text_only``: that pipeline)."""
+    pieces = pipeline()
+    if control:
+        pieces += [Piece("sft_control", "learning:control", ("sft", "grpo")),
+                   Piece("eval/sft_control", "learning:eval", ("sft_control",))]
+    if exp.text_only_baseline:
+        pieces.append(Piece("eval/text_only", "learning:eval"))
+    if exp.text_only_pipeline and control and text_only:
+        pieces += pipeline(TEXT)
+    return pieces
+
+
+def split(key: str) -> tuple[str, str]:
+    """``text_only/eval/sft`` -> ``("text_only/", "eval/sft")``; a main-pipeline key -> ``("", key)``."""
+    return (TEXT, key.removeprefix(TEXT)) if key.startswith(TEXT) else ("", key)
+
+
+def finished_by(out: Path, piece: Piece) -> Path:
+    """The file that marks ``piece`` finished in the run folder ``out`` (the last one it writes)."""
+    prefix, rest = split(piece.key)
+    if piece.kind == "learning:eval":
+        return out / prefix / f"{rest}.summary.json"
+    if piece.kind == "learning:control":
+        return out / "sft_control" / "control.json"
+    return out / prefix / rest / "adapter" / "adapter_config.json"
+
+
+class RunStore:
+    """Where a learning run's or a comparison's pieces lie (:func:`harness.axes_run.schedule`'s ``store``): its run
+    folder, a piece finished when its output is there (``output``: :func:`finished_by`, or the comparison's), its meta
+    in ``pieces/<key>.json``."""
+
+    def __init__(self, out: Path, pieces: list[Piece], output: Callable[[Path, Piece], Path] | None = None):
+        self.out, self.pieces, self.output = out, pieces, output or finished_by
+
+    def meta_file(self, key: str) -> Path:
+        return self.out / "pieces" / f"{key.replace('/', '__')}.json"
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        return {p.key: load_json(self.meta_file(p.key)) or {"key": p.key, "kind": p.kind}
+                for p in self.pieces if self.output(self.out, p).is_file()}
+
+    def run(self, piece: Piece, execute) -> dict[str, Any]:
+        return execute(piece, self.out)
+
+    def finish(self, piece: Piece, meta: dict[str, Any]) -> None:
+        path = self.meta_file(piece.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+class Executor:
+    """Does a learning run's pieces: ``cfg`` its ``MainJobConfig`` (``cfg.out`` the run folder), ``policy`` the
+    run's engine policy (None: sampling in process), ``control_seconds`` the SFT control's budget (None: the GRPO
+    stage's recorded time). Holds the base model once per process (copied for each piece)."""
+
+    def __init__(self, cfg, ledger: Path | None = None, policy=None, control_seconds: float | None = None):
+        from agentrl.algos.recipes.main_job import eval_task_list
+
+        self.cfg, self.ledger, self.policy, self.control_seconds = cfg, ledger, policy, control_seconds
+        self.text_cfg = dataclasses.replace(cfg, env_kwargs={**cfg.env_kwargs, "tools_enabled": False},
+                                            out=str(Path(cfg.out) / TEXT))
+        self.tasks = eval_task_list(cfg)
+        self._base: Any = None
+
+    def fresh(self) -> tuple[Any, Any]:
+        """A copy of the base model (loaded at the first piece that needs it) and its tokenizer."""
+        if self._base is None:
+            from agentrl.algos.models import load_model
+
+            c = self.cfg
+            self._base = load_model(c.model, dtype=c.dtype, device=c.device, attn_implementation=c.attn_implementation)
+        model, tokenizer = self._base
+        return copy.deepcopy(model), tokenizer
+
+    def __call__(self, piece: Piece, folder: Path) -> dict[str, Any]:
+        prefix, rest = split(piece.key)
+        cfg = self.text_cfg if prefix else self.cfg
+        out = Path(cfg.out)
+        try:
+            if piece.kind == "learning:eval":
+                return self.evaluate(cfg, out, rest.removeprefix("eval/"))
+            if piece.kind == "learning:sft":
+                return self.cold_start(cfg, out)
+            if piece.kind == "learning:rl":
+                return self.rl(cfg, out, text=bool(prefix))
+            seconds = self.control_seconds or stage_seconds(out / "grpo")  # the GRPO stage's recorded time
+            return {"budget_seconds": seconds, **train_sft_control(cfg, out, seconds)}
+        finally:
+            gc.collect()
+
+    def evaluate(self, cfg, out: Path, label: str) -> dict[str, Any]:
+        """One evaluation of the fixed set (the main job's settings), in process or on a client of the run's
+        server; a ledger row naming the stage and the adapter (``base``: none)."""
+        from agentrl.algos.evaluation.evaluate import evaluate
+        from agentrl.algos.evaluation.ledger import adapter_sha256
+        from agentrl.algos.models.lora import load_adapter
+        from agentrl.algos.policy.hf import HFPolicy
+        from agentrl.algos.recipes.main_job import eval_collector
+
+        stage = EVALUATED[label]
+        adapter = out / stage / "adapter" if stage else None
+        sha = adapter_sha256(adapter) if adapter is not None else "base"
+        sampler = server_client(self.policy)  # the base model until told otherwise
+        if sampler is not None and adapter is not None:
+            sampler.use_adapter(adapter)
+        elif sampler is None:
+            model, tokenizer = self.fresh()
+            if adapter is not None:
+                model = load_adapter(model, adapter)
+            sampler = HFPolicy(model, tokenizer, share_weights=cfg.policy_shares_weights,
+                               max_batch_tokens=cfg.policy_max_batch_tokens)
+        try:
+            report = evaluate(cfg.env, sampler, self.tasks, cfg.eval_n, eval_collector(cfg),
+                              env_kwargs=cfg.env_kwargs, out=out / "eval" / f"{label}.jsonl", progress=cfg.progress,
+                              text_only=label == "text_only", ledger=self.ledger,
+                              ledger_fields={"stage": label, "adapter": sha})
+        finally:
+            sampler.close()
+        return {"label": label, "adapter_sha256": sha, "report": report.to_dict()}
+
+    def cold_start(self, cfg, out: Path) -> dict[str, Any]:
+        """The main job's SFT stage from the base model (continued from its last checkpoint when killed)."""
+        from agentrl.algos.recipes.main_job import stage_config
+
+        return self.train(stage_config(cfg, "sft", out / "sft"), None)
+
+    def rl(self, cfg, out: Path, text: bool) -> dict[str, Any]:
+        """The main job's GRPO stage from the cold start's adapter, its rollouts in process or through the run's
+        server (the text-only pipeline: a client of it with no adapter loaded)."""
+        from agentrl.algos.recipes.main_job import stage_config
+
+        return self.train(stage_config(cfg, "rl", out / "grpo"), out / "sft" / "adapter", text)
+
+    def train(self, tc, start: Path | None, text: bool = False) -> dict[str, Any]:
+        from agentrl.algos.evaluation.ledger import adapter_sha256
+        from agentrl.algos.models.lora import load_adapter, save_adapter
+        from agentrl.algos.policy.hf import HFPolicy
+        from agentrl.algos.training.checkpoint import latest_checkpoint
+        from agentrl.algos.training.trainer import Trainer
+
+        model, tokenizer = self.fresh()
+        policy, own = None, False
+        if start is not None:  # the GRPO stage: the cold start's adapter, trained further
+            model = load_adapter(model, start, trainable=True)
+            policy = server_client(self.policy) if text else self.policy
+            own = policy is None or text
+            if policy is None:
+                policy = HFPolicy(model, tokenizer, share_weights=self.cfg.policy_shares_weights,
+                                  max_batch_tokens=self.cfg.policy_max_batch_tokens)
+            policy.update_weights(model)
+        run_dir = Path(tc.out)
+        t0 = time.perf_counter()
+        try:
+            trainer = Trainer(tc, model=model, tokenizer=tokenizer, policy=policy,
+                              resume=latest_checkpoint(run_dir) is not None)
+            if trainer.global_step < tc.steps:
+                trainer.train()
+            else:  # killed after its last checkpoint, before its adapter was saved
+                save_adapter(trainer.model, run_dir / "adapter")
+        finally:
+            if own and policy is not None:
+                policy.close()
+        return {"steps": trainer.global_step, "seconds": time.perf_counter() - t0,
+                "adapter_sha256": adapter_sha256(run_dir / "adapter")}
+
+
+def rows(exp: Record, out: Path, pieces: list[Piece]) -> list[tuple[str, Any]]:
+    """The page's rows (label, report) of a finished run: base, cold start, RL, the control; Search-v0's text-only
+    baseline first; PythonMath-v0's text-only pipeline last."""
+    from agentrl.algos.evaluation.report import load_report
+
+    keys = {p.key for p in pieces}
+    labels = {"base": STAGE_LABELS["base"], "sft": STAGE_LABELS["sft"], "rl": STAGE_LABELS["rl"],
+              "sft_control": CONTROL}
+    got = [(label, load_report(out / "eval" / f"{stem}.jsonl")) for stem, label in labels.items()
+           if f"eval/{stem}" in keys]
+    if "eval/text_only" in keys:
+        got.insert(0, (TEXT_ONLY_BASE, load_report(out / "eval" / "text_only.jsonl")))
+    return got + [(TEXT_LABELS[stem], load_report(out / TEXT / "eval" / f"{stem}.jsonl")) for stem in TEXT_LABELS
+                  if f"{TEXT}eval/{stem}" in keys]
+
+
+def timings(ran: dict[str, float], total: float) -> dict[str, float]:
+    """The main pipeline's stage times of this invocation, named as the main job names them (``sft`` and ``rl``
+    always, ~0 when read back; an evaluation only when it ran), then ``total``."""
+    return {**{name: ran.get(key, 0.0) for key, name in TIMING.items() if key in ran or name in ("sft", "rl")},
+            "total": total}
+
+
+def report(cfg, out: Path, tasks: int, times: dict[str, float]) -> None:
+    """What the main job leaves in a pipeline's folder ``out``: the stages' training curves, its three rows' chart
+    and ``results.md`` (the table with the GRPO stage's signal share, its signal line, the times and peak RSS)."""
+    from agentrl.algos.evaluation.plot import plot_eval, plot_run, plot_stages
+    from agentrl.algos.evaluation.report import load_report, results_table
+    from agentrl.algos.evaluation.run_log import read_metrics
+    from agentrl.algos.recipes.main_job import peak_rss_gib, signal_share, stage_config, with_signal_column
+    from agentrl.algos.training.sampler import signal_summary
+
+    stages = [(stem, load_report(out / "eval" / f"{stem}.jsonl")) for stem in ("base", "sft", "rl")]
+    history = read_metrics(out / "grpo") if (out / "grpo" / "metrics.jsonl").is_file() else []
+    table = with_signal_column(results_table(stages), {"rl": signal_share(history)}, len(stages))
+    line = signal_summary(history, sampler_on=stage_config(cfg, "rl", out / "grpo").sampler.enabled,
+                          from_adapter=True)  # the stage starts from the cold start's adapter (docs/sampler.md)
+    plot_run(out / "sft")
+    plot_run(out / "grpo")
+    plot_eval(stages, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL")
+    plot_stages([("SFT", out / "sft"), ("GRPO", out / "grpo")], out / "plots" / "training_curves.png",
+                title=f"{cfg.env}: SFT cold start, then GRPO   (faint: raw, bold: smoothed)")
+    shown = ", ".join(f"{k} {v / 60:.1f} min" for k, v in times.items())
+    peak = peak_rss_gib()
+    shown += f"; peak RSS {peak:.2f} GiB" if peak is not None else ""
+    source = f" from {cfg.eval_tasks_file}" if cfg.eval_tasks_file else ""
+    (out / "results.md").write_text(
+        f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
+        f"{tasks} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
+        f"{table}\n\nSignal: the share of the GRPO stage's sampled groups whose rewards differ (docs/sampler.md).\n"
+        + (f"\n{line}\n" if line else "") + f"\nTime: {shown}.\n", encoding="utf-8")
