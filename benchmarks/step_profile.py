@@ -20,27 +20,26 @@ range ``phase/<name>`` in the profiler's trace, ``--trace``), and each second go
 * **other**: the rest of the step's wall time (Python: the collector's bookkeeping, ``algo.prepare``, collation,
   the loss, metrics).
 
-FLOPs (matmuls only, counted by hooks on the decoder layers as they run): a pass over T tokens costs
-``2 x P_layers x T`` (P_layers: every decoder layer's parameters, the LoRA factors included; embedding lookups
-and attention's score products QK^T and AV, ~4 x context x hidden per token and layer, are left out: the FLOPs
-and the percentages are lower bounds), plus the LM head, ``2 x H x V`` per position it runs on (the update's
-chunked head forms the hidden-state gradient in its forward pass too: ``4 x H x V`` per loss token there).
-Backward: ``2 x P_layers x T`` of the forward's T (with LoRA the frozen weights get no gradient: one matmul per
-weight, for the activations' gradient; full fine-tuning would double it). Each phase's FLOPs over its seconds
-are set against this machine's matmul rate, measured in the same run (``torch.matmul`` of [4096, H] x [H, H],
-H the model's hidden size; bf16 where the CPU has bf16 units (avx512_bf16 / amx_bf16) and fp32). "over ideal"
-is a phase's seconds less its FLOPs at the rate of the model's dtype (all of its seconds where it has no
-FLOPs); the largest is marked as the largest gap. The profiler's ops with the most self time are listed per
-phase (an op counts in the innermost phase around it).
+FLOPs (matmuls only, counted by hooks on the decoder layers as they run): a pass over T tokens costs ``2 x P_layers x
+T`` (P_layers: every decoder layer's parameters, the LoRA factors included; embedding lookups and attention's score
+products QK^T and AV, ~4 x context x hidden per token and layer, are left out: the FLOPs and the percentages are lower
+bounds), plus the LM head, ``2 x H x V`` per position it runs on (the update's chunked head forms the hidden-state
+gradient in its forward pass too: ``4 x H x V`` per loss token there). Backward: ``2 x P_layers x T`` of the forward's
+T (with LoRA the frozen weights get no gradient: one matmul per weight, for the activations' gradient; full
+fine-tuning would double it). Each phase's FLOPs over its seconds are set against this machine's matmul rate, measured
+in the same run (``torch.matmul`` of [4096, H] x [H, H], H the model's hidden size; bf16 where the CPU has bf16 units
+(avx512_bf16 / amx_bf16) and fp32). "over ideal" is a phase's seconds less its FLOPs at the rate of the model's dtype
+(all of its seconds where it has no FLOPs); the largest is marked as the largest gap. The profiler's ops with the most
+self time are listed per phase (an op counts in the innermost phase around it).
 
-Every group trains, as with the edge-of-competence sampler: before ``algo.prepare`` each reward gets a
-tie-break of 1e-3 x its sample index, so no group is dropped for equal rewards (``--keep-skips``: not). The
-sampler's refill rounds are off (one rollout round). Prints a markdown table; ``--out`` writes it as JSON.
-Never asserts.
+Every group trains, as with the edge-of-competence sampler: before ``algo.prepare`` each reward gets a tie-break of
+1e-3 x its sample index, so no group is dropped for equal rewards (``--keep-skips``: not). The sampler's refill rounds
+are off (one rollout round). Prints a markdown table; ``--out`` writes it as JSON. Never asserts.
 
     python benchmarks/step_profile.py --out /tmp/profile.json      # the main job's shape (minutes on 2 cores)
     python benchmarks/step_profile.py --tasks 4                    # fewer tasks per step
     python benchmarks/step_profile.py --compile on                 # the update's passes compiled (before: off)
+    python benchmarks/step_profile.py --memory-budget auto         # the plan from the free memory (before: 1.5)
     python benchmarks/step_profile.py --tiny --tasks 1 --group-size 2 --max-new-tokens 8   # seconds
 """
 
@@ -312,10 +311,10 @@ def build(args, out: Path):
                                     max_turns=args.max_turns or rl.collector.max_turns, seed=args.seed)
     ckpt = {"true": True, "false": False, "auto": "auto", None: rl.gradient_checkpointing}[args.gradient_checkpointing]
     cfg = dataclasses.replace(rl, steps=1, save_every=0, progress=False, report_to=["none"], collector=collector,
-                              tasks_per_step=args.tasks or rl.tasks_per_step, gradient_checkpointing=ckpt,
-                              group_size=args.group_size or rl.group_size, adapter=args.adapter or rl.adapter,
+                              memory_budget_gb=args.memory_budget or rl.memory_budget_gb, gradient_checkpointing=ckpt,
+                              tasks_per_step=args.tasks or rl.tasks_per_step, adapter=args.adapter or rl.adapter,
                               sampler=dataclasses.replace(rl.sampler, enabled=False), seed=args.seed,
-                              compile=args.compile or rl.compile)
+                              group_size=args.group_size or rl.group_size, compile=args.compile or rl.compile)
     if args.tiny:
         tokenizer = load_tokenizer(cfg.model)
         model = tiny_model(tokenizer, hidden_size=64, seed=args.seed, end_scale=5.0)
@@ -382,8 +381,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--group-size", type=int, help="samples per task (default: the main job's, 8)")
     ap.add_argument("--max-new-tokens", type=int, help="tokens per reply (default: the main job's, 96)")
     ap.add_argument("--max-turns", type=int, help="replies per episode (default: the main job's, 4)")
-    ap.add_argument("--gradient-checkpointing", choices=("auto", "true", "false"),
-                    help="default: the main job's ('auto': the memory plan decides)")
+    ap.add_argument("--gradient-checkpointing", choices=("auto", "true", "false"), help="default: the main job's")
+    ap.add_argument("--memory-budget", type=lambda v: v if v == "auto" else float(v), help="GiB or auto")
     ap.add_argument("--adapter", help="a trained LoRA adapter folder to start from (e.g. a main job's sft/adapter)")
     ap.add_argument("--compile", choices=("off", "on", "auto"), help="TrainConfig compile (default: the main job's)")
     ap.add_argument("--seed", type=int, default=0)
@@ -417,7 +416,7 @@ def main(argv: list[str] | None = None) -> dict:
                 metrics = trainer.step()
             wall = time.perf_counter() - t0
         trainer.close_collector()
-        model, cfg = trainer.model, trainer.config
+        model, cfg, budget = trainer.model, trainer.config, trainer.memory_budget_gb
         checkpointing, micro_batch_tokens = trainer.checkpointing, trainer.micro_batch_tokens
     dtype = next(model.parameters()).dtype
     hidden = model.get_output_embeddings().weight.shape[1]
@@ -447,8 +446,8 @@ def main(argv: list[str] | None = None) -> dict:
         "shape": {"env": cfg.env, "tasks": cfg.tasks_per_step, "group_size": cfg.group_size,
                   "max_new_tokens": cfg.collector.max_new_tokens, "max_turns": cfg.collector.max_turns,
                   "gradient_checkpointing": checkpointing, "micro_batch_tokens": micro_batch_tokens,
-                  "every_group_trains": not args.keep_skips, "warm_up": not args.no_warmup,
-                  "profiler": not args.no_profiler, "compile": cfg.compile},
+                  "memory_budget_gb": budget, "every_group_trains": not args.keep_skips,
+                  "warm_up": not args.no_warmup, "profiler": not args.no_profiler, "compile": cfg.compile},
         "matmul": {**rates, "shape": f"[4096, {hidden}] x [{hidden}, {hidden}]"},
         "phases": phases_out, "wall_s": wall, "trainer_step_s": metrics.get("time/step"), "largest_gap": gap,
         "env_busy_in_threads_s": pool.busy, "update": {"seconds": update_s, "flops": update_flops,
@@ -467,9 +466,10 @@ def main(argv: list[str] | None = None) -> dict:
         if args.trace:
             prof.export_chrome_trace(args.trace)
     print(f"one GRPO step, {label}, {result['dtype']}, {cfg.env}: {cfg.tasks_per_step} tasks x {cfg.group_size} "
-          f"samples, replies <= {cfg.collector.max_new_tokens} tokens, <= {cfg.collector.max_turns} turns; "
-          f"checkpointing {checkpointing}, micro-batches of {micro_batch_tokens} tokens; torch threads "
-          f"{torch.get_num_threads()}; {cpu}, bf16 units: {', '.join(bf16_units) or 'none'}")
+          f"samples, replies <= {cfg.collector.max_new_tokens} tokens, <= {cfg.collector.max_turns} turns; budget "
+          f"{budget:.2f} GiB ({cfg.memory_budget_gb}): checkpointing {checkpointing}, micro-batches of "
+          f"{micro_batch_tokens} tokens; torch threads {torch.get_num_threads()}; {cpu}, bf16 units: "
+          f"{', '.join(bf16_units) or 'none'}")
     step = result["step"]
     print(f"step: {step.get('rollout/num_trajectories', 0):.0f} episodes, {step.get('rollout/turns', 0):.2f} turns "
           f"and {step.get('rollout/response_length', 0):.0f} sampled tokens each (mean), "

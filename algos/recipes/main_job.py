@@ -39,7 +39,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentrl.algos.config import config_from_dict, config_to_dict, deep_merge
 from agentrl.algos.objectives import algorithm_class, algorithm_names
@@ -108,10 +108,11 @@ class MainJobConfig(TrainConfig):
 
     out: str = "runs/main"
     """Run directory: each stage trains in a folder of it (sft/, grpo/); eval/, plots/, results.md."""
-    memory_budget_gb: float = 1.5
+    memory_budget_gb: float | Literal["auto"] = 1.5
     """Both stages' GiB an update may grow the RSS by; sizes the micro-batches (a larger budget: fewer, larger
-    micro-batches, less time per step, more memory). 1.5 kept the main job under 4 GiB peak RSS on its ~800-token
-    rows in earlier measurements (docs/results/archive/README.md at commit 6e899db: not results)."""
+    micro-batches, less time per step, more memory; 'auto': from the memory free when each stage starts, as in
+    TrainConfig). 1.5 kept the main job under 4 GiB peak RSS on its ~800-token rows in earlier measurements
+    (docs/results/archive/README.md at commit 6e899db: not results)."""
     eval_tasks: int = 32
     """Test-split tasks per evaluation (not used with eval_tasks_file)."""
     eval_tasks_file: str | None = None

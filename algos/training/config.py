@@ -108,11 +108,15 @@ class TrainConfig:
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     activation checkpointing, non-reentrant; off while sampling). 'auto': on when a micro-batch would not fit
     memory_budget_gb without it (a fixed micro_batch_tokens) or would hold fewer than 4096 tokens ('auto')."""
-    memory_budget_gb: float = 2.0
+    memory_budget_gb: float | Literal["auto"] = 2.0
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
     (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and
     decides gradient_checkpointing='auto' (agentrl.algos.training.memory_plan.memory_plan). A target, not a
-    bound: the process also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb)."""
+    bound: the process also keeps freed memory the allocator holds (see malloc_mmap_threshold_mb). 'auto': half
+    of the memory free when the trainer starts (the host's available memory; a CUDA device's free memory) less
+    what the optimizer and the in-process sampler (KV cache, merged weight copy) will still take, within
+    [1, 16] GiB; the 2.0 default where it cannot be read (memory_plan.resolve_budget; the log line says what
+    it chose and from what)."""
     malloc_mmap_threshold_mb: int | None = 8
     """glibc only (Linux): allocations of at least this many MiB are mmap-ed and given back to the OS when freed
     (mallopt M_MMAP_THRESHOLD, set once by the Trainer for the whole process), and the heap is trimmed
@@ -190,8 +194,9 @@ class TrainConfig:
                 or self.malloc_mmap_threshold_mb < 1):
             raise ValueError("malloc_mmap_threshold_mb must be a positive int (MiB) or null, "
                              f"got {self.malloc_mmap_threshold_mb!r}")
-        if not self.memory_budget_gb > 0:
-            raise ValueError(f"memory_budget_gb must be > 0 (GiB), got {self.memory_budget_gb!r}")
+        budget = self.memory_budget_gb
+        if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0):
+            raise ValueError(f"memory_budget_gb must be > 0 (GiB) or 'auto', got {budget!r}")
         if self.policy_max_batch_tokens is not None and self.policy_max_batch_tokens < 1:
             raise ValueError(f"policy_max_batch_tokens must be >= 1 or null, "
                              f"got {self.policy_max_batch_tokens!r}")

@@ -1,7 +1,8 @@
 """Training memory: the activation-memory model that plans micro-batches, gradient checkpointing, glibc's heap.
 
 :func:`memory_plan` resolves ``gradient_checkpointing`` / ``micro_batch_tokens='auto'`` against
-``memory_budget_gb`` with :func:`activation_bytes_per_token`; :func:`set_gradient_checkpointing` and
+``memory_budget_gb`` with :func:`activation_bytes_per_token` (``memory_budget_gb='auto'``: :func:`resolve_budget`, from
+the memory this machine has free); :func:`set_gradient_checkpointing` and
 :func:`checkpointed_layers` switch transformers' activation checkpointing; :func:`set_malloc_mmap_threshold` and
 :func:`trim_heap` make glibc give freed memory back to the OS (``malloc_mmap_threshold_mb``).
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +34,8 @@ FIXED_BYTES = 2**30
 """The step's growth that does not scale with the micro-batch (LM-head chunks, gradients, optimizer state on
 first use): 0.7-1.1 GiB in the fits above; the budget is taken net of it."""
 DEFAULT_BUDGET_GB = 2.0
-"""TrainConfig.memory_budget_gb's default, used when an update gets ``micro_batch_tokens='auto'``."""
+"""TrainConfig.memory_budget_gb's default, used when an update gets ``micro_batch_tokens='auto'`` and where
+``memory_budget_gb='auto'`` cannot read the available memory."""
 AUTO_CHECKPOINT_TOKENS = 4096
 """gradient_checkpointing='auto' with micro_batch_tokens='auto': on when the budget holds fewer tokens than this
 without it."""
@@ -87,6 +91,117 @@ def memory_plan(model, *, gradient_checkpointing: bool | str, micro_batch_tokens
                            memory_budget_gb, tokens, type(model).__name__, min_tokens)
         return bool(ckpt), max(tokens, min_tokens)
     return bool(ckpt), int(micro_batch_tokens)
+
+
+AUTO_FRACTION = 0.5
+"""memory_budget_gb='auto' plans with this share of the memory left once what the run still needs is set aside: the
+activation model is a target, not a bound (one update grew the RSS by 1.70 GiB at a 2 GiB target with the mmap
+threshold, 4.60 GiB without it), other processes may take memory later, and a planned budget that is short costs a
+recomputation while one that is too large costs the run (swap or the OOM killer)."""
+AUTO_CAP_GB = 16.0
+"""memory_budget_gb='auto' plans at most this many GiB: ~11,000 tokens of SmolLM2-135M without checkpointing, more
+than the decoder tokens of a main-job update (~7,800), and within 3x of the micro-batches the activation model was
+fitted on; a larger machine keeps the rest."""
+AUTO_FLOOR_GB = FIXED_BYTES / 2**30
+"""memory_budget_gb='auto' plans at least the part that does not scale with the micro-batch (memory_plan then warns
+and uses its smallest micro-batch, checkpointed)."""
+
+
+def available_memory(device: Any = None) -> tuple[int, str]:
+    """Bytes this process may still take now and where the figure comes from: on a CUDA ``device`` its free memory
+    (``torch.cuda.mem_get_info``); otherwise the host's available memory (Linux ``MemAvailable``: free memory plus
+    the page cache the kernel can drop), by psutil where it is installed, else ``/proc/meminfo``, else
+    ``os.sysconf`` free pages. Raises (OSError, ValueError, ...) where none can be read."""
+    kind = getattr(device, "type", str(device or "cpu").split(":")[0])
+    if kind == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0]), f"free on {device}, torch.cuda.mem_get_info"
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available), "available, psutil"
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable, /proc/meminfo"
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free pages, os.sysconf"
+
+
+def _nbytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def still_needed(model, *, kv_tokens: int = 0, policy_copy: bool = False) -> dict[str, int]:
+    """Bytes the run will still allocate after the plan is made (the model's weights are loaded by then, so they
+    are no longer in the available memory): the optimizer's AdamW moments and the gradients (3 x the trainable
+    parameters' bytes; memory_plan's fixed part counts them too, so this errs on the safe side), the in-process
+    sampler's KV cache (``kv_tokens`` of context x layers x 2 x key/value heads x head size x element bytes) and
+    the merged copy of the base weights it samples through (``policy_copy``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    heads = int(cfg.num_attention_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    params = list(model.parameters())
+    elem = params[0].element_size()
+    return {"optimizer": 3 * _nbytes(p for p in params if p.requires_grad),
+            "KV cache": kv_tokens * 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * elem,
+            "policy copy": _nbytes(p for p in params if not p.requires_grad) if policy_copy else 0}
+
+
+def auto_budget(available: int, needed: dict[str, int], *, processes: int = 1) -> float:
+    """memory_budget_gb='auto': ``AUTO_FRACTION x (available - needed) / processes`` GiB (``processes``: the ranks
+    that share this memory), within ``[AUTO_FLOOR_GB, AUTO_CAP_GB]``."""
+    free = (available - sum(needed.values())) / max(1, processes)
+    return min(AUTO_CAP_GB, max(AUTO_FLOOR_GB, AUTO_FRACTION * free / 2**30))
+
+
+def resolve_budget(config, model, policy=None, *, device: Any = None,
+                   read: Callable[[Any], tuple[int, str]] | None = None) -> tuple[float, str]:
+    """``(GiB, words for the log)``: ``config.memory_budget_gb`` (a TrainConfig), ``'auto'`` resolved by
+    :func:`auto_budget` from ``read(device)`` (default :func:`available_memory`) less :func:`still_needed` (the
+    sampler's needs only where the algorithm samples in this process: no ``policy`` yet or an ``HFPolicy``; its KV
+    cache at the policy's ``max_batch_tokens``, at most every row of a step at ``collector.max_total_tokens``).
+    Where the memory cannot be read: :data:`DEFAULT_BUDGET_GB`, with one warning. Ranks on one host
+    (``LOCAL_WORLD_SIZE``) split its memory; ranks on their own GPUs do not."""
+    budget = config.memory_budget_gb
+    if budget != "auto":
+        return budget, str(budget)
+    try:
+        available, source = (read or available_memory)(device)
+    except Exception as err:  # noqa: BLE001 - any failure to read: the fixed default, said once
+        logger.warning("memory_budget_gb=auto: the available memory could not be read (%s: %s); using the fixed "
+                       "default memory_budget_gb=%s", type(err).__name__, err, DEFAULT_BUDGET_GB)
+        return DEFAULT_BUDGET_GB, f"auto, memory unreadable: the default {DEFAULT_BUDGET_GB}"
+    from agentrl.algos.objectives import algorithm_class
+
+    in_process, copy, bound = algorithm_class(config.algo).needs_rollouts, False, config.policy_max_batch_tokens
+    if in_process and policy is None:
+        copy = not config.policy_shares_weights
+    elif in_process:
+        from agentrl.algos.policy.hf import HFPolicy
+
+        in_process = isinstance(policy, HFPolicy)
+        copy = in_process and not policy.share_weights and policy._copy is None
+        bound = getattr(policy, "max_batch_tokens", bound)
+    rows = config.tasks_per_step * config.group_size * config.collector.max_total_tokens
+    kv_tokens = min(rows, bound or rows) if in_process else 0
+    needed = still_needed(model, kv_tokens=kv_tokens, policy_copy=copy)
+    on_gpu = getattr(device, "type", str(device or "cpu").split(":")[0]) == "cuda"
+    processes = 1 if on_gpu else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    budget = auto_budget(available, needed, processes=processes)
+    gib = 2**30
+    parts = ", ".join(f"{k} {v / gib:.2f}" for k, v in needed.items() if v)
+    words = (f"auto: {budget:.2f} GiB = {AUTO_FRACTION:g} x ({available / gib:.2f} GiB available [{source}] - "
+             f"{sum(needed.values()) / gib:.2f} GiB still needed [{parts or 'nothing'}])"
+             + (f" / {processes} ranks" if processes > 1 else "") + f", within [{AUTO_FLOOR_GB:g}, {AUTO_CAP_GB:g}]")
+    return budget, words
 
 
 M_MMAP_THRESHOLD = -3

@@ -51,6 +51,7 @@ from agentrl.algos.training.checkpoint import latest_checkpoint
 from agentrl.algos.training.config import TrainConfig
 from agentrl.algos.training.memory_plan import (
     memory_plan,
+    resolve_budget,
     set_gradient_checkpointing,
     set_malloc_mmap_threshold,
     trim_heap,
@@ -107,7 +108,7 @@ class Trainer:
         self.data_pos = 0
         self.sampler = SignalSampler(config.sampler, config.seed)
         """Per-key pass rates of the rollouts (docs/sampler.md); it chooses the tasks when sampler.enabled."""
-        self._setup_model(model, tokenizer)
+        self._setup_model(model, tokenizer, policy)
         self._setup_optimizer()
         self._setup_tasks()
         ckpt = latest_checkpoint(self.run_dir) if resume else None
@@ -140,7 +141,7 @@ class Trainer:
             "filesystem"))
 
     # ------------------------------------------------------------------ setup
-    def _setup_model(self, model, tokenizer) -> None:
+    def _setup_model(self, model, tokenizer, policy=None) -> None:
         """The model (``config.model`` unless given) with its LoRA adapter, and the activation-memory plan."""
         config = self.config
         if model is None:
@@ -162,17 +163,19 @@ class Trainer:
         self.model = model
         self.model.eval()
         self.device = next(model.parameters()).device
-        # Activation memory: checkpointing and the micro-batch size, resolved from memory_budget_gb ('auto')
+        # Activation memory: checkpointing and the micro-batch size, resolved from memory_budget_gb ('auto': from
+        # the memory free now, less what the optimizer and the sampler will still take)
+        self.memory_budget_gb, budget_from = resolve_budget(config, model, policy, device=self.device)
         self.checkpointing, self.micro_batch_tokens = memory_plan(
             model, gradient_checkpointing=config.gradient_checkpointing, micro_batch_tokens=config.micro_batch_tokens,
-            memory_budget_gb=config.memory_budget_gb)
+            memory_budget_gb=self.memory_budget_gb)
         set_gradient_checkpointing(model, self.checkpointing)
         threshold = config.malloc_mmap_threshold_mb
         self.manages_heap = threshold is not None  # glibc: mmap threshold set, heap trimmed
         if threshold is not None:
             set_malloc_mmap_threshold(threshold)
         logger.info("micro_batch_tokens=%d, gradient_checkpointing=%s (memory_budget_gb=%s)", self.micro_batch_tokens,
-                    self.checkpointing, config.memory_budget_gb)
+                    self.checkpointing, budget_from)
 
     def _setup_optimizer(self) -> None:
         """AdamW over the adapter, the algorithm, and the reference policy when the algorithm needs one."""
