@@ -9,6 +9,10 @@ The same tasks (``--group-size`` trajectories per task, at each of ``--sizes`` t
   batch; the row appears when ``CollectorConfig`` has ``continuous``;
 * ``collector, no cascade`` — the same with ``HFPolicy(cascade=False)`` (shared-prefix cascade attention off); the row
   appears when ``HFPolicy`` has the ``cascade`` argument;
+* ``collector, no cascade, compiled decode (cold|warm)`` (``--compiled-decode``) — the "no cascade" row with
+  ``HFPolicy(compile_decode="on")`` (static-shape compiled decode steps; batches with a cascade prefix decode
+  eager, hence beside the no-cascade row), run twice: cold (its wall time includes compiling, printed apart) and
+  warm (the graphs reused);
 * ``collector, no reuse`` — the same with ``reuse_cache=False`` (every turn re-encodes its whole prompt, still
   batched);
 * ``transformers continuous batching`` — :class:`ContinuousBatchingPolicy`: every collector call hands all its
@@ -31,6 +35,7 @@ ToolUse-v0 with one change: an invalid reply gets an error observation and the e
     python benchmarks/rollout_throughput.py --sizes 16,64 --naive-max 16
     python benchmarks/rollout_throughput.py --quick               # CI-sized: a tiny random model, 4 trajectories
     python benchmarks/rollout_throughput.py --vllm --skip-naive --skip-cb   # our collector vs a vLLM server
+    python benchmarks/rollout_throughput.py --compiled-decode --skip-naive --skip-cb   # compiled vs eager decode
 
 Prints tokens/s (sampled tokens / wall time) for each row and a markdown table with the collector's tokens/s
 divided by each row's; never asserts.
@@ -304,6 +309,15 @@ def measure_size(model, tokenizer, args, n: int, cfg) -> list[dict]:
     if has_cascade():
         rows.append(run("collector, no cascade", HFPolicy(model, tokenizer, cascade=False), tasks, args.group_size,
                         cfg, n))
+    if args.compiled_decode:
+        for when in ("cold", "warm"):  # cold compiles each bucket's graph; warm reuses them (process-wide)
+            policy = HFPolicy(model, tokenizer, cascade=False, compile_decode="on")
+            rows.append(run(f"collector, no cascade, compiled decode ({when})", policy, tasks, args.group_size,
+                            cfg, n))
+            st = policy.stats
+            print(f"  compiled decode: {st['compiled_decode_steps']} of {st['decode_steps']} steps compiled, "
+                  f"{st['compile_seconds']:.1f} s compiling, {st['decode_seconds']:.1f} s in decode steps",
+                  flush=True)
     rows.append(run("collector, no reuse", HFPolicy(model, tokenizer), tasks, args.group_size,
                     CollectorConfig(**{**cfg.__dict__, "reuse_cache": False}), n))
     if not args.skip_cb:
@@ -410,6 +424,8 @@ def main(argv=None):
     ap.add_argument("--cb-no-block-sharing", action="store_true", help="turn off CB's prefix cache")
     ap.add_argument("--vllm", action="store_true",
                     help="add the vLLM server rows (needs .venv-vllm or $AGENTRL_VLLM_PYTHON; docs/engines.md)")
+    ap.add_argument("--compiled-decode", action="store_true",
+                    help="add the no-cascade collector with compiled decode steps, cold and warm (issue 62)")
     ap.add_argument("--quick", action="store_true", help="CI-sized: tiny random model, 2 tasks x 2, 16 tokens")
     args = ap.parse_args(argv)
 

@@ -9,6 +9,7 @@ holds the model, the per-trajectory caches and the forward passes (``HFPolicy._p
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,7 @@ class Decoding(Session):
 
     # ------------------------------------------------------------ one step
     def _step(self) -> list[tuple[int, GenerationResult]]:
-        from agentrl.algos.policy._kv_cache import out_cache
+        from agentrl.algos.policy._kv_cache import cache_arg, out_cache
 
         p, torch = self.policy, self.policy._torch
         if self.queue and self.join_ready(0):
@@ -138,10 +139,22 @@ class Decoding(Session):
         feed = torch.tensor([[r.out_ids[-1] if not r.done else p._pad_id] for r in self.rows])
         step_mask = torch.tensor([[0 if r.done else 1] for r in self.rows], dtype=self.mask.dtype)
         self.mask = torch.cat([self.mask, step_mask], dim=1)
-        out = p._forward(feed.to(p.device), self.cache, self.mask.to(p.device), self.positions[:, None].to(p.device))
+        t0, compiled = time.perf_counter(), p._compiled_decode
+        compiling = compiled.compile_seconds if compiled is not None else 0.0
+        logits = None
+        if compiled is not None and self.prefix is None:  # the cascade (shared-prefix) attention decodes eager
+            logits = compiled.step(p.model, self.cache, feed, self.mask, self.positions, p._pad_id,
+                                   cache_arg(p.model))
+            p.stats["compiled_decode_steps"] += logits is not None
+        if logits is None:
+            out = p._forward(feed.to(p.device), self.cache, self.mask.to(p.device),
+                             self.positions[:, None].to(p.device))
+            self.cache, logits = out_cache(out), out.logits[:, -1, :]
+        compiling = (compiled.compile_seconds if compiled is not None else 0.0) - compiling
+        p.stats["decode_seconds"] += time.perf_counter() - t0 - compiling
+        p.stats["compile_seconds"] += compiling
         p.stats["decode_steps"] += 1
-        self.cache = out_cache(out)
-        self.logits = out.logits[:, -1, :]
+        self.logits = logits
         self.positions = self.positions + step_mask[:, 0]
         return finished
 
@@ -166,6 +179,8 @@ class Decoding(Session):
         self._activation = contextlib.ExitStack()
         self.policy._cascade_state = None
         self.prefix = None
+        if self.policy._compiled_decode is not None:
+            self.policy._compiled_decode.release()
 
     def _fits_prefix(self, row: Row) -> bool:
         if self.prefix is None:

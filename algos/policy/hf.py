@@ -60,6 +60,10 @@ class HFPolicy(Policy):
             (also across turns: the stored caches of the trajectories reference it) and attend to it with one
             matrix product for all rows, merged with each row's own attention (``_cascade.py``). Models whose
             attention cannot take it (sliding window, soft-capping, no attention interface) decode as without.
+        compile_decode: ``off`` (default: eager, as before), ``on`` or ``auto`` (on for a model on CUDA): run each
+            decode step's one-token forward pass through ``torch.compile`` with fixed-size (bucketed) KV buffers,
+            so shapes repeat and graphs are reused (``_compiled_decode.py``); prefill and batches with a shared
+            cascade prefix stay eager; where compiling fails one line is logged and decoding runs eager.
 
     Batches are continuous (:meth:`session`): a request added while a batch runs joins it (see
     :class:`~agentrl.algos.policy._decoding.Decoding`);
@@ -72,12 +76,14 @@ class HFPolicy(Policy):
 
     def __init__(self, model, tokenizer, *, max_batch_size: int | None = None,
                  max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS, compact_fraction: float = 0.25,
-                 share_weights: bool = False, cascade: bool = True):
+                 share_weights: bool = False, cascade: bool = True, compile_decode: str = "off"):
         import torch
 
         for name, value in (("max_batch_size", max_batch_size), ("max_batch_tokens", max_batch_tokens)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if compile_decode not in ("off", "on", "auto"):
+            raise ValueError(f"compile_decode must be one of off, on, auto, got {compile_decode!r}")
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -93,9 +99,19 @@ class HFPolicy(Policy):
         self.device = next(model.parameters()).device
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._torch = torch
-        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0, "shared_prefix_calls": 0}
-        """Running counters: tokens run through prefill (padding excluded), decode forward passes, tokens sampled,
-        batches decoded with a shared prefix ("calls": a batch was one call before batches took joiners)."""
+        self.compile_decode = compile_decode
+        self._compiled_decode = None  # a _compiled_decode.CompiledDecode where compile_decode is on for this device
+        if compile_decode != "off":
+            from agentrl.algos.policy import _compiled_decode
+
+            if _compiled_decode.wants_compile(compile_decode, self.device):
+                self._compiled_decode = _compiled_decode.CompiledDecode(self.device)
+        self.stats = {"prefill_tokens": 0, "decode_steps": 0, "generated_tokens": 0, "shared_prefix_calls": 0,
+                      "compiled_decode_steps": 0, "decode_seconds": 0.0, "compile_seconds": 0.0}
+        """Running counters: tokens run through prefill (padding excluded), decode forward passes (of them run
+        compiled), tokens sampled, batches decoded with a shared prefix ("calls": a batch was one call before
+        batches took joiners), seconds in decode forward passes (compiling excluded; on CUDA the launch time, the
+        kernels may still run) and seconds compiling decode graphs."""
         if is_peft(model):
             self.update_weights(model)
 

@@ -124,7 +124,7 @@ def _adapter_policy(base: Policy, path: str) -> HFPolicy:
     peft_model = load_adapter(copy.deepcopy(base.model), path)
     return HFPolicy(peft_model, base.tokenizer, max_batch_size=base.max_batch_size,
                     max_batch_tokens=base.max_batch_tokens, compact_fraction=base.compact_fraction,
-                    cascade=base.cascade)
+                    cascade=base.cascade, compile_decode=base.compile_decode)
 
 
 class _Models:

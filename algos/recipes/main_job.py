@@ -236,7 +236,7 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     model = apply_lora(model, cfg.lora)  # a zero-initialised adapter: the base model's function until SFT
     if policy is None:
         policy = HFPolicy(model, tokenizer, share_weights=cfg.policy_shares_weights,
-                          max_batch_tokens=cfg.policy_max_batch_tokens)
+                          max_batch_tokens=cfg.policy_max_batch_tokens, compile_decode=cfg.policy_compile)
     tasks = eval_task_list(cfg)
     eval_cfg = eval_collector(cfg)
     timings: dict[str, float] = {}

@@ -81,6 +81,13 @@ class TrainConfig:
     """The in-process policy (HFPolicy) decodes at most this many tokens of context per batch (each prompt
     beyond the shared prefix plus its reply budget; ``HFPolicy(max_batch_tokens=...)``); None: all live
     trajectories at once."""
+    policy_compile: Literal["off", "on", "auto"] = field(default="off", metadata={"omit_if": "off"})
+    """torch.compile the in-process policy's decode steps (HFPolicy(compile_decode=...),
+    agentrl.algos.policy._compiled_decode: the one-token forward over fixed-size, bucketed KV buffers, so shapes
+    repeat; prefill and batches with a shared cascade prefix stay eager): 'on', 'off', or 'auto' (on for a model on
+    CUDA, eager on a CPU until measured faster there). Graphs compile on first use of a bucket; where compiling
+    fails one line is logged and decoding runs eager. Tokens and logprobs are eager's up to rounding. Left out of
+    written configs when 'off' (as they were before this key)."""
     adapter: str | None = None
     """Start from this PEFT adapter (e.g. an SFT cold start) instead of a fresh LoRA."""
     out: str = "runs/agentrl"
@@ -202,6 +209,8 @@ class TrainConfig:
                              f"got {self.policy_max_batch_tokens!r}")
         if self.compile not in ("off", "on", "auto"):
             raise ValueError(f"compile must be 'off', 'on' or 'auto', got {self.compile!r}")
+        if self.policy_compile not in ("off", "on", "auto"):
+            raise ValueError(f"policy_compile must be 'off', 'on' or 'auto', got {self.policy_compile!r}")
         if self.logprob_chunk < 1:
             raise ValueError(f"logprob_chunk must be >= 1, got {self.logprob_chunk!r}")
         if self.steps < 0 or self.tasks_per_step < 1 or self.group_size < 1:

@@ -223,7 +223,8 @@ class Trainer:
             from agentrl.algos.policy.hf import HFPolicy
 
             self.policy = HFPolicy(self.model, self.tokenizer, share_weights=config.policy_shares_weights,
-                                   max_batch_tokens=config.policy_max_batch_tokens)
+                                   max_batch_tokens=config.policy_max_batch_tokens,
+                                   compile_decode=config.policy_compile)
         self.correction = resolve_correction(self.algo, self.policy, config.collector)
         if self.correction is not None:
             logger.info("rollout correction: %s", self.correction)

@@ -1,0 +1,271 @@
+"""A compiled one-token decode step for :class:`~agentrl.algos.policy.HFPolicy` (issue 62 part 2): static shapes.
+
+``HFPolicy(compile_decode="on")`` (TrainConfig ``policy_compile``) runs each decode step's forward pass, the
+model's one-token forward with the batch's KV cache, through ``torch.compile`` (inductor; on CUDA
+``mode="reduce-overhead"``, CUDA graphs). The default, ``off``, is the eager path as before.
+
+Shapes repeat because the batch's cache is held in fixed-size buffers while it decodes: per layer
+``[rows bucket, Hkv, length bucket, D]``, the rows padded up to the next of :data:`ROW_BUCKETS` and the columns to
+the next of :data:`LENGTH_BUCKETS`. A step writes the new keys/values at the batch's next column (a tensor index,
+so the graph is the same at every length) and attends over every column of the bucket under a 4-D mask: the
+batch's 2-D mask (left padding and finished rows as in the eager path), zeros beyond it; a padding row attends
+only to its own new column. The buffers are those of the batch's :class:`~agentrl.algos.policy._kv_cache.GrowingLayer`
+caches (their ``_kbuf``/``_vbuf``), so storing a finished row, cutting finished rows and stacking joiners work as in
+the eager path; a batch whose rows or columns changed is copied into the buffers of its bucket once. So one graph
+per (rows bucket, length bucket) and sampled model, compiled on first use and reused across steps and calls.
+
+Stays eager: prefill; a batch with a shared cascade prefix (its attention builds masks per pass in Python; the
+cascade path may be compiled later); a batch beyond the largest bucket (those steps only); a model whose attention
+is neither ``sdpa`` nor ``eager`` (the step hands the attention a 4-D mask).
+
+Fall-back: if compiling or a compiled call raises, one line is logged and every later step decodes eager (process
+wide: a missing compiler stays missing); the failed step is re-run eager.
+
+Numerics: the compiled step attends over the bucket's columns (the masked ones weigh exactly 0) and inductor fuses
+the elementwise ops: results are eager's up to rounding (fp32: per-token logprobs within 1e-5 in
+tests/algos/policy/test_compiled_decode.py; greedy tokens and seeded samples identical there).
+
+Time spent compiling is counted apart (``stats["compile_seconds"]``) from decoding (``stats["decode_seconds"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+logger = logging.getLogger(__name__)
+
+MODES = ("off", "on", "auto")
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
+
+#: attention implementations the step runs under -> whether their 4-D mask is additive (else boolean, True: attend);
+#: others (flash attention: 2-D masks only) decode eager
+_MASK_KINDS = {"sdpa": False, "eager": True}
+_STATE: dict[str, Any] = {"failed": None}
+_COMPILED: dict[str | None, Any] = {}  # torch.compile mode -> the compiled step (graphs shared by every policy)
+
+
+def wants_compile(mode: str, device) -> bool:
+    """Whether ``mode`` compiles decoding on ``device``: ``on`` always, ``off`` never, ``auto`` on CUDA (eager on
+    a CPU until measured faster there)."""
+    if mode not in MODES:
+        raise ValueError(f"compile_decode must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
+
+
+def failure() -> str | None:
+    """Why compiled decoding was turned off in this process (None: it was not)."""
+    return _STATE["failed"]
+
+
+def _bucket(n: int, buckets: tuple[int, ...]) -> int | None:
+    return next((b for b in buckets if b >= n), None)
+
+
+class _SlotLayer(CacheLayerMixin):
+    """One layer's fixed buffers for the compiled step: writes the new keys/values at ``column`` (a 1-element
+    tensor shared by the layers) and returns the whole buffers."""
+
+    is_compileable = True
+    is_sliding = False
+
+    def __init__(self, keys, values, column):
+        super().__init__()
+        self.keys, self.values, self.column = keys, values, column
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        return None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.keys.index_copy_(2, self.column, key_states)
+        self.values.index_copy_(2, self.column, value_states)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.keys.shape[-2], 0
+
+    def get_seq_length(self) -> int:  # unused: positions and the mask are always given
+        return self.keys.shape[-2]
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[-2]
+
+
+@dataclass
+class _Slots:
+    """The fixed inputs of one bucket: per layer keys/values buffers, the step's ids, 4-D mask, positions and
+    write column, and the cache object the model writes through."""
+
+    keys: list
+    values: list
+    ids: Any
+    mask: Any
+    positions: Any
+    column: Any
+    cache: Cache
+
+
+def _one_token(model, ids, mask, positions, cache, cache_name: str):
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{cache_name: cache})
+    return out.logits[:, -1, :]
+
+
+def _compiled(mode: str | None):
+    fn = _COMPILED.get(mode)
+    if fn is None:
+        fn = _COMPILED[mode] = torch.compile(_one_token, dynamic=False, mode=mode)
+    return fn
+
+
+def _fail(err: BaseException) -> None:
+    if _STATE["failed"] is None:
+        text = str(err).strip()
+        _STATE["failed"] = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+        logger.warning("torch.compile unavailable for decoding (%s); decoding runs eager", _STATE["failed"])
+
+
+class CompiledDecode:
+    """The compiled decode step of one policy: its buckets' buffers and its counters (see the module docstring).
+
+    Args:
+        device: the sampled model's device (CUDA: CUDA graphs, buffers kept for the policy's life so their
+            addresses stay those the graphs recorded; CPU: a batch's buffers are freed when it ends).
+        row_buckets, length_buckets: the padded sizes, ascending (tests use small ones).
+    """
+
+    def __init__(self, device, row_buckets: tuple[int, ...] = ROW_BUCKETS,
+                 length_buckets: tuple[int, ...] = LENGTH_BUCKETS):
+        self.device = torch.device(device)
+        self.row_buckets, self.length_buckets = tuple(row_buckets), tuple(length_buckets)
+        self.cuda = self.device.type == "cuda"
+        self._slots: dict[tuple[int, int, str], _Slots] = {}
+        self.compile_seconds = 0.0
+        self.steps = 0  # decode steps run compiled
+
+    def release(self) -> None:
+        """A batch ended: free its buffers (on CPU; CUDA graphs keep theirs)."""
+        if not self.cuda:
+            self._slots.clear()
+
+    def step(self, model, cache, feed, mask, positions, pad_id: int, cache_name: str):
+        """The next logits [B, V] of the batch (``feed`` [B, 1], ``mask`` [B, W + 1] with this step's column,
+        ``positions`` [B]), its cache extended in place; None where this step must run eager (nothing changed)."""
+        impl = getattr(model.config, "_attn_implementation", None)
+        if _STATE["failed"] is not None or impl not in _MASK_KINDS:
+            return None
+        rows, width = mask.shape
+        if cache.layers and cache.layers[0].get_seq_length() != width - 1:
+            raise RuntimeError(f"internal cache error: {cache.layers[0].get_seq_length()} cached columns, mask of "
+                               f"{width - 1}")
+        rb, lb = _bucket(rows, self.row_buckets), _bucket(width, self.length_buckets)
+        if rb is None or lb is None:
+            self._unpad(cache, rows)
+            return None
+        slots = self._load(cache, rows, width - 1, rb, lb, impl)
+        dev = self.device
+        slots.ids.fill_(pad_id)
+        slots.ids[:rows] = feed.to(dev)
+        allowed = torch.zeros((rb, lb), dtype=torch.bool, device=dev)
+        allowed[:rows, :width] = mask.to(dev).bool()
+        allowed[rows:, width - 1] = True  # padding rows attend to their own column: no empty softmax
+        if slots.mask.dtype == torch.bool:
+            slots.mask.copy_(allowed[:, None, None, :])
+        else:  # eager attention adds the mask to the scores
+            slots.mask.fill_(torch.finfo(slots.mask.dtype).min).masked_fill_(allowed[:, None, None, :], 0.0)
+        slots.positions.zero_()
+        slots.positions[:rows, 0] = positions.to(dev)
+        slots.column.fill_(width - 1)
+        clock = _Clock()
+        handler = torch._dynamo.callback_handler
+        handler.register_start_callback(clock.start)
+        handler.register_end_callback(clock.end)
+        try:
+            limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.row_buckets) * len(self.length_buckets))
+            with torch._dynamo.config.patch(recompile_limit=limit):
+                logits = _compiled("reduce-overhead" if self.cuda else None)(
+                    model, slots.ids, slots.mask, slots.positions, slots.cache, cache_name)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any failure of the compiler means: decode eager
+            _fail(err)
+            self._unpad(cache, rows)
+            return None
+        finally:
+            handler.remove_start_callback(clock.start)
+            handler.remove_end_callback(clock.end)
+            self.compile_seconds += clock.seconds
+        for layer in cache.layers:
+            layer._len = width
+        self.steps += 1
+        return logits[:rows].clone()  # a CUDA graph's output is overwritten by its next replay
+
+    def _load(self, cache, rows: int, cached: int, rb: int, lb: int, impl: str) -> _Slots:
+        """The slots of bucket (rb, lb), holding the batch's cache: each layer's buffers become the slot's (its
+        ``rows`` x ``cached`` filled part copied in unless already there)."""
+        slots = self._slots.get((rb, lb, impl))
+        if slots is None:
+            if not self.cuda:
+                self._slots.clear()  # one bucket's buffers at a time on a CPU
+            slots = self._slots[(rb, lb, impl)] = self._new_slots(cache, rb, lb, _MASK_KINDS[impl])
+        for i, layer in enumerate(cache.layers):
+            k, v = slots.keys[i], slots.values[i]
+            if layer._kbuf is k:
+                continue
+            if not _views(layer._kbuf, k):
+                k[:rows, :, :cached] = layer._kbuf[:rows, :, :cached]
+                v[:rows, :, :cached] = layer._vbuf[:rows, :, :cached]
+            layer._kbuf, layer._vbuf = k, v
+        return slots
+
+    def _new_slots(self, cache, rb: int, lb: int, additive: bool) -> _Slots:
+        dev = self.device
+        keys, values = [], []
+        for layer in cache.layers:
+            k0, v0 = layer._kbuf, layer._vbuf
+            keys.append(k0.new_zeros((rb, k0.shape[1], lb, k0.shape[3])))
+            values.append(v0.new_zeros((rb, v0.shape[1], lb, v0.shape[3])))
+        column = torch.zeros(1, dtype=torch.long, device=dev)
+        slots = _Slots(keys, values, torch.zeros((rb, 1), dtype=torch.long, device=dev),
+                       torch.zeros((rb, 1, 1, lb), dtype=keys[0].dtype if additive else torch.bool, device=dev),
+                       torch.zeros((rb, 1), dtype=torch.long, device=dev), column,
+                       Cache(layers=[_SlotLayer(k, v, column) for k, v in zip(keys, values, strict=True)]))
+        if self.cuda:  # CUDA graphs read and write these in place: their addresses must not change
+            for t in (*keys, *values, slots.ids, slots.mask, slots.positions, column):
+                torch._dynamo.mark_static_address(t)
+        return slots
+
+    @staticmethod
+    def _unpad(cache, rows: int) -> None:
+        """Before an eager step: each layer's buffers hold exactly the batch's rows (views of the slots)."""
+        for layer in cache.layers:
+            if layer._kbuf is not None and layer._kbuf.shape[0] != rows:
+                layer._kbuf, layer._vbuf = layer._kbuf[:rows], layer._vbuf[:rows]
+
+
+def _views(a, b) -> bool:
+    """Whether ``a`` is ``b``'s leading rows (a view an eager step left)."""
+    return a is not None and a._base is b and a.data_ptr() == b.data_ptr()
+
+
+class _Clock:
+    """Seconds between dynamo's compile-start and compile-end callbacks."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._t0: float | None = None
+
+    def start(self, *_args) -> None:
+        self._t0 = time.perf_counter()
+
+    def end(self, *_args) -> None:
+        if self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self._t0 = None

@@ -1,0 +1,168 @@
+"""The compiled decode step (HFPolicy(compile_decode="on"), agentrl.algos.policy._compiled_decode) against eager:
+greedy tokens identical and fp32 per-token logprobs within 1e-5 over rows of different lengths, a request joining
+a running batch, finished rows leaving it, and a second turn continuing each trajectory's cache; seeded samples
+identical (the sampling code is shared: only the logits come from the compiled graph); graphs bounded by the
+buckets; steps beyond the buckets and cascade batches eager; the fall-back when compiling fails; the config key.
+
+Compiling on 2 CPU cores takes ~10-30 s per bucket: the compiled step is process-wide, so the tests share its
+graphs (one model, few buckets). Run this file alone:
+``python -m pytest -q tests/algos/policy/test_compiled_decode.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from helpers import stop_biased_model
+from torch._dynamo.utils import counters
+
+from agentrl.algos.config import config_to_dict
+from agentrl.algos.policy import _compiled_decode
+from agentrl.algos.policy._compiled_decode import CompiledDecode
+from agentrl.algos.policy.base import GenerationRequest, SamplingParams
+from agentrl.algos.policy.hf import HFPolicy
+from agentrl.algos.training.config import TrainConfig
+
+LOGPROB_TOL = 2e-5  # fp32, absolute, per token (logprobs down to ~-6 here): ~1e-5 observed; the static path
+# alone, uncompiled, differs by ~6e-6 (SDPA over the bucket's masked columns rounds otherwise), inductor adds ~4e-6
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return stop_biased_model(tokenizer, seed=0)
+
+
+def _sampling(tokenizer, temperature):
+    return SamplingParams(temperature=temperature, top_k=20 if temperature else 0, top_p=0.95 if temperature else 1.0,
+                          stop_token_ids=(tokenizer.convert_tokens_to_ids("<|im_end|>"),))
+
+
+def _policy(model, tokenizer, mode, buckets=None, **kwargs):
+    policy = HFPolicy(model, tokenizer, compile_decode=mode, cascade=False, **kwargs)
+    if buckets is not None:
+        policy._compiled_decode = CompiledDecode(policy.device, *buckets)
+    return policy
+
+
+def _two_turns(policy, sampling, new_tokens=10):
+    """Three trajectories of different prompt lengths (the third joins the running batch after two steps), then a
+    second turn of each continuing its cache with a few appended tokens; all results in order."""
+    prompts = [list(range(300, 300 + n)) for n in (5, 11, 19)]
+    done = {}
+    with policy.session(sampling) as s:
+        tickets = [s.add(GenerationRequest(p, new_tokens, seed=i, key=i)) for i, p in enumerate(prompts[:2])]
+        done.update(s.step())
+        done.update(s.step())
+        tickets.append(s.add(GenerationRequest(prompts[2], new_tokens, seed=2, key=2)))
+        while s.pending:
+            done.update(s.step())
+    first = [done[t] for t in tickets]
+    second = policy.generate([GenerationRequest(prompts[i] + first[i].token_ids + [400 + i, 401], new_tokens,
+                                                seed=10 + i, key=i) for i in range(3)], sampling)
+    return first + second
+
+
+def _assert_same(compiled, eager, tol=LOGPROB_TOL):
+    for c, e in zip(compiled, eager, strict=True):
+        assert c.token_ids == e.token_ids
+        assert c.finish_reason == e.finish_reason
+        assert max(abs(a - b) for a, b in zip(c.logprobs, e.logprobs, strict=True)) <= tol
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_compiled_decode_gives_eagers_tokens_and_logprobs_over_turns(model, tokenizer, temperature):
+    sampling = _sampling(tokenizer, temperature)
+    eager_policy = _policy(model, tokenizer, "off")
+    eager = _two_turns(eager_policy, sampling)
+    policy = _policy(model, tokenizer, "on")
+    compiled = _two_turns(policy, sampling)
+    assert _compiled_decode.failure() is None
+    _assert_same(compiled, eager)
+    if not temperature:
+        assert len({len(r.token_ids) for r in eager}) > 1, "the case should have rows finishing at different steps"
+    assert policy.stats["compiled_decode_steps"] == policy.stats["decode_steps"] > 0  # every step compiled
+    assert policy.stats["decode_steps"] == eager_policy.stats["decode_steps"]
+    assert policy.stats["prefill_tokens"] == eager_policy.stats["prefill_tokens"]  # turn 2 continued the caches
+    assert eager_policy.stats["compiled_decode_steps"] == 0 and eager_policy.stats["compile_seconds"] == 0
+    assert policy.stats["decode_seconds"] > 0
+
+
+def test_graphs_are_bounded_by_the_buckets_and_reused(model, tokenizer):
+    sampling = _sampling(tokenizer, 0.0)
+    buckets = ((2, 4), (32, 64))  # rows 2, 3, then fewer as rows finish; contexts crossing 32 columns
+    before = counters["stats"]["unique_graphs"]
+    warm = _policy(model, tokenizer, "on", buckets)
+    for new_tokens in (16, 12):
+        _two_turns(warm, sampling, new_tokens=new_tokens)
+    graphs, frames = counters["stats"]["unique_graphs"], counters["stats"]["calls_captured"]
+    assert 0 < graphs - before <= len(buckets[0]) * len(buckets[1])  # at most one graph per bucket
+    assert warm.stats["compile_seconds"] > 0
+    policy = _policy(model, tokenizer, "on", buckets)  # a new policy (new buffers): the same graphs
+    for new_tokens in (16, 12):
+        _two_turns(policy, sampling, new_tokens=new_tokens)
+    assert _compiled_decode.failure() is None
+    assert counters["stats"]["unique_graphs"] == graphs, "a bucket already seen compiled again"
+    assert counters["stats"]["calls_captured"] == frames
+    assert policy.stats["compile_seconds"] == 0
+    assert policy.stats["compiled_decode_steps"] == policy.stats["decode_steps"]
+
+
+def test_steps_beyond_the_buckets_run_eager_and_the_batch_moves_between_paths(model, tokenizer):
+    """Rows beyond the largest rows bucket run eager until finished rows leave; contexts beyond the largest
+    length bucket run eager: the cache moves between the slots and the eager buffers both ways."""
+    sampling = _sampling(tokenizer, 0.0)
+    eager = _two_turns(_policy(model, tokenizer, "off", compact_fraction=0.3), sampling, new_tokens=16)
+    policy = _policy(model, tokenizer, "on", ((2,), (32,)), compact_fraction=0.3)
+    compiled = _two_turns(policy, sampling, new_tokens=16)
+    assert _compiled_decode.failure() is None
+    _assert_same(compiled, eager)
+    assert 0 < policy.stats["compiled_decode_steps"] < policy.stats["decode_steps"]
+
+
+def test_a_batch_with_a_shared_prefix_decodes_eager(model, tokenizer):
+    sampling = _sampling(tokenizer, 0.0)
+    system = list(range(500, 540))  # 40 common tokens: the cascade path
+    requests = [GenerationRequest(system + [600 + i] * (i + 1), 6, key=i) for i in range(3)]
+    policy = HFPolicy(model, tokenizer, compile_decode="on")
+    out = policy.generate(requests, sampling)
+    eager = HFPolicy(model, tokenizer).generate(requests, sampling)
+    assert policy.stats["shared_prefix_calls"] == 1 and policy.stats["compiled_decode_steps"] == 0
+    assert [r.token_ids for r in out] == [r.token_ids for r in eager]
+    assert [r.logprobs for r in out] == [r.logprobs for r in eager]
+
+
+def test_a_failing_compiler_logs_one_line_and_decoding_runs_eager(model, tokenizer, monkeypatch, caplog):
+    def no_compiler(fn, **_kwargs):
+        def call(*_args, **_kw):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+        return call
+
+    monkeypatch.setattr(_compiled_decode, "_STATE", {"failed": None})
+    monkeypatch.setattr(_compiled_decode, "_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    sampling = _sampling(tokenizer, 0.7)
+    eager = _two_turns(_policy(model, tokenizer, "off"), sampling)
+    policy = _policy(model, tokenizer, "on")
+    with caplog.at_level(logging.WARNING, logger=_compiled_decode.__name__):
+        fell_back = _two_turns(policy, sampling)
+        _two_turns(policy, sampling)
+    lines = [r.getMessage() for r in caplog.records if r.name == _compiled_decode.__name__]
+    assert len(lines) == 1 and "decoding runs eager" in lines[0] and "No working C++ compiler" in lines[0]
+    assert _compiled_decode.failure() is not None
+    assert policy.stats["compiled_decode_steps"] == 0
+    _assert_same(fell_back, eager, tol=0.0)  # eager: the same numbers
+
+
+def test_the_policy_compile_key(model, tokenizer):
+    with pytest.raises(ValueError, match="policy_compile must be"):
+        TrainConfig(policy_compile="fast").validate()
+    assert "policy_compile" not in config_to_dict(TrainConfig())  # 'off': configs recorded before the key
+    assert config_to_dict(TrainConfig(policy_compile="auto"))["policy_compile"] == "auto"
+    with pytest.raises(ValueError, match="compile_decode must be one of"):
+        HFPolicy(model, tokenizer, compile_decode="yes")
+    assert HFPolicy(model, tokenizer)._compiled_decode is None
+    assert HFPolicy(model, tokenizer, compile_decode="auto")._compiled_decode is None  # a CPU model: eager
+    assert HFPolicy(model, tokenizer, compile_decode="on")._compiled_decode is not None
+    assert not _compiled_decode.wants_compile("auto", "cpu") and _compiled_decode.wants_compile("auto", "cuda")
