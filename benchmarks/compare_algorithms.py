@@ -23,12 +23,12 @@ job's Dr. GRPO; PPO uses its default clip-higher range [0.8, 1.28] and two epoch
 each group against the cold-start reference; SFT-continued trains on the demonstrations of the cold start (seed
 ``s`` draws the demonstrations of seed ``s``; seed 0's are the cold start's own, continued from where it stopped).
 
-Resumable, in pieces of the one piece runner (``harness.compare_exec``): the cold start, its evaluation, each
-(algorithm, seed) run (its adapter saved at each evaluation point) and each evaluation; a finished piece is read
-back, a run killed part-way is redone from its start (its time budget would not be comparable otherwise), and
-``--budget-minutes M`` stops before a piece that would not fit in M minutes. ``<out>``
-remembers its settings (``setup.json``) and refuses an invocation with other ones; more algorithms or seeds may
-be added to it.
+It runs since issue 58 as ``python benchmarks/experiment.py run compare_algorithms [options]``, in resumable pieces
+of the one piece runner (``harness.compare_exec``): the cold start, its evaluation, each (algorithm, seed) run (its
+adapter saved at each evaluation point) and each evaluation; a finished piece is read back, a run killed part-way is
+redone from its start (its time budget would not be comparable otherwise), and ``--budget-minutes M`` stops before a
+piece that would not fit in M minutes. ``<out>`` remembers its settings (``setup.json``) and refuses an invocation
+with other ones; more algorithms or seeds may be added to it.
 
 Writes ``<out>/compare.json`` (every figure, the command, the commit, times, machine, peak RSS), the page
 ``docs/results/learning_compare_algorithms[_quick].md`` and its two plots in
@@ -42,10 +42,14 @@ four algorithms on a 2-core CPU without bf16 units (fp32; its page has the machi
 DPO step 3-5 min, an SFT step under a minute; there a budget of minutes holds few RL steps. A CPU with AMX runs
 several times faster.
 
-    python benchmarks/compare_algorithms.py                          # 4 algorithms x 2 seeds, 10 min each
-    python benchmarks/compare_algorithms.py --minutes 20 --seeds 0,1,2
-    python benchmarks/compare_algorithms.py --cold-start runs/main  # reuse a main-job run's SFT adapter
-    python benchmarks/compare_algorithms.py --quick                  # CI-sized (a smoke test, not a result)
+    python benchmarks/experiment.py run compare_algorithms             # 4 algorithms x 2 seeds, 10 min each
+    python benchmarks/experiment.py run compare_algorithms --minutes 20 --seeds 0,1,2
+    python benchmarks/experiment.py run compare_algorithms --cold-start runs/main   # a main-job run's SFT adapter
+    python benchmarks/experiment.py run compare_algorithms --quick     # CI-sized (a smoke test, not a result)
+    python benchmarks/compare_algorithms.py --page                     # the pages from the committed data
+
+This script only writes the pages (``--page``, as ``learning.py --page``); with any other options it names the
+command above in one line and exits with status 2.
 """
 
 import sys

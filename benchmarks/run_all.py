@@ -9,7 +9,7 @@ page ``python benchmarks/learning.py --page`` generates from committed data (per
 repository. Pages written straight from a run directory (``docs/results/learning_*.md``) are never embedded (nor
 the archived ones, in the repository's history since issue 58: ``docs/results/archive/`` at commit 6e899db).
 ``run_all`` does not run the learning jobs themselves (30+ minutes each on 2 cores): run
-``python benchmarks/learning.py`` first, commit its data, then ``--learning-only``.
+``python benchmarks/experiment.py run NAME`` first, commit its data, then ``--learning-only``.
 
     python benchmarks/run_all.py                    # full sizes (tens of minutes on 2 cores)
     python benchmarks/run_all.py --quick            # CI-sized

@@ -12,17 +12,16 @@ lower ones:
 3. :mod:`harness.data` (the one reader of committed data and the ledger), :mod:`harness.export` (the runners'
    writer of that data), :mod:`harness.speed` (the speed history: its reader, writer and table);
 4. runners: :mod:`harness.axes_run` (the one piece runner: a piece per cell / evaluation, skipped when finished,
-   a budget) with the pieces' work of each kind, :mod:`harness.axes_exec`, :mod:`harness.learning_exec`,
-   :mod:`harness.compare_exec`; :mod:`harness.controls`, :mod:`harness.learning_run`, :mod:`harness.compare_run`
-   (a learning run's and the comparison's configuration and record), :mod:`harness.suite`,
-   :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
+   a budget) with each kind's pieces, their work and their record, :mod:`harness.axes_exec`,
+   :mod:`harness.learning_exec`, :mod:`harness.compare_exec`; :mod:`harness.controls`, :mod:`harness.transfer_run`,
+   :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
    :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,
    :mod:`harness.pages`. A runner never imports a renderer, a renderer never imports a runner;
-5. :mod:`harness.commands`: the command lines of ``benchmarks/learning.py`` and
-   ``benchmarks/compare_algorithms.py`` (run, then render); :mod:`harness.axes_cli`, :mod:`harness.transfer_cli`
-   (``axes.py``, ``transfer.py``); :mod:`harness.experiment_cli`, ``benchmarks/experiment.py run|status|page
-   EXPERIMENT``: any record through the runner and page of its kind.
+5. :mod:`harness.experiment_cli`, ``benchmarks/experiment.py run|status|page EXPERIMENT``: any record through
+   the runner and page of its kind; :mod:`harness.commands`, the pages of ``benchmarks/learning.py --page`` and
+   ``benchmarks/compare_algorithms.py --page``; :mod:`harness.axes_cli`, :mod:`harness.transfer_cli`
+   (``axes.py``, ``transfer.py``).
 
-The scripts in ``benchmarks/`` are thin entry points: ``python benchmarks/learning.py`` has ``benchmarks/`` as
+The scripts in ``benchmarks/`` are thin entry points: ``python benchmarks/experiment.py`` has ``benchmarks/`` as
 ``sys.path[0]``, so ``harness`` imports as a package; tests get it from pytest's ``pythonpath``.
 """

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_pieces(args, exp, pieces, data, work) -> int:
     from harness.axes_exec import Executor
-    from harness.compare_run import check_setup
+    from harness.axes_run import check_setup
 
     executor = Executor(exp, data, work, list(args.overrides), args.model, Path(args.ledger), args.tasks, args.minutes)
     data.mkdir(parents=True, exist_ok=True)

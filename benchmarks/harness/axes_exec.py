@@ -119,7 +119,7 @@ class Executor:
         self._base: Any = None
 
     def setup(self) -> dict[str, Any]:
-        """The settings every piece of the folder shares (``compare_run.check_setup`` refuses to mix); where the
+        """The settings every piece of the folder shares (``axes_run.check_setup`` refuses to mix); where the
         work folder is may change between sessions."""
         pipeline = {k: v for k, v in config_to_dict(self.cfg).items() if k not in ("out", "progress")}
         return {"experiment": self.exp.name, "pipeline": pipeline, "overrides": self.overrides,

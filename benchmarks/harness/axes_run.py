@@ -29,6 +29,7 @@ checkout) is trained again and used only if it hashes to the recorded adapter.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import statistics
 import tempfile
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import export
-from harness.data import read_pieces
+from harness.data import load_json, read_pieces
 from harness.experiments import RUNNABLE
 from harness.layout import cell, meta_file
 from harness.record import Record
@@ -226,12 +227,37 @@ class DataStore:
         export.write_meta(meta_path(self.data, piece), meta)
 
 
+class RunStore:
+    """Where a learning run's or a comparison's pieces lie (:func:`schedule`'s ``store``): its run folder (not
+    committed), a piece finished when the file ``output(out, piece)`` names is there (the last one it writes: a
+    killed training piece continues from its checkpoints or starts over, as its work decides), its meta in
+    ``pieces/<key>.json``."""
+
+    def __init__(self, out: Path, pieces: list[Piece], output: Callable[[Path, Piece], Path]):
+        self.out, self.pieces, self.output = out, pieces, output
+
+    def meta_file(self, key: str) -> Path:
+        return self.out / "pieces" / f"{key.replace('/', '__')}.json"
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        return {p.key: load_json(self.meta_file(p.key)) or {"key": p.key, "kind": p.kind}
+                for p in self.pieces if self.output(self.out, p).is_file()}
+
+    def run(self, piece: Piece, execute) -> dict[str, Any]:
+        return execute(piece, self.out)
+
+    def finish(self, piece: Piece, meta: dict[str, Any]) -> None:
+        path = self.meta_file(piece.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(meta, indent=1, default=str) + "\n", encoding="utf-8")
+
+
 def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], dict[str, Any]], exp: Record,
              budget_seconds: float | None = None, minutes: float | None = None,
              clock: Callable[[], float] = time.perf_counter, store: Any = None) -> Outcome:
     """The one piece runner: run each unfinished piece whose needs are finished, in order, through ``store``
     (default :class:`DataStore` of ``data``; a learning run's or a comparison's:
-    :class:`harness.learning_exec.RunStore`, its run folder): ``store.run(piece, execute)`` does the work and
+    :class:`RunStore`, its run folder): ``store.run(piece, execute)`` does the work and
     returns its meta, ``store.finish`` records it with the wall time, kind and key added. Stops before a piece whose
     estimate exceeds what is left of ``budget_seconds``."""
     store = DataStore(data) if store is None else store
@@ -257,6 +283,22 @@ def schedule(pieces: list[Piece], data: Path, execute: Callable[[Piece, Path], d
         store.finish(piece, {"key": piece.key, "kind": piece.kind, **meta, "wall_seconds": clock() - t0})
         out.ran.append(piece.key)
     return out
+
+
+def check_setup(out: Path, setup: dict[str, Any], flag: str = "--out") -> None:
+    """Record the settings every run of ``out`` shares in ``<out>/setup.json``; refuse to mix runs made with
+    other settings (finished runs are read back, so they must be comparable). Algorithms and seeds may be
+    added."""
+    path = out / "setup.json"
+    setup = json.loads(json.dumps(setup, default=str))
+    if path.is_file():
+        old = json.loads(path.read_text())
+        changed = sorted(k for k in set(old) | set(setup) if old.get(k) != setup.get(k))
+        if changed:
+            raise SystemExit(f"{out} holds runs made with other settings ({', '.join(changed)} differ); "
+                             f"use another {flag}, or the same settings")
+    else:  # (the axes runner's --data is committed data: written by its one writer)
+        export.write_new(path, json.dumps(setup, indent=1) + "\n")
 
 
 def status_lines(exp: Record, data: Path, minutes: float | None = None) -> list[str]:

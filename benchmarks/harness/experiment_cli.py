@@ -1,21 +1,24 @@
 """The command line of ``benchmarks/experiment.py``: ``run``, ``status`` and ``page`` of any declared experiment
-(a :class:`harness.record.Record` of ``harness.experiments.RECORDS``, named by its data folder), through the runner
-and the page that serve its kind today (``learning.py``, ``compare_algorithms.py``, ``axes.py``, ``transfer.py``;
-their own command lines keep working)."""
+(a :class:`harness.record.Record` of ``harness.experiments.RECORDS``, named by its data folder). ``run`` of a
+learning record or the comparison runs its pieces through the one piece runner (:mod:`harness.learning_exec`,
+:mod:`harness.compare_exec`) with the options below, then writes its page; an axes record goes to ``axes.py run``,
+the transfer to ``transfer.py`` (their command lines keep working)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 from pathlib import Path
 
 from harness.data import load_json
 from harness.experiments import RECORDS, record
-from harness.layout import DATA, LEDGER, README, RESULTS, cell, shown
+from harness.layout import DATA, LEDGER, README, RESULTS, ROOT, cell, shown
 from harness.record import Record
 
 USAGE = """python benchmarks/experiment.py status [EXPERIMENT]       # what is committed, what is left
-python benchmarks/experiment.py run EXPERIMENT [ARGS...]     # run it (ARGS: its runner's options)
+python benchmarks/experiment.py run EXPERIMENT [ARGS...]     # run it (ARGS: run EXPERIMENT --help)
 python benchmarks/experiment.py page [EXPERIMENT | all]      # the page that shows it, from committed data"""
 
 
@@ -23,25 +26,136 @@ def _short(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _learning_args(r: Record) -> list[str]:
-    return ["--env", r.env, *(["--variant", r.variant] if r.variant else [])]
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def _common(ap: argparse.ArgumentParser, what: str) -> None:
+    add = ap.add_argument
+    add("--quick", action="store_true", help="CI-sized budgets (a smoke test of the runner, not a result)")
+    add("--model", help="model alias or path (MainJobConfig.model; default the embedded 135M)")
+    add("--budget-minutes", type=float,
+        help=f"stop before a piece ({what}) that would not finish within this; run again to resume")
+    add("--out", help="run directory (default runs/learning-<name>[-quick], runs/compare-algorithms[-quick])")
+    add("--results", default=str(RESULTS), help="where the run's page and plots go (docs/results)")
+    add("--ledger", default=str(LEDGER), help="the ledger every evaluation on a fixed set appends to (beside the sets)")
+
+
+def run_learning(r: Record, argv: list[str]) -> int:
+    """``run`` of a learning record: the main job and its controls in pieces (:mod:`harness.learning_exec`), then
+    its run page (:mod:`harness.run_page`)."""
+    ap = argparse.ArgumentParser(prog=f"python benchmarks/experiment.py run {r.name}",
+                                 description=f"{r.title or r.name}: the main job (base -> SFT cold start -> GRPO -> "
+                                             "eval) on its fixed held-out set, plus controls, in resumable pieces.")
+    _common(ap, "a stage, an evaluation")
+    add = ap.add_argument
+    add("--minutes", type=float, help="SFT control budget in minutes (default: the GRPO stage's recorded time)")
+    add("--no-control", action="store_true",
+        help="skip the controls: SFT for the same time (every env), the text-only pipeline (PythonMath-v0)")
+    add("--no-text-only", action="store_true",
+        help="keep the SFT control but skip PythonMath-v0's text-only pipeline (it trains a second model)")
+    add("--heldout", metavar="NAME", help="another committed held-out set of the env (the first sets tooluse/search/"
+                                          "pythonmath only to re-derive old figures)")
+    add("--data", help="where the run's committed data goes, read by the pages (default <results>/data)")
+    add("--note", help="a paragraph to put in the results page (e.g. where reused stages came from)")
+    add("--reuse-cold-start", metavar="DIR",
+        help="start from another run directory's base evaluation, cold start and its evaluation (copied into --out, "
+             "not re-run), so a variant differs from DIR only after the cold start; the page says so")
+    add("--engine", choices=["vllm"],  # agentrl.algos.policy.engine.ENGINES (it imports torch)
+        help="sample every evaluation and GRPO rollout through this inference server, started by the run (log "
+             "<out>/vllm.log) and stopped at its end; SFT trains in process (docs/engines.md)")
+    add("--engine-python", help="the engine's python (default $AGENTRL_VLLM_PYTHON, else .venv-vllm)")
+    add("overrides", nargs="*", help="MainJobConfig key=value overrides (stages.rl.steps=20)")
+    args = ap.parse_args(argv)
+    _logging()
+    from agentrl.algos.evaluation.ledger import git_state
+    from agentrl.algos.run_folder import claim_run
+    from agentrl.algos.training.checkpoint import RunInUse
+    from harness.learning_exec import configure
+    from harness.machine import machine
+    from harness.run_page import write_run_page
+
+    git_state(ROOT)  # the commit this run starts from: what its ledger rows and learning.json name
+    machine()  # the machine and the load it starts under (cached: the page shows these, not the end's)
+    setup = configure(r, args)
+    try:
+        with claim_run(setup.out):  # one writer per run folder: a second run on this --out is refused
+            data = _learning_pieces(args, argv, setup)
+    except RunInUse as e:
+        raise SystemExit(f"experiment.py: {e}") from None
+    if data is None:  # stopped by --budget-minutes: no page until every piece is finished
+        return 0
+    path = write_run_page(data, Path(args.results))
+    if path is not None:
+        print(path.read_text(encoding="utf-8"))
+        print(f"written: {path}")
+    return 0
+
+
+def _learning_pieces(args, argv, setup):
+    from harness.learning_exec import run as run_pieces
+
+    policy = None
+    if args.engine:
+        from agentrl.algos.policy.engine import start_engine_policy
+
+        cfg = setup.cfg
+        policy = start_engine_policy(cfg.model, engine=args.engine, run_dir=setup.out, lora_rank=cfg.lora.r,
+                                     dtype=cfg.dtype, python=args.engine_python, record_dir=setup.out)
+    try:
+        return run_pieces(args, argv, setup, policy)
+    finally:
+        if policy is not None:
+            policy.close()  # also stops the server
+
+
+def run_comparison(r: Record, argv: list[str]) -> int:
+    """``run`` of the algorithms comparison: its cold start, runs and evaluations in pieces
+    (:mod:`harness.compare_exec`), then its page and plots (:mod:`harness.compare_page`)."""
+    ap = argparse.ArgumentParser(prog=f"python benchmarks/experiment.py run {r.name}",
+                                 description=f"The algorithms side by side on {r.env.split('/')[-1]}: "
+                                             f"{', '.join(r.algos)} from ONE cold start, in resumable pieces.")
+    _common(ap, "a run, an evaluation")
+    add = ap.add_argument
+    add("--algos", default=",".join(r.algos),
+        help=f"comma-separated, of {', '.join(r.algos)} and the options {', '.join(r.options)}")
+    add("--seeds", default="0,1", help="comma-separated seeds (>= 2 for a spread)")
+    add("--minutes", type=float, help=f"training wall time per run (default {r.minutes:g}; --quick 0.03)")
+    add("--eval-points", default="0.5,1", help="fractions of the budget to evaluate at (1 = the end)")
+    add("--max-steps", type=int, help="also stop a run after this many steps (default: time only)")
+    add("--cold-start", help="an adapter folder or a main-job run dir (its sft/adapter) to start from")
+    add("--heldout", help=f"held-out task file (default benchmarks/heldout/{r.heldout}.jsonl)")
+    add("overrides", nargs="*", help="MainJobConfig key=value (and ppo.* / dpo.*) overrides")
+    args = ap.parse_args(argv)
+    _logging()
+    from harness.compare_exec import run_compare
+    from harness.compare_page import write_page_file
+    from harness.figures import compare_plots
+
+    summary, data = run_compare(args, argv)
+    if summary is None or data is None:  # stopped by --budget-minutes: no page until every piece is finished
+        return 0
+    results = Path(args.results)
+    compare_plots(summary, data, results / data.name)
+    path = write_page_file(summary, results, data, args.quick)
+    print(path.read_text(encoding="utf-8"))
+    print(f"written: {path}")
+    print(f"data: {data / 'compare.json'} (commit it with the page)")
+    return 0
 
 
 def run(r: Record, rest: list[str]) -> int:
-    """Run ``r`` with its kind's runner; ``rest`` goes to that runner's command line."""
+    """Run ``r`` with its kind's runner; ``rest``: that runner's options."""
     if not r.runnable:
         raise SystemExit(f"{r.name} is kept for its data only: its declaration was replaced (see its section on "
                          f"docs/results/{r.page}); nothing runs it again")
     if r.pending:
         raise SystemExit(f"{r.name} is declared but may not run yet: {r.pending}")
     if r.kind == "learning":
-        from harness.commands import learning_main
-
-        return learning_main([*_learning_args(r), *rest])
+        return run_learning(r, rest)
     if r.kind == "comparison":
-        from harness.commands import compare_main
-
-        return compare_main(rest)
+        return run_comparison(r, rest)
     if r.kind == "axes":
         from harness.axes_cli import main
 
@@ -118,6 +232,12 @@ def page(name: str, data: Path = DATA, results: Path = RESULTS, ledger: Path = L
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):  # the rest is the runner's, all of it
+        try:
+            return run(record(argv[1]), argv[2:])
+        except ValueError as e:
+            raise SystemExit(f"experiment.py: {e}") from None
     ap = argparse.ArgumentParser(prog="python benchmarks/experiment.py", usage=USAGE,
                                  description="Run, list or render any declared experiment (harness/experiments.py).")
     ap.add_argument("command", choices=["run", "status", "page", "list"])

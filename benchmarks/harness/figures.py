@@ -20,7 +20,7 @@ from typing import Any
 from harness.experiments import COMPARE, TEXT_LABELS
 from harness.layout import cell, metrics_files
 
-#: A learning run's held-out chart (``learning_run``'s copy of ``<out>/plots/eval_comparison.png``).
+#: A learning run's held-out chart (``learning_exec``'s copy of ``<out>/plots/eval_comparison.png``).
 EVAL_CHART = "eval_eval_comparison.png"
 #: The text-only pipeline's own chart (PythonMath-v0: ``<out>/text_only/plots/eval_comparison.png``).
 TEXT_CHART = "text_only_eval_comparison.png"
@@ -122,7 +122,7 @@ def stage_figures(metrics: Path, dest: Path, only: set[str] | None = None, stage
     """``agentrl plot``'s curves of one training stage (:func:`~agentrl.algos.evaluation.plot.plot_run`) from its
     committed metrics (``stage``: its name, by default the file's stem; a learning run's from
     :func:`harness.layout.metrics_files`), named as the run's copy named them: ``<dest>/<stage>_<group>.png``
-    (``benchmarks/harness/learning_run.py``'s ``copy_plots``). ``only``: just the groups whose files are among
+    (``benchmarks/harness/learning_exec.py``'s ``copy_plots``). ``only``: just the groups whose files are among
     these names (a group's figure depends on its own metrics alone: the same bytes)."""
     from agentrl.algos.evaluation.plot import figure_names as stage_names
     from agentrl.algos.evaluation.plot import plot_run

@@ -307,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += speed_section(out, read_history(HISTORY))
     learned = learning_sections(out.parent)
     lines += [LEARNING_HEADING, ""]
-    lines += learned or [f"No {LEARNING_PAGE} yet: run `python benchmarks/learning.py`, commit its data, then "
-                         "`python benchmarks/learning.py --page` and this script again.", ""]
+    lines += learned or [f"No {LEARNING_PAGE} yet: run `python benchmarks/experiment.py run NAME`, commit its data, "
+                         "then `python benchmarks/learning.py --page` and this script again.", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     print(f"written: {out}")

@@ -93,23 +93,22 @@ def test_page_writes_the_page_that_shows_the_experiment(tmp_path, monkeypatch):
 
 def test_run_hands_the_rest_of_the_line_to_the_runner_of_its_kind(monkeypatch):
     import harness.axes_cli
-    import harness.commands
     import harness.transfer_cli
 
     calls = []
-    monkeypatch.setattr(harness.commands, "learning_main", lambda argv: calls.append(("learning", argv)) or 0)
-    monkeypatch.setattr(harness.commands, "compare_main", lambda argv: calls.append(("compare", argv)) or 0)
+    monkeypatch.setattr(cli, "run_learning", lambda r, argv: calls.append(("learning", r.name, argv)) or 0)
+    monkeypatch.setattr(cli, "run_comparison", lambda r, argv: calls.append(("compare", r.name, argv)) or 0)
     monkeypatch.setattr(harness.axes_cli, "main", lambda argv: calls.append(("axes", argv)) or 0)
     monkeypatch.setattr(harness.transfer_cli, "main", lambda argv: calls.append(("transfer", argv)) or 0)
     assert cli.main(["run", "tooluse_guided", "--no-control", "stages.rl.steps=2"]) == 0
     assert cli.main(["run", "search"]) == 0
-    assert cli.main(["run", "compare_algorithms", "--seeds", "0,1"]) == 0
+    assert cli.main(["run", "compare_algorithms", "--seeds", "0,1", "--results", "r", "--ledger", "l"]) == 0
     assert cli.main(["run", "lr_choice", "--budget-minutes", "5"]) == 0
     assert cli.main(["run", "transfer", "--arm", "base"]) == 0
     assert calls == [
-        ("learning", ["--env", ex.TOOLUSE, "--variant", "guided", "--no-control", "stages.rl.steps=2"]),
-        ("learning", ["--env", ex.SEARCH]),
-        ("compare", ["--seeds", "0,1"]),
+        ("learning", "tooluse_guided", ["--no-control", "stages.rl.steps=2"]),
+        ("learning", "search", []),
+        ("compare", "compare_algorithms", ["--seeds", "0,1", "--results", "r", "--ledger", "l"]),  # all of the rest
         ("axes", ["run", "--experiment", "lr_choice", "--budget-minutes", "5"]),
         ("transfer", ["--arm", "base"]),
     ]

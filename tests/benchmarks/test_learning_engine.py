@@ -1,5 +1,6 @@
-"""``benchmarks/learning.py --engine vllm``: every evaluation and GRPO rollout of the run samples through one real
-vLLM server (CPU build, ``.venv-vllm``; docs/engines.md) the run starts and stops; SFT trains in process.
+"""``benchmarks/experiment.py run tooluse_vllm --engine vllm``: every evaluation and GRPO rollout of the run samples
+through one real vLLM server (CPU build, ``.venv-vllm``; docs/engines.md) the run starts and stops; SFT trains in
+process.
 
 ``--quick`` budgets on a tiny random Llama of hidden size 128 (vLLM's CPU attention has no kernel for the head size of
 smaller ones); ``--out``, ``--results``, ``--data`` and ``--ledger`` (beside a copy of the fixed set) are temporary,
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 
-import harness.commands as commands
+import harness.experiment_cli as cli
 import pytest
 import requests
 from harness.pages import env_section
@@ -35,9 +36,9 @@ def test_learning_quick_samples_through_one_vllm_server(model_dir, tmp_path):
     for name in ("tooluse_v3.jsonl", "tooluse_v3.json"):
         shutil.copyfile(ROOT / "benchmarks" / "heldout" / name, tmp_path / "sets" / name)
     ledger_file = tmp_path / "sets" / "ledger.jsonl"
-    assert commands.learning_main(["--quick", "--engine", "vllm", "--no-control", "--variant", "vllm", "--model",
-                                   str(model_dir), "--out", str(out), "--results", str(results), "--data", str(data),
-                                   "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
+    assert cli.main(["run", "tooluse_vllm", "--quick", "--engine", "vllm", "--no-control", "--model",
+                     str(model_dir), "--out", str(out), "--results", str(results), "--data", str(data),
+                     "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert summary["engine"] == "vllm"
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)"]

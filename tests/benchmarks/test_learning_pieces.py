@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-import harness.commands as commands
+import harness.experiment_cli as cli
 from harness.controls import stage_seconds
 from harness.experiments import PYTHONMATH, SEARCH, TOOLUSE, learning_record
 from harness.learning_exec import finished_by, plan
@@ -56,7 +56,7 @@ def test_a_learning_run_stops_at_its_budget_resumes_and_redoes_only_a_killed_pie
     argv = ["--quick", "--model", stopping_model_dir, "--out", str(out), "--results", str(results), "--ledger",
             str(ledger), "progress=false", "report_to=none"]
     # 2 minutes: the base model's evaluation (80 s expected), not the cold start (15 min expected)
-    assert commands.learning_main([*argv, "--budget-minutes", "2"]) == 0
+    assert cli.main(["run", "tooluse", *argv, "--budget-minutes", "2"]) == 0
     assert "stopped before sft" in capsys.readouterr().out
     assert set(_metas(out)) == {"eval__base.json"} and not (out / "learning.json").exists()
     assert not (results / "data").exists()  # nothing committed before every piece is finished
@@ -64,7 +64,7 @@ def test_a_learning_run_stops_at_its_budget_resumes_and_redoes_only_a_killed_pie
     rows = ledger.read_text().count("\n")
     assert rows == 1
 
-    assert commands.learning_main(argv) == 0  # the rest: the finished piece is not evaluated again
+    assert cli.main(["run", "tooluse", *argv]) == 0  # the rest: the finished piece is not evaluated again
     assert (out / "eval" / "base.summary.json").stat().st_mtime_ns == base_eval
     assert ledger.read_text().count("\n") == rows + 3  # cold start, RL and the control: one row each
     metas = _metas(out)
@@ -88,11 +88,11 @@ def test_a_learning_run_stops_at_its_budget_resumes_and_redoes_only_a_killed_pie
                                                            "commit", "machine", "heldout_sha256"} <= set(summary)
     assert [label for label, _ in summary["rows"]] == list(committed["evals"])
 
-    assert commands.learning_main(argv) == 0  # nothing left: no piece runs, no row is added
+    assert cli.main(["run", "tooluse", *argv]) == 0  # nothing left: no piece runs, no row is added
     assert _metas(out) == metas and ledger.read_text().count("\n") == rows + 3
 
     (out / "eval" / "rl.summary.json").unlink()  # an evaluation killed before it finished
-    assert commands.learning_main(argv) == 0
+    assert cli.main(["run", "tooluse", *argv]) == 0
     again = _metas(out)
     assert {k for k in again if again[k] != metas[k]} == {"eval__rl.json"}
     assert ledger.read_text().count("\n") == rows + 4
@@ -100,7 +100,7 @@ def test_a_learning_run_stops_at_its_budget_resumes_and_redoes_only_a_killed_pie
 
 def test_a_budget_too_small_for_any_piece_runs_nothing(tmp_path, capsys):
     out = tmp_path / "run"
-    assert commands.learning_main(["--quick", "--out", str(out), "--results", str(tmp_path / "results"),
-                                   "--budget-minutes", "0.5"]) == 0
+    assert cli.main(["run", "tooluse", "--quick", "--out", str(out), "--results", str(tmp_path / "results"),
+                     "--budget-minutes", "0.5"]) == 0
     assert "stopped before eval/base" in capsys.readouterr().out
     assert not (out / "pieces").exists() and not (out / "eval").exists()

@@ -1,7 +1,8 @@
-"""The learning runners: the fixed held-out sets, ``learning.py --quick``, ``compare_algorithms.py --quick`` and the
-results page, end to end on a tiny random model. No learning figure is asserted (a tiny random model learns
-nothing in a few steps); what is checked is that each runner evaluates the tasks it says, records what the page
-needs, reads finished runs back, and that the page shows only what the run directories hold.
+"""The learning runners: the fixed held-out sets, ``experiment.py run tooluse --quick`` (a learning run),
+``experiment.py run compare_algorithms --quick`` and the results page, end to end on a tiny random model. No learning
+figure is asserted (a tiny random model learns nothing in a few steps); what is checked is that each runner
+evaluates the tasks it says, records what the page needs, reads finished runs back, and that the page shows only
+what the run directories hold.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from pathlib import Path
 
 import harness.commands as commands
 import harness.compare_exec as compare_exec
+import harness.experiment_cli as cli
 import harness.heldout as heldout_module
 import harness.heldout_draw as draw
 import pytest
 from harness.data import family_table
-from harness.experiments import EXPERIMENTS, experiment
+from harness.experiments import experiment
+from harness.heldout import path_for_env as heldout_path
 from harness.layout import SETS, set_name
-from harness.learning_run import all_commands, heldout_path
 from helpers import ROOT
 
 BENCH = ROOT / "benchmarks"
@@ -247,19 +249,18 @@ def test_eval_tasks_file_errors_name_the_key(tmp_path):
 
 @pytest.fixture(scope="module")
 def quick_runs(stopping_model_dir, tmp_path_factory):
-    """learning.py --quick (ToolUse-v0) and compare_algorithms.py --quick into one runs/ folder."""
+    """experiment.py run tooluse --quick and run compare_algorithms --quick into one runs/ folder."""
     root = tmp_path_factory.mktemp("learning")
     runs, results = root / "runs", root / "results"
     ledger = _ledger_beside_sets(root / "sets")
     repo_ledger = (ROOT / "benchmarks" / "heldout" / "ledger.jsonl").read_bytes()
-    assert commands.learning_main(["--quick", "--model", stopping_model_dir,
-                                   "--out", str(runs / "learning-tooluse-quick"),
-                                   "--results", str(results), "--ledger", str(ledger), "progress=false",
-                                   "report_to=none"]) == 0
+    assert cli.main(["run", "tooluse", "--quick", "--model", stopping_model_dir,
+                     "--out", str(runs / "learning-tooluse-quick"), "--results", str(results), "--ledger", str(ledger),
+                     "progress=false", "report_to=none"]) == 0
     cmp_args = ["--quick", "--model", stopping_model_dir, "--out", str(runs / "compare-algorithms-quick"), "--results",
                 str(results), "--seeds", "0,1", "--max-steps", "1", "--eval-points", "0.5,1",
                 "--algos", "grpo,ppo,dpo,sft,grpo_turns", "--ledger", str(ledger)]
-    assert commands.compare_main(cmp_args) == 0
+    assert cli.main(["run", "compare_algorithms", *cmp_args]) == 0
     assert (ROOT / "benchmarks" / "heldout" / "ledger.jsonl").read_bytes() == repo_ledger  # written where told
     return {"runs": runs, "results": results, "cmp_args": cmp_args, "ledger": ledger}
 
@@ -327,10 +328,10 @@ def test_compare_quick_shares_one_cold_start_and_reads_finished_runs_back(quick_
     # a second invocation reads every finished run back instead of training again
     done = {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")}
     assert len(done) == 10
-    assert commands.compare_main(quick_runs["cmp_args"]) == 0
+    assert cli.main(["run", "compare_algorithms", *quick_runs["cmp_args"]]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*-s*/result.json")} == done
     with pytest.raises(SystemExit, match="minutes"):  # runs of another budget are never mixed in
-        commands.compare_main([*quick_runs["cmp_args"], "--minutes", "0.5"])
+        cli.main(["run", "compare_algorithms", *quick_runs["cmp_args"], "--minutes", "0.5"])
 
 
 def test_a_comparison_run_ends_at_the_step_count_nearest_its_budget():
@@ -426,7 +427,7 @@ def test_page_fills_sections_from_committed_data_only(quick_runs):
     assert (results / "learning_tooluse_quick.md").read_text() == run_page
     text = path.read_text()
     assert path.name == "learning-quick.md"
-    assert "python benchmarks/learning.py --quick" in text  # the ToolUse section, from its learning.json
+    assert "python benchmarks/experiment.py run tooluse --quick" in text  # the ToolUse section, from its learning.json
     assert "Not run yet: no committed data in" in text and "data/search_quick/" in text  # never made up
     assert "data/pythonmath_quick/" in text
     assert "| online DPO |" in text and "only the first 4 of the committed fixed set's 128 tasks" in text
@@ -439,20 +440,22 @@ def test_page_fills_sections_from_committed_data_only(quick_runs):
     assert learning_page.write_page(data, results, quick=True, ledger=ledger_file).read_text() == text
 
 
-def test_all_runs_every_env_then_the_comparison_then_the_page(quick_runs, monkeypatch, tmp_path):
-    cmds = all_commands(True, "m", Path("r"), "res")
-    scripts = [Path(c[1]).name for c in cmds]
-    assert scripts == ["learning.py"] * len(EXPERIMENTS) + ["compare_algorithms.py"]
-    assert [c[c.index("--env") + 1] for c in cmds[:-1]] == [e.env for e in EXPERIMENTS]
-    assert all(c[-5:] == ["--quick", "--model", "m", "--results", "res"] for c in cmds)
-    ran = []
-    monkeypatch.setattr(commands.subprocess, "run",
-                        lambda cmd, cwd=None: ran.append(cmd) or type("R", (), {"returncode": 0})())
-    assert commands.learning_main(["--all", "--quick", "--runs", str(tmp_path),
-                                   "--results", str(tmp_path / "res")]) == 0
-    assert len(ran) == len(cmds) and (tmp_path / "res" / "learning-quick.md").is_file()
-    with pytest.raises(SystemExit, match="--all runs every experiment in process"):  # was: --engine dropped
-        commands.learning_main(["--all", "--engine", "vllm", "--runs", str(tmp_path)])
+def test_the_old_scripts_write_the_pages_and_name_the_command_that_runs(quick_runs, capsys):
+    """learning.py and compare_algorithms.py run no experiment (issue 58): without --page each names, in one line,
+    the experiment.py command of the run it was asked for and exits with status 2, running nothing."""
+    assert commands.learning_main(["--env", "AgentRL/PythonMath-v0", "--variant", "sft48", "--quick", "x=1"]) == 2
+    assert capsys.readouterr().err == ("learning.py runs no experiment since issue 58: python benchmarks/experiment.py "
+                                       "run pythonmath_sft48 --quick x=1 (its pieces resume; python "
+                                       "benchmarks/experiment.py list names every experiment)\n")
+    assert commands.learning_main(["--all"]) == 2 and "run tooluse --all" in capsys.readouterr().err
+    assert commands.compare_main(["--seeds", "0,1"]) == 2
+    assert "python benchmarks/experiment.py run compare_algorithms --seeds 0,1 " in capsys.readouterr().err
+    results = quick_runs["results"]  # --page still writes the pages from the committed data
+    page = results / "learning-quick.md"
+    for main in (commands.learning_main, commands.compare_main):
+        page.unlink(missing_ok=True)
+        assert main(["--page", "--quick", "--results", str(results), "--ledger", str(quick_runs["ledger"])]) == 0
+        assert "| online DPO |" in page.read_text() and "## ToolUse-v0" in page.read_text()
 
 
 def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stopping_model_dir, tmp_path):
@@ -461,9 +464,9 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
 
     out = tmp_path / "runs" / "learning-pythonmath-quick"
     ledger = _ledger_beside_sets(tmp_path / "sets")
-    assert commands.learning_main(["--env", "AgentRL/PythonMath-v0", "--quick", "--model", stopping_model_dir, "--out",
-                                   str(out), "--results", str(tmp_path / "results"), "--ledger", str(ledger),
-                                   "progress=false", "report_to=none"]) == 0
+    assert cli.main(["run", "pythonmath", "--quick", "--model", stopping_model_dir, "--out",
+                     str(out), "--results", str(tmp_path / "results"), "--ledger", str(ledger),
+                     "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
                                                        "SFT control (same time)", "base, text-only",
@@ -485,9 +488,9 @@ def test_pythonmath_quick_runs_the_text_only_pipeline_beside_the_tool_one(stoppi
 def test_pythonmath_no_text_only_keeps_the_control_and_trains_no_second_model(stopping_model_dir, tmp_path):
     out = tmp_path / "runs" / "learning-pythonmath-quick"
     ledger = _ledger_beside_sets(tmp_path / "sets")
-    assert commands.learning_main(["--env", "AgentRL/PythonMath-v0", "--quick", "--no-text-only", "--model",
-                                   stopping_model_dir, "--out", str(out), "--results", str(tmp_path / "results"),
-                                   "--ledger", str(ledger), "progress=false", "report_to=none"]) == 0
+    assert cli.main(["run", "pythonmath", "--quick", "--no-text-only", "--model",
+                     stopping_model_dir, "--out", str(out), "--results", str(tmp_path / "results"),
+                     "--ledger", str(ledger), "progress=false", "report_to=none"]) == 0
     summary = json.loads((out / "learning.json").read_text())
     assert [label for label, _ in summary["rows"]] == ["base", "SFT (cold start)", "RL (GRPO)",
                                                        "SFT control (same time)"]
@@ -506,9 +509,9 @@ def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, st
     plain = runs / "learning-tooluse-quick"
     before = len(read(ledger_file))
     out = runs / "learning-tooluse-guided-quick"
-    assert commands.learning_main(["--quick", "--model", stopping_model_dir, "--variant", "guided",
-                                   "--reuse-cold-start", str(plain), "--out", str(out), "--results", str(results),
-                                   "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
+    assert cli.main(["run", "tooluse_guided", "--quick", "--model", stopping_model_dir,
+                     "--reuse-cold-start", str(plain), "--out", str(out), "--results", str(results),
+                     "--ledger", str(ledger_file), "progress=false", "report_to=none"]) == 0
     assert (out / "eval" / "sft.jsonl").read_bytes() == (plain / "eval" / "sft.jsonl").read_bytes()
     assert json.loads((out / "grpo" / "config.json").read_text())["grpo"]["guidance"] == "luffy"
     new = [r for r in read(ledger_file)[before:]]
@@ -521,7 +524,7 @@ def test_a_variant_reuses_the_cold_start_and_gets_its_own_section(quick_runs, st
     assert "grpo.guidance=luffy" in title
     assert "read back from" in text and "| RL (GRPO) vs the plain recipe's RL (GRPO) |" in text
     with pytest.raises(SystemExit, match="no finished cold start"):
-        commands.learning_main(["--quick", "--variant", "relift", "--reuse-cold-start", str(out / "nowhere"),
-                                "--out", str(runs / "x"), "--ledger", str(ledger_file)])
-    with pytest.raises(SystemExit, match="not declared for AgentRL/ToolUse-v0: declare it"):  # --variant NAME: a record
-        commands.learning_main(["--quick", "--variant", "x", "--out", str(runs / "x")])
+        cli.main(["run", "tooluse_relift", "--quick", "--reuse-cold-start", str(out / "nowhere"),
+                  "--out", str(runs / "x"), "--ledger", str(ledger_file)])
+    with pytest.raises(SystemExit, match="no experiment 'tooluse_x'; declared: "):  # a run is of a declared record
+        cli.main(["run", "tooluse_x", "--quick", "--out", str(runs / "x")])

@@ -1,6 +1,7 @@
-"""One writer per run folder for the benchmark runners too (issue 60, N1): ``learning.py``, ``compare_algorithms.py``,
-``axes.py run`` and ``transfer.py`` hold their run folder's lock for their whole work, so a second one on a folder
-another command holds is refused in one line naming the holder's pid, before it trains or evaluates anything."""
+"""One writer per run folder for the benchmark runners too (issue 60, N1): ``experiment.py run`` of a learning record
+or the comparison, ``axes.py run`` and ``transfer.py`` hold their run folder's lock for their whole work, so a second
+one on a folder another command holds is refused in one line naming the holder's pid, before it trains or evaluates
+anything."""
 
 from __future__ import annotations
 
@@ -19,23 +20,23 @@ def _refusal(script: str, run, pid: int) -> str:
 
 
 def test_a_second_learning_run_is_refused_in_one_line(held, monkeypatch):
-    from harness import commands
+    from harness import experiment_cli
 
     run, proc = held
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(commands, "_run_learning", _never_runs)
-    with pytest.raises(SystemExit, match=_refusal("learning.py", run, proc.pid)):
-        commands.learning_main(["--env", "AgentRL/ToolUse-v0", "--out", str(run)])
+    monkeypatch.setattr(experiment_cli, "_learning_pieces", _never_runs)
+    with pytest.raises(SystemExit, match=_refusal("experiment.py", run, proc.pid)):
+        experiment_cli.main(["run", "tooluse", "--out", str(run)])
 
 
 def test_a_second_comparison_is_refused_in_one_line(held, monkeypatch):
-    from harness import commands, compare_run
+    from harness import compare_exec, experiment_cli
 
     run, proc = held
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(compare_run, "_run_compare", _never_runs)
-    with pytest.raises(SystemExit, match=_refusal("compare_algorithms.py", run, proc.pid)):
-        commands.compare_main(["--out", str(run)])
+    monkeypatch.setattr(compare_exec, "_run_compare", _never_runs)
+    with pytest.raises(SystemExit, match=_refusal("experiment.py", run, proc.pid)):
+        experiment_cli.main(["run", "compare_algorithms", "--out", str(run)])
 
 
 def test_a_second_axes_run_is_refused_in_one_line(held, monkeypatch):
