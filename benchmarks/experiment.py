@@ -5,15 +5,17 @@
     python benchmarks/experiment.py status axes                 # one experiment (axes: each piece, time left)
     python benchmarks/experiment.py list                        # every experiment's kind, arms, seeds and sets
     python benchmarks/experiment.py run axes --budget-minutes 150     # the runner of its kind, with its options
-    python benchmarks/experiment.py run tooluse_guided          # learning.py --variant guided (ToolUse-v0)
+    python benchmarks/experiment.py run tooluse --quick         # a learning run, CI-sized (a smoke test)
+    python benchmarks/experiment.py run tooluse_guided          # a declared variant of ToolUse-v0's recipe
     python benchmarks/experiment.py run compare_algorithms --seeds 0,1
     python benchmarks/experiment.py run transfer --arm base
     python benchmarks/experiment.py page                        # every results page, from the committed data
     python benchmarks/experiment.py page transfer               # the page that shows one experiment
 
-``run`` passes what follows the experiment's name to the runner that serves its kind today
-(``benchmarks/learning.py``, ``compare_algorithms.py``, ``axes.py run --experiment NAME``, ``transfer.py``),
-whose command lines keep working.
+``run`` of a learning record or the comparison runs it in resumable pieces of the one piece runner (a finished piece is
+skipped; ``--budget-minutes M`` stops before a piece that would not fit; ``run NAME --help`` lists its options: those
+``learning.py`` and ``compare_algorithms.py`` had, which now only write pages); an axes record goes to ``axes.py run
+--experiment NAME``, the transfer to ``transfer.py``, with the rest of the line.
 """
 
 import sys
