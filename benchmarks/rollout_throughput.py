@@ -9,10 +9,10 @@ The same tasks (``--group-size`` trajectories per task, at each of ``--sizes`` t
   batch; the row appears when ``CollectorConfig`` has ``continuous``;
 * ``collector, no cascade`` — the same with ``HFPolicy(cascade=False)`` (shared-prefix cascade attention off); the row
   appears when ``HFPolicy`` has the ``cascade`` argument;
-* ``collector, no cascade, compiled decode (cold|warm)`` (``--compiled-decode``) — the "no cascade" row with
-  ``HFPolicy(compile_decode="on")`` (static-shape compiled decode steps; batches with a cascade prefix decode
-  eager, hence beside the no-cascade row), run twice: cold (its wall time includes compiling, printed apart) and
-  warm (the graphs reused);
+* ``collector, compiled decode (cold|warm)`` and ``collector, no cascade, compiled decode (cold|warm)``
+  (``--compiled-decode``) — the "collector" and "no cascade" rows with ``HFPolicy(compile_decode="on")``
+  (static-shape compiled decode steps), each run twice: cold (its wall time includes compiling, printed apart)
+  and warm (the graphs reused);
 * ``collector, no reuse`` — the same with ``reuse_cache=False`` (every turn re-encodes its whole prompt, still
   batched);
 * ``transformers continuous batching`` — :class:`ContinuousBatchingPolicy`: every collector call hands all its
@@ -309,15 +309,14 @@ def measure_size(model, tokenizer, args, n: int, cfg) -> list[dict]:
     if has_cascade():
         rows.append(run("collector, no cascade", HFPolicy(model, tokenizer, cascade=False), tasks, args.group_size,
                         cfg, n))
-    if args.compiled_decode:
-        for when in ("cold", "warm"):  # cold compiles each bucket's graph; warm reuses them (process-wide)
-            policy = HFPolicy(model, tokenizer, cascade=False, compile_decode="on")
-            rows.append(run(f"collector, no cascade, compiled decode ({when})", policy, tasks, args.group_size,
-                            cfg, n))
-            st = policy.stats
-            print(f"  compiled decode: {st['compiled_decode_steps']} of {st['decode_steps']} steps compiled, "
-                  f"{st['compile_seconds']:.1f} s compiling, {st['decode_seconds']:.1f} s in decode steps",
-                  flush=True)
+    for cascade, when in ([(True, "cold"), (True, "warm"), (False, "cold"), (False, "warm")]
+                          if args.compiled_decode else []):  # cold compiles each bucket's graph; warm reuses them
+        policy = HFPolicy(model, tokenizer, cascade=cascade, compile_decode="on")
+        name = f"collector, {'' if cascade else 'no cascade, '}compiled decode ({when})"
+        rows.append(run(name, policy, tasks, args.group_size, cfg, n))
+        st = policy.stats
+        print(f"  compiled decode: {st['compiled_decode_steps']} of {st['decode_steps']} steps compiled, "
+              f"{st['compile_seconds']:.1f} s compiling, {st['decode_seconds']:.1f} s in decode steps", flush=True)
     rows.append(run("collector, no reuse", HFPolicy(model, tokenizer), tasks, args.group_size,
                     CollectorConfig(**{**cfg.__dict__, "reuse_cache": False}), n))
     if not args.skip_cb:

@@ -155,18 +155,21 @@ def _attend(q, k, v, mask, scale, fused: bool | None = None):
     return torch.matmul(p, v.float()), lse
 
 
-def attend_parts(query, key, value, prefix_k, prefix_v, suffix_mask, any_key, scale, fused: bool | None = None):
+def attend_parts(query, key, value, prefix_k, prefix_v, suffix_mask, any_key, scale, fused: bool | None = None,
+                 prefix_mask=None):
     """Attention of ``query`` [B, H, Lq, D] over a shared prefix [1, Hkv, P, D] followed by per-row keys [B, Hkv, S, D].
 
     ``suffix_mask``: additive [B, 1, g*Lq or 1, S] (g = H // Hkv; query heads of a KV head are adjacent); ``any_key``:
-    [B, 1, g*Lq] bool, False where a query may attend to no suffix key. Returns [B, Lq, H, D] in ``query``'s dtype.
+    [B, 1, g*Lq] bool, False where a query may attend to no suffix key; ``prefix_mask``: None, or additive
+    [1, 1, 1, P] (a prefix padded to a fixed size: the compiled decode step). Returns [B, Lq, H, D] in ``query``'s
+    dtype.
     """
     b, h, lq, d = query.shape
     hkv = key.shape[1]
     g = h // hkv
     qg = query.reshape(b, hkv, g * lq, d)
     qp = qg.transpose(0, 1).reshape(1, hkv, b * g * lq, d)
-    o_a, lse_a = _attend(qp, prefix_k, prefix_v, None, scale, fused)
+    o_a, lse_a = _attend(qp, prefix_k, prefix_v, prefix_mask, scale, fused)
     o_a = o_a.reshape(hkv, b, g * lq, d).transpose(0, 1)
     lse_a = lse_a.reshape(hkv, b, g * lq).transpose(0, 1)
     o_b, lse_b = _attend(qg, key, value, suffix_mask, scale, fused)
@@ -181,7 +184,18 @@ def attend_parts(query, key, value, prefix_k, prefix_v, suffix_mask, any_key, sc
 
 
 def cascade_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """The registered attention function: prefix + suffix merged; the suffix mask comes from the active state."""
+    """The registered attention function: prefix + suffix merged; the suffix mask comes from the active state.
+
+    The compiled decode step (``_compiled_decode.py``) passes instead ``agentrl_prefix`` (per layer padded prefix
+    keys, values, and their additive mask [1, 1, 1, P]) and an additive 4-D suffix mask as ``attention_mask``."""
+    static = kwargs.get("agentrl_prefix")
+    if static is not None:
+        keys, values, prefix_mask = static
+        g = query.shape[1] // key.shape[1]
+        any_key = (attention_mask > torch.finfo(attention_mask.dtype).min).any(-1).expand(-1, -1, g)
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return attend_parts(query, key, value, keys[module.layer_idx], values[module.layer_idx], attention_mask,
+                            any_key, scale, prefix_mask=prefix_mask), None
     state = _STATE.get()
     if state is None:
         raise RuntimeError(f"attention implementation {NAME!r} used outside agentrl's HFPolicy decoding")

@@ -14,15 +14,19 @@ caches (their ``_kbuf``/``_vbuf``), so storing a finished row, cutting finished 
 the eager path; a batch whose rows or columns changed is copied into the buffers of its bucket once. So one graph
 per (rows bucket, length bucket) and sampled model, compiled on first use and reused across steps and calls.
 
-Stays eager: prefill; a batch with a shared cascade prefix (its attention builds masks per pass in Python; the
-cascade path may be compiled later); a batch beyond the largest bucket (those steps only); a model whose attention
-is neither ``sdpa`` nor ``eager`` (the step hands the attention a 4-D mask).
+A batch with a shared cascade prefix (``_cascade.py``) decodes compiled too: the prefix's keys/values are copied
+once per batch into buffers padded to a length bucket, with an additive mask over the padding, and handed to the
+cascade attention function as the ``agentrl_prefix`` argument (the eager path reads them from a context variable
+instead); one graph per (rows, length, prefix length) bucket.
+
+Stays eager: prefill; a batch beyond the largest bucket (those steps only); a model whose attention is neither
+``sdpa`` nor ``eager`` nor the cascade's (the step hands the attention a 4-D mask).
 
 Fall-back: if compiling or a compiled call raises, one line is logged and every later step decodes eager (process
 wide: a missing compiler stays missing); the failed step is re-run eager.
 
 Numerics: the compiled step attends over the bucket's columns (the masked ones weigh exactly 0) and inductor fuses
-the elementwise ops: results are eager's up to rounding (fp32: per-token logprobs within 1e-5 in
+the elementwise ops: results are eager's up to rounding (fp32: per-token logprobs within 2e-5 in
 tests/algos/policy/test_compiled_decode.py; greedy tokens and seeded samples identical there).
 
 Time spent compiling is counted apart (``stats["compile_seconds"]``) from decoding (``stats["decode_seconds"]``).
@@ -38,6 +42,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from agentrl.algos.policy import _cascade
+
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "on", "auto")
@@ -46,7 +52,7 @@ LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
 
 #: attention implementations the step runs under -> whether their 4-D mask is additive (else boolean, True: attend);
 #: others (flash attention: 2-D masks only) decode eager
-_MASK_KINDS = {"sdpa": False, "eager": True}
+_MASK_KINDS = {"sdpa": False, "eager": True, _cascade.NAME: True}
 _STATE: dict[str, Any] = {"failed": None}
 _COMPILED: dict[str | None, Any] = {}  # torch.compile mode -> the compiled step (graphs shared by every policy)
 
@@ -110,11 +116,13 @@ class _Slots:
     positions: Any
     column: Any
     cache: Cache
+    prefix: tuple | None = None  # (keys per layer [1, Hkv, P bucket, D], values, additive mask [1, 1, 1, P bucket])
+    prefix_of: Any = None  # the _cascade.Prefix loaded into it
 
 
-def _one_token(model, ids, mask, positions, cache, cache_name: str):
+def _one_token(model, ids, mask, positions, cache, cache_name: str, extra: dict):
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **{cache_name: cache})
+                **{cache_name: cache}, **extra)
     return out.logits[:, -1, :]
 
 
@@ -146,7 +154,7 @@ class CompiledDecode:
         self.device = torch.device(device)
         self.row_buckets, self.length_buckets = tuple(row_buckets), tuple(length_buckets)
         self.cuda = self.device.type == "cuda"
-        self._slots: dict[tuple[int, int, str], _Slots] = {}
+        self._slots: dict[tuple[int, int, int, str], _Slots] = {}
         self.compile_seconds = 0.0
         self.steps = 0  # decode steps run compiled
 
@@ -155,21 +163,27 @@ class CompiledDecode:
         if not self.cuda:
             self._slots.clear()
 
-    def step(self, model, cache, feed, mask, positions, pad_id: int, cache_name: str):
+    def step(self, model, cache, feed, mask, positions, pad_id: int, cache_name: str, prefix=None):
         """The next logits [B, V] of the batch (``feed`` [B, 1], ``mask`` [B, W + 1] with this step's column,
-        ``positions`` [B]), its cache extended in place; None where this step must run eager (nothing changed)."""
+        ``positions`` [B], ``prefix`` the batch's cascade prefix or None), its cache extended in place; None where
+        this step must run eager (nothing changed)."""
         impl = getattr(model.config, "_attn_implementation", None)
-        if _STATE["failed"] is not None or impl not in _MASK_KINDS:
+        if _STATE["failed"] is not None or impl not in _MASK_KINDS or (prefix is not None) != (impl == _cascade.NAME):
             return None
         rows, width = mask.shape
         if cache.layers and cache.layers[0].get_seq_length() != width - 1:
             raise RuntimeError(f"internal cache error: {cache.layers[0].get_seq_length()} cached columns, mask of "
                                f"{width - 1}")
         rb, lb = _bucket(rows, self.row_buckets), _bucket(width, self.length_buckets)
-        if rb is None or lb is None:
+        pb = _bucket(len(prefix), self.length_buckets) if prefix is not None else 0
+        if rb is None or lb is None or pb is None:
             self._unpad(cache, rows)
             return None
-        slots = self._load(cache, rows, width - 1, rb, lb, impl)
+        slots = self._load(cache, rows, width - 1, (rb, lb, pb, impl))
+        extra = {}
+        if prefix is not None:
+            self._load_prefix(slots, prefix, pb)
+            extra["agentrl_prefix"] = slots.prefix
         dev = self.device
         slots.ids.fill_(pad_id)
         slots.ids[:rows] = feed.to(dev)
@@ -191,7 +205,7 @@ class CompiledDecode:
             limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.row_buckets) * len(self.length_buckets))
             with torch._dynamo.config.patch(recompile_limit=limit):
                 logits = _compiled("reduce-overhead" if self.cuda else None)(
-                    model, slots.ids, slots.mask, slots.positions, slots.cache, cache_name)
+                    model, slots.ids, slots.mask, slots.positions, slots.cache, cache_name, extra)
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # noqa: BLE001 - any failure of the compiler means: decode eager
@@ -207,14 +221,15 @@ class CompiledDecode:
         self.steps += 1
         return logits[:rows].clone()  # a CUDA graph's output is overwritten by its next replay
 
-    def _load(self, cache, rows: int, cached: int, rb: int, lb: int, impl: str) -> _Slots:
-        """The slots of bucket (rb, lb), holding the batch's cache: each layer's buffers become the slot's (its
-        ``rows`` x ``cached`` filled part copied in unless already there)."""
-        slots = self._slots.get((rb, lb, impl))
+    def _load(self, cache, rows: int, cached: int, bucket: tuple) -> _Slots:
+        """The slots of ``bucket`` (rows, length, prefix length, attention), holding the batch's cache: each layer's
+        buffers become the slot's (its ``rows`` x ``cached`` filled part copied in unless already there)."""
+        slots = self._slots.get(bucket)
         if slots is None:
             if not self.cuda:
                 self._slots.clear()  # one bucket's buffers at a time on a CPU
-            slots = self._slots[(rb, lb, impl)] = self._new_slots(cache, rb, lb, _MASK_KINDS[impl])
+            rb, lb, _, impl = bucket
+            slots = self._slots[bucket] = self._new_slots(cache, rb, lb, _MASK_KINDS[impl])
         for i, layer in enumerate(cache.layers):
             k, v = slots.keys[i], slots.values[i]
             if layer._kbuf is k:
@@ -224,6 +239,26 @@ class CompiledDecode:
                 v[:rows, :, :cached] = layer._vbuf[:rows, :, :cached]
             layer._kbuf, layer._vbuf = k, v
         return slots
+
+    def _load_prefix(self, slots: _Slots, prefix, pb: int) -> None:
+        """Copy the batch's cascade prefix into the slots' padded prefix buffers (once per prefix)."""
+        if slots.prefix_of is prefix:
+            return
+        if slots.prefix is None:
+            k0, v0 = prefix.kv[0]
+            keys = [k0.new_zeros((1, k.shape[1], pb, k.shape[3])) for k, _ in prefix.kv]
+            values = [v0.new_zeros((1, v.shape[1], pb, v.shape[3])) for _, v in prefix.kv]
+            slots.prefix = (keys, values, k0.new_zeros((1, 1, 1, pb)))
+            if self.cuda:
+                for t in (*keys, *values, slots.prefix[2]):
+                    torch._dynamo.mark_static_address(t)
+        keys, values, mask = slots.prefix
+        n = len(prefix)
+        for (k, v), kb, vb in zip(prefix.kv, keys, values, strict=True):
+            kb[:, :, :n] = k
+            vb[:, :, :n] = v
+        mask.fill_(torch.finfo(mask.dtype).min)[..., :n] = 0.0
+        slots.prefix_of = prefix
 
     def _new_slots(self, cache, rb: int, lb: int, additive: bool) -> _Slots:
         dev = self.device

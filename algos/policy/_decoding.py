@@ -142,9 +142,9 @@ class Decoding(Session):
         t0, compiled = time.perf_counter(), p._compiled_decode
         compiling = compiled.compile_seconds if compiled is not None else 0.0
         logits = None
-        if compiled is not None and self.prefix is None:  # the cascade (shared-prefix) attention decodes eager
+        if compiled is not None:
             logits = compiled.step(p.model, self.cache, feed, self.mask, self.positions, p._pad_id,
-                                   cache_arg(p.model))
+                                   cache_arg(p.model), self.prefix)
             p.stats["compiled_decode_steps"] += logits is not None
         if logits is None:
             out = p._forward(feed.to(p.device), self.cache, self.mask.to(p.device),

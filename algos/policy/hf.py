@@ -62,8 +62,8 @@ class HFPolicy(Policy):
             attention cannot take it (sliding window, soft-capping, no attention interface) decode as without.
         compile_decode: ``off`` (default: eager, as before), ``on`` or ``auto`` (on for a model on CUDA): run each
             decode step's one-token forward pass through ``torch.compile`` with fixed-size (bucketed) KV buffers,
-            so shapes repeat and graphs are reused (``_compiled_decode.py``); prefill and batches with a shared
-            cascade prefix stay eager; where compiling fails one line is logged and decoding runs eager.
+            so shapes repeat and graphs are reused (``_compiled_decode.py``; with or without a cascade prefix);
+            prefill stays eager; where compiling fails one line is logged and decoding runs eager.
 
     Batches are continuous (:meth:`session`): a request added while a batch runs joins it (see
     :class:`~agentrl.algos.policy._decoding.Decoding`);

@@ -84,7 +84,7 @@ class TrainConfig:
     policy_compile: Literal["off", "on", "auto"] = field(default="off", metadata={"omit_if": "off"})
     """torch.compile the in-process policy's decode steps (HFPolicy(compile_decode=...),
     agentrl.algos.policy._compiled_decode: the one-token forward over fixed-size, bucketed KV buffers, so shapes
-    repeat; prefill and batches with a shared cascade prefix stay eager): 'on', 'off', or 'auto' (on for a model on
+    repeat, the cascade's shared prefix too; prefill stays eager): 'on', 'off', or 'auto' (on for a model on
     CUDA, eager on a CPU until measured faster there). Graphs compile on first use of a bucket; where compiling
     fails one line is logged and decoding runs eager. Tokens and logprobs are eager's up to rounding. Left out of
     written configs when 'off' (as they were before this key)."""

@@ -39,17 +39,18 @@ def _sampling(tokenizer, temperature):
                           stop_token_ids=(tokenizer.convert_tokens_to_ids("<|im_end|>"),))
 
 
-def _policy(model, tokenizer, mode, buckets=None, **kwargs):
-    policy = HFPolicy(model, tokenizer, compile_decode=mode, cascade=False, **kwargs)
+def _policy(model, tokenizer, mode, buckets=None, cascade=False, **kwargs):
+    policy = HFPolicy(model, tokenizer, compile_decode=mode, cascade=cascade, **kwargs)
     if buckets is not None:
         policy._compiled_decode = CompiledDecode(policy.device, *buckets)
     return policy
 
 
-def _two_turns(policy, sampling, new_tokens=10):
+def _two_turns(policy, sampling, new_tokens=10, system=()):
     """Three trajectories of different prompt lengths (the third joins the running batch after two steps), then a
-    second turn of each continuing its cache with a few appended tokens; all results in order."""
-    prompts = [list(range(300, 300 + n)) for n in (5, 11, 19)]
+    second turn of each continuing its cache with a few appended tokens; all results in order. ``system``: tokens
+    every prompt starts with."""
+    prompts = [list(system) + list(range(300, 300 + n)) for n in (5, 11, 19)]
     done = {}
     with policy.session(sampling) as s:
         tickets = [s.add(GenerationRequest(p, new_tokens, seed=i, key=i)) for i, p in enumerate(prompts[:2])]
@@ -121,16 +122,18 @@ def test_steps_beyond_the_buckets_run_eager_and_the_batch_moves_between_paths(mo
     assert 0 < policy.stats["compiled_decode_steps"] < policy.stats["decode_steps"]
 
 
-def test_a_batch_with_a_shared_prefix_decodes_eager(model, tokenizer):
-    sampling = _sampling(tokenizer, 0.0)
-    system = list(range(500, 540))  # 40 common tokens: the cascade path
-    requests = [GenerationRequest(system + [600 + i] * (i + 1), 6, key=i) for i in range(3)]
-    policy = HFPolicy(model, tokenizer, compile_decode="on")
-    out = policy.generate(requests, sampling)
-    eager = HFPolicy(model, tokenizer).generate(requests, sampling)
-    assert policy.stats["shared_prefix_calls"] == 1 and policy.stats["compiled_decode_steps"] == 0
-    assert [r.token_ids for r in out] == [r.token_ids for r in eager]
-    assert [r.logprobs for r in out] == [r.logprobs for r in eager]
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_batches_with_a_shared_cascade_prefix_decode_compiled_like_eager(model, tokenizer, temperature):
+    sampling = _sampling(tokenizer, temperature)
+    system = list(range(500, 540))  # 40 common tokens: the cascade path, the prefix reused by the second turn
+    eager_policy = _policy(model, tokenizer, "off", cascade=True)
+    eager = _two_turns(eager_policy, sampling, system=system)
+    policy = _policy(model, tokenizer, "on", ((4,), (64,)), cascade=True)  # one bucket: one graph
+    compiled = _two_turns(policy, sampling, system=system)
+    assert _compiled_decode.failure() is None
+    _assert_same(compiled, eager)
+    assert policy.stats["shared_prefix_calls"] == eager_policy.stats["shared_prefix_calls"] == 2
+    assert policy.stats["compiled_decode_steps"] == policy.stats["decode_steps"] == eager_policy.stats["decode_steps"]
 
 
 def test_a_failing_compiler_logs_one_line_and_decoding_runs_eager(model, tokenizer, monkeypatch, caplog):
