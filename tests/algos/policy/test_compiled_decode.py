@@ -136,6 +136,27 @@ def test_batches_with_a_shared_cascade_prefix_decode_compiled_like_eager(model, 
     assert policy.stats["compiled_decode_steps"] == policy.stats["decode_steps"] == eager_policy.stats["decode_steps"]
 
 
+def test_new_weights_reach_the_compiled_graphs(model, tokenizer):
+    """The trainer refreshes the sampled copy in place after each step: the graphs read the weights as inputs,
+    never as baked-in constants, so the second refresh decodes with the new weights without recompiling."""
+    sampling = _sampling(tokenizer, 0.0)
+    others = [stop_biased_model(tokenizer, seed=s) for s in (1, 2)]
+    runs = {}
+    for mode in ("off", "on"):
+        policy = _policy(model, tokenizer, mode, ((4,), (64,)))
+        runs[mode] = [_two_turns(policy, sampling, new_tokens=6)]
+        for other in others:
+            policy.update_weights(other)  # the first creates the policy's own copy, the second writes into it
+            if other is others[1]:
+                graphs = counters["stats"]["unique_graphs"]
+            runs[mode].append(_two_turns(policy, sampling, new_tokens=6))
+        assert mode == "off" or counters["stats"]["unique_graphs"] == graphs
+    assert _compiled_decode.failure() is None
+    for compiled, eager in zip(runs["on"], runs["off"], strict=True):
+        _assert_same(compiled, eager)
+    assert [r.token_ids for r in runs["off"][1]] != [r.token_ids for r in runs["off"][2]]  # the weights matter
+
+
 def test_a_failing_compiler_logs_one_line_and_decoding_runs_eager(model, tokenizer, monkeypatch, caplog):
     def no_compiler(fn, **_kwargs):
         def call(*_args, **_kw):
