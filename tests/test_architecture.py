@@ -286,14 +286,14 @@ HARNESS_LAYERS = [
     ("harness.heldout_draw", "harness.heldout", "harness.machine"),
     ("harness.data", "harness.export", "harness.speed"),
     ("harness.controls", "harness.failure_modes",  # runners
-     "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
+     "harness.transfer_exec", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
      "harness.learning_exec", "harness.compare_exec",
      "harness.tables", "harness.figures", "harness.compare_page", "harness.run_page", "harness.results_page",
      "harness.pages", "harness.transfer_page", "harness.axes_page"),  # renderers
     ("harness.commands", "harness.suite", "harness.axes_cli", "harness.transfer_cli", "harness.experiment_cli"),
 ]
 HARNESS_RUNNERS = {"harness.controls", "harness.failure_modes",
-                   "harness.transfer_run", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
+                   "harness.transfer_exec", "harness.transfer_regrade", "harness.axes_run", "harness.axes_exec",
                    "harness.learning_exec", "harness.compare_exec"}
 HARNESS_RENDERERS = {"harness.tables", "harness.figures", "harness.compare_page", "harness.run_page",
                      "harness.results_page", "harness.pages", "harness.transfer_page", "harness.axes_page"}
@@ -348,17 +348,18 @@ def test_every_experiment_is_one_record_and_every_committed_data_folder_is_one_e
 
 
 #: The modules of the harness that train or evaluate (construct a ``Trainer``, call ``evaluate``): each kind's pieces'
-#: work, run by the one piece runner, and the SFT control's training (a learning piece's). The transfer kind's
-#: runner (``transfer_run``) is the one not in pieces yet (issue 58 step 1 left it out).
-PIECE_WORK = {"harness.axes_exec", "harness.learning_exec", "harness.compare_exec", "harness.controls"}
-NOT_IN_PIECES_YET = {"harness.transfer_run"}
+#: work, run by the one piece runner, and the SFT control's training (a learning piece's).
+PIECE_WORK = {"harness.axes_exec", "harness.learning_exec", "harness.compare_exec", "harness.transfer_exec",
+              "harness.controls"}
+#: The callers of the one piece runner (``schedule``): each kind's command or pieces.
+SCHEDULERS = {"harness.axes_cli", "harness.learning_exec", "harness.compare_exec", "harness.transfer_exec"}
 
 
 def test_one_piece_runner_runs_every_learning_experiment():
     """Issue 58 step 1: one runner module for pieces. ``harness.axes_run`` defines the one loop over pieces
     (``schedule``: skipped when finished, a budget); the modules that train or evaluate are the kinds' pieces
-    (:data:`PIECE_WORK`), each run by a caller of ``schedule``; the learning runs' and the comparison's own runners
-    are gone."""
+    (:data:`PIECE_WORK`), each run by a caller of ``schedule``; the learning runs', the comparison's and the
+    transfer's own runners are gone. A module that trains or evaluates outside these is a second runner: it fails."""
     modules = {m: p for m, p in _modules().items() if m.startswith("harness.")}
     trees = {m: ast.parse(p.read_text(encoding="utf-8")) for m, p in modules.items()}
     loops = sorted(m for m, tree in trees.items() for node in ast.walk(tree)
@@ -369,11 +370,12 @@ def test_one_piece_runner_runs_every_learning_experiment():
         return {getattr(n.func, "id", getattr(n.func, "attr", "")) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
     work = {m for m, tree in trees.items() if calls(tree) & {"Trainer", "evaluate"}}
-    assert work <= PIECE_WORK | NOT_IN_PIECES_YET, f"training or evaluating outside the pieces: {work - PIECE_WORK}"
-    assert {"harness.axes_exec", "harness.learning_exec", "harness.compare_exec"} <= work
+    assert work <= PIECE_WORK, f"training or evaluating outside the pieces (a second runner): {work - PIECE_WORK}"
+    assert {"harness.axes_exec", "harness.learning_exec", "harness.compare_exec", "harness.transfer_exec"} <= work
     runners = {m for m, tree in trees.items() if "schedule" in calls(tree)}
-    assert {"harness.axes_cli", "harness.learning_exec", "harness.compare_exec"} <= runners, runners
-    assert not {"harness.learning_run", "harness.compare_run"} & set(modules), "the old runners are back"
+    assert runners == SCHEDULERS, f"the one piece runner's callers are each kind's: {runners ^ SCHEDULERS}"
+    gone = {"harness.learning_run", "harness.compare_run", "harness.transfer_run"}
+    assert not gone & set(modules), f"the old runners are back: {gone & set(modules)}"
 
 
 #: The one data layout (issue 58): ``<experiment>/<arm>-s<seed>/<set>.jsonl`` beside its meta. An experiment's

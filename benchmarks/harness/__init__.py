@@ -13,7 +13,7 @@ lower ones:
    writer of that data), :mod:`harness.speed` (the speed history: its reader, writer and table);
 4. runners: :mod:`harness.axes_run` (the one piece runner: a piece per cell / evaluation, skipped when finished,
    a budget) with each kind's pieces, their work and their record, :mod:`harness.axes_exec`,
-   :mod:`harness.learning_exec`, :mod:`harness.compare_exec`; :mod:`harness.controls`, :mod:`harness.transfer_run`,
+   :mod:`harness.learning_exec`, :mod:`harness.compare_exec`, :mod:`harness.transfer_exec`; :mod:`harness.controls`,
    :mod:`harness.suite`, :mod:`harness.failure_modes`; renderers: :mod:`harness.tables`,
    :mod:`harness.figures`, :mod:`harness.compare_page`, :mod:`harness.run_page`, :mod:`harness.results_page`,
    :mod:`harness.pages`. A runner never imports a renderer, a renderer never imports a runner;

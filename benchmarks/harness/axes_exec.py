@@ -357,7 +357,7 @@ class Executor:
         from agentrl.algos.policy.hf import HFPolicy
         from agentrl.algos.rollout.trajectory import load_trajectories
         from harness.transfer import DECODING, transfer_set
-        from harness.transfer_run import (
+        from harness.transfer_exec import (
             collector_config,
             package_versions,
             record_in_ledger,

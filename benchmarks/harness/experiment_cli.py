@@ -2,7 +2,8 @@
 (a :class:`harness.record.Record` of ``harness.experiments.RECORDS``, named by its data folder). ``run`` of a
 learning record or the comparison runs its pieces through the one piece runner (:mod:`harness.learning_exec`,
 :mod:`harness.compare_exec`) with the options below, then writes its page; an axes record goes to ``axes.py run``,
-the transfer to ``transfer.py`` (their command lines keep working)."""
+the transfer to ``transfer.py``'s options (:mod:`harness.transfer_cli`; its pieces in :mod:`harness.transfer_exec`),
+and their command lines keep working."""
 
 from __future__ import annotations
 

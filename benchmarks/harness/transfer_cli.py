@@ -1,13 +1,14 @@
-"""The command line of ``benchmarks/transfer.py`` (the transfer experiment, declared in
-:mod:`harness.transfer`): evaluate one arm on the public benchmark sets, or write the page
-``docs/results/transfer.md`` from the committed records. ``python benchmarks/experiment.py run transfer ARGS``
-runs the same.
+"""The command line of ``python benchmarks/experiment.py run transfer`` and ``benchmarks/transfer.py`` (the
+transfer experiment, declared in :mod:`harness.transfer`): evaluate one arm on the public benchmark sets, a piece
+per set through the one piece runner (:mod:`harness.transfer_exec`), or write the page ``docs/results/transfer.md``
+from the committed records. The two commands take the same options.
 
     python benchmarks/transfer.py --arm base                                  # every declared set, no adapter
     python benchmarks/transfer.py --arm main_sft --adapter runs/main/sft/adapter --trained-at <commit>
     python benchmarks/transfer.py --arm main_grpo --adapter runs/main/grpo/adapter --trained-at <commit>
     python benchmarks/transfer.py --arm base --sets bfcl_multiple,humaneval   # some sets only
     python benchmarks/transfer.py --arm base --limit 2 --data /tmp/t          # a smoke test (not a result)
+    python benchmarks/transfer.py --arm base --budget-minutes 30              # the sets that fit; again to go on
     python benchmarks/transfer.py --page                                      # docs/results/transfer.md
     python benchmarks/transfer.py --commands                                  # what to run for every arm
     python benchmarks/transfer.py --regrade-cut   # grade stored cut BFCL replies by today's rule (no sampling)
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ledger", help="ledger file (default benchmarks/heldout/ledger.jsonl; none with --limit)")
     ap.add_argument("--limit", type=int, help="first N tasks of each set: smoke tests only (needs another --data)")
     ap.add_argument("--redo", action="store_true", help="measure a set again, kept beside the first")
+    ap.add_argument("--budget-minutes", type=float,
+                    help="stop before a set whose evaluation would not finish within this; run again to go on")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--no-progress", action="store_true")
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.arm:
         ap.error("--arm is required (or --page / --commands)")
-    from harness.transfer_run import Options, run
+    from harness.transfer_exec import Options, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     options = Options(arm=args.arm, adapter=args.adapter,
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                       model=args.model, data=Path(args.data), out=Path(args.out),
                       ledger=Path(args.ledger) if args.ledger else None, limit=args.limit, redo=args.redo,
                       trained_at=args.trained_at, device=args.device, dtype=args.dtype,
-                      progress=not args.no_progress,
+                      progress=not args.no_progress, budget_minutes=args.budget_minutes,
                       command=shlex.join(["python", "benchmarks/transfer.py", *(sys.argv[1:] if argv is None
                                                                                   else argv)]))
     from agentrl.algos.run_folder import claim_run

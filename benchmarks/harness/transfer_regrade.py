@@ -27,7 +27,7 @@ from harness import export
 from harness.data import load_json, read_rows
 from harness.layout import ROOT, meta_file, shown
 from harness.transfer import ARMS, SETS, TRANSFER_DATA, arm_folder
-from harness.transfer_run import records, scores
+from harness.transfer_exec import records, scores
 
 RULE = ("a reply cut by the token budget is graded by BFCL's checker (BFCLBase.grades_cut_replies), as BFCL grades "
         "whatever the model wrote; before, the collector scored it 0 without grading")

@@ -50,11 +50,11 @@ def test_a_second_axes_run_is_refused_in_one_line(held, monkeypatch):
 
 
 def test_a_second_transfer_run_is_refused_in_one_line(held, monkeypatch, capsys, tmp_path):
-    from harness import transfer_cli, transfer_run
+    from harness import transfer_cli, transfer_exec
 
     run, proc = held
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(transfer_run, "run", _never_runs)
+    monkeypatch.setattr(transfer_exec, "run", _never_runs)
     args = ["--arm", "base", "--out", str(run), "--data", str(tmp_path / "data")]
     assert transfer_cli.main(args) == 2
     assert re.match(_refusal("transfer.py", run, proc.pid), capsys.readouterr().err.rstrip("\n"))

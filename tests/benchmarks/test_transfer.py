@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-import harness.transfer_run as transfer_run
+import harness.transfer_exec as transfer_exec
 import pytest
 from harness import export
 from harness.layout import LEDGER
@@ -52,7 +52,7 @@ def test_the_tau2_set_is_a_solo_domain_with_the_declared_tasks():
     assert DOMAINS[s.env_kwargs["domain"]] is True  # tau2-bench has a solo mode for it: no user server needed
     env = make_text_env(s.env, dict(s.env_kwargs))
     assert env.solo and len(env.test_ids) == s.size
-    assert [t["id"] for t in transfer_run.select_tasks(s)] == sorted(env.test_ids, key=transfer_run.natural_key)
+    assert [t["id"] for t in transfer_exec.select_tasks(s)] == sorted(env.test_ids, key=transfer_exec.natural_key)
 
 
 def test_humaneval_is_every_problem_in_the_package_order():
@@ -60,13 +60,13 @@ def test_humaneval_is_every_problem_in_the_package_order():
 
     s = transfer_set("humaneval")
     assert s.size == len(load_problems()) == 164
-    assert [t["id"] for t in transfer_run.select_tasks(s)] == list(load_problems())
+    assert [t["id"] for t in transfer_exec.select_tasks(s)] == list(load_problems())
 
 
 def test_subsets_are_the_first_tasks_by_id_and_names_resolve():
     s = transfer_set("bfcl_multiple")
-    assert [t["id"] for t in transfer_run.select_tasks(s)][:3] == ["multiple_0", "multiple_1", "multiple_2"]
-    assert transfer_run.natural_key("HumanEval/100") > transfer_run.natural_key("HumanEval/99")
+    assert [t["id"] for t in transfer_exec.select_tasks(s)][:3] == ["multiple_0", "multiple_1", "multiple_2"]
+    assert transfer_exec.natural_key("HumanEval/100") > transfer_exec.natural_key("HumanEval/99")
     assert {c.a for c in COMPARISONS} | {c.b for c in COMPARISONS} <= set(ARMS)
     with pytest.raises(ValueError, match="declared: bfcl_simple_python"):
         transfer_set("bfcl_simple")
@@ -120,12 +120,12 @@ def short_budgets(monkeypatch):
     """Replies of at most 8 tokens and 2 turns: the tiny model's text is noise, only the path is under test."""
     from agentrl.algos.rollout.collector import CollectorConfig
 
-    monkeypatch.setattr(transfer_run, "collector_config",
+    monkeypatch.setattr(transfer_exec, "collector_config",
                         lambda s: CollectorConfig(max_turns=min(2, s.max_turns), max_new_tokens=8, temperature=0.0))
 
 
-def options(tmp_path: Path, model: str, **kw) -> transfer_run.Options:
-    return transfer_run.Options(**{"arm": "base", "model": model, "data": tmp_path / "data", "out": tmp_path / "runs",
+def options(tmp_path: Path, model: str, **kw) -> transfer_exec.Options:
+    return transfer_exec.Options(**{"arm": "base", "model": model, "data": tmp_path / "data", "out": tmp_path / "runs",
                                    "ledger": tmp_path / "ledger.jsonl", "limit": 2, "progress": False, **kw})
 
 
@@ -133,7 +133,7 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
                                                                             only_export_writes):
     model, adapters = tiny
     only_export_writes.append((tmp_path / "data").resolve())  # records and metas through harness.export alone
-    outcome = transfer_run.run(options(tmp_path, model))
+    outcome = transfer_exec.run(options(tmp_path, model))
     runnable = [s.name for s in SETS if not s.requires]
     for name in runnable:
         assert outcome[name] == f"written {(tmp_path / 'data' / 'base-s0' / name).as_posix()}.jsonl", outcome
@@ -145,7 +145,7 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
         rows = [json.loads(line) for line in (tmp_path / "data" / "base-s0" / f"{name}.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(set(r) >= {"id", "score", "reward", "called_tool", "format_ok", "reply"}
                                       for r in rows)
-        assert [r["id"] for r in rows] == [t["id"] for t in transfer_run.select_tasks(transfer_set(name))[:2]]
+        assert [r["id"] for r in rows] == [t["id"] for t in transfer_exec.select_tasks(transfer_set(name))[:2]]
         meta = json.loads((tmp_path / "data" / "base-s0" / f"{name}.meta.json").read_text())
         assert meta["limit"] == 2 and meta["adapter"] is None and meta["decoding"]["temperature"] == 0.0
         assert {"commit", "dirty", "seconds", "packages", "command"} <= set(meta)
@@ -154,7 +154,7 @@ def test_the_runner_writes_records_and_ledger_rows_and_the_page_reads_them(tiny,
     assert {r["adapter"] for r in ledger} == {"base"} and all(r["tasks"] == 2 for r in ledger)
 
     for name in ("main_sft", "main_grpo"):
-        transfer_run.run(options(tmp_path, model, arm=name, adapter=adapters[name],
+        transfer_exec.run(options(tmp_path, model, arm=name, adapter=adapters[name],
                                  sets=("bfcl_multiple", "bfcl_irrelevance")))
     meta = json.loads((tmp_path / "data" / "main_sft-s0" / "bfcl_multiple.meta.json").read_text())
     assert meta["adapter"] == adapters["main_sft"] and len(meta["adapter_sha256"]) == 16
@@ -181,7 +181,7 @@ def test_regrade_grades_the_stored_cut_replies_and_leaves_the_rest(tokenizer, tm
     from agentrl.envs.bfcl.env import BFCLEnv
 
     s = transfer_set("bfcl_irrelevance")
-    tasks = transfer_run.select_tasks(s)[:3]
+    tasks = transfer_exec.select_tasks(s)[:3]
     env = BFCLEnv(category="irrelevance")
     config = CollectorConfig(max_new_tokens=64, max_turns=1, temperature=0.0)
 
@@ -196,7 +196,7 @@ def test_regrade_grades_the_stored_cut_replies_and_leaves_the_rest(tokenizer, tm
     assert [t.termination for t in old] == ["truncated", "truncated", "answered"]
     data, out = tmp_path / "data" / "base-s0", tmp_path / "runs" / "base"
     data.mkdir(parents=True), out.mkdir(parents=True)
-    rows = transfer_run.records(old)
+    rows = transfer_exec.records(old)
     (data / f"{s.name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     meta = {"model": "smollm2-135m", "collector": dataclasses.asdict(config),
             "scores": {"score": 1 / 3, "called_tool": 0.0, "format_ok": 1 / 3}}
@@ -256,21 +256,22 @@ def test_the_page_judges_paired_records_with_the_learning_pages_rules(tmp_path):
 def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budgets, tmp_path):
     model, _ = tiny
     o = options(tmp_path, model, sets=("bfcl_irrelevance",))
-    transfer_run.run(o)
+    transfer_exec.run(o)
     first = tmp_path / "data" / "base-s0" / "bfcl_irrelevance.jsonl"
     before = first.read_bytes()
     os.utime(first, (0, 0))
-    assert transfer_run.run(o)["bfcl_irrelevance"].startswith("skipped: ")
+    assert transfer_exec.run(o)["bfcl_irrelevance"].startswith("skipped: ")
     o.redo = True
-    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo1.jsonl")
-    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo2.jsonl")
+    assert transfer_exec.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo1.jsonl")
+    assert transfer_exec.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo2.jsonl")
     assert first.read_bytes() == before and first.stat().st_mtime == 0  # the first measurement untouched
     with pytest.raises(FileExistsError):
         export.write_new(first, "")
     killed = tmp_path / "data" / "base-s0" / "bfcl_irrelevance.redo3.meta.json"
     killed.write_text("{}")  # a run killed after its meta, before its records: not a measurement
-    assert transfer_run.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
+    assert transfer_exec.run(o)["bfcl_irrelevance"].endswith("bfcl_irrelevance.redo3.jsonl")
     assert json.loads(killed.read_text())["set"] == "bfcl_irrelevance"
+    assert not {"key", "kind", "wall_seconds"} & set(json.loads(killed.read_text()))  # the runner's own meta only
     page = render(tmp_path / "data", tmp_path / "ledger.jsonl")
     assert "## Measured again" in page
     assert page.count("- `base` on `bfcl_irrelevance`: ") == 3
@@ -279,31 +280,59 @@ def test_a_measured_set_is_skipped_and_a_redo_is_kept_beside_it(tiny, short_budg
 
 def test_an_arm_is_one_set_of_weights(tiny, short_budgets, tmp_path):
     model, adapters = tiny
-    transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
+    transfer_exec.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
                              sets=("bfcl_irrelevance",)))
     # other weights under the same arm: refused before anything loads, naming what the arm already holds
     with pytest.raises(ValueError, match=r"holds measurements of other weights \(adapter sha256 [0-9a-f]{16}, "
                                          r"trained at None: bfcl_irrelevance\).*declare this training run"):
-        transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_grpo"],
+        transfer_exec.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_grpo"],
                                  sets=("bfcl_multiple",)))
     assert not (tmp_path / "data" / "main_sft-s0" / "bfcl_multiple.meta.json").exists()
     # the same weights go on with the arm's other sets
-    done = transfer_run.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
+    done = transfer_exec.run(options(tmp_path, model, arm="main_sft", adapter=adapters["main_sft"],
                                     sets=("bfcl_multiple",)))
     assert done["bfcl_multiple"].startswith("written")
 
 
+def test_the_sets_are_pieces_of_the_one_runner_and_a_budget_stops_between_them(tmp_path, monkeypatch):
+    """A measured set is a finished piece (skipped, its time the estimate of the next); a budget stops before a set
+    that would not fit, before any model loads; a run without it goes on where that one stopped."""
+    import harness.axes_run as axes_run
+
+    ran = []
+    monkeypatch.setattr(transfer_exec.Evaluations, "load", lambda self: pytest.fail("no model for a stopped run"))
+    real = axes_run.schedule
+    monkeypatch.setattr(transfer_exec, "schedule", lambda pieces, *a, **kw: ran.append(pieces) or real(pieces, *a,
+                                                                                                         **kw))
+    folder = tmp_path / "data" / "base-s0"
+    write_records(folder, "base", "bfcl_irrelevance", [1.0, 0.0], [True, True])
+    meta = json.loads((folder / "bfcl_irrelevance.meta.json").read_text())
+    (folder / "bfcl_irrelevance.meta.json").write_text(json.dumps({**meta, "seconds": 90.0}))
+    o = transfer_exec.Options(arm="base", data=tmp_path / "data", out=tmp_path / "runs", limit=2, progress=False,
+                              sets=("bfcl_irrelevance", "bfcl_multiple"), budget_minutes=1.0)
+    outcome = transfer_exec.run(o)
+    assert [[(p.key, p.kind) for p in pieces] for pieces in ran] == \
+        [[("base-s0/bfcl_irrelevance", "eval:transfer"), ("base-s0/bfcl_multiple", "eval:transfer")]]
+    assert outcome["bfcl_irrelevance"].startswith("skipped: ") and outcome["bfcl_irrelevance"].endswith(
+        "bfcl_irrelevance.jsonl exists (--redo measures it again)")
+    assert outcome["bfcl_multiple"] == "not run: --budget-minutes stopped before it (run again to go on)"
+    assert not (folder / "bfcl_multiple.meta.json").exists()  # 90 s expected (the measured set's), 60 s left
+    o.redo = True
+    assert list(transfer_exec.plan(o, [transfer_set("bfcl_irrelevance")], folder)[0]) == \
+        ["base-s0/bfcl_irrelevance.redo1"]  # --redo: a new piece beside the measured one
+
+
 def test_bad_requests_fail_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="--arm main_grpo needs --adapter"):
-        transfer_run.check_options(transfer_run.Options(arm="main_grpo"))
+        transfer_exec.check_options(transfer_exec.Options(arm="main_grpo"))
     with pytest.raises(ValueError, match="--arm base is the base model: it takes no --adapter"):
-        transfer_run.check_options(transfer_run.Options(arm="base", adapter=str(tmp_path)))
+        transfer_exec.check_options(transfer_exec.Options(arm="base", adapter=str(tmp_path)))
     with pytest.raises(ValueError, match="no adapter_config.json"):
-        transfer_run.check_options(transfer_run.Options(arm="main_sft", adapter=str(tmp_path)))
+        transfer_exec.check_options(transfer_exec.Options(arm="main_sft", adapter=str(tmp_path)))
     with pytest.raises(ValueError, match="--limit is for smoke tests"):
-        transfer_run.check_options(transfer_run.Options(arm="base", limit=2, data=TRANSFER_DATA))
+        transfer_exec.check_options(transfer_exec.Options(arm="base", limit=2, data=TRANSFER_DATA))
     with pytest.raises(ValueError, match="unknown transfer set 'humaneval_plus'"):
-        transfer_run.check_options(transfer_run.Options(arm="base", sets=("humaneval_plus",)))
+        transfer_exec.check_options(transfer_exec.Options(arm="base", sets=("humaneval_plus",)))
 
 
 def test_the_committed_page_regenerates_byte_for_byte():

@@ -1,6 +1,9 @@
-"""The transfer experiment's runner (``benchmarks/transfer.py``): one declared arm (:mod:`harness.transfer`) on each
-declared set, through the evaluation path ``agentrl eval`` uses (:func:`agentrl.algos.evaluation.evaluate.evaluate`
-with the model, its adapter and an :class:`~agentrl.algos.policy.HFPolicy`).
+"""The transfer experiment's pieces (``python benchmarks/experiment.py run transfer``, or ``benchmarks/transfer.py``):
+one declared arm (:mod:`harness.transfer`) on each declared set, a piece per (arm, set) evaluation run by the one
+piece runner (:func:`harness.axes_run.schedule`: a measured set is skipped, ``--budget-minutes`` stops between
+sets), through the evaluation path ``agentrl eval`` uses (:func:`agentrl.algos.evaluation.evaluate.evaluate` with
+the model, its adapter and an :class:`~agentrl.algos.policy.HFPolicy`). The axes experiments' public-benchmark
+pieces (:mod:`harness.axes_exec`) use its task selection, decoding, records and ledger row.
 
 Per (arm, set) it writes, under ``--data`` (default ``docs/results/data/transfer``):
 
@@ -27,17 +30,20 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation import ledger as ledger_module
 from harness import export
+from harness.axes_run import Piece, schedule
+from harness.data import load_json
 from harness.layout import LEDGER, ROOT, shown
 from harness.transfer import (
     DECODING,
     PACKAGES,
     SETS,
+    TRANSFER,
     TRANSFER_DATA,
     TransferSet,
     arm,
@@ -47,6 +53,9 @@ from harness.transfer import (
 
 logger = logging.getLogger("transfer")
 
+#: A transfer piece's kind: one greedy evaluation on a public benchmark set, as an axes experiment's (its time
+#: before any has run: ``harness.axes_run.PRIOR_SECONDS``).
+KIND = "eval:transfer"
 #: Characters of a reply a record keeps.
 REPLY_CHARS = 2000
 
@@ -182,6 +191,8 @@ class Options:
     dtype: str = "auto"
     progress: bool = True
     command: str = ""
+    budget_minutes: float | None = None
+    """Stop before a set whose evaluation would not finish within this (None: no budget)."""
 
 
 def check_options(o: Options) -> tuple[str, list[TransferSet]]:
@@ -233,80 +244,172 @@ def record_in_ledger(s: TransferSet, tasks: list[dict[str, Any]], trajectories: 
     return str(row["id"])
 
 
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one piece measures: a declared set, into ``records`` beside ``meta``."""
+
+    set: TransferSet
+    records: Path
+    meta: Path
+
+
+def plan(o: Options, sets: Sequence[TransferSet], folder: Path) -> tuple[dict[str, Work], dict[str, str]]:
+    """The pieces of ``o`` by key, one per asked set: ``<arm>-s0/<set>``, finished (skipped) when its records are
+    there; with ``--redo`` of a measured set ``<arm>-s0/<set>.redo<k>`` (the next free ``k``). And the sets that
+    get none: ``{set: "not run: <the env's one-line error>"}``."""
+    work: dict[str, Work] = {}
+    not_run: dict[str, str] = {}
+    for s in sets:
+        paths = record_paths(folder, s.name, o.redo)
+        if paths is None:  # measured: a finished piece, which the runner skips
+            paths = folder / f"{s.name}.jsonl", folder / f"{s.name}.meta.json"
+        else:
+            why = unsupported(s)
+            if why is not None:
+                not_run[s.name] = f"not run: {why}"
+                continue
+        work[f"{folder.name}/{paths[0].name.removesuffix('.jsonl')}"] = Work(s, *paths)
+    return work, not_run
+
+
+class TransferStore:
+    """Where the transfer's pieces lie (:func:`harness.axes_run.schedule`'s ``store``): the arm's folder of records.
+    A piece is finished when its records file is there; the meta beside it is written first and the records last
+    (both through :mod:`harness.export`, never over a file), so a meta alone is a killed evaluation's, replaced.
+    The files keep the runner's own meta: the runner's key, kind and wall time are not added to them."""
+
+    ADDED = ("key", "kind", "wall_seconds")
+
+    def __init__(self, work: dict[str, Work]):
+        self.work = work
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for key, w in self.work.items():
+            if w.records.is_file():
+                meta = load_json(w.meta) or {}
+                out[key] = {"key": key, "kind": KIND, **meta,
+                            **({"wall_seconds": meta["seconds"]} if "seconds" in meta else {})}
+        return out
+
+    def run(self, piece: Piece, execute: Callable[[Piece, Path], dict[str, Any]]) -> dict[str, Any]:
+        meta = execute(piece, self.work[piece.key].records.parent)
+        self.rows[piece.key] = meta.pop("records")
+        return meta
+
+    def finish(self, piece: Piece, meta: dict[str, Any]) -> None:
+        w = self.work[piece.key]
+        meta = {k: v for k, v in meta.items() if k not in self.ADDED}
+        # the records last: they mark the measurement done (a meta without them is a killed run's)
+        export.write_new(w.meta, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        export.write_new(w.records, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                            for r in self.rows.pop(piece.key)))
+
+
+class Evaluations:
+    """The work of the transfer's pieces: the arm's model (with its adapter) loaded at the first piece that runs and
+    shared by the rest; each piece evaluates it on one set through ``agentrl eval``'s path, appends its ledger row
+    and returns its meta with its per-task ``records``."""
+
+    def __init__(self, o: Options, arm_name: str, work: dict[str, Work], adapter_hash: str, state: dict[str, Any]):
+        self.o, self.arm, self.work, self.adapter_hash, self.state = o, arm_name, work, adapter_hash, state
+        self.ledger = o.ledger if (o.ledger is not None or o.limit is not None) else LEDGER
+        self.policy: Any = None
+        self.model_name = ""
+
+    def load(self) -> Any:
+        if self.policy is None:
+            from agentrl.algos.models import DEFAULT_MODEL, load_model
+            from agentrl.algos.policy.hf import HFPolicy
+
+            self.model_name = self.o.model or DEFAULT_MODEL
+            model, tokenizer = load_model(self.model_name, dtype=self.o.dtype, device=self.o.device)
+            if self.o.adapter:
+                from agentrl.algos.models.lora import load_adapter
+
+                model = load_adapter(model, self.o.adapter)
+            self.policy = HFPolicy(model, tokenizer)
+        return self.policy
+
+    def close(self) -> None:
+        if self.policy is not None:
+            self.policy.close()
+
+    def __call__(self, piece: Piece, folder: Path) -> dict[str, Any]:
+        from agentrl.algos.evaluation.evaluate import evaluate
+        from agentrl.algos.rollout.trajectory import load_trajectories
+
+        o, a, w = self.o, self.arm, self.work[piece.key]
+        s = w.set
+        policy = self.load()
+        tasks = select_tasks(s)[: o.limit]
+        cfg = collector_config(s)
+        started = datetime.datetime.now(datetime.timezone.utc)
+        t0 = time.perf_counter()
+        episodes = o.out / a / w.records.name.replace(".jsonl", ".episodes.jsonl")
+        for stale in (episodes, w.meta):  # a killed evaluation's: its records were never written
+            if stale.exists():
+                logger.info("removing %s: left by an evaluation that did not finish", stale)
+                export.remove(stale)
+        report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs),
+                          out=episodes, progress=o.progress)
+        seconds = time.perf_counter() - t0
+        trajectories = load_trajectories(episodes)
+        rows = records(trajectories)
+        row_id = None if self.ledger is None else record_in_ledger(
+            s, tasks, trajectories, episodes, report, policy, self.ledger,
+            {"model": self.model_name, "adapter": self.adapter_hash, "arm": a})
+        n = len(rows)
+        meta = {
+            "arm": a, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
+            "subset": s.subset, "tasks": n, "limit": o.limit, "model": self.model_name,
+            "adapter": o.adapter, "adapter_sha256": self.adapter_hash, "trained_at": o.trained_at,
+            "adapter_run": adapter_run(o.adapter),
+            "decoding": {**DECODING, "max_new_tokens": s.max_new_tokens, "max_turns": s.max_turns,
+                         "max_total_tokens": s.max_total_tokens},
+            "collector": dataclasses.asdict(cfg), "packages": package_versions(), **self.state,
+            "command": o.command, "started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 1),
+            "ledger": {"path": shown(self.ledger), "id": row_id} if self.ledger is not None else None,
+            "scores": scores(rows),
+        }
+        logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a, s.name, 100 * meta["scores"]["score"], n, seconds)
+        return {**meta, "records": rows}
+
+
 def run(o: Options) -> dict[str, Any]:
-    """Evaluate ``o.arm`` on each asked set; returns ``{set: "written <path>" | "skipped: ..." | "not run: ..."}``."""
-    from agentrl.algos.evaluation.evaluate import evaluate
+    """Evaluate ``o.arm`` on each asked set, a piece per set through the one piece runner
+    (:func:`harness.axes_run.schedule`); returns ``{set: "written <path>" | "skipped: ..." | "not run: ..."}`` in
+    the asked sets' order."""
     from agentrl.algos.evaluation.ledger import adapter_sha256, git_state
-    from agentrl.algos.models import DEFAULT_MODEL, load_model
-    from agentrl.algos.policy.hf import HFPolicy
 
     a, sets = check_options(o)
     state = git_state(ROOT)  # the commit this run starts from (what its records and ledger rows name)
     folder = arm_folder(o.data, a)
-    todo: list[tuple[TransferSet, tuple[Path, Path]]] = []
+    work, not_run = plan(o, sets, folder)
+    store = TransferStore(work)
+    if set(work) - set(store.finished()):  # something to measure: with this arm's weights only
+        adapter_hash = adapter_sha256(o.adapter) if o.adapter else "base"
+        check_same_weights(folder, adapter_hash)
+    else:
+        adapter_hash = "base"
+    evaluations = Evaluations(o, a, work, adapter_hash, state)
+    budget = None if o.budget_minutes is None else 60 * o.budget_minutes
+    try:
+        done = schedule([Piece(key, KIND) for key in work], o.data, evaluations, TRANSFER, budget, store=store)
+    finally:
+        evaluations.close()
+    by_set = {w.set.name: key for key, w in work.items()}
+    measured = store.finished()
     outcome: dict[str, Any] = {}
     for s in sets:
-        paths = record_paths(folder, s.name, o.redo)
-        if paths is None:
-            outcome[s.name] = f"skipped: {shown(folder / (s.name + '.jsonl'))} exists (--redo measures it again)"
-            continue
-        why = unsupported(s)
-        if why is not None:
-            outcome[s.name] = f"not run: {why}"
-            continue
-        todo.append((s, paths))
-    if not todo:
-        return outcome
-    adapter_hash = adapter_sha256(o.adapter) if o.adapter else "base"
-    check_same_weights(folder, adapter_hash)
-    model_name = o.model or DEFAULT_MODEL
-    model, tokenizer = load_model(model_name, dtype=o.dtype, device=o.device)
-    if o.adapter:
-        from agentrl.algos.models.lora import load_adapter
-
-        model = load_adapter(model, o.adapter)
-    policy = HFPolicy(model, tokenizer)
-    ledger_path = o.ledger if (o.ledger is not None or o.limit is not None) else LEDGER
-    try:
-        for s, (rec_path, meta_path) in todo:
-            tasks = select_tasks(s)[: o.limit]
-            cfg = collector_config(s)
-            started = datetime.datetime.now(datetime.timezone.utc)
-            t0 = time.perf_counter()
-            episodes = o.out / a / rec_path.name.replace(".jsonl", ".episodes.jsonl")
-            for stale in (episodes, meta_path):  # a killed evaluation's: its records were never written
-                if stale.exists():
-                    logger.info("removing %s: left by an evaluation that did not finish", stale)
-                    export.remove(stale)
-            report = evaluate(s.env, policy, tasks, DECODING["n"], cfg, env_kwargs=dict(s.env_kwargs),
-                              out=episodes, progress=o.progress)
-            seconds = time.perf_counter() - t0
-            from agentrl.algos.rollout.trajectory import load_trajectories
-
-            trajectories = load_trajectories(episodes)
-            rows = records(trajectories)
-            row_id = None if ledger_path is None else record_in_ledger(
-                s, tasks, trajectories, episodes, report, policy, ledger_path,
-                {"model": model_name, "adapter": adapter_hash, "arm": a})
-            n = len(rows)
-            meta = {
-                "arm": a, "set": s.name, "label": s.label, "env": s.env, "env_kwargs": dict(s.env_kwargs),
-                "subset": s.subset, "tasks": n, "limit": o.limit, "model": model_name,
-                "adapter": o.adapter, "adapter_sha256": adapter_hash, "trained_at": o.trained_at,
-                "adapter_run": adapter_run(o.adapter),
-                "decoding": {**DECODING, "max_new_tokens": s.max_new_tokens, "max_turns": s.max_turns,
-                             "max_total_tokens": s.max_total_tokens},
-                "collector": dataclasses.asdict(cfg), "packages": package_versions(), **state,
-                "command": o.command, "started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 1),
-                "ledger": {"path": shown(ledger_path), "id": row_id} if ledger_path is not None else None,
-                "scores": scores(rows),
-            }
-            # the records last: they mark the measurement done (a meta without them is a killed run's)
-            export.write_new(meta_path, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
-            export.write_new(rec_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-            outcome[s.name] = f"written {shown(rec_path)}"
-            logger.info("%s on %s: %.1f%% of %d tasks in %.0f s", a, s.name, 100 * meta["scores"]["score"], n,
-                        seconds)
-    finally:
-        policy.close()
+        key = by_set.get(s.name)
+        if key is None:
+            outcome[s.name] = not_run[s.name]
+        elif key in done.ran:
+            outcome[s.name] = f"written {shown(work[key].records)}"
+        elif key in measured:
+            outcome[s.name] = f"skipped: {shown(work[key].records)} exists (--redo measures it again)"
+        else:
+            outcome[s.name] = "not run: --budget-minutes stopped before it (run again to go on)"
     return outcome
