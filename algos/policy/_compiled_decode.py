@@ -22,14 +22,17 @@ instead); one graph per (rows, length, prefix length) bucket.
 Stays eager: prefill; a batch beyond the largest bucket (those steps only); a model whose attention is neither
 ``sdpa`` nor ``eager`` nor the cascade's (the step hands the attention a 4-D mask).
 
-Fall-back: if compiling or a compiled call raises, one line is logged and every later step decodes eager (process
-wide: a missing compiler stays missing); the failed step is re-run eager.
+Fall-back: if compiling or a compiled call raises (no C++ compiler, an unsupported op, a graph break: the step is
+compiled whole, or more than :data:`RECOMPILE_LIMIT` graphs), one line is logged and every later step decodes
+eager (process wide: a missing compiler stays missing); the failed step is re-run eager.
 
 Numerics: the compiled step attends over the bucket's columns (the masked ones weigh exactly 0) and inductor fuses
 the elementwise ops: results are eager's up to rounding (fp32: per-token logprobs within 2e-5 in
 tests/algos/policy/test_compiled_decode.py; greedy tokens and seeded samples identical there).
 
-Time spent compiling is counted apart (``stats["compile_seconds"]``) from decoding (``stats["decode_seconds"]``).
+Time spent compiling is counted apart (``stats["compile_seconds"]``: the calls that compiled a graph) from decoding
+(``stats["decode_seconds"]``); with TrainConfig ``policy_compile`` the trainer logs both per step (``time/decode``,
+``time/compile_decode``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from agentrl.algos.policy import _cascade
@@ -49,6 +53,7 @@ logger = logging.getLogger(__name__)
 MODES = ("off", "on", "auto")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
+RECOMPILE_LIMIT = 256  # graphs of the compiled step (all buckets, models and dtypes of a process)
 
 #: attention implementations the step runs under -> whether their 4-D mask is additive (else boolean, True: attend);
 #: others (flash attention: 2-D masks only) decode eager
@@ -129,8 +134,17 @@ def _one_token(model, ids, mask, positions, cache, cache_name: str, extra: dict)
 def _compiled(mode: str | None):
     fn = _COMPILED.get(mode)
     if fn is None:
-        fn = _COMPILED[mode] = torch.compile(_one_token, dynamic=False, mode=mode)
+        # one graph per bucket and model: more than dynamo's default of 8 per function. fullgraph: a graph break or
+        # the limit raises (then the fall-back logs it and decodes eager) instead of running parts uncompiled
+        limit = {"recompile_limit": RECOMPILE_LIMIT} if "recompile_limit" in _compile_parameters() else {}
+        fn = _COMPILED[mode] = torch.compile(_one_token, dynamic=False, fullgraph=True, mode=mode, **limit)
     return fn
+
+
+def _compile_parameters() -> set[str]:
+    import inspect
+
+    return set(inspect.signature(torch.compile).parameters)
 
 
 def _fail(err: BaseException) -> None:
@@ -197,15 +211,10 @@ class CompiledDecode:
         slots.positions.zero_()
         slots.positions[:rows, 0] = positions.to(dev)
         slots.column.fill_(width - 1)
-        clock = _Clock()
-        handler = torch._dynamo.callback_handler
-        handler.register_start_callback(clock.start)
-        handler.register_end_callback(clock.end)
+        graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
         try:
-            limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.row_buckets) * len(self.length_buckets))
-            with torch._dynamo.config.patch(recompile_limit=limit):
-                logits = _compiled("reduce-overhead" if self.cuda else None)(
-                    model, slots.ids, slots.mask, slots.positions, slots.cache, cache_name, extra)
+            logits = _compiled("reduce-overhead" if self.cuda else None)(
+                model, slots.ids, slots.mask, slots.positions, slots.cache, cache_name, extra)
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # noqa: BLE001 - any failure of the compiler means: decode eager
@@ -213,9 +222,10 @@ class CompiledDecode:
             self._unpad(cache, rows)
             return None
         finally:
-            handler.remove_start_callback(clock.start)
-            handler.remove_end_callback(clock.end)
-            self.compile_seconds += clock.seconds
+            # a call that compiled a graph counts as compiling (dynamo's start/end callbacks share one counter
+            # across threads and calls, so they can miss a compile or span several calls); running it is ms
+            if counters["stats"]["unique_graphs"] != graphs:
+                self.compile_seconds += time.perf_counter() - t0
         for layer in cache.layers:
             layer._len = width
         self.steps += 1
@@ -288,19 +298,3 @@ class CompiledDecode:
 def _views(a, b) -> bool:
     """Whether ``a`` is ``b``'s leading rows (a view an eager step left)."""
     return a is not None and a._base is b and a.data_ptr() == b.data_ptr()
-
-
-class _Clock:
-    """Seconds between dynamo's compile-start and compile-end callbacks."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._t0: float | None = None
-
-    def start(self, *_args) -> None:
-        self._t0 = time.perf_counter()
-
-    def end(self, *_args) -> None:
-        if self._t0 is not None:
-            self.seconds += time.perf_counter() - self._t0
-            self._t0 = None

@@ -359,6 +359,8 @@ class Trainer:
                 trajs, n_tasks, seconds = self._rollout(self._collector, self.data_pos)
                 metrics.update(rollout_metrics(trajs, seconds))
                 metrics.update(signal_metrics(self.sampler, trajs, self.global_step))
+            if self.config.policy_compile != "off":
+                metrics.update(self._decode_times())
             self.data_pos += n_tasks
             rows, prep_stats = self.algo.prepare(trajs)
         else:  # offline: the algorithm's own examples, by data position
@@ -366,6 +368,15 @@ class Trainer:
             rows, prep_stats = self.algo.prepare([self.examples[k] for k in range(self.data_pos, self.data_pos + n)])
             self.data_pos += n
         return self._optimize(rows, prep_stats, metrics, t_step)
+
+    def _decode_times(self) -> dict[str, float]:
+        """With policy_compile: the in-process policy's seconds in decode steps (``time/decode``) and compiling
+        them (``time/compile_decode``) since the last step."""
+        stats = getattr(self.policy, "stats", {})
+        now = (stats.get("decode_seconds", 0.0), stats.get("compile_seconds", 0.0))
+        last = getattr(self, "_decode_seen", (0.0, 0.0))
+        self._decode_seen = now
+        return {"time/decode": now[0] - last[0], "time/compile_decode": now[1] - last[1]}
 
     def _sampler_rollout(self, tasks: list, position: int) -> tuple[list, float]:
         """One round of the sampler (:func:`~agentrl.algos.training.sampler.gather`): the chosen ``tasks``."""

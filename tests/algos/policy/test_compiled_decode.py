@@ -203,6 +203,25 @@ def test_a_failing_compiler_logs_one_line_and_decoding_runs_eager(model, tokeniz
     _assert_same(fell_back, eager, tol=0.0)  # eager: the same numbers
 
 
+def test_a_trainer_with_policy_compile_reports_decode_and_compile_seconds(tokenizer, tmp_path):
+    from helpers import tiny_train_config, tiny_train_model
+
+    from agentrl.algos.training.trainer import Trainer
+
+    runs = {}
+    for mode in ("off", "on"):
+        cfg = tiny_train_config(tmp_path / mode, steps=2, policy_compile=mode, stop_without_signal=0,
+                                tasks_per_step=4, lr=1e-4)
+        runs[mode] = Trainer(cfg, model=tiny_train_model(tokenizer), tokenizer=tokenizer).train()
+    assert _compiled_decode.failure() is None
+    assert all("time/decode" not in m and "time/compile_decode" not in m for m in runs["off"])
+    assert runs["on"][0]["time/compile_decode"] > 0  # the first step compiles its buckets' graphs
+    assert all(m["time/decode"] > 0 for m in runs["on"])
+    for e, c in zip(runs["off"], runs["on"], strict=True):  # seeded: the same rollouts, up to rounding
+        assert c["reward/mean"] == e["reward/mean"]
+        assert c["perf/rollout_tokens_per_s"] > 0 and e.keys() <= c.keys()
+
+
 def test_the_policy_compile_key(model, tokenizer):
     with pytest.raises(ValueError, match="policy_compile must be"):
         TrainConfig(policy_compile="fast").validate()
