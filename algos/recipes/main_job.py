@@ -202,6 +202,23 @@ def peak_rss_gib() -> float | None:
 
 
 
+def write_results(out: Path, cfg: MainJobConfig, tasks: int, table: str, summary: str | None,
+                  timings: dict[str, float]) -> tuple[str, float | None]:
+    """Write the main job's ``<out>/results.md`` (the table, the signal line, the stages' times and the peak RSS);
+    returns the times as printed and the peak RSS in GiB (None where it cannot be read)."""
+    times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
+    peak = peak_rss_gib()
+    if peak is not None:
+        times += f"; peak RSS {peak:.2f} GiB"
+    source = f" from {cfg.eval_tasks_file}" if cfg.eval_tasks_file else ""
+    (out / "results.md").write_text(
+        f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
+        f"{tasks} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
+        f"{table}\n\nSignal: the share of the GRPO stage's sampled groups whose rewards differ (docs/sampler.md).\n"
+        + (f"\n{summary}\n" if summary else "") + f"\nTime: {times}.\n", encoding="utf-8")
+    return times, peak
+
+
 def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, policy=None,
                  ledger: str | Path | None = None) -> dict[str, Any]:
     """Run the main job; returns ``{"rows": [(label, EvalReport), ...], "table": markdown, "out": Path,
@@ -289,15 +306,6 @@ def run_main_job(config: MainJobConfig | None = None, *, resume: bool = False, p
     if curves is not None:
         plots.append(curves)
     timings["total"] = time.perf_counter() - t_start
-    times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items())
-    peak = peak_rss_gib()
-    if peak is not None:
-        times += f"; peak RSS {peak:.2f} GiB"
-    source = f" from {cfg.eval_tasks_file}" if cfg.eval_tasks_file else ""
-    (out / "results.md").write_text(
-        f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
-        f"{len(tasks)} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
-        f"{table}\n\nSignal: the share of the GRPO stage's sampled groups whose rewards differ (docs/sampler.md).\n"
-        + (f"\n{summary}\n" if summary else "") + f"\nTime: {times}.\n", encoding="utf-8")
+    _, peak = write_results(out, cfg, len(tasks), table, summary, timings)
     return {"rows": rows, "table": table, "out": out, "plots": plots, "timings": timings, "peak_rss_gib": peak,
             "signal_summary": summary}

@@ -230,7 +230,7 @@ def report(cfg, out: Path, tasks: int, times: dict[str, float]) -> None:
     from agentrl.algos.evaluation.plot import plot_eval, plot_run, plot_stages
     from agentrl.algos.evaluation.report import load_report, results_table
     from agentrl.algos.evaluation.run_log import read_metrics
-    from agentrl.algos.recipes.main_job import peak_rss_gib, signal_share, stage_config, with_signal_column
+    from agentrl.algos.recipes.main_job import signal_share, stage_config, with_signal_column, write_results
     from agentrl.algos.training.sampler import signal_summary
 
     stages = [(stem, load_report(out / "eval" / f"{stem}.jsonl")) for stem in ("base", "sft", "rl")]
@@ -243,15 +243,7 @@ def report(cfg, out: Path, tasks: int, times: dict[str, float]) -> None:
     plot_eval(stages, out / "plots" / "eval_comparison.png", title=f"{cfg.env}: base -> SFT -> RL")
     plot_stages([("SFT", out / "sft"), ("GRPO", out / "grpo")], out / "plots" / "training_curves.png",
                 title=f"{cfg.env}: SFT cold start, then GRPO   (faint: raw, bold: smoothed)")
-    shown = ", ".join(f"{k} {v / 60:.1f} min" for k, v in times.items())
-    peak = peak_rss_gib()
-    shown += f"; peak RSS {peak:.2f} GiB" if peak is not None else ""
-    source = f" from {cfg.eval_tasks_file}" if cfg.eval_tasks_file else ""
-    (out / "results.md").write_text(
-        f"# {cfg.env} with {cfg.model}: base -> SFT -> RL\n\n"
-        f"{tasks} held-out tasks{source}, N = {cfg.eval_n}, temperature {cfg.eval_temperature}.\n\n"
-        f"{table}\n\nSignal: the share of the GRPO stage's sampled groups whose rewards differ (docs/sampler.md).\n"
-        + (f"\n{line}\n" if line else "") + f"\nTime: {shown}.\n", encoding="utf-8")
+    write_results(out, cfg, tasks, table, line, times)
 
 
 def quick_heldout(env: str, n: int, out: Path, name: str | None = None) -> Path:
