@@ -54,6 +54,20 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def train_cold_start(cfg, run_dir: Path, model, tokenizer):
+    """Train the main job's SFT stage of ``cfg`` afresh into ``run_dir`` (emptied first) on a copy of ``model``:
+    ``(its TrainConfig, seconds)``."""
+    from agentrl.algos.recipes.main_job import stage_config
+    from agentrl.algos.training.trainer import Trainer
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    t0 = time.perf_counter()
+    tc = stage_config(cfg, "sft", run_dir, progress=False, report_to=["none"])
+    Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer).train()
+    return tc, time.perf_counter() - t0
+
+
 def arm_algo(exp: Record, arm: str) -> str:
     return exp.algo(arm)
 
@@ -227,17 +241,8 @@ class Executor:
         logger.info("the cold start trained again is the recorded one (sha256 %s)", got)
 
     def cold_start(self, folder: Path) -> dict[str, Any]:
-        from agentrl.algos.recipes.main_job import stage_config
-        from agentrl.algos.training.trainer import Trainer
-
         run_dir = self.work / "cold_start"
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        model, tokenizer = self.base()
-        t0 = time.perf_counter()
-        tc = stage_config(self.cfg, "sft", run_dir, progress=False, report_to=["none"])
-        Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer).train()
-        seconds = time.perf_counter() - t0
+        tc, seconds = train_cold_start(self.cfg, run_dir, *self.base())
         if (run_dir / "metrics.jsonl").is_file():
             shutil.copyfile(run_dir / "metrics.jsonl", folder / "metrics.jsonl")
         gc.collect()

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.algos.evaluation.ledger import git_state
-from harness.axes_exec import summarize_metrics, takes_step
+from harness.axes_exec import summarize_metrics, takes_step, train_cold_start
 from harness.axes_run import Piece, cell_name
 from harness.experiments import COMPARE
 from harness.layout import ROOT
@@ -109,21 +109,13 @@ class Executor:
 
     def cold_start(self) -> dict[str, Any]:
         """The shared cold-start adapter, made in ``<out>/cold_start`` (``cold_start.json`` last)."""
-        from agentrl.algos.recipes.main_job import stage_config
-        from agentrl.algos.training.trainer import Trainer
-
         run_dir = self.out / "cold_start"
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        model, tokenizer = self.base()
-        t0 = time.perf_counter()
-        tc = stage_config(self.cfg, "sft", run_dir, progress=False, report_to=["none"])
-        Trainer(tc, model=copy.deepcopy(model), tokenizer=tokenizer).train()
+        tc, seconds = train_cold_start(self.cfg, run_dir, *self.base())
         families = self.cfg.stages.sft.get("env_kwargs", {}).get("families", [])
         info = {"source": f"made here: the main job's SFT stage ({tc.steps} steps of "
                           f"{tc.algorithm.batch_size} on {tc.algorithm.num_demos} demos of "
                           f"{', '.join(families) or 'all families'})",
-                "seconds": time.perf_counter() - t0}
+                "seconds": seconds}
         (run_dir / "cold_start.json").write_text(json.dumps(info) + "\n")
         return info
 
