@@ -110,11 +110,12 @@ class TrainConfig:
     """Tokens held per forward/backward pass, packed first-fit-decreasing: the rows' common prompt prefix
     (the system prompt and tools) counted once (it is computed once per update), plus rows x (longest - prefix);
     'auto': as many as memory_budget_gb holds by the model's estimated activation bytes per token
-    (agentrl.algos.training.memory_plan.activation_bytes_per_token)."""
+    (agentrl.algos.training.memory_plan.activation_bytes_per_token), at most 2048 on a CPU (larger ones only pad)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
     activation checkpointing, non-reentrant; off while sampling). 'auto': on when a micro-batch would not fit
-    memory_budget_gb without it (a fixed micro_batch_tokens) or would hold fewer than 4096 tokens ('auto')."""
+    memory_budget_gb without it (a fixed micro_batch_tokens) or would hold fewer than 2048 tokens on a CPU, 4096
+    on a GPU ('auto'; memory_plan.CPU_MICRO_BATCH_CAP)."""
     memory_budget_gb: float | Literal["auto"] = 2.0
     """GiB by which one update may grow the process's peak RSS over what the weights, adapter and batch take
     (1 GiB of it is the part that does not scale with the micro-batch): sizes micro_batch_tokens='auto' and

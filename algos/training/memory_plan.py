@@ -36,9 +36,18 @@ first use): 0.7-1.1 GiB in the fits above; the budget is taken net of it."""
 DEFAULT_BUDGET_GB = 2.0
 """TrainConfig.memory_budget_gb's default, used when an update gets ``micro_batch_tokens='auto'`` and where
 ``memory_budget_gb='auto'`` cannot read the available memory."""
-AUTO_CHECKPOINT_TOKENS = 4096
-"""gradient_checkpointing='auto' with micro_batch_tokens='auto': on when the budget holds fewer tokens than this
-without it."""
+CPU_MICRO_BATCH_CAP = 2048
+"""micro_batch_tokens='auto' on a CPU plans at most this many tokens, and gradient_checkpointing='auto' (with
+'auto' tokens) is on only when the budget holds fewer than this without it. Measured on the main job's GRPO step
+(2-core EPYC, bf16, ``python benchmarks/step_profile.py``, one run each): without checkpointing, 1,792-token
+micro-batches updated in 40.0 s, 6,912-token ones in 50.7 s (the rows of a larger micro-batch are padded to its
+longest: 24 % more tokens computed); with checkpointing at 1,792 tokens, 50.9 s. So a budget that holds this many
+tokens without checkpointing spends the rest on nothing that buys speed. Not applied on a GPU, where larger
+micro-batches fill the device (AUTO_CAP_GB bounds them)."""
+GPU_CHECKPOINT_TOKENS = 4096
+"""gradient_checkpointing='auto' with micro_batch_tokens='auto' on a GPU: on when the budget holds fewer tokens than
+this without it (not measured on a GPU here: a larger budget then plans fewer, unrecomputed tokens, as the CPU rule
+did before its cap)."""
 
 
 def activation_bytes_per_token(model, checkpointing: bool) -> float:
@@ -56,15 +65,24 @@ def activation_bytes_per_token(model, checkpointing: bool) -> float:
     return unit * layers * LAYER_UNITS
 
 
+def _device_type(model) -> str:
+    try:
+        return next(model.parameters()).device.type
+    except (AttributeError, StopIteration):
+        return "cpu"
+
+
 def memory_plan(model, *, gradient_checkpointing: bool | str, micro_batch_tokens: int | str,
                 memory_budget_gb: float, min_tokens: int = 256) -> tuple[bool, int]:
     """``(checkpointing, micro_batch_tokens)`` for a run: the ``'auto'`` settings resolved against
     ``memory_budget_gb`` (GiB of activations per micro-batch, see :func:`activation_bytes_per_token`).
 
     ``gradient_checkpointing='auto'``: with a fixed ``micro_batch_tokens``, on when that many tokens would exceed
-    the budget without it; with ``'auto'`` tokens, on when the budget holds fewer than
-    :data:`AUTO_CHECKPOINT_TOKENS` tokens without it. ``micro_batch_tokens='auto'``: the tokens the budget holds
-    (with or without checkpointing, as decided), rounded down to a multiple of 256, at least ``min_tokens``.
+    the budget without it; with ``'auto'`` tokens, on when the budget holds fewer than the cap (on a CPU
+    :data:`CPU_MICRO_BATCH_CAP`; on a GPU :data:`GPU_CHECKPOINT_TOKENS`) without it. ``micro_batch_tokens='auto'``:
+    the tokens the budget holds (with or without checkpointing, as decided), at most the cap on a CPU (and on a GPU
+    when 'auto' turned checkpointing on), rounded down to a multiple of 256, at least ``min_tokens``. With both
+    'auto' the plan is monotone in the budget: a larger one never turns checkpointing on nor plans fewer tokens.
     """
     if gradient_checkpointing not in (True, False, "auto"):
         raise ValueError(f"gradient_checkpointing must be true, false or 'auto', got {gradient_checkpointing!r}")
@@ -78,14 +96,18 @@ def memory_plan(model, *, gradient_checkpointing: bool | str, micro_batch_tokens
     def fits(ckpt: bool) -> int:
         return max(0, int(budget // activation_bytes_per_token(model, ckpt)))
 
-    ckpt = gradient_checkpointing
+    on_cpu = _device_type(model) != "cuda"
+    threshold = CPU_MICRO_BATCH_CAP if on_cpu else GPU_CHECKPOINT_TOKENS
+    ckpt, cap = gradient_checkpointing, CPU_MICRO_BATCH_CAP if on_cpu else None
     if ckpt == "auto":
         if micro_batch_tokens == "auto":
-            ckpt = fits(False) < AUTO_CHECKPOINT_TOKENS
+            ckpt = fits(False) < threshold
+            cap = threshold if ckpt else cap  # checkpointed: no more than the budget would hold without it
         else:
             ckpt = fits(False) < micro_batch_tokens
     if micro_batch_tokens == "auto":
-        tokens = fits(ckpt) // 256 * 256
+        tokens = fits(ckpt) if cap is None else min(fits(ckpt), cap)
+        tokens = tokens // 256 * 256
         if tokens < min_tokens:
             logger.warning("memory_budget_gb=%s holds about %d tokens of %s; using micro_batch_tokens=%d",
                            memory_budget_gb, tokens, type(model).__name__, min_tokens)

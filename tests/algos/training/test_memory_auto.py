@@ -61,10 +61,10 @@ def test_24_gib_free_turns_checkpointing_off_and_8_gib_keeps_it_on_for_the_135m_
     big, words, (ckpt_big, tokens_big) = _plan(cfg, 24.0)
     small, _, (ckpt_small, tokens_small) = _plan(cfg, 8.0)
     assert (ckpt_big, ckpt_small) == (False, True)
-    assert tokens_big >= mp.AUTO_CHECKPOINT_TOKENS  # larger micro-batches than the fixed default packs
+    assert tokens_big == mp.CPU_MICRO_BATCH_CAP  # on a CPU the rest of the budget would only pad
     fixed = mp.memory_plan(_Model135M(), gradient_checkpointing="auto", micro_batch_tokens="auto",
                            memory_budget_gb=TrainConfig().memory_budget_gb)
-    assert fixed[0] is True and tokens_big > fixed[1]
+    assert fixed == (True, mp.CPU_MICRO_BATCH_CAP)  # the fixed default recomputes: it cannot hold the cap without
     # the rule: half of (available - what the run still needs), the needs being the sampler's KV cache at
     # policy_max_batch_tokens, the merged weight copy and the optimizer
     kv = 32768 * 2 * 30 * 3 * 64 * 2
@@ -196,3 +196,30 @@ def test_the_trainer_plans_from_the_free_memory_and_says_so(tmp_path, tokenizer,
                            f"gradient_checkpointing={trainer.checkpointing} (memory_budget_gb=auto: "
                            f"{trainer.memory_budget_gb:.2f} GiB = 0.5 x (24.00 GiB available [stub]")
     assert '"memory_budget_gb": "auto"' in (tmp_path / "run" / "config.json").read_text()
+
+
+class _Model135MOnGPU(_Model135M):
+    def parameters(self):
+        for p in super().parameters():
+            p.device = SimpleNamespace(type="cuda")
+            yield p
+
+
+@pytest.mark.parametrize("model", [_Model135M(), _Model135MOnGPU()], ids=["cpu", "gpu"])
+def test_the_auto_plan_is_monotone_in_the_budget(model):
+    """A larger budget never turns checkpointing back on and never plans fewer tokens (was: right under 4,096
+    unrecomputed tokens the plan checkpointed ~20,000 tokens, right over it planned 4,096 without)."""
+    budgets = [1.0 + i / 8 for i in range(1, 8 * 40)]
+    plans = [mp.memory_plan(model, gradient_checkpointing="auto", micro_batch_tokens="auto", memory_budget_gb=b)
+             for b in budgets]
+    ckpts, tokens = [c for c, _ in plans], [t for _, t in plans]
+    assert tokens == sorted(tokens) and ckpts == sorted(ckpts, reverse=True)
+    assert ckpts[0] is True and ckpts[-1] is False
+    switch = ckpts.index(False)
+    if isinstance(model, _Model135MOnGPU):
+        assert tokens[switch - 1] <= mp.GPU_CHECKPOINT_TOKENS <= tokens[switch] < tokens[-1]
+    else:
+        assert set(tokens[switch:]) == {mp.CPU_MICRO_BATCH_CAP}  # the cap, then nothing more on a CPU
+    # an explicit setting is planned as asked: no cap on checkpointed tokens
+    ckpt, many = mp.memory_plan(model, gradient_checkpointing=True, micro_batch_tokens="auto", memory_budget_gb=8.0)
+    assert ckpt is True and (many == mp.CPU_MICRO_BATCH_CAP if not isinstance(model, _Model135MOnGPU) else many > 20000)
