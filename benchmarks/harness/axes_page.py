@@ -451,7 +451,8 @@ def edge_decision(exp: Record, algo: str, outcome: dict[str, list[tuple[bool, fl
         return f"**{name}: not decided yet**: {n} of {total} cells trained and evaluated.{said}"
     rate = {a: float(next(v for k, v in exp.arms[a].items() if k.endswith(".lr"))) for a in arms}
     chosen, stable, score = choose(arms, rate, outcome)
-    unrun = f" ({total - n} cells of collapsed rates not run: the rule does not need them)" if n < total else ""
+    cells = "1 cell" if total - n == 1 else f"{total - n} cells"
+    unrun = f" ({cells} of collapsed rates not run: the rule does not need them)" if n < total else ""
     if not stable:
         return (f"**{name}: {chosen}** (lr {rate[chosen]:g}): every rate collapsed on some seed; by the rule, the "
                 f"lowest: none passed{unrun}.")
