@@ -55,11 +55,27 @@ def test_edge_holds_the_axes_sets_both_cuts_and_waits_for_its_rates():
     batch = {k: v for k, v in EDGE.arms["grpo"].items() if k in ("stages.rl.tasks_per_step", "stages.rl.group_size")}
     assert batch and all(batch.items() <= s.items() for a, s in LR_EDGE.arms.items() if a.startswith("grpo"))
     assert batch.items() <= EDGE.arms["rft"].items() and EDGE.cut_updates == LR_EDGE.steps
-    pending = [k for s in EDGE.arms.values() for k, v in s.items() if v is None]
-    assert pending and EDGE.pending  # a rate still to be set by LR_EDGE's verdict: the declaration says so
+    # the rates LR_EDGE chose, set in one commit with the pending line cleared (it waited for them before)
+    assert not EDGE.pending and all(v is not None for s in EDGE.arms.values() for v in s.values())
+    assert EDGE.arms["grpo"]["stages.rl.lr"] == EDGE.arms["rft"]["stages.rl.lr"] == LR_EDGE.arms["grpo_lr6e-5"][
+        "stages.rl.lr"]
+    assert EDGE.arms["sft"]["stages.sft.lr"] == LR_EDGE.arms["sft_lr1.5e-4"]["stages.sft.lr"]
+
+
+def test_the_rates_are_what_lr_edges_committed_cells_decide():
+    """The rule re-derived from LR_EDGE's committed per-task files, not copied: the page's decision names the rate
+    set in EDGE's declaration, for GRPO and for SFT-continued."""
+    text = (ROOT / "docs" / "results" / "learning.md").read_text(encoding="utf-8")
+    for name, algo, key in (("GRPO", "grpo", "stages.rl.lr"), ("SFT-continued", "sft", "stages.sft.lr")):
+        arm = [a for a, s in LR_EDGE.arms.items() if s["algo"] == algo and s[key] == EDGE.arms[algo][key]]
+        assert len(arm) == 1 and f"**{name}: {arm[0]}** (lr " in text, (name, arm)
 
 
 def test_a_pending_experiment_is_refused_before_any_piece_runs(tmp_path, monkeypatch):
+    import dataclasses
+
+    waiting = dataclasses.replace(EDGE, pending="the GRPO rates are LR_EDGE's choice")
+    monkeypatch.setattr("harness.axes_run.RUNNABLE", {**RUNNABLE, "edge": waiting})
     monkeypatch.setattr("harness.axes_run.schedule", lambda *a, **k: pytest.fail("a piece was scheduled"))
     with pytest.raises(SystemExit, match="may not run yet: the GRPO rates"):
         axes_cli.main(["run", "--experiment", "edge", "--data", str(tmp_path / "d"), "--work", str(tmp_path / "w")])
