@@ -259,11 +259,12 @@ def header(ax: Axes, command: str) -> list[str]:
 
 
 def axes_section(folder: Path, exp: Record = AXES) -> list[str]:
-    """The axes experiment's section: its cells, every set's pass@1 / pass@k / pass^k with the comparisons, and
-    the forgetting table (forgetting set beside the train-split score and the KL to the base)."""
+    """An axes-kind experiment's section (AXES, EDGE): its cells, every set's pass@1 / pass@k / pass^k with the
+    comparisons, and the forgetting table (forgetting set beside the train-split score and the KL to the base)."""
     ax = Axes(exp, folder)
-    lines = ["## Generalisation axes: " + " vs ".join(label(a) for a in exp.arms) + " (pre-declared)", "",
-             *header(ax, "python benchmarks/axes.py run")]
+    title = exp.title or "Generalisation axes: " + " vs ".join(label(a) for a in exp.arms)
+    command = "python benchmarks/axes.py run" + ("" if exp.name == AXES.name else f" --experiment {exp.name}")
+    lines = [f"## {title} (pre-declared)", "", *header(ax, command)]
     if not ax.pieces:
         return lines
     rows: list[str | None] = [None, *exp.arms]

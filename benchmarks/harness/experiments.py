@@ -346,6 +346,7 @@ LR_EDGE = Record(
 
 EDGE = Record(  # RL at the edge of competence against the two imitation arms (issue 59, part 5)
     kind="axes", name="edge", env=TOOLUSE, env_kwargs=MappingProxyType({"items": 999}),
+    title="EDGE: GRPO at the edge of competence vs SFT-continued vs rejection sampling",
     cold_start=MappingProxyType({}),  # the main job's cold start, shared by every arm and seed
     train_families=EDGE_FAMILIES,
     arms=MappingProxyType({  # GRPO and rejection sampling: 4 tasks x 8 samples, the sampler on, 2 warm-up steps

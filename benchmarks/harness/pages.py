@@ -55,6 +55,7 @@ from harness.experiments import (
     AXES,
     COLD_START,
     CONTROL,
+    EDGE,
     EXPERIMENTS,
     LR_CHOICE,
     LR_EDGE,
@@ -465,7 +466,7 @@ def write_page(data: Path = DATA, results: Path = RESULTS, *, quick: bool = Fals
         (diagnostics if diagnostic(cmp_dir.name) else lines).extend(section)
     if not quick:  # the pre-declared experiments run in pieces by benchmarks/axes.py
         lines += (axes_section(data / AXES.name) + lr_choice_section(data / LR_CHOICE.name)
-                  + lr_edge_section(data / LR_EDGE.name))
+                  + lr_edge_section(data / LR_EDGE.name) + axes_section(data / EDGE.name, EDGE))
     if diagnostics:
         lines += ["## Diagnostics and failed configurations", "",
                   "Runs that show why something broke, not how two methods compare: each says why it is here.", "",

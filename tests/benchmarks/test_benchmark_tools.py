@@ -188,8 +188,8 @@ def test_learning_only_embeds_just_the_page_generated_from_committed_data(tmp_pa
     # one section per variant run and per earlier comparison kept with committed data
     variants = [e for e in experiments if ", variant `" in e]
     earlier = [e for e in experiments if e.startswith("An earlier algorithms comparison")]
-    declared = [e for e in experiments if e.endswith("(pre-declared)")]  # AXES, LR_CHOICE, LR_EDGE (EDGE: no data yet)
-    assert len(declared) == 3, declared
+    declared = [e for e in experiments if e.endswith("(pre-declared)")]  # AXES, LR_CHOICE, LR_EDGE, EDGE
+    assert len(declared) == 4, declared
     assert len(experiments) - len(variants) - len(earlier) - len(declared) == 4
     committed_variants = [d for d in (ROOT / "docs" / "results" / "data").glob("*/learning.json")
                           if json.loads(d.read_text(encoding="utf-8")).get("variant")]
