@@ -98,16 +98,17 @@ def memory_plan(model, *, gradient_checkpointing: bool | str, micro_batch_tokens
 
     on_cpu = _device_type(model) != "cuda"
     threshold = CPU_MICRO_BATCH_CAP if on_cpu else GPU_CHECKPOINT_TOKENS
-    ckpt, cap = gradient_checkpointing, CPU_MICRO_BATCH_CAP if on_cpu else None
+    cap = threshold if on_cpu else None
+    ckpt = gradient_checkpointing
     if ckpt == "auto":
         if micro_batch_tokens == "auto":
             ckpt = fits(False) < threshold
-            cap = threshold if ckpt else cap  # checkpointed: no more than the budget would hold without it
+            if ckpt:  # checkpointed: no more tokens than the threshold (so a larger budget never plans fewer)
+                cap = threshold
         else:
             ckpt = fits(False) < micro_batch_tokens
     if micro_batch_tokens == "auto":
-        tokens = fits(ckpt) if cap is None else min(fits(ckpt), cap)
-        tokens = tokens // 256 * 256
+        tokens = (fits(ckpt) if cap is None else min(fits(ckpt), cap)) // 256 * 256
         if tokens < min_tokens:
             logger.warning("memory_budget_gb=%s holds about %d tokens of %s; using micro_batch_tokens=%d",
                            memory_budget_gb, tokens, type(model).__name__, min_tokens)
